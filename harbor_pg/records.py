@@ -1,0 +1,167 @@
+"""Typed rows: what the tiers store and return (pydantic models)."""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import re
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from harbor_pg.owner import MemoryScope
+
+__all__ = [
+    "CANONICAL_SOURCES",
+    "RECALL_MEMORY_TYPES",
+    "ConversationMessage",
+    "Memory",
+    "MemoryType",
+    "MessageRole",
+    "Sensitivity",
+    "content_hash",
+    "normalize_content",
+    "validate_source",
+]
+
+
+class MemoryType(enum.StrEnum):
+    """What kind of long-term memory a row holds."""
+
+    FACT = "fact"
+    PREFERENCE = "preference"
+    DECISION = "decision"
+    EPISODE = "episode"
+    SUMMARY = "summary"
+
+
+#: Types recall may return (rolling summaries are never recalled).
+RECALL_MEMORY_TYPES: tuple[MemoryType, ...] = (
+    MemoryType.FACT,
+    MemoryType.PREFERENCE,
+    MemoryType.DECISION,
+    MemoryType.EPISODE,
+)
+
+
+class Sensitivity(enum.StrEnum):
+    """Ordered classification: none < low < pii < sensitive."""
+
+    NONE = "none"
+    LOW = "low"
+    PII = "pii"
+    SENSITIVE = "sensitive"
+
+    @property
+    def level(self) -> int:
+        return list(Sensitivity).index(self)
+
+
+CANONICAL_SOURCES: frozenset[str] = frozenset(
+    {"user", "assistant", "tool", "summary", "injected", "extracted", "reflection",
+     "imported", "unknown"}
+)
+_NAMESPACED_SOURCE = re.compile(r"^tool:[A-Za-z0-9_.\-/]{1,100}$")
+
+
+def validate_source(source: str) -> str:
+    """Return ``source`` if canonical or ``tool:<name>``, else raise ``ValueError``."""
+    if source in CANONICAL_SOURCES or _NAMESPACED_SOURCE.match(source):
+        return source
+    raise ValueError(
+        f"invalid source {source!r}: use one of {sorted(CANONICAL_SOURCES)} or 'tool:<name>'"
+    )
+
+
+_WS = re.compile(r"\s+")
+
+
+def normalize_content(content: str) -> str:
+    """Collapse whitespace runs and fold case (the dedup normal form)."""
+    return _WS.sub(" ", content).strip().casefold()
+
+
+def content_hash(scope: MemoryScope | str, content: str) -> str:
+    """sha256 of scope + normalized content, hex: the dedup key."""
+    scope_value = MemoryScope(scope).value
+    return hashlib.sha256(f"{scope_value}:{normalize_content(content)}".encode()).hexdigest()
+
+
+MessageRole = Literal["system", "user", "assistant", "tool"]
+
+
+class ConversationMessage(BaseModel):
+    """One conversation turn (short-term tier)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    role: MessageRole
+    content: str
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] = Field(default_factory=list)
+    tool_call_id: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    id: int | None = None
+    created_at: datetime | None = None
+
+    @field_validator("metadata")
+    @classmethod
+    def _json_metadata(cls, value: dict[str, Any]) -> dict[str, Any]:
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"metadata must be JSON-serialisable: {exc}") from None
+        return value
+
+
+class Memory(BaseModel):
+    """A durable long-term memory row."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str | None = None
+    tenant_id: str = ""
+    scope: MemoryScope = MemoryScope.USER
+    project_id: str = ""
+    principal_id: str = ""
+    user_id: str = ""
+    session_id: str = ""
+    run_id: str = ""
+    memory_type: MemoryType = MemoryType.FACT
+    content: str
+    content_hash: str | None = None
+    importance: float = Field(default=0.5, ge=0.0, le=1.0)
+    entity_ids: list[str] = Field(default_factory=list)
+    source: str = "unknown"
+    sensitivity: Sensitivity = Sensitivity.NONE
+    valid_from: datetime | None = None
+    invalid_at: datetime | None = None
+    superseded_by: str | None = None
+    source_session_id: str | None = None
+    source_message_ids: list[str] = Field(default_factory=list)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    context: str | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, value: str) -> str:
+        return validate_source(value)
+
+    @field_validator("metadata")
+    @classmethod
+    def _json_metadata(cls, value: dict[str, Any]) -> dict[str, Any]:
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"metadata must be JSON-serialisable: {exc}") from None
+        return value
+
+    def is_valid_at(self, when: datetime) -> bool:
+        """True when ``when`` falls inside this memory's validity interval."""
+        if self.valid_from is not None and when < self.valid_from:
+            return False
+        return self.invalid_at is None or when < self.invalid_at
