@@ -1,0 +1,1 @@
+"""Database access: server lifecycle, migrations, connections and identity."""

@@ -1,0 +1,69 @@
+"""Load the SQL that ships with the package (``sql/`` at the top of the repo).
+
+Queries live in ``sql/queries/*.sql`` under ``-- name: <name>`` headers, each
+followed by a one-line description comment; they are parsed once and looked up
+by name, so no SQL text is scattered through the Python code.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from importlib import resources
+from importlib.abc import Traversable
+
+__all__ = ["idempotent_files", "query", "read_sql", "sql_root"]
+
+#: Re-runnable files applied after the schema on every install and upgrade, in order.
+IDEMPOTENT_FILES: tuple[str, ...] = (
+    "functions/identity.sql",
+    "functions/guards.sql",
+    "functions/maintenance.sql",
+    "policies/policies.sql",
+    "functions/grants.sql",
+)
+
+_NAME = re.compile(r"^--\s*name:\s*([a-z0-9_]+)\s*$", re.MULTILINE)
+
+
+def sql_root() -> Traversable:
+    """The directory holding the shipped SQL files."""
+    return resources.files("harbor_pg._sql")
+
+
+def read_sql(relative: str) -> str:
+    """Return the text of one shipped SQL file, e.g. ``"schema.sql"``."""
+    node = sql_root()
+    for part in relative.split("/"):
+        node = node.joinpath(part)
+    return node.read_text(encoding="utf-8")
+
+
+def idempotent_files() -> list[tuple[str, str]]:
+    """(name, text) of every re-runnable file, in application order."""
+    return [(name, read_sql(name)) for name in IDEMPOTENT_FILES]
+
+
+@functools.cache
+def _queries() -> dict[str, str]:
+    out: dict[str, str] = {}
+    folder = sql_root().joinpath("queries")
+    for entry in sorted(folder.iterdir(), key=lambda t: t.name):
+        if not entry.name.endswith(".sql"):
+            continue
+        text = entry.read_text(encoding="utf-8")
+        parts = _NAME.split(text)
+        # parts = [preamble, name1, body1, name2, body2, ...]
+        for name, body in zip(parts[1::2], parts[2::2], strict=True):
+            if name in out:
+                raise RuntimeError(f"duplicate query name {name!r} in {entry.name}")
+            out[name] = body.strip()
+    return out
+
+
+def query(name: str) -> str:
+    """The text of the named query (``KeyError`` names the missing query)."""
+    try:
+        return _queries()[name]
+    except KeyError:
+        raise KeyError(f"no SQL query named {name!r} under sql/queries/") from None

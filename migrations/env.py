@@ -1,0 +1,69 @@
+"""Alembic environment for harbor-pg.
+
+Revisions hold run-once changes (frozen SQL under migrations/versions/). After
+the revisions run, the re-runnable files (functions, policies, grants; see
+harbor_pg.db.sqlfiles.IDEMPOTENT_FILES) are applied again whenever the schema
+exists, so a fresh install (sql/schema.sql + those files) and an upgraded
+database end up identical; tests/migration proves it from the catalogs.
+
+Migrations run as the schema owner (harbor_owner): a login that is a member of
+it switches with SET ROLE.
+"""
+
+from __future__ import annotations
+
+import os
+
+from alembic import context
+from sqlalchemy import create_engine, pool, text
+
+from harbor_pg.db.migrate import _sqlalchemy_url
+from harbor_pg.db.sqlfiles import idempotent_files
+
+config = context.config
+VERSION_TABLE = config.get_main_option("version_table", "harbor_alembic_version")
+VERSION_SCHEMA = config.get_main_option("version_table_schema", "public")
+
+
+def _url() -> str:
+    url = (
+        config.attributes.get("url")
+        or os.environ.get("HARBOR_DATABASE_URL")
+        or config.get_main_option("sqlalchemy.url")
+    )
+    if not url:
+        raise RuntimeError("set HARBOR_DATABASE_URL (or sqlalchemy.url) to migrate")
+    return _sqlalchemy_url(url)
+
+
+def run_migrations_online() -> None:
+    engine = create_engine(_url(), poolclass=pool.NullPool)
+    with engine.connect() as connection:
+        is_owner = connection.execute(
+            text("select current_user = 'harbor_owner' or pg_has_role('harbor_owner', 'MEMBER')")
+        ).scalar()
+        if not is_owner:
+            raise RuntimeError("migrations must run as harbor_owner or a member of it")
+        connection.execute(text("set role harbor_owner"))
+        context.configure(
+            connection=connection,
+            version_table=VERSION_TABLE,
+            version_table_schema=VERSION_SCHEMA,
+            transaction_per_migration=False,
+        )
+        with context.begin_transaction():
+            context.run_migrations()
+            schema_exists = connection.execute(
+                text("select exists (select 1 from pg_namespace where nspname = 'harbor')")
+            ).scalar()
+            if schema_exists:
+                raw = connection.connection.driver_connection
+                for _name, sql in idempotent_files():
+                    raw.execute(sql)
+        # the SET ROLE above began SQLAlchemy's transaction: commit it explicitly
+        connection.commit()
+
+
+if context.is_offline_mode():  # pragma: no cover
+    raise RuntimeError("harbor-pg migrations run online only")
+run_migrations_online()

@@ -1,0 +1,222 @@
+-- harbor-pg canonical schema: what a fresh install looks like.
+--
+-- Run as harbor_owner after sql/roles.sql and after a superuser created the
+-- extensions `vector` and `btree_gist` in schema public. Functions, views and
+-- policies are re-runnable and live in sql/functions/ and sql/policies/; they
+-- are applied after this file on every install and upgrade.
+--
+-- Conventions that make the schema Citus-ready (distribute every table by
+-- tenant_id): every primary key, unique and exclusion constraint starts with
+-- tenant_id, and foreign keys between tables include it. tests/integration
+-- checks this from the catalog.
+--
+-- Owner columns are NOT NULL; '' means "not keyed by this row's scope". A row
+-- of scope S stores exactly the owner fields S keys on (see harbor_pg/owner.py),
+-- so equality on the full key is what visibility and dedup compare. GLOBAL rows
+-- use the reserved tenant_id ''.
+
+create schema harbor;
+
+create type harbor.memory_scope as enum ('global', 'tenant', 'project', 'user', 'session', 'run');
+create type harbor.memory_type as enum ('fact', 'preference', 'decision', 'episode', 'summary');
+create type harbor.sensitivity as enum ('none', 'low', 'pii', 'sensitive');
+create type harbor.message_role as enum ('system', 'user', 'assistant', 'tool');
+
+-- Database roles bound to a fixed identity: for a bound role the binding wins
+-- over anything the session sets (see harbor.bind_role).
+create table harbor.role_bindings (
+    tenant_id   text not null check (tenant_id <> ''),
+    role_name   name not null,
+    project_id  text check (project_id <> ''),
+    user_id     text check (user_id <> ''),
+    created_at  timestamptz not null default pg_catalog.now(),
+    primary key (tenant_id, role_name)
+);
+
+-- Short-term tier: conversation turns, per (tenant, user, session).
+create table harbor.messages (
+    tenant_id      text not null check (tenant_id <> ''),
+    id             bigint generated always as identity,
+    user_id        text not null check (user_id <> ''),
+    session_id     text not null check (session_id <> ''),
+    project_id     text not null default '',
+    principal_id   text not null default '',
+    role           harbor.message_role not null,
+    content        text not null,
+    name           text,
+    tool_calls     jsonb not null default '[]'::jsonb check (jsonb_typeof(tool_calls) = 'array'),
+    tool_call_id   text,
+    metadata       jsonb not null default '{}'::jsonb check (jsonb_typeof(metadata) = 'object'),
+    token_estimate integer not null default 0 check (token_estimate >= 0),
+    created_at     timestamptz not null default pg_catalog.clock_timestamp(),
+    primary key (tenant_id, id)
+);
+-- hot path: the newest turns of one session
+create index messages_session_recent_idx
+    on harbor.messages (tenant_id, user_id, session_id, id desc);
+
+-- Working tier: per-run scratch state with an expiry. An expired row is
+-- invisible the moment it expires (the read policy compares expires_at with
+-- now()); harbor.purge_working_state() reclaims the space.
+create table harbor.working_state (
+    tenant_id    text not null check (tenant_id <> ''),
+    project_id   text not null default '',
+    user_id      text not null check (user_id <> ''),
+    session_id   text not null check (session_id <> ''),
+    run_id       text not null check (run_id <> ''),
+    principal_id text not null default '',
+    state        jsonb not null default '{}'::jsonb check (jsonb_typeof(state) = 'object'),
+    expires_at   timestamptz,
+    updated_at   timestamptz not null default pg_catalog.now(),
+    primary key (tenant_id, project_id, user_id, session_id, run_id)
+);
+create index working_state_expires_idx on harbor.working_state (expires_at)
+    where expires_at is not null;
+
+-- Long-term tier: add-only memories with validity intervals.
+create table harbor.memories (
+    tenant_id          text not null,
+    id                 text not null default (pg_catalog.gen_random_uuid())::text,
+    scope              harbor.memory_scope not null,
+    project_id         text not null default '',
+    user_id            text not null default '',
+    session_id         text not null default '',
+    run_id             text not null default '',
+    principal_id       text not null default '',
+    memory_type        harbor.memory_type not null default 'fact',
+    importance         real not null default 0.5 check (importance >= 0 and importance <= 1),
+    content            text not null check (content <> ''),
+    content_hash       text not null check (content_hash ~ '^[0-9a-f]{64}$'),
+    context            text,
+    entity_ids         text[] not null default '{}',
+    source             text not null default 'unknown' check (
+        source in ('user', 'assistant', 'tool', 'summary', 'injected', 'extracted',
+                   'reflection', 'imported', 'unknown')
+        or source ~ '^tool:[A-Za-z0-9_./-]{1,100}$'),
+    sensitivity        harbor.sensitivity not null default 'none',
+    valid              tstzrange not null default tstzrange(pg_catalog.now(), null, '[)')
+                       check (not isempty(valid) and not lower_inf(valid)),
+    superseded_by      text,
+    source_session_id  text,
+    source_message_ids text[] not null default '{}',
+    metadata           jsonb not null default '{}'::jsonb check (jsonb_typeof(metadata) = 'object'),
+    created_at         timestamptz not null default pg_catalog.now(),
+    updated_at         timestamptz not null default pg_catalog.now(),
+    fts                tsvector generated always as (
+        to_tsvector('english'::regconfig, coalesce(context, '') || ' ' || content)) stored,
+    primary key (tenant_id, id),
+    -- a row stores exactly the owner fields its scope keys on
+    constraint memories_scope_key check (
+        case scope
+            when 'global'  then tenant_id = '' and project_id = '' and user_id = ''
+                                and session_id = '' and run_id = ''
+            when 'tenant'  then tenant_id <> '' and project_id = '' and user_id = ''
+                                and session_id = '' and run_id = ''
+            when 'project' then tenant_id <> '' and project_id <> '' and user_id = ''
+                                and session_id = '' and run_id = ''
+            when 'user'    then tenant_id <> '' and project_id = '' and user_id <> ''
+                                and session_id = '' and run_id = ''
+            when 'session' then tenant_id <> '' and project_id = '' and user_id <> ''
+                                and session_id <> '' and run_id = ''
+            when 'run'     then tenant_id <> '' and user_id <> '' and session_id <> ''
+                                and run_id <> ''
+        end),
+    -- dedup under concurrent writers: two currently valid rows with the same
+    -- owner key and content hash cannot coexist
+    constraint memories_no_duplicate_valid exclude using gist (
+        tenant_id with =, scope with =, project_id with =, user_id with =,
+        session_id with =, run_id with =, content_hash with =, valid with &&),
+    constraint memories_superseded_by_fkey foreign key (tenant_id, superseded_by)
+        references harbor.memories (tenant_id, id) on delete set null (superseded_by)
+);
+-- hot paths: a scope's current rows, validity lookups, full text, entities
+create index memories_owner_idx
+    on harbor.memories (tenant_id, scope, user_id, project_id, session_id, run_id);
+create index memories_current_idx
+    on harbor.memories (tenant_id, user_id, scope) where upper_inf(valid);
+create index memories_valid_idx on harbor.memories using gist (tenant_id, valid);
+create index memories_fts_idx on harbor.memories using gin (fts);
+create index memories_entities_idx on harbor.memories using gin (entity_ids);
+
+-- Embeddings: one row per (memory, model). The owner key is copied from the
+-- memory so the candidate search can filter by visibility without a join;
+-- a model change never mixes vector spaces because every search names model_id.
+create table harbor.memory_embeddings (
+    tenant_id  text not null,
+    memory_id  text not null,
+    model_id   text not null check (model_id <> ''),
+    dims       integer not null check (dims > 0 and dims <= 16000),
+    embedding  public.vector not null,
+    scope      harbor.memory_scope not null,
+    project_id text not null default '',
+    user_id    text not null default '',
+    session_id text not null default '',
+    run_id     text not null default '',
+    created_at timestamptz not null default pg_catalog.now(),
+    primary key (tenant_id, memory_id, model_id),
+    constraint memory_embeddings_memory_fkey foreign key (tenant_id, memory_id)
+        references harbor.memories (tenant_id, id) on delete cascade,
+    constraint memory_embeddings_dims check (public.vector_dims(embedding) = dims)
+);
+create index memory_embeddings_owner_idx
+    on harbor.memory_embeddings (tenant_id, model_id, scope, user_id, project_id, session_id, run_id);
+-- HNSW per common dimension (expression indexes: the column itself is untyped
+-- so one table serves every model). 384: MiniLM / bge-small; 1536: OpenAI.
+create index memory_embeddings_hnsw_384 on harbor.memory_embeddings
+    using hnsw ((embedding::public.vector(384)) public.vector_cosine_ops) where dims = 384;
+create index memory_embeddings_hnsw_1536 on harbor.memory_embeddings
+    using hnsw ((embedding::public.vector(1536)) public.vector_cosine_ops) where dims = 1536;
+
+-- Per-session bookkeeping for background summaries: the cooldown lives in the
+-- database so two workers never summarise one session at once.
+create table harbor.session_state (
+    tenant_id        text not null check (tenant_id <> ''),
+    user_id          text not null check (user_id <> ''),
+    session_id       text not null check (session_id <> ''),
+    summarised_at    timestamptz,
+    summary_lease_until timestamptz,
+    turns_at_summary bigint not null default 0,
+    primary key (tenant_id, user_id, session_id)
+);
+
+alter table harbor.role_bindings     enable row level security;
+alter table harbor.role_bindings     force row level security;
+alter table harbor.messages          enable row level security;
+alter table harbor.messages          force row level security;
+alter table harbor.working_state     enable row level security;
+alter table harbor.working_state     force row level security;
+alter table harbor.memories          enable row level security;
+alter table harbor.memories          force row level security;
+alter table harbor.memory_embeddings enable row level security;
+alter table harbor.memory_embeddings force row level security;
+alter table harbor.session_state     enable row level security;
+alter table harbor.session_state     force row level security;
+
+-- Privileges: nothing for PUBLIC; table privileges per role, rows by policy.
+revoke all on schema harbor from public;
+grant usage on schema harbor to harbor_app, harbor_admin, harbor_search;
+
+grant select on harbor.role_bindings to harbor_app, harbor_admin, harbor_search;
+grant insert, delete on harbor.role_bindings to harbor_admin;
+
+grant select, insert on harbor.messages to harbor_app;
+grant select, delete on harbor.messages to harbor_admin;
+
+grant select, insert, update, delete on harbor.working_state to harbor_app;
+grant select, delete on harbor.working_state to harbor_admin;
+
+-- add-only: the app may close an interval and link the successor, nothing else
+-- (summaries are the one row whose content is refreshed in place)
+grant select, insert, delete on harbor.memories to harbor_app;
+grant update (valid, superseded_by, updated_at, content, content_hash, context,
+              source_message_ids, metadata, importance, entity_ids) on harbor.memories to harbor_app;
+grant select, insert, delete on harbor.memories to harbor_admin;
+grant update (valid, superseded_by, updated_at) on harbor.memories to harbor_admin;
+grant select on harbor.memories to harbor_search;
+
+grant select, insert, delete on harbor.memory_embeddings to harbor_app;
+grant select, insert, delete on harbor.memory_embeddings to harbor_admin;
+grant select on harbor.memory_embeddings to harbor_search;
+
+grant select, insert, update on harbor.session_state to harbor_app;
+grant select, delete on harbor.session_state to harbor_admin;

@@ -1,0 +1,174 @@
+-- Caller identity and the one visibility predicate.
+--
+-- The identity comes from transaction- or session-level settings
+-- (harbor.tenant_id, harbor.project_id, harbor.principal_id, harbor.user_id,
+-- harbor.session_id, harbor.run_id), set through harbor.set_identity(). For a
+-- role bound with harbor.bind_role() the binding wins over those settings.
+-- The binding is looked up by session_user first, so SET ROLE cannot shed it.
+
+create or replace function harbor._binding(out tenant_id text, out project_id text, out user_id text)
+    language sql stable security invoker parallel safe
+    set search_path to pg_catalog, pg_temp
+as $$
+    select b.tenant_id, b.project_id, b.user_id
+      from harbor.role_bindings b
+     where b.role_name in (session_user, current_user)
+     order by (b.role_name = session_user) desc
+     limit 1
+$$;
+
+create or replace function harbor._setting(name text) returns text
+    language sql stable security invoker parallel safe
+    set search_path to pg_catalog, pg_temp
+as $$ select nullif(current_setting('harbor.' || name, true), '') $$;
+
+create or replace function harbor.caller_tenant() returns text
+    language sql stable security invoker parallel safe
+    set search_path to pg_catalog, pg_temp
+as $$ select coalesce((select b.tenant_id from harbor._binding() b), harbor._setting('tenant_id')) $$;
+
+create or replace function harbor.caller_project() returns text
+    language sql stable security invoker parallel safe
+    set search_path to pg_catalog, pg_temp
+as $$
+    select case when b.tenant_id is not null and b.project_id is not null then b.project_id
+                else harbor._setting('project_id') end
+      from (select (harbor._binding()).*) b
+$$;
+
+create or replace function harbor.caller_user() returns text
+    language sql stable security invoker parallel safe
+    set search_path to pg_catalog, pg_temp
+as $$
+    select case when b.tenant_id is not null and b.user_id is not null then b.user_id
+                else coalesce(harbor._setting('user_id'), harbor._setting('principal_id')) end
+      from (select (harbor._binding()).*) b
+$$;
+
+create or replace function harbor.caller_principal() returns text
+    language sql stable security invoker parallel safe
+    set search_path to pg_catalog, pg_temp
+as $$
+    select case when b.tenant_id is not null and b.user_id is not null then b.user_id
+                else harbor._setting('principal_id') end
+      from (select (harbor._binding()).*) b
+$$;
+
+create or replace function harbor.caller_session() returns text
+    language sql stable security invoker parallel safe
+    set search_path to pg_catalog, pg_temp
+as $$ select harbor._setting('session_id') $$;
+
+create or replace function harbor.caller_run() returns text
+    language sql stable security invoker parallel safe
+    set search_path to pg_catalog, pg_temp
+as $$ select harbor._setting('run_id') $$;
+
+-- The visibility predicate, shared by every read policy and by the candidate
+-- functions. A row is visible when its tenant is the caller's (or '' for
+-- GLOBAL) and its stored owner key equals the caller's identity narrowed to the
+-- row's scope. Callers pass the identity as uncorrelated sub-selects, so it is
+-- computed once per query and the tenant test can drive an index scan.
+-- Written as a RETURN body (parsed at creation, immune to search_path) without
+-- SET so the planner can inline it; each identity argument is used exactly once
+-- (an argument used twice would stop the inlining). A NULL identity field
+-- makes the comparison NULL: the row is not visible.
+create or replace function harbor._visible(
+    r_scope harbor.memory_scope, r_tenant text, r_project text, r_user text,
+    r_session text, r_run text,
+    i_tenant text, i_project text, i_user text, i_session text, i_run text
+) returns boolean
+    language sql immutable security invoker parallel safe
+return r_tenant operator(pg_catalog.=) any (array['', i_tenant])
+   and array[r_project, r_user, r_session, r_run] operator(pg_catalog.=) array[
+        case when r_scope in ('project', 'run')
+             then coalesce(i_project, case when r_scope operator(pg_catalog.=) 'run' then '' end)
+             else '' end,
+        case when r_scope in ('user', 'session', 'run') then i_user else '' end,
+        case when r_scope in ('session', 'run') then i_session else '' end,
+        case when r_scope operator(pg_catalog.=) 'run' then i_run else '' end];
+
+-- What the application role may write: its own narrow scopes, exactly keyed.
+create or replace function harbor._writable(
+    r_scope harbor.memory_scope, r_tenant text, r_project text, r_user text,
+    r_session text, r_run text,
+    i_tenant text, i_project text, i_user text, i_session text, i_run text
+) returns boolean
+    language sql immutable security invoker parallel safe
+return r_scope in ('project', 'user', 'session', 'run')
+   and r_tenant operator(pg_catalog.=) i_tenant
+   and array[r_project, r_user, r_session, r_run] operator(pg_catalog.=) array[
+        case when r_scope in ('project', 'run')
+             then coalesce(i_project, case when r_scope operator(pg_catalog.=) 'run' then '' end)
+             else '' end,
+        case when r_scope in ('user', 'session', 'run') then i_user else '' end,
+        case when r_scope in ('session', 'run') then i_session else '' end,
+        case when r_scope operator(pg_catalog.=) 'run' then i_run else '' end];
+
+-- The documented SQL entry point: set who you are, for the transaction
+-- (is_local => true, what the Python wrapper does) or for the session.
+-- user_id defaults to principal_id. For a bound role, fields that contradict the
+-- binding are refused (they would be ignored anyway).
+create or replace function harbor.set_identity(
+    tenant_id text,
+    project_id text default null,
+    principal_id text default null,
+    user_id text default null,
+    session_id text default null,
+    run_id text default null,
+    is_local boolean default false
+) returns void
+    language plpgsql volatile security invoker
+    set search_path to pg_catalog, pg_temp
+as $$
+declare
+    b record;
+    v text;
+begin
+    foreach v in array array[tenant_id, project_id, principal_id, user_id, session_id, run_id] loop
+        if v is not null and (v = '' or length(v) > 200 or v ~ '[\x01-\x1f\x7f]') then
+            raise exception 'harbor.set_identity: ids must be 1-200 characters without control characters'
+                using errcode = '22023';
+        end if;
+    end loop;
+    if tenant_id is null then
+        raise exception 'harbor.set_identity: tenant_id is required' using errcode = '22023';
+    end if;
+    select * into b from harbor._binding();
+    if b.tenant_id is not null then
+        if tenant_id is distinct from b.tenant_id
+           or (b.project_id is not null and project_id is not null and project_id <> b.project_id)
+           or (b.user_id is not null and coalesce(user_id, principal_id) is not null
+               and coalesce(user_id, principal_id) <> b.user_id) then
+            raise exception 'harbor.set_identity: role % is bound to another identity', session_user
+                using errcode = '42501';
+        end if;
+    end if;
+    perform set_config('harbor.tenant_id', tenant_id, is_local);
+    perform set_config('harbor.project_id', coalesce(project_id, ''), is_local);
+    perform set_config('harbor.principal_id', coalesce(principal_id, ''), is_local);
+    perform set_config('harbor.user_id', coalesce(user_id, principal_id, ''), is_local);
+    perform set_config('harbor.session_id', coalesce(session_id, ''), is_local);
+    perform set_config('harbor.run_id', coalesce(run_id, ''), is_local);
+end
+$$;
+
+-- Administrators bind a database role to an identity (tenant, optionally a
+-- project and/or a user). Requires harbor_admin (the policy checks the tenant).
+create or replace function harbor.bind_role(
+    role_name name, tenant_id text, project_id text default null, user_id text default null
+) returns void
+    language sql volatile security invoker
+    set search_path to pg_catalog, pg_temp
+as $$
+    insert into harbor.role_bindings (tenant_id, role_name, project_id, user_id)
+    values (bind_role.tenant_id, bind_role.role_name, bind_role.project_id, bind_role.user_id)
+$$;
+
+create or replace function harbor.unbind_role(role_name name) returns bigint
+    language sql volatile security invoker
+    set search_path to pg_catalog, pg_temp
+as $$
+    with d as (delete from harbor.role_bindings b where b.role_name = unbind_role.role_name returning 1)
+    select count(*) from d
+$$;

@@ -1,0 +1,145 @@
+-- Row-level security policies. Re-runnable: each policy is dropped and created.
+-- Reads go through harbor._visible (the one predicate); writes through
+-- harbor._writable. The identity is passed as sub-selects so it is evaluated
+-- once per statement (an InitPlan), not once per row.
+
+-- role_bindings: a role sees its own binding; admins manage their tenant's.
+drop policy if exists role_bindings_self on harbor.role_bindings;
+create policy role_bindings_self on harbor.role_bindings for select
+    to harbor_app, harbor_search
+    using (role_name in (session_user, current_user));
+drop policy if exists role_bindings_admin on harbor.role_bindings;
+create policy role_bindings_admin on harbor.role_bindings for all
+    to harbor_admin
+    using (role_name in (session_user, current_user)
+           or tenant_id = (select harbor._setting('tenant_id')))
+    with check (tenant_id = (select harbor._setting('tenant_id')));
+
+-- messages: SESSION-scoped
+drop policy if exists messages_read on harbor.messages;
+create policy messages_read on harbor.messages for select to harbor_app
+    using (harbor._visible('session', tenant_id, '', user_id, session_id, '',
+        (select harbor.caller_tenant()), (select harbor.caller_project()),
+        (select harbor.caller_user()), (select harbor.caller_session()),
+        (select harbor.caller_run())));
+drop policy if exists messages_insert on harbor.messages;
+create policy messages_insert on harbor.messages for insert to harbor_app
+    with check (harbor._writable('session', tenant_id, '', user_id, session_id, '',
+        (select harbor.caller_tenant()), (select harbor.caller_project()),
+        (select harbor.caller_user()), (select harbor.caller_session()),
+        (select harbor.caller_run()))
+        and principal_id = coalesce((select harbor.caller_principal()), '')
+        and project_id = coalesce((select harbor.caller_project()), ''));
+drop policy if exists messages_admin on harbor.messages;
+create policy messages_admin on harbor.messages for all to harbor_admin
+    using (tenant_id = (select harbor.caller_tenant()));
+
+-- working_state: RUN-scoped, and invisible once expired
+drop policy if exists working_state_app on harbor.working_state;
+create policy working_state_app on harbor.working_state for all to harbor_app
+    using (harbor._visible('run', tenant_id, project_id, user_id, session_id, run_id,
+        (select harbor.caller_tenant()), (select harbor.caller_project()),
+        (select harbor.caller_user()), (select harbor.caller_session()),
+        (select harbor.caller_run()))
+        and (expires_at is null or expires_at > pg_catalog.now()))
+    with check (harbor._writable('run', tenant_id, project_id, user_id, session_id, run_id,
+        (select harbor.caller_tenant()), (select harbor.caller_project()),
+        (select harbor.caller_user()), (select harbor.caller_session()),
+        (select harbor.caller_run()))
+        and principal_id = coalesce((select harbor.caller_principal()), ''));
+drop policy if exists working_state_admin on harbor.working_state;
+create policy working_state_admin on harbor.working_state for all to harbor_admin
+    using (tenant_id = (select harbor.caller_tenant())
+           or (expires_at is not null and expires_at <= pg_catalog.now()));
+
+-- memories
+drop policy if exists memories_read on harbor.memories;
+create policy memories_read on harbor.memories for select to harbor_app
+    using (harbor._visible(scope, tenant_id, project_id, user_id, session_id, run_id,
+        (select harbor.caller_tenant()), (select harbor.caller_project()),
+        (select harbor.caller_user()), (select harbor.caller_session()),
+        (select harbor.caller_run())));
+drop policy if exists memories_insert on harbor.memories;
+create policy memories_insert on harbor.memories for insert to harbor_app
+    with check (harbor._writable(scope, tenant_id, project_id, user_id, session_id, run_id,
+        (select harbor.caller_tenant()), (select harbor.caller_project()),
+        (select harbor.caller_user()), (select harbor.caller_session()),
+        (select harbor.caller_run()))
+        and principal_id = coalesce((select harbor.caller_principal()), ''));
+drop policy if exists memories_update on harbor.memories;
+create policy memories_update on harbor.memories for update to harbor_app
+    using (harbor._writable(scope, tenant_id, project_id, user_id, session_id, run_id,
+        (select harbor.caller_tenant()), (select harbor.caller_project()),
+        (select harbor.caller_user()), (select harbor.caller_session()),
+        (select harbor.caller_run())))
+    with check (harbor._writable(scope, tenant_id, project_id, user_id, session_id, run_id,
+        (select harbor.caller_tenant()), (select harbor.caller_project()),
+        (select harbor.caller_user()), (select harbor.caller_session()),
+        (select harbor.caller_run())));
+drop policy if exists memories_delete on harbor.memories;
+create policy memories_delete on harbor.memories for delete to harbor_app
+    using (harbor._writable(scope, tenant_id, project_id, user_id, session_id, run_id,
+        (select harbor.caller_tenant()), (select harbor.caller_project()),
+        (select harbor.caller_user()), (select harbor.caller_session()),
+        (select harbor.caller_run())));
+-- the elevated role: everything in its tenant, plus TENANT and GLOBAL writes
+drop policy if exists memories_admin_read on harbor.memories;
+create policy memories_admin_read on harbor.memories for select to harbor_admin
+    using (tenant_id = any (array['', (select harbor.caller_tenant())]));
+drop policy if exists memories_admin_delete on harbor.memories;
+create policy memories_admin_delete on harbor.memories for delete to harbor_admin
+    using (tenant_id = (select harbor.caller_tenant()));
+drop policy if exists memories_admin_insert on harbor.memories;
+create policy memories_admin_insert on harbor.memories for insert to harbor_admin
+    with check ((scope = 'tenant' and tenant_id = (select harbor.caller_tenant()))
+                or scope = 'global');
+drop policy if exists memories_admin_update on harbor.memories;
+create policy memories_admin_update on harbor.memories for update to harbor_admin
+    using ((scope = 'tenant' and tenant_id = (select harbor.caller_tenant())) or scope = 'global')
+    with check ((scope = 'tenant' and tenant_id = (select harbor.caller_tenant()))
+                or scope = 'global');
+drop policy if exists memories_search on harbor.memories;
+create policy memories_search on harbor.memories for select to harbor_search using (true);
+
+-- memory_embeddings: same key as the memory, copied
+drop policy if exists memory_embeddings_read on harbor.memory_embeddings;
+create policy memory_embeddings_read on harbor.memory_embeddings for select to harbor_app
+    using (harbor._visible(scope, tenant_id, project_id, user_id, session_id, run_id,
+        (select harbor.caller_tenant()), (select harbor.caller_project()),
+        (select harbor.caller_user()), (select harbor.caller_session()),
+        (select harbor.caller_run())));
+drop policy if exists memory_embeddings_write on harbor.memory_embeddings;
+create policy memory_embeddings_write on harbor.memory_embeddings for insert to harbor_app
+    with check (harbor._writable(scope, tenant_id, project_id, user_id, session_id, run_id,
+        (select harbor.caller_tenant()), (select harbor.caller_project()),
+        (select harbor.caller_user()), (select harbor.caller_session()),
+        (select harbor.caller_run())));
+drop policy if exists memory_embeddings_delete on harbor.memory_embeddings;
+create policy memory_embeddings_delete on harbor.memory_embeddings for delete to harbor_app
+    using (harbor._writable(scope, tenant_id, project_id, user_id, session_id, run_id,
+        (select harbor.caller_tenant()), (select harbor.caller_project()),
+        (select harbor.caller_user()), (select harbor.caller_session()),
+        (select harbor.caller_run())));
+drop policy if exists memory_embeddings_admin on harbor.memory_embeddings;
+create policy memory_embeddings_admin on harbor.memory_embeddings for all to harbor_admin
+    using (tenant_id = (select harbor.caller_tenant()))
+    with check ((scope = 'tenant' and tenant_id = (select harbor.caller_tenant()))
+                or scope = 'global');
+drop policy if exists memory_embeddings_search on harbor.memory_embeddings;
+create policy memory_embeddings_search on harbor.memory_embeddings for select
+    to harbor_search using (true);
+
+-- session_state: SESSION-scoped bookkeeping
+drop policy if exists session_state_app on harbor.session_state;
+create policy session_state_app on harbor.session_state for all to harbor_app
+    using (harbor._visible('session', tenant_id, '', user_id, session_id, '',
+        (select harbor.caller_tenant()), (select harbor.caller_project()),
+        (select harbor.caller_user()), (select harbor.caller_session()),
+        (select harbor.caller_run())))
+    with check (harbor._writable('session', tenant_id, '', user_id, session_id, '',
+        (select harbor.caller_tenant()), (select harbor.caller_project()),
+        (select harbor.caller_user()), (select harbor.caller_session()),
+        (select harbor.caller_run())));
+drop policy if exists session_state_admin on harbor.session_state;
+create policy session_state_admin on harbor.session_state for all to harbor_admin
+    using (tenant_id = (select harbor.caller_tenant()));
