@@ -1,0 +1,172 @@
+"""Connection pools and the caller's identity, set once per transaction."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import psycopg
+from psycopg import AsyncConnection, errors
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from harbor_pg.db.server import ADMIN_ROLE, APP_ROLE, describe_connect_error, redact
+from harbor_pg.db.sqlfiles import query
+from harbor_pg.errors import (
+    MemoryConfigurationError,
+    MemoryDatabaseError,
+    MemoryError,
+    MemoryScopeError,
+    MemoryValidationError,
+)
+from harbor_pg.owner import MemoryOwner
+
+__all__ = ["Connection", "Database", "wrap_db_errors"]
+
+log = logging.getLogger("harbor_pg")
+
+Connection = AsyncConnection[dict[str, Any]]
+
+
+def _role_switcher(target: str) -> Callable[[Connection], Any]:
+    async def configure(conn: Connection) -> None:
+        # a privileged login (superuser / BYPASSRLS) would skip the policies:
+        # switch to the target role, or refuse to run
+        row = await (
+            await conn.execute(query("login_role"), {"target": target})
+        ).fetchone()
+        assert row is not None
+        if row["current_user"] != target:
+            if row["is_member"]:
+                await conn.execute(psycopg.sql.SQL("set role {}").format(psycopg.sql.Identifier(target)))
+            elif row["privileged"]:
+                raise MemoryConfigurationError(
+                    f"login {row['current_user']!r} bypasses row-level security and cannot "
+                    f"switch to {target!r}: connect as {target} or a role bound to an identity"
+                )
+        await conn.commit()
+
+    return configure
+
+
+class Database:
+    """Async connection pools for the application and the elevated role.
+
+    Every unit of work runs in :meth:`transaction`, which sets the caller's
+    identity with ``harbor.set_identity(..., is_local => true)`` first, so the
+    row-level security policies see it and nothing leaks into the next use
+    of the pooled connection.
+    """
+
+    def __init__(
+        self,
+        app_url: str,
+        admin_url: str | None = None,
+        *,
+        min_size: int = 1,
+        max_size: int = 8,
+    ) -> None:
+        self.app_url = app_url
+        self.admin_url = admin_url
+        self._pool = AsyncConnectionPool(
+            app_url,
+            min_size=min_size,
+            max_size=max_size,
+            open=False,
+            kwargs={"row_factory": dict_row, "autocommit": False},
+            configure=_role_switcher(APP_ROLE),
+            name="harbor-app",
+        )
+        self._admin_pool: AsyncConnectionPool[Connection] | None = None
+        if admin_url:
+            self._admin_pool = AsyncConnectionPool(
+                admin_url,
+                min_size=0,
+                max_size=2,
+                open=False,
+                kwargs={"row_factory": dict_row, "autocommit": False},
+                configure=_role_switcher(ADMIN_ROLE),
+                name="harbor-admin",
+            )
+
+    async def open(self) -> None:
+        """Open the pools; one clear error if the server cannot be reached."""
+        try:
+            await self._pool.open(wait=True, timeout=15)
+        except Exception as exc:
+            await self._pool.close()
+            raise MemoryConfigurationError(describe_connect_error(self.app_url, exc)) from None
+        if self._admin_pool is not None:
+            await self._admin_pool.open(wait=False)
+
+    async def close(self) -> None:
+        """Close the pools."""
+        await self._pool.close()
+        if self._admin_pool is not None:
+            await self._admin_pool.close()
+
+    async def __aenter__(self) -> Database:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @contextlib.asynccontextmanager
+    async def transaction(
+        self, owner: MemoryOwner | None, *, admin: bool = False
+    ) -> AsyncIterator[Connection]:
+        """A connection inside one transaction, with ``owner``'s identity set.
+
+        ``admin=True`` runs as the elevated role (TENANT/GLOBAL writes,
+        erasure, retention). Database errors come out as harbor errors.
+        """
+        pool = self._pool
+        if admin:
+            if self._admin_pool is None:
+                raise MemoryConfigurationError(
+                    "this operation needs the elevated role: configure an admin URL "
+                    "(HARBOR_ADMIN_DATABASE_URL)"
+                )
+            pool = self._admin_pool
+        async with wrap_db_errors(), pool.connection() as conn, conn.transaction():
+            if owner is not None:
+                await conn.execute(query("set_identity"), identity_params(owner))
+            yield conn
+
+
+def identity_params(owner: MemoryOwner) -> dict[str, str | None]:
+    """The named parameters of ``set_identity`` for ``owner``."""
+    return {
+        "tenant_id": owner.tenant_id,
+        "project_id": owner.project_id,
+        "principal_id": owner.principal_id,
+        "user_id": owner.user_id,
+        "session_id": owner.session_id,
+        "run_id": owner.run_id,
+    }
+
+
+@contextlib.asynccontextmanager
+async def wrap_db_errors() -> AsyncIterator[None]:
+    """Turn driver errors into harbor errors, keyed on SQLSTATE and constraint."""
+    try:
+        yield
+    except MemoryError:
+        raise
+    except errors.InsufficientPrivilege as exc:
+        raise MemoryScopeError(f"not permitted: {_first_line(exc)}") from None
+    except (errors.CheckViolation, errors.NotNullViolation, errors.InvalidParameterValue,
+            errors.InvalidTextRepresentation, errors.DataException) as exc:
+        raise MemoryValidationError(f"rejected by the database: {_first_line(exc)}") from None
+    except psycopg.OperationalError as exc:
+        raise MemoryDatabaseError(f"database unavailable: {redact(_first_line(exc))}") from None
+    except psycopg.Error as exc:
+        raise MemoryDatabaseError(f"database error: {_first_line(exc)}") from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

