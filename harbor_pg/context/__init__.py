@@ -1,0 +1,1 @@
+"""Per-turn context: window trimming, rolling summary, query rewrite, prompts, token counting."""

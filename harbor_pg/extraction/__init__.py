@@ -1,0 +1,1 @@
+"""Long-term extraction: the model-facing fact schema, the secret filter, entity resolution."""
