@@ -1,0 +1,217 @@
+"""A deterministic credential filter: the last gate before a fact is stored.
+
+The extraction prompt already tells the model never to propose secrets, but a
+prompt is a request, not a guarantee (and the conversation may be adversarial),
+so every proposed fact also passes this filter. It only looks for shapes that
+credentials actually take -- vendor key prefixes, tokens, key blocks, stated
+passwords, URLs with a password, long random strings -- so ordinary sentences
+that merely talk *about* passwords or keys are left alone.
+
+All patterns are linear-time (no nested quantifiers), so scanning untrusted
+text of any length cannot be turned into a denial of service.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Callable
+
+__all__ = ["SECRET_KINDS", "contains_secret", "secret_kind"]
+
+# Each detector: (kind, pattern, optional check on the match). Order matters:
+# the more specific vendor prefixes come before the generic shapes they overlap.
+_Check = Callable[[re.Match[str]], bool]
+
+_ANTHROPIC = re.compile(r"\bsk-ant-[A-Za-z0-9_-]{20,}")
+_OPENAI = re.compile(r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}")
+_AWS_ACCESS_KEY = re.compile(r"\b(?:AKIA|ASIA|ABIA|ACCA|AIDA|AROA)[0-9A-Z]{16}\b")
+_AWS_SECRET_KEY = re.compile(
+    r"aws_?secret_?(?:access_?)?key\b[\"']?\s*[:=]\s*[\"']?[A-Za-z0-9/+=]{40}(?![A-Za-z0-9/+=])",
+    re.IGNORECASE,
+)
+_GITHUB = re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,})")
+_SLACK_TOKEN = re.compile(r"\bxox[abposer]-[A-Za-z0-9-]{10,}")
+_SLACK_WEBHOOK = re.compile(r"hooks\.slack\.com/services/T[A-Za-z0-9_]+/B[A-Za-z0-9_]+/\w+")
+_GOOGLE = re.compile(r"\bAIza[0-9A-Za-z_-]{35}")
+_STRIPE = re.compile(r"\b(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{16,}")
+_PRIVATE_KEY = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")
+_JWT = re.compile(r"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]*")
+_BEARER = re.compile(r"\bbearer\s+(?P<value>[A-Za-z0-9._~+/-]{16,}=*)", re.IGNORECASE)
+_BASIC_AUTH = re.compile(r"\bauthorization:\s*basic\s+[A-Za-z0-9+/]{8,}=*", re.IGNORECASE)
+# scheme://user:password@host; the user part may be empty (redis://:pw@host)
+_URL_CREDENTIALS = re.compile(
+    r"\b[a-z][a-z0-9+.-]{1,30}://(?P<user>[^\s:/@?#]*):(?P<value>[^\s@/?#]+)@[^\s@]+",
+    re.IGNORECASE,
+)
+_PASSWORD = re.compile(
+    r"\b(?:password|passwd|passphrase|pwd|pass ?code|passcode)"
+    # an optional qualifier: "password for the staging db is ..."
+    r"(?:\s+(?:for|of|to|on)\s+(?:the\s+|my\s+|our\s+|his\s+|her\s+|their\s+)?[\w.@-]{1,40}"
+    r"(?:\s+[\w.@-]{1,40})?)?"
+    r"[\"']?\s*(?P<op>\bis\b|\bwas\b|:=|=|:|->)\s*(?P<value>\"[^\"\n]{1,200}\"|'[^'\n]{1,200}'|`[^`\n]{1,200}`|\S{1,200})",
+    re.IGNORECASE,
+)
+_ASSIGNMENT = re.compile(
+    r"\b(?:api[_-]?key|apikey|secret(?:[_-]?key)?|client[_-]?secret|access[_-]?token|"
+    r"auth[_-]?token|refresh[_-]?token|private[_-]?key|token)"
+    r"[\"']?\s*[:=]\s*[\"']?(?P<value>[A-Za-z0-9_\-+/=.]{16,})",
+    re.IGNORECASE,
+)
+_LONG_TOKEN = re.compile(r"[A-Za-z0-9_\-+/=]{32,}")
+_KEYWORD_NEAR = re.compile(r"(?:key|token|secret|password|credential|auth|apikey)", re.IGNORECASE)
+_HEX_OR_UUID = re.compile(r"[0-9a-fA-F-]+")
+_WORDISH_RUN = re.compile(r"[A-Z]?[a-z]{3,}")
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+# What commonly follows "password is" in a sentence that states no password.
+_NOT_A_PASSWORD = _words(
+    """
+    a an the not no never now also only still just too very quite required needed
+    necessary mandatory optional missing wrong incorrect invalid valid correct
+    expired expiring set unset empty blank same different weak strong secure
+    insecure long short easy hard simple complex unknown known hidden masked
+    redacted stored saved kept hashed encrypted salted changed reset rotated
+    managed shared sent reused case sensitive insensitive at least most more less
+    in on of for with by to from under inside being be been your my our their his
+    her its this that these those which what who whatever something nothing
+    none null nil n/a tbd pending available unavailable disabled enabled
+    configured generated random secret private protected ok okay fine good bad
+    """
+)
+_LENGTH_UNITS = _words("characters character chars char digits digit letters letter symbols long")
+_PLACEHOLDER = re.compile(
+    r"^(?:\*+|x+|\.+|<[^>]*>|\{[^}]*\}|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|%[A-Za-z_]+%?|\[[^\]]*\])$",
+    re.IGNORECASE,
+)
+
+
+def _strip_value(value: str) -> str:
+    value = value.strip()
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'`":
+        return value[1:-1]
+    return value.rstrip(".,;:!?)]}\"'`").lstrip("([{\"'`")
+
+
+def _is_placeholder(value: str) -> bool:
+    return not value or bool(_PLACEHOLDER.match(value))
+
+
+def _password_value(match: re.Match[str]) -> bool:
+    raw = match.group("value")
+    quoted = raw[:1] in "\"'`" and raw[-1:] == raw[:1] and len(raw) >= 2
+    value = _strip_value(raw)
+    if _is_placeholder(value):
+        return False
+    if quoted:
+        return True
+    lowered = value.lower()
+    if lowered in _NOT_A_PASSWORD:
+        return False
+    if value.isdigit():
+        # "the password is 12 characters long" states a length, not a password
+        rest = match.string[match.end() :].split()
+        if rest and rest[0].lower().strip(".,;:") in _LENGTH_UNITS:
+            return False
+        return len(value) >= 4
+    if value.isalpha() and value.islower():
+        # participles and adverbs ("is stored", "is rarely") describe; they do not disclose
+        return not lowered.endswith(("ed", "ing", "ly"))
+    return True
+
+
+def _bearer_value(match: re.Match[str]) -> bool:
+    value = match.group("value")
+    return any(c.isdigit() for c in value) or len(value) >= 24
+
+
+def _url_value(match: re.Match[str]) -> bool:
+    value = _strip_value(match.group("value"))
+    return not _is_placeholder(value)
+
+
+def _assignment_value(match: re.Match[str]) -> bool:
+    value = match.group("value")
+    return any(c.isdigit() for c in value) and any(c.isalpha() for c in value)
+
+
+def _entropy(text: str) -> float:
+    counts = Counter(text)
+    total = len(text)
+    return -sum(n / total * math.log2(n / total) for n in counts.values())
+
+
+def _random_looking(token: str, text: str, start: int) -> bool:
+    """True for a long token that looks generated rather than written."""
+    core = token.strip("=-_+/")
+    if len(core) < 32:
+        return False
+    has_digit = any(c.isdigit() for c in core)
+    has_lower = any(c.islower() for c in core)
+    has_upper = any(c.isupper() for c in core)
+    if _HEX_OR_UUID.fullmatch(core):
+        # Commit ids, content hashes and UUIDs are hex too and are fine to remember;
+        # a hex string is only treated as a secret when a keyword says it is one.
+        before = text[max(0, start - 40) : start]
+        return bool(_KEYWORD_NEAR.search(before))
+    if not has_digit or not (has_lower or has_upper):
+        return False
+    if _entropy(core) < 3.5:
+        return False
+    # Identifiers and paths are mostly word-like runs; random strings are not.
+    wordish = sum(len(m.group()) for m in _WORDISH_RUN.finditer(core))
+    return wordish / len(core) < 0.5
+
+
+_DETECTORS: tuple[tuple[str, re.Pattern[str], _Check | None], ...] = (
+    ("private_key", _PRIVATE_KEY, None),
+    ("anthropic_api_key", _ANTHROPIC, None),
+    ("openai_api_key", _OPENAI, None),
+    ("aws_access_key", _AWS_ACCESS_KEY, None),
+    ("aws_secret_key", _AWS_SECRET_KEY, None),
+    ("github_token", _GITHUB, None),
+    ("slack_token", _SLACK_TOKEN, None),
+    ("slack_webhook", _SLACK_WEBHOOK, None),
+    ("google_api_key", _GOOGLE, None),
+    ("stripe_secret_key", _STRIPE, None),
+    ("jwt", _JWT, None),
+    ("bearer_token", _BEARER, _bearer_value),
+    ("basic_auth", _BASIC_AUTH, None),
+    ("connection_string", _URL_CREDENTIALS, _url_value),
+    ("password", _PASSWORD, _password_value),
+    ("credential_assignment", _ASSIGNMENT, _assignment_value),
+)
+
+#: Every kind :func:`secret_kind` may return.
+SECRET_KINDS: tuple[str, ...] = (*(kind for kind, _, _ in _DETECTORS), "high_entropy_token")
+
+
+def secret_kind(text: str) -> str | None:
+    """Name the first kind of credential found in ``text``, or ``None``.
+
+    Kinds are listed in :data:`SECRET_KINDS`: vendor API keys (OpenAI,
+    Anthropic, AWS, GitHub, Slack, Google, Stripe), JWT and bearer tokens,
+    private key blocks, stated passwords, URLs with an embedded password,
+    ``api_key=...``-style assignments, and generated-looking tokens of 32 or
+    more characters.
+    """
+    if not text:
+        return None
+    for kind, pattern, check in _DETECTORS:
+        for match in pattern.finditer(text):
+            if check is None or check(match):
+                return kind
+    for match in _LONG_TOKEN.finditer(text):
+        if _random_looking(match.group(), text, match.start()):
+            return "high_entropy_token"
+    return None
+
+
+def contains_secret(text: str) -> bool:
+    """True when ``text`` appears to contain a credential (see :func:`secret_kind`)."""
+    return secret_kind(text) is not None

@@ -1,0 +1,166 @@
+"""The deterministic credential filter: positives, benign look-alikes, robustness."""
+
+from __future__ import annotations
+
+import base64
+import random
+import string
+import time
+
+import pytest
+
+from harbor_pg.extraction.secrets import SECRET_KINDS, contains_secret, secret_kind
+
+# Assembled at run time so secret scanners do not flag this file itself.
+OPENAI = "sk-" + "proj-" + "AbCdEf1234567890GhIjKlMnOp"
+ANTHROPIC = "sk-" + "ant-api03-" + "abcdefghijklmnopqrstuvwxyz012345"
+AWS_ID = "AKIA" + "IOSFODNN7EXAMPLE"
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCY" + "EXAMPLEKEY"
+GITHUB = "ghp_" + "abcdefghijklmnopqrstuvwxyz0123456789"
+GITHUB_PAT = "github_pat_" + "11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz"
+SLACK = "xoxb-" + "1234567890-abcdefghij"
+GOOGLE = "AIza" + "SyA1234567890abcdefghijklmnopqrstuv"
+STRIPE = "sk_" + "live_" + "4eC39HqLyjWDarjtT1zdp7dc"
+JWT = (
+    "eyJhbGciOiJIUzI1NiJ9"
+    + ".eyJzdWIiOiIxMjM0NTY3ODkwIn0"
+    + ".dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"
+)
+PEM = "-----BEGIN " + "RSA PRIVATE KEY-----\nMIIEow...\n-----END RSA PRIVATE KEY-----"
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        (f"My OpenAI key is {OPENAI}", "openai_api_key"),
+        (f"OPENAI_API_KEY={OPENAI}", "openai_api_key"),
+        (f"use {ANTHROPIC} for claude", "anthropic_api_key"),
+        (f"{AWS_ID} is the access key id", "aws_access_key"),
+        (f"aws_secret_access_key = {AWS_SECRET}", "aws_secret_key"),
+        (f"export AWS_SECRET_ACCESS_KEY='{AWS_SECRET}'", "aws_secret_key"),
+        (f"the CI token is {GITHUB}", "github_token"),
+        (GITHUB_PAT, "github_token"),
+        ("gho_" + "a1b2c3d4e5f6g7h8i9j0k1l2m3n4o5p6q7r8", "github_token"),
+        (f"slack bot token {SLACK}", "slack_token"),
+        ("https://hooks.slack.com/services/T0000/B0000/XXXXXXXXXXXX", "slack_webhook"),
+        (f"maps key {GOOGLE}", "google_api_key"),
+        (f"stripe {STRIPE}", "stripe_secret_key"),
+        ("rk_" + "test_" + "51Habcdefghijklmnop", "stripe_secret_key"),
+        ("Authorization: Bearer abcdef1234567890abcdef", "bearer_token"),
+        ("bearer 9f8e7d6c5b4a39281706f5e4", "bearer_token"),
+        (f"session cookie {JWT}", "jwt"),
+        (PEM, "private_key"),
+        ("-----BEGIN " + "OPENSSH PRIVATE KEY-----", "private_key"),
+        ("-----BEGIN " + "PRIVATE KEY-----", "private_key"),
+        ("-----BEGIN " + "PGP PRIVATE KEY BLOCK-----", "private_key"),
+        ("Authorization: Basic dXNlcjpwYXNzd29yZA==", "basic_auth"),
+        ("The password is hunter2", "password"),
+        ("my password was swordfish", "password"),
+        ("password: correcthorse", "password"),
+        ("Password: Tr0ub4dor&3", "password"),
+        ("pwd=Tr0ub4dor&3", "password"),
+        ("PASSWD = s3cr3t!", "password"),
+        ("The password for the staging db is 'correct horse battery'", "password"),
+        ("the wifi passphrase is BlueOcean42", "password"),
+        ('the password is "required"', "password"),
+        ("The password is 839201", "password"),
+        ("postgresql://app:s3cret@db.internal:5432/harbor", "connection_string"),
+        ("connect with mysql://root:toor@localhost/app", "connection_string"),
+        ("redis://:p4ssw0rd@cache:6379/0", "connection_string"),
+        ("amqp://guest:guest@rabbit:5672/", "connection_string"),
+        ("api_key=abcd1234efgh5678ijkl", "credential_assignment"),
+        ('"client_secret": "9a8b7c6d5e4f3a2b1c0d"', "credential_assignment"),
+        ("access_token: ya29A0ARrdaM1234567890abcdef", "credential_assignment"),
+        ("The deploy value is Zx8Kq2LmN4pR7tY1vB6cW9dF3gH5jS0a", "high_entropy_token"),
+        (
+            "signing key: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+            "high_entropy_token",
+        ),
+    ],
+)
+def test_detects_credentials(text: str, kind: str) -> None:
+    assert secret_kind(text) == kind
+    assert contains_secret(text)
+    assert kind in SECRET_KINDS
+
+
+BENIGN = [
+    "The user prefers dark mode",
+    "The project uses PostgreSQL 18",
+    "The password policy requires 12 characters",
+    "The password is required for login",
+    "The password is at least 12 characters long",
+    "The password is 12 characters long",
+    "The password must contain a symbol",
+    "The user's password was changed yesterday",
+    "The user forgot their password",
+    "The user's passphrase is being reset",
+    "The password is stored in 1Password",
+    "The password is case sensitive",
+    "Passwords are hashed with argon2",
+    "The app supports passwordless login via magic links",
+    "The team rotates API keys every 90 days",
+    "API keys are kept in HashiCorp Vault",
+    "The service uses OAuth bearer tokens",
+    "Use Bearer authentication for the API",
+    "The bearer of bad news was Alice",
+    "Token: expires in 3600 seconds",
+    "The token limit is 128000",
+    "The secret to good coffee is fresh beans",
+    "The user asked about the sk-learn library",
+    "Alice works on the risk-assessment-framework-for-banks-2024 project",
+    "The fix landed in commit 8e79f68a1b2c3d4e5f60718293a4b5c6d7e8f901",
+    "The tarball sha256 is 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+    "Request 123e4567-e89b-12d3-a456-426614174000 failed with a timeout",
+    "The module lives at src/harbor_pg/context/trimming_helpers_v2.py",
+    "The class MemoryContextBuilderFactoryV2Implementation is deprecated",
+    "The function test_summary_boundary_walks_back_to_the_nearest_user_turn_2 is flaky",
+    "The database URL is postgresql://app@db.internal:5432/harbor",
+    "DATABASE_URL=postgresql://app:${DB_PASSWORD}@db/harbor",
+    "The DSN is postgresql://app:<password>@db/harbor",
+    "The service listens on https://example.com:8443/api",
+    "The docs are at https://docs.example.com/guide/getting-started/installation",
+    "The user's email is ann@example.com",
+    "The meeting is at 10:30 in room B",
+    "The user said: password reset emails go to spam",
+    "Ratio is 3:2 and the key signature is C major",
+    "The user lives in Zürich and speaks Schweizerdeutsch",
+    "The user's GitHub handle is octocat",
+    "The project adopted AWS Lambda for ingestion",
+    "",
+]
+
+
+@pytest.mark.parametrize("text", BENIGN)
+def test_benign_facts_pass(text: str) -> None:
+    assert secret_kind(text) is None
+    assert not contains_secret(text)
+
+
+def test_random_generated_tokens_are_caught() -> None:
+    rng = random.Random(20260301)
+    alphabet = string.ascii_letters + string.digits
+    samples = [
+        "".join(rng.choice(alphabet) for _ in range(rng.randint(32, 64))) for _ in range(500)
+    ]
+    samples += [base64.b64encode(rng.randbytes(rng.randint(24, 48))).decode() for _ in range(500)]
+    caught = sum(contains_secret(f"The value is {token} here") for token in samples)
+    assert caught / len(samples) >= 0.97
+
+
+def test_short_tokens_are_not_generic_secrets() -> None:
+    assert secret_kind("The build id is Zx8Kq2LmN4pR7tY1vB6") is None
+
+
+def test_adversarial_input_scans_in_linear_time() -> None:
+    inputs = [
+        "password for the x y " * 20_000,
+        "://a:" * 40_000,
+        "-----BEGIN A " * 20_000,
+        "Bearer " * 30_000,
+        "A1" * 100_000,
+    ]
+    started = time.perf_counter()
+    for text in inputs:
+        secret_kind(text)
+    assert time.perf_counter() - started < 5.0
