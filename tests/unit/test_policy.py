@@ -57,7 +57,7 @@ def test_derived_budgets() -> None:
 def test_policy_is_frozen() -> None:
     policy = MemoryPolicy()
     with pytest.raises(ValidationError):
-        policy.recall_top_k = 3  # type: ignore[misc]
+        policy.recall_top_k = 3
 
 
 def test_disabled() -> None:
@@ -70,7 +70,8 @@ def test_disabled() -> None:
 
 
 def test_scopes_accept_strings_and_global() -> None:
-    policy = MemoryPolicy(recall_scopes=["session", "USER", MemoryScope.GLOBAL, " run "])
+    scopes: Any = ["session", "USER", MemoryScope.GLOBAL, " run "]
+    policy = MemoryPolicy(recall_scopes=scopes)
     assert policy.recall_scopes == (
         MemoryScope.SESSION,
         MemoryScope.USER,
@@ -166,7 +167,8 @@ def test_invalid_policy_raises_configuration_error(changes: dict[str, Any], fiel
 
 def test_every_problem_is_reported() -> None:
     with pytest.raises(MemoryConfigurationError) as excinfo:
-        MemoryPolicy(recall_top_k=-1, enabled="no")
+        bad: dict[str, Any] = {"recall_top_k": -1, "enabled": "no"}
+        MemoryPolicy(**bad)
     message = str(excinfo.value)
     assert "recall_top_k" in message
     assert "enabled" in message
@@ -190,7 +192,9 @@ def test_with_changes_revalidates() -> None:
 
 
 def test_round_trips_through_json() -> None:
-    policy = MemoryPolicy(budget=BudgetSplit(), recall_scopes=["session"], relevance_threshold=0.3)
+    policy = MemoryPolicy(
+        budget=BudgetSplit(), recall_scopes=(MemoryScope.SESSION,), relevance_threshold=0.3
+    )
     assert MemoryPolicy.model_validate_json(policy.model_dump_json()) == policy
 
 
@@ -267,7 +271,6 @@ def test_budget_allocation_rejects_bad_totals(total: Any) -> None:
 
 def test_policy_allocate_budget() -> None:
     assert MemoryPolicy().allocate_budget(1000) is None
-    allowance = MemoryPolicy(
-        budget={"session": 0.5, "episodic": 0.2, "system": 0.2, "current_turn": 0.1}
-    ).allocate_budget(1000)
+    split: Any = {"session": 0.5, "episodic": 0.2, "system": 0.2, "current_turn": 0.1}
+    allowance = MemoryPolicy(budget=split).allocate_budget(1000)
     assert allowance == BudgetAllowance(500, 200, 200, 100)
