@@ -57,9 +57,12 @@ create index messages_session_recent_idx
 
 -- Working tier: per-run scratch state with an expiry. An expired row is
 -- invisible the moment it expires (the read policy compares expires_at with
--- now()); harbor.purge_working_state() reclaims the space.
+-- now()); harbor.purge_working_state() reclaims the space. Each update writes
+-- a new version holding the merged state and removes the older visible ones,
+-- so an expired (hidden) version never blocks a write.
 create table harbor.working_state (
     tenant_id    text not null check (tenant_id <> ''),
+    id           bigint generated always as identity,
     project_id   text not null default '',
     user_id      text not null check (user_id <> ''),
     session_id   text not null check (session_id <> ''),
@@ -68,8 +71,10 @@ create table harbor.working_state (
     state        jsonb not null default '{}'::jsonb check (jsonb_typeof(state) = 'object'),
     expires_at   timestamptz,
     updated_at   timestamptz not null default pg_catalog.now(),
-    primary key (tenant_id, project_id, user_id, session_id, run_id)
+    primary key (tenant_id, id)
 );
+create index working_state_run_idx
+    on harbor.working_state (tenant_id, user_id, session_id, run_id, project_id, id desc);
 create index working_state_expires_idx on harbor.working_state (expires_at)
     where expires_at is not null;
 
@@ -199,10 +204,10 @@ grant usage on schema harbor to harbor_app, harbor_admin, harbor_search;
 grant select on harbor.role_bindings to harbor_app, harbor_admin, harbor_search;
 grant insert, delete on harbor.role_bindings to harbor_admin;
 
-grant select, insert on harbor.messages to harbor_app;
+grant select, insert, delete on harbor.messages to harbor_app;
 grant select, delete on harbor.messages to harbor_admin;
 
-grant select, insert, update, delete on harbor.working_state to harbor_app;
+grant select, insert, delete on harbor.working_state to harbor_app;
 grant select, delete on harbor.working_state to harbor_admin;
 
 -- add-only: the app may close an interval and link the successor, nothing else

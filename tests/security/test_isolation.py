@@ -82,11 +82,15 @@ def test_cannot_read_through_harbor_functions(attacker: Conn) -> None:
 
 def test_cannot_update_others_rows(attacker: Conn) -> None:
     cur = attacker.execute(
-        "update harbor.memories set valid = tstzrange(lower(valid), now()) where content like 'secret:%%'"
+        "update harbor.memories set valid = tstzrange(lower(valid), now())"
+        " where content like 'secret:%%'"
     )
     assert cur.rowcount == 0
-    cur = attacker.execute("update harbor.working_state set state = '{}' where state->>'tag' <> 'mine'")
-    assert cur.rowcount == 0
+    # working state is written as new versions only: no UPDATE at all
+    with pytest.raises(errors.InsufficientPrivilege):
+        attacker.execute(
+            "update harbor.working_state set state = '{}' where state->>'tag' <> 'mine'"
+        )
 
 
 def test_cannot_delete_others_rows(attacker: Conn) -> None:
@@ -114,7 +118,8 @@ def test_cannot_insert_forged_owner(
 ) -> None:
     with pytest.raises(errors.InsufficientPrivilege):
         attacker.execute(
-            "insert into harbor.memories (tenant_id, scope, project_id, user_id, session_id, run_id,"
+            "insert into harbor.memories (tenant_id, scope, project_id, user_id, session_id,"
+            " run_id,"
             " content, content_hash) values (%s,%s,%s,%s,%s,%s,'forged', repeat('f', 64))",
             (tenant, scope, project, user, session, run),
         )
@@ -137,7 +142,8 @@ def test_cannot_insert_wider_scope_with_narrow_key(attacker: Conn) -> None:
     # a USER row keyed like the caller but widened to the project
     with pytest.raises((errors.InsufficientPrivilege, errors.CheckViolation)):
         attacker.execute(
-            "insert into harbor.memories (tenant_id, scope, project_id, user_id, content, content_hash)"
+            "insert into harbor.memories (tenant_id, scope, project_id, user_id, content,"
+            " content_hash)"
             " values ('t1', 'project', 'p1', 'u1', 'widened', repeat('e', 64))"
         )
 
@@ -151,7 +157,8 @@ def test_cannot_write_tenant_or_global(attacker: Conn, scope: str, tenant: str) 
             (tenant, scope),
         )
     cur = attacker.execute(
-        "update harbor.memories set valid = tstzrange(lower(valid), now()) where scope = %s", (scope,)
+        "update harbor.memories set valid = tstzrange(lower(valid), now()) where scope = %s",
+        (scope,),
     )
     assert cur.rowcount == 0
 
@@ -209,8 +216,10 @@ def test_cannot_disable_row_security(attacker: Conn) -> None:
 
 def test_cannot_shadow_harbor_functions_via_search_path(attacker: Conn) -> None:
     with pytest.raises(errors.InsufficientPrivilege):
-        attacker.execute("create function public.current_setting(text, boolean) returns text"
-                         " language sql as $$ select 't2' $$")
+        attacker.execute(
+            "create function public.current_setting(text, boolean) returns text"
+            " language sql as $$ select 't2' $$"
+        )
     with pytest.raises(errors.InsufficientPrivilege):
         attacker.execute("create schema evil")
     # temporary objects: pg_temp is never searched for functions, and harbor's
@@ -230,8 +239,9 @@ def test_cannot_shadow_harbor_functions_via_search_path(attacker: Conn) -> None:
 def test_cannot_bind_roles_or_read_bindings(attacker: Conn) -> None:
     with pytest.raises(errors.InsufficientPrivilege):
         attacker.execute("select harbor.bind_role('harbor_app', 't2')")
-    assert attacker.execute("select count(*) from harbor.role_bindings where role_name <> %s",
-                            (BOUND_ROLE,)).fetchone() == (0,)
+    assert attacker.execute(
+        "select count(*) from harbor.role_bindings where role_name <> %s", (BOUND_ROLE,)
+    ).fetchone() == (0,)
 
 
 def test_no_identity_sees_only_global(seeded: Any) -> None:

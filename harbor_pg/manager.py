@@ -1,0 +1,549 @@
+"""MemoryManager: the single facade chat and agent code imports."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from harbor_pg.db.connection import Database, identity_params
+from harbor_pg.db.sqlfiles import query
+from harbor_pg.errors import (
+    MemoryConfigurationError,
+    MemoryScopeError,
+    MemoryValidationError,
+)
+from harbor_pg.owner import MemoryOwner, MemoryScope
+from harbor_pg.records import (
+    ConversationMessage,
+    Memory,
+    MemoryType,
+    Sensitivity,
+    validate_source,
+)
+from harbor_pg.tiers.base import (
+    EraseReceipt,
+    LongTermStore,
+    SaveResult,
+    ShortTermStore,
+    WorkingStore,
+)
+from harbor_pg.tiers.in_process import (
+    InMemoryLongTermStore,
+    InMemoryShortTermStore,
+    InMemoryWorkingStore,
+)
+from harbor_pg.tiers.long_term import PostgresLongTermStore, memory_from_row
+from harbor_pg.tiers.short_term import PostgresShortTermStore, message_from_row
+from harbor_pg.tiers.working import PostgresWorkingStore
+
+__all__ = ["MemoryManager", "MemoryManagerConfig", "MemorySnapshot"]
+
+log = logging.getLogger("harbor_pg")
+
+
+class MemoryManagerConfig(BaseModel):
+    """Limits the facade enforces before anything is written."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: addressable turns per session for recent reads (older turns stay for summaries)
+    max_session_turns: int = Field(default=50, ge=1, le=10_000)
+    #: longest accepted content (turns and memories), in characters
+    max_content_chars: int = Field(default=20_000, ge=1, le=1_000_000)
+    #: default number of recent turns in a snapshot
+    recent_limit: int = Field(default=12, ge=0)
+    #: memories a snapshot recalls
+    snapshot_top_k: int = Field(default=6, ge=0, le=1000)
+
+
+@dataclass(frozen=True)
+class MemorySnapshot:
+    """Recent turns, working state and recalled memories, read together."""
+
+    recent: list[ConversationMessage] = field(default_factory=list)
+    working_state: dict[str, Any] = field(default_factory=dict)
+    memories: list[Memory] = field(default_factory=list)
+
+
+class MemoryManager:
+    """One facade over the tiers you configure.
+
+    Pass only the stores you use; calling into an unconfigured tier raises
+    :class:`MemoryConfigurationError`. ``await MemoryManager.create()`` with no
+    arguments starts the embedded PostgreSQL and wires every tier.
+
+    Bind the manager to the authenticated caller (``caller=`` or
+    :meth:`bound_to`) and :meth:`snapshot` rejects any owner that is not that
+    caller.
+    """
+
+    def __init__(
+        self,
+        *,
+        short_term: ShortTermStore | None = None,
+        working: WorkingStore | None = None,
+        long_term: LongTermStore | None = None,
+        config: MemoryManagerConfig | None = None,
+        caller: MemoryOwner | None = None,
+        database: Database | None = None,
+    ) -> None:
+        self.short_term = short_term
+        self.working = working
+        self.long_term = long_term
+        self.config = config or MemoryManagerConfig()
+        self.caller = caller
+        self.database = database
+        self._owns_database = False
+
+    # -- construction -------------------------------------------------------------
+
+    @classmethod
+    async def create(
+        cls,
+        *,
+        database_url: str | None = None,
+        data_dir: str | Path | None = None,
+        caller: MemoryOwner | None = None,
+        config: MemoryManagerConfig | None = None,
+        in_process: bool = False,
+    ) -> MemoryManager:
+        """A manager with every tier, ready to use.
+
+        With no arguments: the embedded PostgreSQL (started and migrated on
+        first use, reused afterwards), or ``HARBOR_DATABASE_URL`` when set.
+        ``in_process=True`` gives process-local stores instead (no database).
+        """
+        if in_process:
+            return cls(
+                short_term=InMemoryShortTermStore(),
+                working=InMemoryWorkingStore(),
+                long_term=InMemoryLongTermStore(),
+                config=config,
+                caller=caller,
+            )
+        from harbor_pg.db import migrate, server
+
+        info = server.resolve_server(
+            database_url, data_dir=Path(data_dir) if data_dir is not None else None
+        )
+        migrate.upgrade(info.owner_url)
+        db = Database(info.app_url, info.admin_url)
+        await db.open()
+        manager = cls.from_database(db, config=config, caller=caller)
+        manager._owns_database = True
+        return manager
+
+    @classmethod
+    def from_database(
+        cls,
+        db: Database,
+        *,
+        config: MemoryManagerConfig | None = None,
+        caller: MemoryOwner | None = None,
+    ) -> MemoryManager:
+        """Every tier backed by ``db`` (an open :class:`Database`)."""
+        return cls(
+            short_term=PostgresShortTermStore(db),
+            working=PostgresWorkingStore(db),
+            long_term=PostgresLongTermStore(db),
+            config=config,
+            caller=caller,
+            database=db,
+        )
+
+    def bound_to(self, caller: MemoryOwner) -> MemoryManager:
+        """The same tiers, bound to an authenticated caller."""
+        clone = MemoryManager(
+            short_term=self.short_term,
+            working=self.working,
+            long_term=self.long_term,
+            config=self.config,
+            caller=caller,
+            database=self.database,
+        )
+        return clone
+
+    async def close(self) -> None:
+        """Close the database pools this manager opened."""
+        if self._owns_database and self.database is not None:
+            await self.database.close()
+
+    async def __aenter__(self) -> MemoryManager:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- tier access ----------------------------------------------------------------
+
+    def _short(self) -> ShortTermStore:
+        if self.short_term is None:
+            raise MemoryConfigurationError("the short-term tier is not configured")
+        return self.short_term
+
+    def _working(self) -> WorkingStore:
+        if self.working is None:
+            raise MemoryConfigurationError("the working tier is not configured")
+        return self.working
+
+    def _long(self) -> LongTermStore:
+        if self.long_term is None:
+            raise MemoryConfigurationError("the long-term tier is not configured")
+        return self.long_term
+
+    def _check_content(self, content: str, what: str) -> None:
+        if not isinstance(content, str):
+            raise MemoryValidationError(f"{what} must be a string")
+        if len(content) > self.config.max_content_chars:
+            raise MemoryValidationError(
+                f"{what} is {len(content)} characters; the limit is "
+                f"{self.config.max_content_chars} (MemoryManagerConfig.max_content_chars)"
+            )
+        if "\x00" in content:
+            raise MemoryValidationError(f"{what} contains a NUL character")
+
+    # -- short-term -----------------------------------------------------------------
+
+    async def append(
+        self, owner: MemoryOwner, turn: ConversationMessage | dict[str, Any] | Any
+    ) -> ConversationMessage:
+        """Append one turn (a ConversationMessage, a dict, or a LangChain message)."""
+        store = self._short()
+        message = _to_message(turn)
+        self._check_content(message.content, "turn content")
+        owner.require_scope(MemoryScope.SESSION)
+        return await store.append(owner, message)
+
+    async def recent(
+        self, owner: MemoryOwner, limit: int | None = None
+    ) -> list[ConversationMessage]:
+        """The newest turns of the owner's session, oldest first.
+
+        At most ``max_session_turns`` are addressable; older turns are kept for
+        summaries until erased.
+        """
+        store = self._short()
+        owner.require_scope(MemoryScope.SESSION)
+        n = self.config.max_session_turns if limit is None else limit
+        if n < 0:
+            raise MemoryValidationError("limit must be >= 0")
+        return await store.recent(owner, min(n, self.config.max_session_turns))
+
+    async def clear(self, owner: MemoryOwner) -> int:
+        """Delete the owner's session turns; returns how many."""
+        store = self._short()
+        owner.require_scope(MemoryScope.SESSION)
+        return await store.clear(owner)
+
+    # -- working --------------------------------------------------------------------
+
+    async def scratch(self, owner: MemoryOwner) -> dict[str, Any]:
+        """The run's working state ({} when none or expired)."""
+        store = self._working()
+        owner.require_scope(MemoryScope.RUN)
+        return await store.get(owner)
+
+    async def update(
+        self, owner: MemoryOwner, state: dict[str, Any], ttl_seconds: float | None = None
+    ) -> dict[str, Any]:
+        """Merge ``state``'s keys into the run's working state; returns the result."""
+        store = self._working()
+        owner.require_scope(MemoryScope.RUN)
+        if not isinstance(state, dict):
+            raise MemoryValidationError("working state must be a dict")
+        try:
+            encoded = json.dumps(state, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise MemoryValidationError(f"working state must be JSON: {exc}") from None
+        self._check_content(encoded, "working state")
+        if ttl_seconds is not None and (
+            not isinstance(ttl_seconds, int | float)
+            or not math.isfinite(ttl_seconds)
+            or ttl_seconds <= 0
+        ):
+            raise MemoryValidationError("ttl_seconds must be a positive number")
+        return await store.update(owner, state, ttl_seconds)
+
+    async def clear_working(self, owner: MemoryOwner) -> int:
+        """Delete the run's working state."""
+        store = self._working()
+        owner.require_scope(MemoryScope.RUN)
+        return await store.clear(owner)
+
+    # -- long-term ------------------------------------------------------------------
+
+    async def save(
+        self,
+        caller: MemoryOwner,
+        memory: Memory,
+        *,
+        embedding: Sequence[float] | None = None,
+        model_id: str | None = None,
+    ) -> SaveResult:
+        """Store a memory under ``caller`` narrowed to the memory's scope.
+
+        Saving the same content twice in the same scope is a no-op that
+        reports the existing memory (``created=False``).
+        """
+        store = self._long()
+        self._check_content(memory.content, "memory content")
+        if not memory.content.strip():
+            raise MemoryValidationError("memory content is blank")
+        caller.require_scope(memory.scope)
+        return await store.save(caller, memory, embedding, model_id)
+
+    async def get(self, caller: MemoryOwner, memory_id: str) -> Memory | None:
+        """One memory the caller may see, or None."""
+        return await self._long().get(caller, memory_id)
+
+    async def search(
+        self,
+        caller: MemoryOwner,
+        query_text: str,
+        *,
+        limit: int = 10,
+        as_of: datetime | None = None,
+    ) -> list[Memory]:
+        """Memories visible to ``caller`` that match ``query_text``."""
+        if limit < 0:
+            raise MemoryValidationError("limit must be >= 0")
+        return await self._long().search(caller, query_text, limit=limit, as_of=as_of)
+
+    async def delete(self, caller: MemoryOwner, memory_id: str) -> bool:
+        """Delete one of the caller's own memories; False when none was deleted."""
+        return await self._long().delete(caller, memory_id)
+
+    async def inject_memory(
+        self,
+        owner: MemoryOwner,
+        content: str,
+        *,
+        scope: MemoryScope | str = MemoryScope.USER,
+        memory_type: MemoryType | str = MemoryType.FACT,
+        importance: float = 0.5,
+        source: str = "injected",
+        sensitivity: Sensitivity | str = Sensitivity.NONE,
+        entity_ids: Sequence[str] = (),
+        metadata: dict[str, Any] | None = None,
+        context: str | None = None,
+    ) -> SaveResult:
+        """Store a fact you know directly (source ``injected`` by default)."""
+        try:
+            memory = Memory(
+                content=content,
+                scope=MemoryScope(scope),
+                memory_type=MemoryType(memory_type),
+                importance=importance,
+                source=validate_source(source),
+                sensitivity=Sensitivity(sensitivity),
+                entity_ids=list(entity_ids),
+                metadata=metadata or {},
+                context=context,
+            )
+        except (ValidationError, ValueError) as exc:
+            raise MemoryValidationError(f"invalid memory: {_first(exc)}") from None
+        return await self.save(owner, memory)
+
+    # -- combined -------------------------------------------------------------------
+
+    async def snapshot(
+        self, owner: MemoryOwner, query: str | None = None, recent_limit: int | None = None
+    ) -> MemorySnapshot:
+        """Recent turns, working state and memories matching ``query``.
+
+        On PostgreSQL this is one database round trip. Rejects an owner that is
+        not the caller this manager was bound to.
+        """
+        self._check_caller(owner)
+        limit = self.config.recent_limit if recent_limit is None else recent_limit
+        limit = max(0, min(limit, self.config.max_session_turns))
+        text = (query or "")[: self.config.max_content_chars]
+        if (
+            isinstance(self.short_term, PostgresShortTermStore)
+            and isinstance(self.working, PostgresWorkingStore | None)
+            and isinstance(self.long_term, PostgresLongTermStore | None)
+            and self.database is not None
+        ):
+            return await self._snapshot_sql(owner, text, limit)
+        recent = (
+            (await self.recent(owner, limit))
+            if self.short_term and owner.can_address(MemoryScope.SESSION)
+            else []
+        )
+        working = (
+            (await self.scratch(owner))
+            if self.working and owner.can_address(MemoryScope.RUN)
+            else {}
+        )
+        memories = (
+            await self.search(owner, text, limit=self.config.snapshot_top_k)
+            if self.long_term and text.strip()
+            else []
+        )
+        return MemorySnapshot(recent=recent, working_state=working, memories=memories)
+
+    async def _snapshot_sql(self, owner: MemoryOwner, text: str, limit: int) -> MemorySnapshot:
+        assert self.database is not None
+        owner.require_scope(MemoryScope.SESSION)
+        params = {
+            "tenant_id": owner.tenant_id,
+            "user_id": owner.user_id,
+            "session_id": owner.session_id,
+            "run_id": owner.run_id or "",
+            "project_id": owner.project_id or "",
+            "recent_limit": limit,
+            "query": text,
+            "top_k": self.config.snapshot_top_k if self.long_term else 0,
+        }
+        async with self.database.transaction(None) as conn, conn.pipeline():
+            await conn.execute(query("set_identity"), identity_params(owner))
+            cur = await conn.execute(query("snapshot"), params)
+            row = await cur.fetchone()
+        assert row is not None
+        return MemorySnapshot(
+            recent=[message_from_row(r) for r in row["recent"]] if self.short_term else [],
+            working_state=dict(row["working"] or {}) if self.working else {},
+            memories=[memory_from_row(m) for m in row["memories"]],
+        )
+
+    def _check_caller(self, owner: MemoryOwner) -> None:
+        if self.caller is None:
+            return
+        for name in ("tenant_id", "project_id", "principal_id", "user_id", "session_id", "run_id"):
+            mine = getattr(self.caller, name)
+            if mine is not None and getattr(owner, name) != mine:
+                raise MemoryScopeError(
+                    f"snapshot owner does not match the authenticated caller ({name} differs)"
+                )
+
+    # -- governance -----------------------------------------------------------------
+
+    async def erase(
+        self,
+        tenant_id: str,
+        *,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        principal_id: str | None = None,
+    ) -> EraseReceipt:
+        """Delete every row of a user, a user's session, or an agent, in every tier.
+
+        One transaction on PostgreSQL (as the elevated role); returns counts
+        per tier. Nothing of the erased text is written anywhere.
+        """
+        if user_id is None and principal_id is None:
+            raise MemoryValidationError("erase needs a user_id or a principal_id (agent)")
+        if session_id is not None and user_id is None and principal_id is None:
+            raise MemoryValidationError("erasing a session needs its user_id")
+        owner = MemoryOwner(tenant_id=tenant_id)
+        if self.database is not None:
+            async with self.database.transaction(owner, admin=True) as conn:
+                rows = await (
+                    await conn.execute(
+                        query("erase"),
+                        {
+                            "user_id": user_id,
+                            "session_id": session_id,
+                            "principal_id": principal_id,
+                        },
+                    )
+                ).fetchall()
+            counts = {r["tier"]: int(r["deleted"]) for r in rows}
+            return EraseReceipt(
+                short_term=counts.get("short_term", 0),
+                working=counts.get("working", 0),
+                long_term=counts.get("long_term", 0),
+                embeddings=counts.get("embeddings", 0),
+            )
+        st = (
+            self.short_term.erase(tenant_id, user_id, session_id)
+            if isinstance(self.short_term, InMemoryShortTermStore) and principal_id is None
+            else 0
+        )
+        wk = (
+            self.working.erase(tenant_id, user_id, session_id)
+            if isinstance(self.working, InMemoryWorkingStore) and principal_id is None
+            else 0
+        )
+        lt = (
+            self.long_term.erase(tenant_id, user_id, session_id, principal_id)
+            if isinstance(self.long_term, InMemoryLongTermStore)
+            else 0
+        )
+        return EraseReceipt(short_term=st, working=wk, long_term=lt, embeddings=0)
+
+    async def erase_agent_memories(
+        self, tenant_id: str, agent_id: str, session_id: str | None = None
+    ) -> EraseReceipt:
+        """Erase everything an agent (principal) wrote; with ``session_id``, only that session."""
+        return await self.erase(tenant_id, principal_id=agent_id, session_id=session_id)
+
+    async def apply_retention(
+        self,
+        tenant_id: str,
+        *,
+        max_age_seconds: float,
+        scope: MemoryScope | str | None = None,
+        min_sensitivity: Sensitivity | str | None = None,
+        include_summaries: bool = False,
+    ) -> int:
+        """Delete the tenant's memories older than ``max_age_seconds`` (optionally per scope
+        or at/above a sensitivity); returns how many."""
+        if self.database is None:
+            raise MemoryConfigurationError("retention needs the PostgreSQL stores")
+        if max_age_seconds < 0:
+            raise MemoryValidationError("max_age_seconds must be >= 0")
+        async with self.database.transaction(MemoryOwner(tenant_id=tenant_id), admin=True) as conn:
+            row = await (
+                await conn.execute(
+                    query("apply_retention"),
+                    {
+                        "max_age_seconds": max_age_seconds,
+                        "scope": MemoryScope(scope).value if scope else None,
+                        "min_sensitivity": Sensitivity(min_sensitivity).value
+                        if min_sensitivity
+                        else None,
+                        "include_summaries": include_summaries,
+                    },
+                )
+            ).fetchone()
+        return int(row["deleted"]) if row else 0
+
+    async def purge_working_state(self) -> int:
+        """Reclaim the space of expired working state."""
+        store = self._working()
+        purge = getattr(store, "purge_expired", None)
+        return int(await purge()) if purge else 0
+
+
+def _to_message(turn: ConversationMessage | dict[str, Any] | Any) -> ConversationMessage:
+    if isinstance(turn, ConversationMessage):
+        return turn
+    try:
+        if isinstance(turn, dict):
+            return ConversationMessage.model_validate(turn)
+        from langchain_core.messages import BaseMessage
+
+        if isinstance(turn, BaseMessage):
+            from harbor_pg.context.messages import from_langchain
+
+            return from_langchain(turn)
+    except ValidationError as exc:
+        raise MemoryValidationError(f"invalid turn: {_first(exc)}") from None
+    raise MemoryValidationError(f"cannot store a turn of type {type(turn).__name__}")
+
+
+def _first(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err.get("loc", ()))
+        return f"{loc}: {err.get('msg')}" if loc else str(err.get("msg"))
+    return str(exc)

@@ -1,0 +1,239 @@
+"""One behavioural suite for every store implementation.
+
+harbor-pg runs it against the in-process stores and the PostgreSQL stores;
+run it against yours to prove it behaves the same::
+
+    class TestMyStores(MemoryStoreConformance):
+        @pytest_asyncio.fixture
+        async def manager(self):
+            return MemoryManager(short_term=MyTurns(), working=MyScratch(), long_term=MyMemories())
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from harbor_pg.errors import MemoryConfigurationError, MemoryScopeError, MemoryValidationError
+from harbor_pg.manager import MemoryManager
+from harbor_pg.owner import MemoryOwner, MemoryScope
+from harbor_pg.records import ConversationMessage, Memory
+
+__all__ = ["MemoryStoreConformance"]
+
+ALICE = MemoryOwner(
+    tenant_id="t1", project_id="p1", principal_id="alice", session_id="s1", run_id="r1"
+)
+ALICE_S2 = MemoryOwner(
+    tenant_id="t1", project_id="p1", principal_id="alice", session_id="s2", run_id="r1"
+)
+BOB = MemoryOwner(tenant_id="t1", project_id="p1", principal_id="bob", session_id="s1", run_id="r1")
+OTHER_TENANT = MemoryOwner(
+    tenant_id="t2", project_id="p1", principal_id="alice", session_id="s1", run_id="r1"
+)
+
+
+class MemoryStoreConformance:
+    """Behaviour every store must show; needs a ``manager`` fixture."""
+
+    # -- short-term --
+
+    async def test_append_and_recent_in_order(self, manager: MemoryManager) -> None:
+        for i in range(5):
+            await manager.append(ALICE, ConversationMessage(role="user", content=f"turn {i}"))
+        got = await manager.recent(ALICE, limit=3)
+        assert [m.content for m in got] == ["turn 2", "turn 3", "turn 4"]
+        assert all(m.id is not None and m.created_at is not None for m in got)
+
+    async def test_turn_fields_round_trip(self, manager: MemoryManager) -> None:
+        call = {"id": "c1", "name": "lookup", "args": {"q": "x"}}
+        await manager.append(
+            ALICE,
+            ConversationMessage(role="assistant", content="", tool_calls=[call], metadata={"k": 1}),
+        )
+        await manager.append(
+            ALICE,
+            ConversationMessage(role="tool", content="result", tool_call_id="c1", name="lookup"),
+        )
+        a, t = await manager.recent(ALICE, limit=2)
+        assert a.tool_calls == [call] and a.metadata == {"k": 1}
+        assert t.tool_call_id == "c1" and t.name == "lookup" and t.role == "tool"
+
+    async def test_sessions_and_users_are_isolated(self, manager: MemoryManager) -> None:
+        await manager.append(ALICE, ConversationMessage(role="user", content="alice s1"))
+        assert await manager.recent(ALICE_S2) == []
+        assert await manager.recent(BOB) == []
+        assert await manager.recent(OTHER_TENANT) == []
+
+    async def test_recent_is_capped_at_max_session_turns(self, manager: MemoryManager) -> None:
+        cap = manager.config.max_session_turns
+        for i in range(cap + 5):
+            await manager.append(ALICE, ConversationMessage(role="user", content=f"t{i}"))
+        got = await manager.recent(ALICE, limit=cap + 100)
+        assert len(got) == cap
+        assert got[-1].content == f"t{cap + 4}"
+
+    async def test_clear_removes_only_that_session(self, manager: MemoryManager) -> None:
+        await manager.append(ALICE, ConversationMessage(role="user", content="a"))
+        await manager.append(ALICE_S2, ConversationMessage(role="user", content="b"))
+        assert await manager.clear(ALICE) == 1
+        assert await manager.recent(ALICE) == []
+        assert [m.content for m in await manager.recent(ALICE_S2)] == ["b"]
+
+    async def test_bad_turns_are_rejected(self, manager: MemoryManager) -> None:
+        with pytest.raises(MemoryValidationError):
+            await manager.append(ALICE, {"role": "wizard", "content": "x"})
+        with pytest.raises(MemoryValidationError):
+            await manager.append(
+                ALICE,
+                ConversationMessage(
+                    role="user", content="x" * (manager.config.max_content_chars + 1)
+                ),
+            )
+        assert await manager.recent(ALICE) == []
+
+    # -- working --
+
+    async def test_update_merges_keys(self, manager: MemoryManager) -> None:
+        await manager.update(ALICE, {"step": "retrieval", "n": 1})
+        merged = await manager.update(ALICE, {"n": 2, "extra": [1, 2]})
+        assert merged == {"step": "retrieval", "n": 2, "extra": [1, 2]}
+        assert await manager.scratch(ALICE) == merged
+
+    async def test_working_state_is_per_run(self, manager: MemoryManager) -> None:
+        await manager.update(ALICE, {"x": 1})
+        other_run = ALICE.model_copy(update={"run_id": "r2"})
+        assert await manager.scratch(other_run) == {}
+        assert await manager.scratch(BOB) == {}
+
+    async def test_expired_state_is_invisible_at_once(self, manager: MemoryManager) -> None:
+        await manager.update(ALICE, {"x": 1}, ttl_seconds=0.3)
+        assert await manager.scratch(ALICE) == {"x": 1}
+        await asyncio.sleep(0.45)
+        assert await manager.scratch(ALICE) == {}
+        # a write after expiry starts from an empty state
+        assert await manager.update(ALICE, {"y": 2}) == {"y": 2}
+
+    async def test_clear_working(self, manager: MemoryManager) -> None:
+        await manager.update(ALICE, {"x": 1})
+        await manager.clear_working(ALICE)
+        assert await manager.scratch(ALICE) == {}
+
+    async def test_bad_working_state_is_rejected(self, manager: MemoryManager) -> None:
+        with pytest.raises(MemoryValidationError):
+            await manager.update(ALICE, {"x": object()})
+        with pytest.raises(MemoryValidationError):
+            await manager.update(ALICE, {"x": float("nan")})
+        with pytest.raises(MemoryValidationError):
+            await manager.update(ALICE, {"x": 1}, ttl_seconds=-1)
+        assert await manager.scratch(ALICE) == {}
+
+    async def test_working_needs_a_run(self, manager: MemoryManager) -> None:
+        with pytest.raises(MemoryScopeError):
+            await manager.scratch(
+                MemoryOwner(tenant_id="t1", principal_id="alice", session_id="s1")
+            )
+
+    # -- long-term --
+
+    async def test_save_get_search_delete(self, manager: MemoryManager) -> None:
+        saved = await manager.save(
+            ALICE, Memory(content="Alice prefers green tea", scope=MemoryScope.USER)
+        )
+        assert saved.created and saved.memory.id
+        got = await manager.get(ALICE, saved.memory.id)
+        assert got is not None and got.content == "Alice prefers green tea"
+        assert got.user_id == "alice" and got.scope is MemoryScope.USER
+        hits = await manager.search(ALICE, "what tea does she like")
+        assert [m.id for m in hits] == [saved.memory.id]
+        assert await manager.delete(ALICE, saved.memory.id)
+        assert await manager.get(ALICE, saved.memory.id) is None
+
+    async def test_same_content_twice_is_a_noop(self, manager: MemoryManager) -> None:
+        first = await manager.save(ALICE, Memory(content="The deploy runs on Fridays"))
+        again = await manager.save(ALICE, Memory(content="  the DEPLOY runs on   fridays "))
+        assert first.created and not again.created
+        assert again.memory.id == first.memory.id
+
+    async def test_concurrent_duplicate_saves_leave_one(self, manager: MemoryManager) -> None:
+        results = await asyncio.gather(
+            *[manager.save(ALICE, Memory(content="Concurrent fact")) for _ in range(6)]
+        )
+        assert len({r.memory.id for r in results}) == 1
+        assert sum(r.created for r in results) == 1
+
+    async def test_scope_visibility(self, manager: MemoryManager) -> None:
+        user = await manager.save(ALICE, Memory(content="alice user fact", scope=MemoryScope.USER))
+        sess = await manager.save(
+            ALICE, Memory(content="alice session fact", scope=MemoryScope.SESSION)
+        )
+        proj = await manager.save(ALICE, Memory(content="project fact", scope=MemoryScope.PROJECT))
+        ids = (user.memory.id or "", sess.memory.id or "", proj.memory.id or "")
+        assert await manager.get(ALICE_S2, ids[0]) is not None
+        assert await manager.get(ALICE_S2, ids[1]) is None
+        assert await manager.get(BOB, ids[0]) is None
+        assert await manager.get(BOB, ids[2]) is not None
+        assert await manager.get(OTHER_TENANT, ids[2]) is None
+        assert not await manager.delete(BOB, ids[0])
+
+    async def test_invalid_memories_are_rejected(self, manager: MemoryManager) -> None:
+        with pytest.raises(MemoryValidationError):
+            await manager.inject_memory(ALICE, "x", source="made-up")
+        with pytest.raises(MemoryValidationError):
+            await manager.inject_memory(ALICE, "x", sensitivity="secret")
+        with pytest.raises(MemoryValidationError):
+            await manager.inject_memory(ALICE, "   ")
+        with pytest.raises(MemoryValidationError):
+            await manager.inject_memory(ALICE, "y" * (manager.config.max_content_chars + 1))
+        assert await manager.search(ALICE, "x") == []
+
+    async def test_inject_memory_records_governance_fields(self, manager: MemoryManager) -> None:
+        res = await manager.inject_memory(
+            ALICE, "Alice's badge number is 42", source="tool:hr_lookup", sensitivity="pii"
+        )
+        assert res.memory.source == "tool:hr_lookup"
+        assert res.memory.sensitivity.value == "pii"
+
+    async def test_scope_needs_owner_fields(self, manager: MemoryManager) -> None:
+        no_project = MemoryOwner(tenant_id="t1", principal_id="alice", session_id="s1")
+        with pytest.raises(MemoryScopeError):
+            await manager.save(no_project, Memory(content="x", scope=MemoryScope.PROJECT))
+
+    # -- combined --
+
+    async def test_snapshot(self, manager: MemoryManager) -> None:
+        await manager.append(ALICE, ConversationMessage(role="user", content="hello"))
+        await manager.update(ALICE, {"step": 1})
+        await manager.save(ALICE, Memory(content="Alice works on the ingest pipeline"))
+        snap = await manager.snapshot(ALICE, query="ingest pipeline")
+        assert [m.content for m in snap.recent] == ["hello"]
+        assert snap.working_state == {"step": 1}
+        assert [m.content for m in snap.memories] == ["Alice works on the ingest pipeline"]
+
+    async def test_snapshot_rejects_another_owner(self, manager: MemoryManager) -> None:
+        bound = manager.bound_to(ALICE)
+        with pytest.raises(MemoryScopeError):
+            await bound.snapshot(BOB)
+        with pytest.raises(MemoryScopeError):
+            await bound.snapshot(OTHER_TENANT)
+        assert (await bound.snapshot(ALICE)).recent == []
+
+    async def test_unconfigured_tier_raises(self, manager: MemoryManager) -> None:
+        only_working = MemoryManager(working=manager.working)
+        with pytest.raises(MemoryConfigurationError):
+            await only_working.recent(ALICE)
+        with pytest.raises(MemoryConfigurationError):
+            await only_working.search(ALICE, "x")
+
+    async def test_erase_user(self, manager: MemoryManager) -> None:
+        await manager.append(ALICE, ConversationMessage(role="user", content="erase me"))
+        await manager.update(ALICE, {"k": "erase me"})
+        await manager.save(ALICE, Memory(content="erase me fact"))
+        await manager.save(BOB, Memory(content="keep bob fact"))
+        receipt = await manager.erase("t1", user_id="alice")
+        assert receipt.short_term == 1 and receipt.working == 1 and receipt.long_term == 1
+        assert await manager.recent(ALICE) == []
+        assert await manager.scratch(ALICE) == {}
+        assert await manager.search(ALICE, "erase") == []
+        assert [m.content for m in await manager.search(BOB, "bob")] == ["keep bob fact"]

@@ -1,0 +1,1 @@
+"""The three tiers: short-term turns, working scratch state, long-term memories."""

@@ -1,0 +1,244 @@
+"""In-process stores for applications' own unit tests (no database).
+
+They follow the same contracts as the PostgreSQL stores, including scope
+visibility, dedup by content hash and TTL expiry, and pass the same
+conformance suite (``harbor_pg.testing``). Process-local; nothing survives a
+restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from harbor_pg.owner import SCOPE_OWNER_FIELDS, MemoryOwner
+from harbor_pg.records import (
+    ConversationMessage,
+    Memory,
+    MemoryType,
+    content_hash,
+    normalize_content,
+)
+from harbor_pg.tiers.base import SaveResult
+
+__all__ = ["InMemoryLongTermStore", "InMemoryShortTermStore", "InMemoryWorkingStore"]
+
+_KEY = ("tenant_id", "project_id", "user_id", "session_id", "run_id")
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class InMemoryShortTermStore:
+    """Conversation turns in a dict keyed by (tenant, user, session)."""
+
+    def __init__(self) -> None:
+        self._turns: dict[tuple[str, str, str], list[ConversationMessage]] = {}
+        self._ids = itertools.count(1)
+
+    @staticmethod
+    def _key(owner: MemoryOwner) -> tuple[str, str, str]:
+        owner.require_scope("session")
+        return (owner.tenant_id, owner.user_id or "", owner.session_id or "")
+
+    async def append(self, owner: MemoryOwner, message: ConversationMessage) -> ConversationMessage:
+        stored = message.model_copy(update={"id": next(self._ids), "created_at": _now()})
+        self._turns.setdefault(self._key(owner), []).append(stored)
+        return stored
+
+    async def recent(self, owner: MemoryOwner, limit: int) -> list[ConversationMessage]:
+        turns = self._turns.get(self._key(owner), [])
+        return list(turns[-limit:]) if limit > 0 else []
+
+    async def after(
+        self, owner: MemoryOwner, after_id: int, limit: int, before_id: int | None = None
+    ) -> list[ConversationMessage]:
+        turns = [
+            t
+            for t in self._turns.get(self._key(owner), [])
+            if (t.id or 0) > after_id and (before_id is None or (t.id or 0) < before_id)
+        ]
+        return turns[:limit]
+
+    async def count(self, owner: MemoryOwner) -> int:
+        return len(self._turns.get(self._key(owner), []))
+
+    async def clear(self, owner: MemoryOwner) -> int:
+        return len(self._turns.pop(self._key(owner), []))
+
+    def erase(self, tenant_id: str, user_id: str | None, session_id: str | None) -> int:
+        n = 0
+        for key in list(self._turns):
+            if (
+                key[0] == tenant_id
+                and (user_id is None or key[1] == user_id)
+                and (session_id is None or key[2] == session_id)
+            ):
+                n += len(self._turns.pop(key))
+        return n
+
+
+class InMemoryWorkingStore:
+    """Scratch state per run with a monotonic-clock TTL."""
+
+    def __init__(self) -> None:
+        self._state: dict[tuple[str, ...], tuple[dict[str, Any], float | None]] = {}
+        self._lock = asyncio.Lock()
+
+    @staticmethod
+    def _key(owner: MemoryOwner) -> tuple[str, ...]:
+        owner.require_scope("run")
+        return tuple(getattr(owner, f) or "" for f in _KEY)
+
+    def _live(self, key: tuple[str, ...]) -> dict[str, Any] | None:
+        entry = self._state.get(key)
+        if entry is None:
+            return None
+        state, expires = entry
+        if expires is not None and time.monotonic() >= expires:
+            return None
+        return state
+
+    async def get(self, owner: MemoryOwner) -> dict[str, Any]:
+        return dict(self._live(self._key(owner)) or {})
+
+    async def update(
+        self, owner: MemoryOwner, state: dict[str, Any], ttl_seconds: float | None
+    ) -> dict[str, Any]:
+        async with self._lock:
+            key = self._key(owner)
+            merged = {**(self._live(key) or {}), **state}
+            expires = None if ttl_seconds is None else time.monotonic() + ttl_seconds
+            self._state[key] = (merged, expires)
+            return dict(merged)
+
+    async def clear(self, owner: MemoryOwner) -> int:
+        return 1 if self._state.pop(self._key(owner), None) is not None else 0
+
+    async def purge_expired(self) -> int:
+        dead = [k for k in self._state if self._live(k) is None]
+        for k in dead:
+            del self._state[k]
+        return len(dead)
+
+    def erase(self, tenant_id: str, user_id: str | None, session_id: str | None) -> int:
+        dead = [
+            k
+            for k in self._state
+            if k[0] == tenant_id
+            and (user_id is None or k[2] == user_id)
+            and (session_id is None or k[3] == session_id)
+        ]
+        for k in dead:
+            del self._state[k]
+        return len(dead)
+
+
+def _visible(memory: Memory, owner: MemoryOwner) -> bool:
+    if memory.tenant_id not in ("", owner.tenant_id):
+        return False
+    for field in SCOPE_OWNER_FIELDS[memory.scope]:
+        mine = getattr(owner, field) or ""
+        if field == "project_id" and memory.scope.value == "project" and not mine:
+            return False
+        if getattr(memory, field) != mine:
+            return False
+    return True
+
+
+class InMemoryLongTermStore:
+    """Memories in a list; same visibility, dedup and validity rules as PostgreSQL."""
+
+    def __init__(self) -> None:
+        self._rows: dict[str, Memory] = {}
+        self._lock = asyncio.Lock()
+
+    async def save(
+        self,
+        owner: MemoryOwner,
+        memory: Memory,
+        embedding: Sequence[float] | None = None,
+        model_id: str | None = None,
+    ) -> SaveResult:
+        key = owner.key(memory.scope)
+        digest = memory.content_hash or content_hash(memory.scope, memory.content)
+        now = _now()
+        async with self._lock:
+            for row in self._rows.values():
+                if (
+                    row.content_hash == digest
+                    and row.scope == memory.scope
+                    and all(getattr(row, f) == v for f, v in key.items())
+                    and row.is_valid_at(now)
+                ):
+                    return SaveResult(memory=row, created=False)
+            stored = memory.model_copy(
+                update={
+                    **key,
+                    "id": memory.id or str(uuid.uuid4()),
+                    "principal_id": owner.principal_id or "",
+                    "content_hash": digest,
+                    "valid_from": memory.valid_from or now,
+                    "created_at": now,
+                    "updated_at": now,
+                }
+            )
+            self._rows[stored.id or ""] = stored
+            return SaveResult(memory=stored, created=True)
+
+    async def get(self, owner: MemoryOwner, memory_id: str) -> Memory | None:
+        row = self._rows.get(memory_id)
+        return row if row is not None and _visible(row, owner) else None
+
+    async def search(
+        self, owner: MemoryOwner, query: str, *, limit: int = 10, as_of: datetime | None = None
+    ) -> list[Memory]:
+        if not query.strip():
+            return []
+        when = as_of or _now()
+        terms = set(normalize_content(query).split())
+        needle = normalize_content(query)
+        scored: list[tuple[float, Memory]] = []
+        for row in self._rows.values():
+            if not _visible(row, owner) or not row.is_valid_at(when):
+                continue
+            if row.memory_type is MemoryType.SUMMARY:
+                continue
+            words = set(normalize_content(row.content).split())
+            overlap = len(terms & words)
+            if overlap or needle in normalize_content(row.content):
+                scored.append((overlap + row.importance / 10, row))
+        scored.sort(key=lambda p: -p[0])
+        return [m for _s, m in scored[:limit]]
+
+    async def delete(self, owner: MemoryOwner, memory_id: str) -> bool:
+        row = self._rows.get(memory_id)
+        if row is None or not _visible(row, owner) or row.scope.value in ("tenant", "global"):
+            return False
+        del self._rows[memory_id]
+        return True
+
+    def erase(
+        self, tenant_id: str, user_id: str | None, session_id: str | None, principal_id: str | None
+    ) -> int:
+        dead = [
+            k
+            for k, m in self._rows.items()
+            if m.tenant_id == tenant_id
+            and (user_id is None or m.user_id == user_id)
+            and (
+                session_id is None
+                or m.session_id == session_id
+                or m.source_session_id == session_id
+            )
+            and (principal_id is None or m.principal_id == principal_id)
+        ]
+        for k in dead:
+            del self._rows[k]
+        return len(dead)

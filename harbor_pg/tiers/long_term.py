@@ -1,0 +1,163 @@
+"""Long-term tier: durable, add-only memories in PostgreSQL."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from harbor_pg.db.connection import Connection, Database
+from harbor_pg.db.sqlfiles import query
+from harbor_pg.errors import MemoryValidationError
+from harbor_pg.owner import MemoryOwner, MemoryScope
+from harbor_pg.records import Memory, content_hash
+from harbor_pg.tiers.base import SaveResult
+
+__all__ = ["ELEVATED_SCOPES", "PostgresLongTermStore", "memory_from_row", "memory_params"]
+
+#: Scopes only the elevated role may write.
+ELEVATED_SCOPES = frozenset({MemoryScope.TENANT, MemoryScope.GLOBAL})
+
+
+def memory_from_row(row: dict[str, Any]) -> Memory:
+    data = {k: v for k, v in row.items() if k in Memory.model_fields}
+    data["importance"] = float(data.get("importance", 0.5))
+    return Memory.model_validate(data)
+
+
+def memory_params(owner: MemoryOwner, memory: Memory) -> dict[str, Any]:
+    """Named parameters of ``insert_memory`` for ``memory`` saved by ``owner``."""
+    key = owner.key(memory.scope)
+    return {
+        **key,
+        "id": memory.id,
+        "scope": memory.scope.value,
+        "principal_id": "" if memory.scope in ELEVATED_SCOPES else (owner.principal_id or ""),
+        "memory_type": memory.memory_type.value,
+        "importance": memory.importance,
+        "content": memory.content,
+        "content_hash": memory.content_hash or content_hash(memory.scope, memory.content),
+        "context": memory.context,
+        "entity_ids": list(memory.entity_ids),
+        "source": memory.source,
+        "sensitivity": memory.sensitivity.value,
+        "source_session_id": memory.source_session_id,
+        "source_message_ids": list(memory.source_message_ids),
+        "metadata": Jsonb(memory.metadata),
+        "valid_from": memory.valid_from,
+    }
+
+
+def check_vector(embedding: Sequence[float]) -> list[float]:
+    values = [float(x) for x in embedding]
+    if not values:
+        raise MemoryValidationError("embedding is empty")
+    if not all(math.isfinite(x) for x in values):
+        raise MemoryValidationError("embedding contains NaN or infinity")
+    return values
+
+
+class PostgresLongTermStore:
+    """Memories in ``harbor.memories`` (+ ``harbor.memory_embeddings``)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def save(
+        self,
+        owner: MemoryOwner,
+        memory: Memory,
+        embedding: Sequence[float] | None = None,
+        model_id: str | None = None,
+    ) -> SaveResult:
+        params = memory_params(owner, memory)
+        vector = check_vector(embedding) if embedding is not None else None
+        if vector is not None and not model_id:
+            raise MemoryValidationError("an embedding needs the model_id that produced it")
+        admin = memory.scope in ELEVATED_SCOPES
+        async with self.db.transaction(owner, admin=admin) as conn:
+            result = await self.save_in(conn, params)
+            if result[1] and vector is not None:
+                await self.insert_embedding(
+                    conn,
+                    owner.tenant_id if memory.scope is not MemoryScope.GLOBAL else "",
+                    result[0],
+                    vector,
+                    model_id or "",
+                )
+            row = await (
+                await conn.execute(
+                    query("get_memory"), {"tenant_id": owner.tenant_id, "id": result[0]}
+                )
+            ).fetchone()
+        assert row is not None
+        return SaveResult(memory=memory_from_row(row), created=result[1])
+
+    @staticmethod
+    async def save_in(conn: Connection, params: dict[str, Any]) -> tuple[str, bool]:
+        """Insert, or find the currently valid duplicate: (id, created)."""
+        row = await (await conn.execute(query("insert_memory"), params)).fetchone()
+        if row is not None:
+            return str(row["id"]), True
+        dup = await (await conn.execute(query("find_current_duplicate"), params)).fetchone()
+        if dup is None:  # pragma: no cover - the conflict was with a row we cannot see
+            raise MemoryValidationError("a conflicting memory exists that this caller cannot see")
+        return str(dup["id"]), False
+
+    @staticmethod
+    async def insert_embedding(
+        conn: Connection, tenant_id: str, memory_id: str, vector: list[float], model_id: str
+    ) -> None:
+        await conn.execute(
+            query("insert_embedding"),
+            {
+                "tenant_id": tenant_id,
+                "memory_id": memory_id,
+                "model_id": model_id,
+                "dims": len(vector),
+                "embedding": "[" + ",".join(repr(x) for x in vector) + "]",
+            },
+        )
+
+    async def get(self, owner: MemoryOwner, memory_id: str) -> Memory | None:
+        async with self.db.transaction(owner) as conn:
+            row = await (
+                await conn.execute(
+                    query("get_memory"), {"tenant_id": owner.tenant_id, "id": memory_id}
+                )
+            ).fetchone()
+        return memory_from_row(row) if row else None
+
+    async def search(
+        self,
+        owner: MemoryOwner,
+        query_text: str,
+        *,
+        limit: int = 10,
+        as_of: datetime | None = None,
+    ) -> list[Memory]:
+        if not query_text.strip():
+            return []
+        async with self.db.transaction(owner) as conn:
+            rows = await (
+                await conn.execute(
+                    query("search_memories"),
+                    {
+                        "tenant_id": owner.tenant_id,
+                        "query": query_text[:20000],
+                        "as_of": as_of,
+                        "limit": limit,
+                    },
+                )
+            ).fetchall()
+        return [memory_from_row(r) for r in rows]
+
+    async def delete(self, owner: MemoryOwner, memory_id: str) -> bool:
+        async with self.db.transaction(owner) as conn:
+            cur = await conn.execute(
+                query("delete_memory"), {"tenant_id": owner.tenant_id, "id": memory_id}
+            )
+            return cur.rowcount > 0

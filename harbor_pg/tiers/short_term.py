@@ -1,0 +1,91 @@
+"""Short-term tier: conversation turns in PostgreSQL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from harbor_pg.db.connection import Database
+from harbor_pg.db.sqlfiles import query
+from harbor_pg.owner import MemoryOwner
+from harbor_pg.records import ConversationMessage
+
+__all__ = ["PostgresShortTermStore", "message_from_row", "session_key"]
+
+
+def session_key(owner: MemoryOwner) -> dict[str, Any]:
+    """The SESSION key of ``owner`` (tenant, user, session)."""
+    owner.require_scope("session")
+    return {"tenant_id": owner.tenant_id, "user_id": owner.user_id, "session_id": owner.session_id}
+
+
+def message_from_row(row: dict[str, Any]) -> ConversationMessage:
+    return ConversationMessage(
+        id=row["id"],
+        role=row["role"],
+        content=row["content"],
+        name=row["name"],
+        tool_calls=row["tool_calls"] or [],
+        tool_call_id=row["tool_call_id"],
+        metadata=row["metadata"] or {},
+        created_at=row["created_at"],
+    )
+
+
+class PostgresShortTermStore:
+    """Conversation turns kept in ``harbor.messages`` under row-level security."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def append(self, owner: MemoryOwner, message: ConversationMessage) -> ConversationMessage:
+        from harbor_pg.context.tokens import approximate_tokens
+
+        params = {
+            **session_key(owner),
+            "project_id": owner.project_id or "",
+            "principal_id": owner.principal_id or "",
+            "role": message.role,
+            "content": message.content,
+            "name": message.name,
+            "tool_calls": Jsonb(message.tool_calls),
+            "tool_call_id": message.tool_call_id,
+            "metadata": Jsonb(message.metadata),
+            "token_estimate": approximate_tokens(message.content),
+        }
+        async with self.db.transaction(owner) as conn:
+            row = await (await conn.execute(query("append_message"), params)).fetchone()
+        assert row is not None
+        return message.model_copy(update={"id": row["id"], "created_at": row["created_at"]})
+
+    async def recent(self, owner: MemoryOwner, limit: int) -> list[ConversationMessage]:
+        async with self.db.transaction(owner) as conn:
+            cur = await conn.execute(
+                query("recent_messages"), {**session_key(owner), "limit": limit}
+            )
+            rows = await cur.fetchall()
+        return [message_from_row(r) for r in rows]
+
+    async def after(
+        self, owner: MemoryOwner, after_id: int, limit: int, before_id: int | None = None
+    ) -> list[ConversationMessage]:
+        params = {
+            **session_key(owner),
+            "after_id": after_id,
+            "before_id": before_id,
+            "limit": limit,
+        }
+        async with self.db.transaction(owner) as conn:
+            rows = await (await conn.execute(query("messages_after"), params)).fetchall()
+        return [message_from_row(r) for r in rows]
+
+    async def count(self, owner: MemoryOwner) -> int:
+        async with self.db.transaction(owner) as conn:
+            row = await (await conn.execute(query("count_messages"), session_key(owner))).fetchone()
+        return int(row["n"]) if row else 0
+
+    async def clear(self, owner: MemoryOwner) -> int:
+        async with self.db.transaction(owner) as conn:
+            cur = await conn.execute(query("clear_messages"), session_key(owner))
+            return cur.rowcount

@@ -1,0 +1,63 @@
+"""Working tier: per-run scratch state with a TTL, in PostgreSQL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from harbor_pg.db.connection import Database
+from harbor_pg.db.sqlfiles import query
+from harbor_pg.owner import MemoryOwner
+
+__all__ = ["PostgresWorkingStore", "run_key"]
+
+
+def run_key(owner: MemoryOwner) -> dict[str, Any]:
+    """The RUN key of ``owner``."""
+    owner.require_scope("run")
+    return {
+        "tenant_id": owner.tenant_id,
+        "project_id": owner.project_id or "",
+        "user_id": owner.user_id,
+        "session_id": owner.session_id,
+        "run_id": owner.run_id,
+    }
+
+
+class PostgresWorkingStore:
+    """Scratch state in ``harbor.working_state``; expiry decided by the read policy."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def get(self, owner: MemoryOwner) -> dict[str, Any]:
+        async with self.db.transaction(owner) as conn:
+            row = await (await conn.execute(query("scratch"), run_key(owner))).fetchone()
+        return dict(row["state"]) if row else {}
+
+    async def update(
+        self, owner: MemoryOwner, state: dict[str, Any], ttl_seconds: float | None
+    ) -> dict[str, Any]:
+        params = {
+            **run_key(owner),
+            "principal_id": owner.principal_id or "",
+            "state": Jsonb(state),
+            "ttl_seconds": ttl_seconds,
+        }
+        async with self.db.transaction(owner) as conn:
+            await conn.execute(query("lock_run"), params)
+            row = await (await conn.execute(query("update_working"), params)).fetchone()
+        assert row is not None
+        return dict(row["state"])
+
+    async def clear(self, owner: MemoryOwner) -> int:
+        async with self.db.transaction(owner) as conn:
+            cur = await conn.execute(query("clear_working"), run_key(owner))
+            return cur.rowcount
+
+    async def purge_expired(self) -> int:
+        """Reclaim expired rows (runs as the elevated role)."""
+        async with self.db.transaction(None, admin=True) as conn:
+            row = await (await conn.execute(query("purge_working_state"))).fetchone()
+        return int(row["purged"]) if row else 0

@@ -1,0 +1,99 @@
+-- name: insert_memory
+-- Insert a memory; nothing when a currently valid duplicate exists (exclusion constraint).
+insert into harbor.memories (tenant_id, id, scope, project_id, user_id, session_id, run_id,
+                             principal_id, memory_type, importance, content, content_hash,
+                             context, entity_ids, source, sensitivity, source_session_id,
+                             source_message_ids, metadata, valid)
+values (%(tenant_id)s::text, coalesce(%(id)s::text, (pg_catalog.gen_random_uuid())::text),
+        %(scope)s::harbor.memory_scope, %(project_id)s::text, %(user_id)s::text,
+        %(session_id)s::text, %(run_id)s::text, %(principal_id)s::text,
+        %(memory_type)s::harbor.memory_type, %(importance)s::real, %(content)s::text,
+        %(content_hash)s::text, %(context)s::text, %(entity_ids)s::text[], %(source)s::text,
+        %(sensitivity)s::harbor.sensitivity, %(source_session_id)s::text,
+        %(source_message_ids)s::text[], %(metadata)s::jsonb,
+        tstzrange(coalesce(%(valid_from)s::timestamptz, pg_catalog.now()), null, '[)'))
+on conflict do nothing
+returning id
+
+-- name: find_current_duplicate
+-- The currently valid memory with the same owner key and content hash.
+select id from harbor.memories m
+ where m.tenant_id = %(tenant_id)s::text and m.scope = %(scope)s::harbor.memory_scope
+   and m.project_id = %(project_id)s::text and m.user_id = %(user_id)s::text
+   and m.session_id = %(session_id)s::text and m.run_id = %(run_id)s::text
+   and m.content_hash = %(content_hash)s::text
+   and m.valid @> pg_catalog.now()
+ limit 1
+
+-- name: insert_embedding
+-- Store one memory's vector for one model (owner key copied from the memory).
+insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims, embedding, scope,
+                                      project_id, user_id, session_id, run_id)
+select m.tenant_id, m.id, %(model_id)s::text, %(dims)s::integer, %(embedding)s::public.vector,
+       m.scope, m.project_id, m.user_id, m.session_id, m.run_id
+  from harbor.memories m
+ where m.tenant_id = %(tenant_id)s::text and m.id = %(memory_id)s::text
+on conflict (tenant_id, memory_id, model_id) do nothing
+
+-- name: get_memory
+-- One memory by id, if the caller may see it.
+select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, m.user_id,
+       m.session_id, m.run_id, m.memory_type::text as memory_type, m.content, m.content_hash,
+       m.importance, m.entity_ids, m.source, m.sensitivity::text as sensitivity,
+       lower(m.valid) as valid_from, upper(m.valid) as invalid_at, m.superseded_by,
+       m.source_session_id, m.source_message_ids, m.metadata, m.context, m.created_at,
+       m.updated_at
+  from harbor.memories m
+ where m.tenant_id = any (array['', %(tenant_id)s::text]) and m.id = %(id)s::text
+
+-- name: delete_memory
+-- Delete one of the caller's own memories (its embeddings go with it).
+delete from harbor.memories m
+ where m.tenant_id = %(tenant_id)s::text and m.id = %(id)s::text
+returning m.id
+
+-- name: supersede_memory
+-- Close a currently valid memory's interval and link its successor.
+update harbor.memories m
+   set valid = tstzrange(lower(m.valid), greatest(pg_catalog.now(), lower(m.valid) + interval '1 microsecond'), '[)'),
+       superseded_by = %(successor_id)s::text
+ where m.tenant_id = %(tenant_id)s::text and m.id = %(id)s::text
+   and upper_inf(m.valid)
+returning m.id
+
+-- name: count_tiers
+-- Row counts per tier visible to the caller (admin: the whole tenant).
+select (select count(*) from harbor.messages) as short_term,
+       (select count(*) from harbor.working_state) as working,
+       (select count(*) from harbor.memories) as long_term,
+       (select count(*) from harbor.memory_embeddings) as embeddings
+
+-- name: erase
+-- Right to erasure in the caller's tenant (elevated role): counts per tier.
+select tier, deleted from harbor.erase(%(user_id)s::text, %(session_id)s::text,
+                                       %(principal_id)s::text)
+
+-- name: apply_retention
+-- Delete the tenant's memories past an age, optionally per scope / sensitivity.
+select harbor.apply_retention(make_interval(secs => %(max_age_seconds)s::double precision),
+                              %(scope)s::harbor.memory_scope,
+                              %(min_sensitivity)s::harbor.sensitivity,
+                              %(include_summaries)s::boolean) as deleted
+
+-- name: search_memories
+-- Lexical search (OR semantics) with a substring fallback, valid at as_of; no summaries.
+select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, m.user_id,
+       m.session_id, m.run_id, m.memory_type::text as memory_type, m.content, m.content_hash,
+       m.importance, m.entity_ids, m.source, m.sensitivity::text as sensitivity,
+       lower(m.valid) as valid_from, upper(m.valid) as invalid_at, m.superseded_by,
+       m.source_session_id, m.source_message_ids, m.metadata, m.context, m.created_at,
+       m.updated_at
+  from harbor.memories m,
+       (select harbor.or_tsquery(%(query)s::text) as tsq) q
+ where m.tenant_id = any (array['', %(tenant_id)s::text])
+   and m.valid @> coalesce(%(as_of)s::timestamptz, pg_catalog.now())
+   and m.memory_type <> 'summary'
+   and (m.fts @@ q.tsq
+        or pg_catalog.strpos(pg_catalog.lower(m.content), pg_catalog.lower(%(query)s::text)) > 0)
+ order by pg_catalog.ts_rank_cd(m.fts, q.tsq) desc, m.importance desc, lower(m.valid) desc
+ limit %(limit)s::integer

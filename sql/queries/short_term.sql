@@ -1,0 +1,41 @@
+-- name: append_message
+-- Append one turn to the caller's session; returns its id and timestamp.
+insert into harbor.messages (tenant_id, user_id, session_id, project_id, principal_id, role,
+                             content, name, tool_calls, tool_call_id, metadata, token_estimate)
+values (%(tenant_id)s::text, %(user_id)s::text, %(session_id)s::text, %(project_id)s::text,
+        %(principal_id)s::text, %(role)s::harbor.message_role, %(content)s::text, %(name)s::text,
+        %(tool_calls)s::jsonb, %(tool_call_id)s::text, %(metadata)s::jsonb,
+        %(token_estimate)s::integer)
+returning id, created_at
+
+-- name: recent_messages
+-- The newest turns of the caller's session, oldest first.
+select id, role::text as role, content, name, tool_calls, tool_call_id, metadata, created_at
+  from (select * from harbor.messages m
+         where m.tenant_id = %(tenant_id)s::text and m.user_id = %(user_id)s::text
+           and m.session_id = %(session_id)s::text
+         order by m.id desc
+         limit %(limit)s::integer) newest
+ order by id
+
+-- name: messages_after
+-- A page of the session's turns after a cursor id, oldest first (summary catch-up).
+select id, role::text as role, content, name, tool_calls, tool_call_id, metadata, created_at
+  from harbor.messages m
+ where m.tenant_id = %(tenant_id)s::text and m.user_id = %(user_id)s::text
+   and m.session_id = %(session_id)s::text and m.id > %(after_id)s::bigint
+   and (%(before_id)s::bigint is null or m.id < %(before_id)s::bigint)
+ order by m.id
+ limit %(limit)s::integer
+
+-- name: count_messages
+-- How many turns the caller's session holds.
+select count(*) as n from harbor.messages m
+ where m.tenant_id = %(tenant_id)s::text and m.user_id = %(user_id)s::text
+   and m.session_id = %(session_id)s::text
+
+-- name: clear_messages
+-- Delete every turn of the caller's session.
+delete from harbor.messages m
+ where m.tenant_id = %(tenant_id)s::text and m.user_id = %(user_id)s::text
+   and m.session_id = %(session_id)s::text

@@ -1,0 +1,112 @@
+"""Erasure leaves no trace of the erased text in any table."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from harbor_pg.db.connection import Database
+from harbor_pg.errors import MemoryValidationError
+from harbor_pg.manager import MemoryManager
+from harbor_pg.owner import MemoryOwner
+from harbor_pg.records import ConversationMessage, Memory
+from tests.conftest import PgDatabase
+
+SECRET = "zebra-umbrella-7731"
+ALICE = MemoryOwner(tenant_id="t1", principal_id="alice", session_id="s1", run_id="r1")
+ALICE_S2 = MemoryOwner(tenant_id="t1", principal_id="alice", session_id="s2", run_id="r1")
+BOB = MemoryOwner(tenant_id="t1", principal_id="bob", session_id="s1", run_id="r1")
+
+
+def tables_containing(db: PgDatabase, needle: str) -> list[str]:
+    found = []
+    with psycopg.connect(db.superuser_url) as conn:
+        tables = conn.execute(
+            "select format('%I.%I', schemaname, tablename) from pg_tables"
+            " where schemaname not in ('pg_catalog', 'information_schema')"
+        ).fetchall()
+        for (table,) in tables:
+            row = conn.execute(
+                f"select count(*) from {table} t where to_jsonb(t)::text like %s",
+                (f"%{needle}%",),
+            ).fetchone()
+            if row and row[0]:
+                found.append(table)
+    return found
+
+
+async def fill(manager: MemoryManager, owner: MemoryOwner, text: str) -> None:
+    await manager.append(owner, ConversationMessage(role="user", content=f"my code is {text}"))
+    await manager.update(owner, {"note": text}, ttl_seconds=3600)
+    await manager.save(
+        owner,
+        Memory(content=f"Alice's code is {text}"),
+        embedding=[1.0, 0.0, 0.0],
+        model_id="test-3d",
+    )
+    await manager.save(owner, Memory(content=f"session note {text}", scope="session"))
+
+
+async def test_erase_user_removes_every_trace(database: Database, fresh_db: PgDatabase) -> None:
+    manager = MemoryManager.from_database(database)
+    await fill(manager, ALICE, SECRET)
+    await fill(manager, ALICE_S2, SECRET + "-s2")
+    await fill(manager, BOB, "bob-keeps-this")
+    assert set(tables_containing(fresh_db, SECRET)) >= {
+        "harbor.messages",
+        "harbor.working_state",
+        "harbor.memories",
+    }
+    receipt = await manager.erase("t1", user_id="alice")
+    assert (receipt.short_term, receipt.working, receipt.long_term, receipt.embeddings) == (
+        2,
+        2,
+        4,
+        2,
+    )
+    assert tables_containing(fresh_db, SECRET) == []
+    assert tables_containing(fresh_db, "bob-keeps-this") != []
+
+
+async def test_erase_one_session(database: Database, fresh_db: PgDatabase) -> None:
+    manager = MemoryManager.from_database(database)
+    await fill(manager, ALICE, SECRET)
+    await fill(manager, ALICE_S2, "other-session-stays")
+    receipt = await manager.erase("t1", user_id="alice", session_id="s1")
+    assert receipt.short_term == 1 and receipt.working == 1 and receipt.long_term == 1
+    assert [m.content for m in await manager.recent(ALICE_S2)] == ["my code is other-session-stays"]
+    assert tables_containing(fresh_db, "session note " + SECRET) == []
+
+
+async def test_erase_agent_memories(database: Database, fresh_db: PgDatabase) -> None:
+    manager = MemoryManager.from_database(database)
+    bot = MemoryOwner(
+        tenant_id="t1", principal_id="support-bot", user_id="carol", session_id="s1", run_id="r1"
+    )
+    await fill(manager, bot, SECRET)
+    await fill(manager, BOB, "bob-keeps-this")
+    receipt = await manager.erase_agent_memories("t1", "support-bot")
+    assert receipt.long_term == 2
+    assert tables_containing(fresh_db, SECRET) == []
+
+
+async def test_erase_needs_a_subject(database: Database) -> None:
+    manager = MemoryManager.from_database(database)
+    with pytest.raises(MemoryValidationError):
+        await manager.erase("t1")
+
+
+async def test_retention_and_purge(database: Database, fresh_db: PgDatabase) -> None:
+    manager = MemoryManager.from_database(database)
+    await manager.inject_memory(ALICE, "old pii fact", sensitivity="pii")
+    await manager.inject_memory(ALICE, "old plain fact")
+    assert await manager.apply_retention("t1", max_age_seconds=3600) == 0
+    assert await manager.apply_retention("t1", max_age_seconds=0, min_sensitivity="pii") == 1
+    assert [m.content for m in await manager.search(ALICE, "old fact")] == ["old plain fact"]
+    await manager.update(ALICE, {"x": 1}, ttl_seconds=0.01)
+    import asyncio
+
+    await asyncio.sleep(0.05)
+    assert await manager.purge_working_state() == 1
+    with psycopg.connect(fresh_db.superuser_url) as conn:
+        assert conn.execute("select count(*) from harbor.working_state").fetchone() == (0,)
