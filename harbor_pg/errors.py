@@ -19,7 +19,7 @@ __all__ = [
 ]
 
 
-class MemoryError(Exception):  # noqa: A001 - the seed's public name
+class MemoryError(Exception):
     """Base class of every error harbor-pg raises on purpose."""
 
 

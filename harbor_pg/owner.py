@@ -119,7 +119,12 @@ class MemoryOwner(BaseModel):
             raise MemoryScopeError(f"invalid MemoryOwner: {_first_error(exc)}") from None
 
     @field_validator(
-        "tenant_id", "project_id", "principal_id", "user_id", "session_id", "run_id",
+        "tenant_id",
+        "project_id",
+        "principal_id",
+        "user_id",
+        "session_id",
+        "run_id",
         mode="before",
     )
     @classmethod
@@ -157,9 +162,7 @@ class MemoryOwner(BaseModel):
         scope = MemoryScope(scope)
         missing = [f for f in _REQUIRED_FIELDS[scope] if getattr(self, f) is None]
         if missing:
-            raise MemoryScopeError(
-                f"scope {scope.value!r} needs owner fields {', '.join(missing)}"
-            )
+            raise MemoryScopeError(f"scope {scope.value!r} needs owner fields {', '.join(missing)}")
 
     def narrowed(self, scope: MemoryScope | str) -> MemoryOwner:
         """This owner reduced to exactly the fields ``scope`` keys on."""

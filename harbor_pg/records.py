@@ -60,8 +60,17 @@ class Sensitivity(enum.StrEnum):
 
 
 CANONICAL_SOURCES: frozenset[str] = frozenset(
-    {"user", "assistant", "tool", "summary", "injected", "extracted", "reflection",
-     "imported", "unknown"}
+    {
+        "user",
+        "assistant",
+        "tool",
+        "summary",
+        "injected",
+        "extracted",
+        "reflection",
+        "imported",
+        "unknown",
+    }
 )
 _NAMESPACED_SOURCE = re.compile(r"^tool:[A-Za-z0-9_.\-/]{1,100}$")
 

@@ -61,6 +61,7 @@ class ServerInfo:
     admin_url: str
     owner_url: str
     embedded: Path | None = None
+    superuser_url: str | None = None
 
 
 def redact(url: str) -> str:
@@ -229,6 +230,7 @@ def resolve_server(
             admin_url=_with(base, user=ADMIN_ROLE),
             owner_url=_with(base, user=OWNER_ROLE),
             embedded=(data_dir or default_data_dir()).expanduser().resolve(),
+            superuser_url=base,
         )
     check_server(url)
     with psycopg.connect(url, autocommit=True) as conn:
@@ -239,4 +241,7 @@ def resolve_server(
             conn.execute("create extension if not exists vector")
             conn.execute("create extension if not exists btree_gist")
             _grant_database(conn, conn.info.dbname)
-    return ServerInfo(app_url=url, admin_url=admin_url or url, owner_url=url)
+    return ServerInfo(
+        app_url=url, admin_url=admin_url or url, owner_url=url,
+        superuser_url=url if row and row[0] else None,
+    )

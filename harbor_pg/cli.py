@@ -1,0 +1,147 @@
+"""The ``harbor-pg`` command line: up, migrate, status, demo."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from harbor_pg.errors import MemoryError
+
+__all__ = ["main"]
+
+
+def _server(args: argparse.Namespace) -> Any:
+    from harbor_pg.db import server
+
+    return server.resolve_server(
+        args.database_url, data_dir=Path(args.data_dir) if args.data_dir else None
+    )
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    """Start the embedded server (or check HARBOR_DATABASE_URL), migrate, print the URL."""
+    from harbor_pg.db import migrate, server
+
+    t0 = time.perf_counter()
+    info = _server(args)
+    migrate.upgrade(info.owner_url)
+    took = time.perf_counter() - t0
+    where = f"embedded server in {info.embedded}" if info.embedded else "external server"
+    print(f"harbor-pg is up ({where}, schema at {migrate.head_revision()}, {took:.2f}s)")
+    print(f"application URL: {server.redact(info.app_url)}")
+    print(f"elevated URL:    {server.redact(info.admin_url)}")
+    print("connect with psql and run: select harbor.set_identity('tenant', principal_id => 'me');")
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    """Apply the migrations up to a revision (default: the newest)."""
+    from harbor_pg.db import migrate
+
+    info = _server(args)
+    before = migrate.current_revision(info.owner_url)
+    if args.revision in ("base",) or (args.revision != "head" and args.downgrade):
+        migrate.downgrade(info.owner_url, args.revision)
+    else:
+        migrate.upgrade(info.owner_url, args.revision)
+    after = migrate.current_revision(info.owner_url)
+    print(f"schema revision: {before or 'none'} -> {after or 'none'}")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """Print the server, the schema revision and row counts per tier."""
+    import psycopg
+
+    from harbor_pg.db import migrate, server
+
+    info = _server(args)
+    url = info.superuser_url or info.app_url
+    with psycopg.connect(url, autocommit=True) as conn:
+        version = conn.execute("show server_version").fetchone()
+        vector = conn.execute(
+            "select extversion from pg_extension where extname = 'vector'"
+        ).fetchone()
+    current = migrate.current_revision(info.owner_url)
+    head = migrate.head_revision()
+    print(f"server:   PostgreSQL {version[0] if version else '?'}"
+          f" ({'embedded in ' + str(info.embedded) if info.embedded else server.redact(url)})")
+    print(f"pgvector: {vector[0] if vector else 'not installed in this database'}")
+    state = "up to date" if current == head else f"behind (newest is {head}; run harbor-pg migrate)"
+    print(f"schema:   {current or 'not migrated'} - {state}")
+    if current is None:
+        return 1
+    if info.superuser_url is None:
+        print("rows:     (needs a superuser URL to count across tenants)")
+        return 0
+    with psycopg.connect(info.superuser_url, autocommit=True) as conn:
+        counts = conn.execute(
+            "select (select count(*) from harbor.messages), (select count(*) from harbor.working_state),"
+            " (select count(*) from harbor.memories),"
+            " (select count(*) from harbor.memories where upper_inf(valid)),"
+            " (select count(*) from harbor.memory_embeddings)"
+        ).fetchone()
+    assert counts is not None
+    print(f"rows:     short-term {counts[0]}, working {counts[1]}, long-term {counts[2]}"
+          f" ({counts[3]} currently valid), embeddings {counts[4]}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """A short scripted conversation written and read back through the three tiers."""
+    from harbor_pg.demo import run_demo
+
+    return asyncio.run(run_demo(args))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="harbor-pg",
+        description="Scope-aware memory for LLM applications, kept in PostgreSQL. With no "
+        "configuration it runs an embedded PostgreSQL in a data directory.",
+    )
+    parser.add_argument("--database-url", help="use this PostgreSQL instead of the embedded one "
+                        "(default: $HARBOR_DATABASE_URL)")
+    parser.add_argument("--data-dir", help="embedded server data directory "
+                        "(default: $HARBOR_DATA_DIR or the per-user data dir)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    p = sub.add_parser("up", help="start the embedded server, migrate it, print its URL",
+                       description=cmd_up.__doc__)
+    p.set_defaults(func=cmd_up)
+    p = sub.add_parser("migrate", help="apply schema migrations", description=cmd_migrate.__doc__)
+    p.add_argument("--revision", default="head", help="target revision (default: head; "
+                   "'base' removes the schema)")
+    p.add_argument("--downgrade", action="store_true", help="migrate down to --revision")
+    p.set_defaults(func=cmd_migrate)
+    p = sub.add_parser("status", help="server, schema revision, row counts per tier",
+                       description=cmd_status.__doc__)
+    p.set_defaults(func=cmd_status)
+    p = sub.add_parser("demo", help="a scripted conversation through the three tiers",
+                       description=cmd_demo.__doc__)
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``harbor-pg`` command."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args))
+    except MemoryError as exc:
+        print(f"harbor-pg: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

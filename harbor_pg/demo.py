@@ -1,0 +1,90 @@
+"""``harbor-pg demo``: a scripted conversation through the three tiers."""
+
+from __future__ import annotations
+
+import argparse
+import time
+import uuid
+from pathlib import Path
+
+from harbor_pg.manager import MemoryManager
+from harbor_pg.owner import MemoryOwner
+from harbor_pg.records import ConversationMessage
+
+__all__ = ["run_demo"]
+
+SCRIPT = [
+    ("user", "Hi! I'm Dana, I look after the ingest pipeline for the handbook project."),
+    ("assistant", "Nice to meet you, Dana. What are you working on today?"),
+    ("user", "We decided to move the embeddings into Postgres with pgvector."),
+    ("assistant", "Good choice: one database for rows, vectors and access rules."),
+    ("user", "Please keep answers short, I read them on my phone."),
+]
+
+FACTS = [
+    ("Dana owns the ingest pipeline of the handbook project", "user", "fact", 0.8),
+    ("Dana prefers short answers (reads on a phone)", "user", "preference", 0.7),
+    ("The handbook project stores embeddings in Postgres with pgvector", "project", "decision",
+     0.9),
+]
+
+
+def _rule(title: str) -> None:
+    print(f"\n== {title} " + "=" * max(0, 60 - len(title)))
+
+
+async def run_demo(args: argparse.Namespace) -> int:
+    """Write a short conversation, scratch state and memories; read them back."""
+    t0 = time.perf_counter()
+    manager = await MemoryManager.create(
+        database_url=getattr(args, "database_url", None),
+        data_dir=Path(args.data_dir) if getattr(args, "data_dir", None) else None,
+    )
+    session = f"demo-{uuid.uuid4().hex[:8]}"
+    owner = MemoryOwner(tenant_id="acme", project_id="handbook", principal_id="dana",
+                        session_id=session, run_id="run-1")
+    try:
+        where = "embedded PostgreSQL" if manager.database and not getattr(
+            args, "database_url", None) else "PostgreSQL"
+        print(f"harbor-pg demo on {where} (ready in {time.perf_counter() - t0:.2f}s)")
+        print(f"owner: tenant=acme project=handbook user=dana session={session} run=run-1")
+
+        _rule("short-term: conversation turns")
+        for role, text in SCRIPT:
+            await manager.append(owner, ConversationMessage(role=role, content=text))  # type: ignore[arg-type]
+        for m in await manager.recent(owner, limit=12):
+            print(f"  #{m.id:<4} {m.role:<9} {m.content}")
+
+        _rule("working: scratch state for this run (TTL 15 min)")
+        await manager.update(owner, {"step": "retrieval", "candidates": 12}, ttl_seconds=900)
+        state = await manager.update(owner, {"step": "answer"}, ttl_seconds=900)
+        print(f"  {state}")
+
+        _rule("long-term: durable memories")
+        for content, scope, kind, importance in FACTS:
+            res = await manager.inject_memory(owner, content, scope=scope, memory_type=kind,
+                                              importance=importance)
+            again = await manager.inject_memory(owner, content, scope=scope, memory_type=kind,
+                                                importance=importance)
+            print(f"  [{scope:<7} {kind:<10}] {content}"
+                  f"{'' if res.created else '  (already stored)'}"
+                  f"{'  - saved twice, stored once' if not again.created else ''}")
+
+        _rule("snapshot: one round trip, query 'who owns ingest?'")
+        snap = await manager.bound_to(owner).snapshot(owner, query="who owns ingest?",
+                                                      recent_limit=3)
+        print(f"  recent turns : {len(snap.recent)} (last: {snap.recent[-1].content!r})")
+        print(f"  working state: {snap.working_state}")
+        for m in snap.memories:
+            print(f"  memory       : [{m.scope.value}] {m.content}")
+
+        _rule("isolation: another user in the same tenant")
+        other = MemoryOwner(tenant_id="acme", project_id="handbook", principal_id="eve",
+                            session_id=session, run_id="run-1")
+        print(f"  eve sees {len(await manager.recent(other))} of dana's turns, "
+              f"{len(await manager.search(other, 'Dana'))} of dana's user memories, and "
+              f"{len(await manager.search(other, 'pgvector'))} shared project memory")
+        print("\ndone: the rows are in the harbor schema; try `harbor-pg status`.")
+    finally:
+        await manager.close()
+    return 0
