@@ -58,21 +58,22 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     """Print the server, the schema revision and row counts per tier."""
     import psycopg
+    from psycopg.rows import dict_row
 
     from harbor_pg.db import migrate, server
+    from harbor_pg.db.sqlfiles import query
 
     info = _server(args)
     url = info.superuser_url or info.app_url
-    with psycopg.connect(url, autocommit=True) as conn:
-        version = conn.execute("show server_version").fetchone()
-        vector = conn.execute(
-            "select extversion from pg_extension where extname = 'vector'"
-        ).fetchone()
+    with psycopg.connect(url, autocommit=True, row_factory=dict_row) as conn:
+        versions = conn.execute(query("server_versions")).fetchone() or {}
     current = migrate.current_revision(info.owner_url)
     head = migrate.head_revision()
-    print(f"server:   PostgreSQL {version[0] if version else '?'}"
-          f" ({'embedded in ' + str(info.embedded) if info.embedded else server.redact(url)})")
-    print(f"pgvector: {vector[0] if vector else 'not installed in this database'}")
+    print(
+        f"server:   PostgreSQL {versions.get('server_version', '?')}"
+        f" ({'embedded in ' + str(info.embedded) if info.embedded else server.redact(url)})"
+    )
+    print(f"pgvector: {versions.get('vector_version') or 'not installed in this database'}")
     state = "up to date" if current == head else f"behind (newest is {head}; run harbor-pg migrate)"
     print(f"schema:   {current or 'not migrated'} - {state}")
     if current is None:
@@ -80,16 +81,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     if info.superuser_url is None:
         print("rows:     (needs a superuser URL to count across tenants)")
         return 0
-    with psycopg.connect(info.superuser_url, autocommit=True) as conn:
-        counts = conn.execute(
-            "select (select count(*) from harbor.messages), (select count(*) from harbor.working_state),"
-            " (select count(*) from harbor.memories),"
-            " (select count(*) from harbor.memories where upper_inf(valid)),"
-            " (select count(*) from harbor.memory_embeddings)"
-        ).fetchone()
+    with psycopg.connect(info.superuser_url, autocommit=True, row_factory=dict_row) as conn:
+        counts = conn.execute(query("tier_totals")).fetchone()
     assert counts is not None
-    print(f"rows:     short-term {counts[0]}, working {counts[1]}, long-term {counts[2]}"
-          f" ({counts[3]} currently valid), embeddings {counts[4]}")
+    print(
+        f"rows:     short-term {counts['short_term']}, working {counts['working']}, "
+        f"long-term {counts['long_term']} ({counts['current_memories']} currently valid), "
+        f"embeddings {counts['embeddings']}"
+    )
     return 0
 
 
@@ -106,25 +105,39 @@ def build_parser() -> argparse.ArgumentParser:
         description="Scope-aware memory for LLM applications, kept in PostgreSQL. With no "
         "configuration it runs an embedded PostgreSQL in a data directory.",
     )
-    parser.add_argument("--database-url", help="use this PostgreSQL instead of the embedded one "
-                        "(default: $HARBOR_DATABASE_URL)")
-    parser.add_argument("--data-dir", help="embedded server data directory "
-                        "(default: $HARBOR_DATA_DIR or the per-user data dir)")
+    parser.add_argument(
+        "--database-url",
+        help="use this PostgreSQL instead of the embedded one (default: $HARBOR_DATABASE_URL)",
+    )
+    parser.add_argument(
+        "--data-dir",
+        help="embedded server data directory (default: $HARBOR_DATA_DIR or the per-user data dir)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    p = sub.add_parser("up", help="start the embedded server, migrate it, print its URL",
-                       description=cmd_up.__doc__)
+    p = sub.add_parser(
+        "up",
+        help="start the embedded server, migrate it, print its URL",
+        description=cmd_up.__doc__,
+    )
     p.set_defaults(func=cmd_up)
     p = sub.add_parser("migrate", help="apply schema migrations", description=cmd_migrate.__doc__)
-    p.add_argument("--revision", default="head", help="target revision (default: head; "
-                   "'base' removes the schema)")
+    p.add_argument(
+        "--revision",
+        default="head",
+        help="target revision (default: head; 'base' removes the schema)",
+    )
     p.add_argument("--downgrade", action="store_true", help="migrate down to --revision")
     p.set_defaults(func=cmd_migrate)
-    p = sub.add_parser("status", help="server, schema revision, row counts per tier",
-                       description=cmd_status.__doc__)
+    p = sub.add_parser(
+        "status",
+        help="server, schema revision, row counts per tier",
+        description=cmd_status.__doc__,
+    )
     p.set_defaults(func=cmd_status)
-    p = sub.add_parser("demo", help="a scripted conversation through the three tiers",
-                       description=cmd_demo.__doc__)
+    p = sub.add_parser(
+        "demo", help="a scripted conversation through the three tiers", description=cmd_demo.__doc__
+    )
     p.set_defaults(func=cmd_demo)
     return parser
 
@@ -132,8 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``harbor-pg`` command."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
     try:
         return int(args.func(args))
     except MemoryError as exc:

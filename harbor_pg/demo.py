@@ -24,8 +24,12 @@ SCRIPT = [
 FACTS = [
     ("Dana owns the ingest pipeline of the handbook project", "user", "fact", 0.8),
     ("Dana prefers short answers (reads on a phone)", "user", "preference", 0.7),
-    ("The handbook project stores embeddings in Postgres with pgvector", "project", "decision",
-     0.9),
+    (
+        "The handbook project stores embeddings in Postgres with pgvector",
+        "project",
+        "decision",
+        0.9,
+    ),
 ]
 
 
@@ -41,11 +45,19 @@ async def run_demo(args: argparse.Namespace) -> int:
         data_dir=Path(args.data_dir) if getattr(args, "data_dir", None) else None,
     )
     session = f"demo-{uuid.uuid4().hex[:8]}"
-    owner = MemoryOwner(tenant_id="acme", project_id="handbook", principal_id="dana",
-                        session_id=session, run_id="run-1")
+    owner = MemoryOwner(
+        tenant_id="acme",
+        project_id="handbook",
+        principal_id="dana",
+        session_id=session,
+        run_id="run-1",
+    )
     try:
-        where = "embedded PostgreSQL" if manager.database and not getattr(
-            args, "database_url", None) else "PostgreSQL"
+        where = (
+            "embedded PostgreSQL"
+            if manager.database and not getattr(args, "database_url", None)
+            else "PostgreSQL"
+        )
         print(f"harbor-pg demo on {where} (ready in {time.perf_counter() - t0:.2f}s)")
         print(f"owner: tenant=acme project=handbook user=dana session={session} run=run-1")
 
@@ -62,28 +74,40 @@ async def run_demo(args: argparse.Namespace) -> int:
 
         _rule("long-term: durable memories")
         for content, scope, kind, importance in FACTS:
-            res = await manager.inject_memory(owner, content, scope=scope, memory_type=kind,
-                                              importance=importance)
-            again = await manager.inject_memory(owner, content, scope=scope, memory_type=kind,
-                                                importance=importance)
-            print(f"  [{scope:<7} {kind:<10}] {content}"
-                  f"{'' if res.created else '  (already stored)'}"
-                  f"{'  - saved twice, stored once' if not again.created else ''}")
+            res = await manager.inject_memory(
+                owner, content, scope=scope, memory_type=kind, importance=importance
+            )
+            again = await manager.inject_memory(
+                owner, content, scope=scope, memory_type=kind, importance=importance
+            )
+            print(
+                f"  [{scope:<7} {kind:<10}] {content}"
+                f"{'' if res.created else '  (already stored)'}"
+                f"{'  - saved twice, stored once' if not again.created else ''}"
+            )
 
         _rule("snapshot: one round trip, query 'who owns ingest?'")
-        snap = await manager.bound_to(owner).snapshot(owner, query="who owns ingest?",
-                                                      recent_limit=3)
+        snap = await manager.bound_to(owner).snapshot(
+            owner, query="who owns ingest?", recent_limit=3
+        )
         print(f"  recent turns : {len(snap.recent)} (last: {snap.recent[-1].content!r})")
         print(f"  working state: {snap.working_state}")
-        for m in snap.memories:
-            print(f"  memory       : [{m.scope.value}] {m.content}")
+        for mem in snap.memories:
+            print(f"  memory       : [{mem.scope.value}] {mem.content}")
 
         _rule("isolation: another user in the same tenant")
-        other = MemoryOwner(tenant_id="acme", project_id="handbook", principal_id="eve",
-                            session_id=session, run_id="run-1")
-        print(f"  eve sees {len(await manager.recent(other))} of dana's turns, "
-              f"{len(await manager.search(other, 'Dana'))} of dana's user memories, and "
-              f"{len(await manager.search(other, 'pgvector'))} shared project memory")
+        other = MemoryOwner(
+            tenant_id="acme",
+            project_id="handbook",
+            principal_id="eve",
+            session_id=session,
+            run_id="run-1",
+        )
+        print(
+            f"  eve sees {len(await manager.recent(other))} of dana's turns, "
+            f"{len(await manager.search(other, 'Dana'))} of dana's user memories, and "
+            f"{len(await manager.search(other, 'pgvector'))} shared project memory"
+        )
         print("\ndone: the rows are in the harbor schema; try `harbor-pg status`.")
     finally:
         await manager.close()

@@ -94,6 +94,10 @@ class Database:
     async def open(self) -> None:
         """Open the pools; one clear error if the server cannot be reached."""
         try:
+            # one direct attempt first: the pool would retry quietly for its whole
+            # timeout and then report only that it timed out
+            probe = await AsyncConnection.connect(self.app_url, connect_timeout=10)
+            await probe.close()
             await self._pool.open(wait=True, timeout=15)
         except Exception as exc:
             await self._pool.close()

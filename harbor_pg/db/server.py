@@ -160,7 +160,11 @@ def check_server(url: str) -> None:
             "from pg_available_extensions where name in ('vector', 'btree_gist')"
         ).fetchall()
     found: dict[str, str] = {str(k): str(v) for k, v in rows}
-    where = redact(url)
+    check_extensions(found, redact(url))
+
+
+def check_extensions(found: dict[str, str], where: str) -> None:
+    """Raise unless ``found`` (extension -> version) has pgvector >= 0.7 and btree_gist."""
     if "vector" not in found:
         raise MemoryConfigurationError(
             f"PostgreSQL at {where} does not have the pgvector extension "
@@ -242,6 +246,8 @@ def resolve_server(
             conn.execute("create extension if not exists btree_gist")
             _grant_database(conn, conn.info.dbname)
     return ServerInfo(
-        app_url=url, admin_url=admin_url or url, owner_url=url,
+        app_url=url,
+        admin_url=admin_url or url,
+        owner_url=url,
         superuser_url=url if row and row[0] else None,
     )

