@@ -1,0 +1,88 @@
+"""The embedder seam: the :class:`Embedder` protocol, its error and vector checks."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Protocol, runtime_checkable
+
+from harbor_pg.errors import MemoryError
+
+__all__ = ["Embedder", "EmbedderError", "normalize_vector", "normalize_vectors"]
+
+
+class EmbedderError(MemoryError):
+    """An embedder could not be loaded or could not embed.
+
+    Raised for a model that will not load, a failed remote call (timeout, HTTP
+    error), and a vector that is unusable: wrong length, NaN or infinity, or
+    all zeros. The message never contains credentials.
+    """
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns text into L2-normalised vectors of one fixed model space.
+
+    ``model_id`` names that space and is stored beside every vector, so vectors
+    of different models are never compared. ``relevance_threshold`` is the
+    cosine similarity at or above which this embedder's match is considered
+    relevant; it was calibrated per model and is meaningless across models.
+    """
+
+    @property
+    def model_id(self) -> str:
+        """Stable name of the vector space (model and its settings)."""
+        ...
+
+    @property
+    def dimensions(self) -> int:
+        """Length of every vector."""
+        ...
+
+    @property
+    def relevance_threshold(self) -> float:
+        """Calibrated cosine-similarity floor for a relevant match."""
+        ...
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """Embed ``texts`` (batched), one unit vector each, in order; ``[]`` for ``[]``.
+
+        Raises:
+            EmbedderError: on any failure.
+        """
+        ...
+
+    async def embed_query(self, text: str) -> list[float]:
+        """Embed one search query (some models treat queries differently).
+
+        Raises:
+            EmbedderError: on any failure.
+        """
+        ...
+
+
+def normalize_vector(values: Iterable[float], *, dimensions: int, model_id: str) -> list[float]:
+    """Return ``values`` scaled to unit length, checked for length and finiteness.
+
+    Raises:
+        EmbedderError: wrong length, a NaN or infinite component, or a zero vector.
+    """
+    vector = [float(v) for v in values]
+    if len(vector) != dimensions:
+        raise EmbedderError(
+            f"{model_id} returned a vector of {len(vector)} dimensions, expected {dimensions}"
+        )
+    if not all(math.isfinite(v) for v in vector):
+        raise EmbedderError(f"{model_id} returned a vector with NaN or infinite components")
+    norm = math.sqrt(math.fsum(v * v for v in vector))
+    if not math.isfinite(norm) or norm == 0.0:
+        raise EmbedderError(f"{model_id} returned a zero (or unnormalisable) vector")
+    return [v / norm for v in vector]
+
+
+def normalize_vectors(
+    rows: Iterable[Iterable[float]], *, dimensions: int, model_id: str
+) -> list[list[float]]:
+    """:func:`normalize_vector` over a batch."""
+    return [normalize_vector(row, dimensions=dimensions, model_id=model_id) for row in rows]
