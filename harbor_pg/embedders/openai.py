@@ -150,8 +150,6 @@ class OpenAIEmbedder:
                 api_key=key if isinstance(key, str) else None,
                 timeout=self._timeout,
             )
-            if failure is None:
-                raise
             raise EmbedderError(failure.message) from None
         data = sorted(response.data, key=lambda item: item.index)
         if len(data) != len(batch) or [d.index for d in data] != list(range(len(batch))):

@@ -85,20 +85,18 @@ def _error_text(body: object, fallback: str) -> str:
 
 def describe_openai_error(
     exc: BaseException, *, what: str, api_key: str | None, timeout: float | None
-) -> OpenAIFailure | None:
-    """Describe an ``openai`` exception, or return None if ``exc`` is not one.
+) -> OpenAIFailure:
+    """Describe an exception raised by an ``openai`` client call.
 
     The text is redacted of ``api_key`` and anything key-shaped, and cut to a
     readable length: provider error bodies can be long and may echo input.
+    An exception that is not the client's own is described by its type.
     """
-    try:
-        openai = importlib.import_module("openai")
-    except ImportError:  # pragma: no cover - only reachable if openai vanished mid-run
-        return None
-    if not isinstance(exc, openai.OpenAIError):
-        return None
+    openai = importlib.import_module("openai")
     status: int | None = None
-    if isinstance(exc, openai.APITimeoutError):
+    if not isinstance(exc, openai.OpenAIError):
+        text = f"{what} failed: {type(exc).__name__}: {exc}"
+    elif isinstance(exc, openai.APITimeoutError):
         limit = f" after {timeout:g}s" if timeout is not None else ""
         text = f"{what} timed out{limit}"
     elif isinstance(exc, openai.APIConnectionError):

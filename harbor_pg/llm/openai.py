@@ -172,8 +172,6 @@ class OpenAIModel:
             failure = describe_openai_error(
                 exc, what=self._what(), api_key=self._secret(), timeout=self._timeout
             )
-            if failure is None:
-                raise
             raise MemoryModelError(failure.message, status_code=failure.status_code) from None
         if not response.choices:
             raise MemoryModelError(f"{self._what()} returned no choices")

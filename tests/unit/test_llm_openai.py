@@ -259,3 +259,27 @@ def test_missing_openai_package_names_the_extra(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setitem(sys.modules, "openai", None)  # makes `import openai` fail
     with pytest.raises(MemoryConfigurationError, match=r"pip install 'harbor-pg\[openai\]'"):
         OpenAIModel(api_key="sk-x")
+
+
+async def test_given_client_and_unexpected_errors(
+    stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import openai
+
+    client = openai.AsyncOpenAI(api_key=stub.api_key, base_url=stub.base_url, max_retries=0)
+    model = OpenAIModel("stub-model", client=client)
+    try:
+        stub.chat_text("via the given client")
+        assert await model.generate_text("s", "u") == "via the given client"
+
+        async def explode(**kwargs: Any) -> Any:
+            raise RuntimeError(f"unexpected, with {stub.api_key}")
+
+        monkeypatch.setattr(client.chat.completions, "create", explode)
+        with pytest.raises(MemoryModelError, match="RuntimeError: unexpected") as info:
+            await model.generate_text("s", "u")
+        assert stub.api_key not in str(info.value)
+    finally:
+        await model.aclose()  # does not close a client it did not build
+        assert not client.is_closed()
+        await client.close()
