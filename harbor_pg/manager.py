@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from harbor_pg.db.connection import Database, identity_params
+from harbor_pg.db.connection import Database
 from harbor_pg.db.sqlfiles import query
 from harbor_pg.errors import (
     MemoryConfigurationError,
@@ -403,10 +403,8 @@ class MemoryManager:
             "query": text,
             "top_k": self.config.snapshot_top_k if self.long_term else 0,
         }
-        async with self.database.transaction(None) as conn, conn.pipeline():
-            await conn.execute(query("set_identity"), identity_params(owner))
-            cur = await conn.execute(query("snapshot"), params)
-            row = await cur.fetchone()
+        async with self.database.transaction(owner, pipeline=True) as conn:
+            row = await (await conn.execute(query("snapshot"), params)).fetchone()
         assert row is not None
         return MemorySnapshot(
             recent=[message_from_row(r) for r in row["recent"]] if self.short_term else [],

@@ -123,7 +123,7 @@ class PostgresLongTermStore:
         )
 
     async def get(self, owner: MemoryOwner, memory_id: str) -> Memory | None:
-        async with self.db.transaction(owner) as conn:
+        async with self.db.transaction(owner, pipeline=True) as conn:
             row = await (
                 await conn.execute(
                     query("get_memory"), {"tenant_id": owner.tenant_id, "id": memory_id}

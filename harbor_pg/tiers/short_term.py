@@ -60,7 +60,7 @@ class PostgresShortTermStore:
         return message.model_copy(update={"id": row["id"], "created_at": row["created_at"]})
 
     async def recent(self, owner: MemoryOwner, limit: int) -> list[ConversationMessage]:
-        async with self.db.transaction(owner) as conn:
+        async with self.db.transaction(owner, pipeline=True) as conn:
             cur = await conn.execute(
                 query("recent_messages"), {**session_key(owner), "limit": limit}
             )

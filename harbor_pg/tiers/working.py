@@ -32,7 +32,7 @@ class PostgresWorkingStore:
         self.db = db
 
     async def get(self, owner: MemoryOwner) -> dict[str, Any]:
-        async with self.db.transaction(owner) as conn:
+        async with self.db.transaction(owner, pipeline=True) as conn:
             row = await (await conn.execute(query("scratch"), run_key(owner))).fetchone()
         return dict(row["state"]) if row else {}
 

