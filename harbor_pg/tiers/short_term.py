@@ -21,16 +21,21 @@ def session_key(owner: MemoryOwner) -> dict[str, Any]:
 
 
 def message_from_row(row: dict[str, Any]) -> ConversationMessage:
-    return ConversationMessage(
-        id=row["id"],
-        role=row["role"],
-        content=row["content"],
-        name=row["name"],
-        tool_calls=row["tool_calls"] or [],
-        tool_call_id=row["tool_call_id"],
-        metadata=row["metadata"] or {},
-        created_at=row["created_at"],
+    """A stored turn; rows were validated on the way in, so skip re-validation."""
+    return ConversationMessage.model_construct(
+        id=row["id"], role=row["role"], content=row["content"], name=row["name"],
+        tool_calls=row["tool_calls"] or [], tool_call_id=row["tool_call_id"],
+        metadata=row["metadata"] or {}, created_at=_timestamp(row["created_at"]),
     )
+
+
+def _timestamp(value: Any) -> Any:
+    # the snapshot query returns JSON, where timestamps are ISO strings
+    if isinstance(value, str):
+        from datetime import datetime
+
+        return datetime.fromisoformat(value)
+    return value
 
 
 class PostgresShortTermStore:
