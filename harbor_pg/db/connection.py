@@ -150,6 +150,17 @@ class Database:
                         await conn.execute(query("set_identity"), identity_params(owner))
                     yield conn
 
+    @contextlib.asynccontextmanager
+    async def autocommit(self) -> AsyncIterator[Connection]:
+        """A pooled connection in autocommit mode, for single-statement calls
+        that set the identity themselves (one round trip)."""
+        async with wrap_db_errors(), self._pool.connection() as conn:
+            await conn.set_autocommit(True)
+            try:
+                yield conn
+            finally:
+                await conn.set_autocommit(False)
+
 
 def identity_params(owner: MemoryOwner) -> dict[str, str | None]:
     """The named parameters of ``set_identity`` for ``owner``."""

@@ -19,6 +19,7 @@ IDEMPOTENT_FILES: tuple[str, ...] = (
     "functions/identity.sql",
     "functions/guards.sql",
     "functions/maintenance.sql",
+    "functions/tiers.sql",
     "policies/policies.sql",
     "functions/grants.sql",
 )

@@ -6,7 +6,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from harbor_pg.db.connection import Database
+from harbor_pg.db.connection import Database, identity_params
 from harbor_pg.db.sqlfiles import query
 from harbor_pg.owner import MemoryOwner
 from harbor_pg.records import ConversationMessage
@@ -23,9 +23,14 @@ def session_key(owner: MemoryOwner) -> dict[str, Any]:
 def message_from_row(row: dict[str, Any]) -> ConversationMessage:
     """A stored turn; rows were validated on the way in, so skip re-validation."""
     return ConversationMessage.model_construct(
-        id=row["id"], role=row["role"], content=row["content"], name=row["name"],
-        tool_calls=row["tool_calls"] or [], tool_call_id=row["tool_call_id"],
-        metadata=row["metadata"] or {}, created_at=_timestamp(row["created_at"]),
+        id=row["id"],
+        role=row["role"],
+        content=row["content"],
+        name=row["name"],
+        tool_calls=row["tool_calls"] or [],
+        tool_call_id=row["tool_call_id"],
+        metadata=row["metadata"] or {},
+        created_at=_timestamp(row["created_at"]),
     )
 
 
@@ -65,9 +70,11 @@ class PostgresShortTermStore:
         return message.model_copy(update={"id": row["id"], "created_at": row["created_at"]})
 
     async def recent(self, owner: MemoryOwner, limit: int) -> list[ConversationMessage]:
-        async with self.db.transaction(owner, pipeline=True) as conn:
+        session_key(owner)  # the owner must address a session
+        # one statement that sets the identity itself: one round trip
+        async with self.db.autocommit() as conn:
             cur = await conn.execute(
-                query("recent_messages"), {**session_key(owner), "limit": limit}
+                query("recent_turns"), {**identity_params(owner), "limit": limit}
             )
             rows = await cur.fetchall()
         return [message_from_row(r) for r in rows]

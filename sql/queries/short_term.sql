@@ -18,6 +18,12 @@ select id, role::text as role, content, name, tool_calls, tool_call_id, metadata
          limit %(limit)s::integer) newest
  order by id
 
+-- name: recent_turns
+-- The newest turns of a session in one statement that also sets the identity.
+select * from harbor.recent_turns(%(tenant_id)s::text, %(project_id)s::text,
+    %(principal_id)s::text, %(user_id)s::text, %(session_id)s::text, %(run_id)s::text,
+    %(limit)s::integer)
+
 -- name: messages_after
 -- A page of the session's turns after a cursor id, oldest first (summary catch-up).
 select id, role::text as role, content, name, tool_calls, tool_call_id, metadata, created_at

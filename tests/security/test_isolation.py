@@ -249,3 +249,13 @@ def test_no_identity_sees_only_global(seeded: Any) -> None:
         rows = contents(conn, "select content from harbor.memories")
         assert rows == ["mine: global fact"]
         assert contents(conn, "select content from harbor.messages") == []
+
+
+def test_bound_role_cannot_read_through_recent_turns(seeded: Any) -> None:
+    # harbor.recent_turns sets the identity it is given, but a binding wins
+    with psycopg.connect(seeded.url_for(BOUND_ROLE), autocommit=True) as conn:
+        for args in [("t2", None, "u1", None, "s1", None), ("t1", None, "u2", None, "s1", None)]:
+            rows = conn.execute(
+                "select content from harbor.recent_turns(%s, %s, %s, %s, %s, %s, 50)", args
+            ).fetchall()
+            assert rows == []
