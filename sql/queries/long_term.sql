@@ -52,22 +52,6 @@ delete from harbor.memories m
  where m.tenant_id = %(tenant_id)s::text and m.id = %(id)s::text
 returning m.id
 
--- name: supersede_memory
--- Close a currently valid memory's interval and link its successor.
-update harbor.memories m
-   set valid = tstzrange(lower(m.valid), greatest(pg_catalog.now(), lower(m.valid) + interval '1 microsecond'), '[)'),
-       superseded_by = %(successor_id)s::text
- where m.tenant_id = %(tenant_id)s::text and m.id = %(id)s::text
-   and upper_inf(m.valid)
-returning m.id
-
--- name: count_tiers
--- Row counts per tier visible to the caller (admin: the whole tenant).
-select (select count(*) from harbor.messages) as short_term,
-       (select count(*) from harbor.working_state) as working,
-       (select count(*) from harbor.memories) as long_term,
-       (select count(*) from harbor.memory_embeddings) as embeddings
-
 -- name: erase
 -- Right to erasure in the caller's tenant (elevated role): counts per tier.
 select tier, deleted from harbor.erase(%(user_id)s::text, %(session_id)s::text,

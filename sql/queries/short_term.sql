@@ -8,16 +8,6 @@ values (%(tenant_id)s::text, %(user_id)s::text, %(session_id)s::text, %(project_
         %(token_estimate)s::integer)
 returning id, created_at
 
--- name: recent_messages
--- The newest turns of the caller's session, oldest first.
-select id, role::text as role, content, name, tool_calls, tool_call_id, metadata, created_at
-  from (select * from harbor.messages m
-         where m.tenant_id = %(tenant_id)s::text and m.user_id = %(user_id)s::text
-           and m.session_id = %(session_id)s::text
-         order by m.id desc
-         limit %(limit)s::integer) newest
- order by id
-
 -- name: recent_turns
 -- The newest turns of a session in one statement that also sets the identity.
 select * from harbor.recent_turns(%(tenant_id)s::text, %(project_id)s::text,
