@@ -16,13 +16,16 @@ on conflict do nothing
 returning id
 
 -- name: find_current_duplicate
--- The currently valid memory with the same owner key and content hash.
+-- The memory that blocked insert_memory: same owner key and content hash, validity overlapping
+-- the new row's. Overlap, not "valid at now()": a concurrent writer whose transaction began
+-- after ours holds a row that starts after our now().
 select id from harbor.memories m
  where m.tenant_id = %(tenant_id)s::text and m.scope = %(scope)s::harbor.memory_scope
    and m.project_id = %(project_id)s::text and m.user_id = %(user_id)s::text
    and m.session_id = %(session_id)s::text and m.run_id = %(run_id)s::text
    and m.content_hash = %(content_hash)s::text
-   and m.valid @> pg_catalog.now()
+   and m.valid && tstzrange(coalesce(%(valid_from)s::timestamptz, pg_catalog.now()), null, '[)')
+ order by lower(m.valid)
  limit 1
 
 -- name: insert_embedding
