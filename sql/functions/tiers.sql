@@ -11,18 +11,22 @@ create or replace function harbor.recent_turns(
     language plpgsql volatile security invoker
     set search_path to pg_catalog, pg_temp
 as $$
+declare
+    -- a plain variable, not coalesce() in the query: the cached generic plan
+    -- then uses it as an index condition instead of filtering the session's rows
+    v_user text := coalesce(p_user, p_principal, '');
 begin
     perform set_config('harbor.tenant_id', p_tenant, true),
             set_config('harbor.project_id', coalesce(p_project, ''), true),
             set_config('harbor.principal_id', coalesce(p_principal, ''), true),
-            set_config('harbor.user_id', coalesce(p_user, p_principal, ''), true),
+            set_config('harbor.user_id', v_user, true),
             set_config('harbor.session_id', coalesce(p_session, ''), true),
             set_config('harbor.run_id', coalesce(p_run, ''), true);
     return query
         select n.id, n.role::text, n.content, n.name, n.tool_calls, n.tool_call_id, n.metadata,
                n.created_at
           from (select m.* from harbor.messages m
-                 where m.tenant_id = p_tenant and m.user_id = coalesce(p_user, p_principal)
+                 where m.tenant_id = p_tenant and m.user_id = v_user
                    and m.session_id = p_session
                  order by m.id desc
                  limit p_limit) n
