@@ -20,6 +20,7 @@ IDEMPOTENT_FILES: tuple[str, ...] = (
     "functions/guards.sql",
     "functions/maintenance.sql",
     "functions/tiers.sql",
+    "functions/recall.sql",
     "policies/policies.sql",
     "functions/grants.sql",
 )

@@ -5,6 +5,9 @@
 -- harbor.session_id, harbor.run_id), set through harbor.set_identity(). For a
 -- role bound with harbor.bind_role() the binding wins over those settings.
 -- The binding is looked up by session_user first, so SET ROLE cannot shed it.
+-- The role set with SET ROLE is read from the `role` setting as well as
+-- current_user: inside the SECURITY DEFINER candidate functions of recall.sql
+-- current_user is their owner, while `role` still names the caller's role.
 
 create or replace function harbor._binding(out tenant_id text, out project_id text, out user_id text)
     language sql stable security invoker parallel safe
@@ -12,7 +15,8 @@ create or replace function harbor._binding(out tenant_id text, out project_id te
 as $$
     select b.tenant_id, b.project_id, b.user_id
       from harbor.role_bindings b
-     where b.role_name in (session_user, current_user)
+     where b.role_name in (session_user, current_user,
+                           nullif(current_setting('role'), 'none')::name)
      order by (b.role_name = session_user) desc
      limit 1
 $$;

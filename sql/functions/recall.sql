@@ -1,0 +1,440 @@
+-- Hybrid recall: candidate generation and ranking, in SQL.
+--
+-- harbor.recall() is SECURITY INVOKER: it hydrates and ranks under the
+-- row-level security policies like any SELECT. Candidate generation needs the
+-- indexes that row-level security keeps from the planner (`@@` and `<=>` are
+-- not leakproof, see DESIGN.md), so the two candidate functions run as
+-- harbor_search (BYPASSRLS, NOLOGIN), return only ids and ranks, and restrict
+-- rows with the same harbor._visible() predicate the policies use, evaluated
+-- for the caller's identity (harbor.caller_*). Hydration then filters again.
+
+-- The caller narrowed to each requested scope it can address: one owner key
+-- per scope, exactly the key harbor._visible() accepts for rows of that scope.
+create or replace function harbor.recall_keys(scopes harbor.memory_scope[])
+returns table (scope harbor.memory_scope, tenant_id text, project_id text, user_id text,
+               session_id text, run_id text)
+    language sql stable security invoker parallel safe
+    set search_path to pg_catalog, pg_temp
+as $$
+    select k.scope, k.tenant_id, k.project_id, k.user_id, k.session_id, k.run_id
+      from (select harbor.caller_tenant() as t, harbor.caller_project() as p,
+                   harbor.caller_user() as u, harbor.caller_session() as s,
+                   harbor.caller_run() as r) i,
+           lateral (values
+               ('global'::harbor.memory_scope, ''::text, ''::text, ''::text, ''::text, ''::text),
+               ('tenant', i.t, '', '', '', ''),
+               ('project', i.t, i.p, '', '', ''),
+               ('user', i.t, '', i.u, '', ''),
+               ('session', i.t, '', i.u, i.s, ''),
+               ('run', i.t, coalesce(i.p, ''), i.u, i.s, i.r)
+           ) k(scope, tenant_id, project_id, user_id, session_id, run_id)
+     where k.scope = any (recall_keys.scopes)
+       and k.tenant_id is not null and k.project_id is not null and k.user_id is not null
+       and k.session_id is not null and k.run_id is not null
+$$;
+
+-- Approximate tokens, as harbor_pg.context.tokens.approximate_tokens: ASCII at
+-- about four characters per token, every other character one token.
+create or replace function harbor.approximate_tokens(t text) returns integer
+    language sql immutable security invoker parallel safe strict
+return case when t = '' then 0 else greatest(1,
+    ceil(pg_catalog.length(pg_catalog.regexp_replace(t, '[^\x01-\x7f]', '', 'g')) / 4.0)::integer
+    + (pg_catalog.length(t)
+       - pg_catalog.length(pg_catalog.regexp_replace(t, '[^\x01-\x7f]', '', 'g')))) end;
+
+-- Dense candidates: the p_limit nearest memories by cosine distance among the
+-- caller's visible rows of one model, valid at p_as_of, of the given scopes,
+-- never rolling summaries. When the caller sees at most p_exact_limit vectors
+-- of that model it scans them exactly (through the owner-key index); otherwise
+-- it walks the HNSW index with an iterative scan and the visibility filter,
+-- so a filter never starves the result and a small owner never pays for a
+-- graph walk over everyone else's rows.
+create or replace function harbor._dense_candidates(
+    p_embedding public.vector, p_model_id text, p_scopes harbor.memory_scope[],
+    p_as_of timestamptz, p_limit integer, p_exact_limit integer default 5000
+) returns table (tenant_id text, memory_id text, dense_rank integer, similarity double precision)
+    language plpgsql stable security definer
+    set search_path to pg_catalog, pg_temp
+as $$
+declare
+    v_tenant  text := harbor.caller_tenant();
+    v_project text := harbor.caller_project();
+    v_user    text := harbor.caller_user();
+    v_session text := harbor.caller_session();
+    v_run     text := harbor.caller_run();
+    v_dims    integer := public.vector_dims(p_embedding);
+    v_seen    integer;
+    v_scan    text;
+    v_ef      text;
+begin
+    if p_embedding is null or p_model_id is null or coalesce(p_limit, 0) < 1 then
+        return;
+    end if;
+    select count(*) into v_seen
+      from (select 1
+              from harbor.recall_keys(p_scopes) k
+              join harbor.memory_embeddings e
+                on e.tenant_id = k.tenant_id and e.model_id = p_model_id
+               and e.scope = k.scope and e.user_id = k.user_id and e.project_id = k.project_id
+               and e.session_id = k.session_id and e.run_id = k.run_id
+             limit p_exact_limit + 1) c;
+    if v_seen = 0 then
+        return;
+    end if;
+    if v_seen <= p_exact_limit or v_dims not in (384, 1536) then
+        return query
+            select c.tenant_id, c.memory_id,
+                   (rank() over (order by c.dist))::integer,
+                   1 - c.dist
+              from (select e.tenant_id, e.memory_id, e.embedding operator(public.<=>) p_embedding as dist
+                      from harbor.recall_keys(p_scopes) k
+                      join harbor.memory_embeddings e
+                        on e.tenant_id = k.tenant_id and e.model_id = p_model_id
+                       and e.scope = k.scope and e.user_id = k.user_id
+                       and e.project_id = k.project_id and e.session_id = k.session_id
+                       and e.run_id = k.run_id
+                      join harbor.memories m on m.tenant_id = e.tenant_id and m.id = e.memory_id
+                     where e.dims = v_dims
+                       and m.valid operator(pg_catalog.@>) p_as_of
+                       and m.memory_type <> 'summary'
+                       and m.scope = any (p_scopes)
+                       and harbor._visible(m.scope, m.tenant_id, m.project_id, m.user_id,
+                                           m.session_id, m.run_id, v_tenant, v_project,
+                                           v_user, v_session, v_run)
+                     order by dist, e.memory_id
+                     limit p_limit) c;
+        return;
+    end if;
+    -- many visible rows: the HNSW index of this dimension (an expression index,
+    -- so the dimension is spelled as a literal), filtered as it is walked; an
+    -- iterative scan keeps walking until enough rows pass the filter. The two
+    -- settings are restored before returning.
+    v_scan := current_setting('hnsw.iterative_scan', true);
+    v_ef := current_setting('hnsw.ef_search', true);
+    perform set_config('hnsw.iterative_scan', 'relaxed_order', true),
+            set_config('hnsw.ef_search', least(greatest(p_limit, 100), 1000)::text, true);
+    return query execute pg_catalog.format($q$
+        select c.tenant_id, c.memory_id,
+               (rank() over (order by c.dist))::integer, 1 - c.dist
+          from (select e.tenant_id, e.memory_id,
+                       (e.embedding::public.vector(%1$s)) operator(public.<=>)
+                           ($1::public.vector(%1$s)) as dist
+                  from harbor.memory_embeddings e
+                  join harbor.memories m on m.tenant_id = e.tenant_id and m.id = e.memory_id
+                 where e.dims = %1$s and e.model_id = $2
+                   and e.scope = any ($3)
+                   and harbor._visible(e.scope, e.tenant_id, e.project_id, e.user_id,
+                                       e.session_id, e.run_id, $5, $6, $7, $8, $9)
+                   and m.valid operator(pg_catalog.@>) $4
+                   and m.memory_type <> 'summary'
+                   and harbor._visible(m.scope, m.tenant_id, m.project_id, m.user_id,
+                                       m.session_id, m.run_id, $5, $6, $7, $8, $9)
+                 order by (e.embedding::public.vector(%1$s)) operator(public.<=>)
+                          ($1::public.vector(%1$s))
+                 limit $10) c $q$, v_dims)
+        using p_embedding, p_model_id, p_scopes, p_as_of, v_tenant, v_project, v_user,
+              v_session, v_run, p_limit;
+    perform set_config('hnsw.iterative_scan', coalesce(v_scan, 'off'), true),
+            set_config('hnsw.ef_search', coalesce(v_ef, '40'), true);
+end
+$$;
+
+-- Lexical candidates: memories matching ANY query term (OR semantics), ranked
+-- by BM25 (k1 = 1.2, b = 0.75) computed over the matching rows, among the
+-- caller's visible rows valid at p_as_of, of the given scopes, never rolling
+-- summaries. A small visible set is scanned through the owner-key index; a
+-- large one goes through the GIN index on the text.
+create or replace function harbor._lexical_candidates(
+    p_query text, p_scopes harbor.memory_scope[], p_as_of timestamptz, p_limit integer,
+    p_scan_limit integer default 5000
+) returns table (tenant_id text, memory_id text, lexical_rank integer,
+                 lexical_score double precision)
+    language plpgsql stable security definer
+    set search_path to pg_catalog, pg_temp
+as $$
+declare
+    v_tenant  text := harbor.caller_tenant();
+    v_project text := harbor.caller_project();
+    v_user    text := harbor.caller_user();
+    v_session text := harbor.caller_session();
+    v_run     text := harbor.caller_run();
+    v_terms   text[];
+    v_tsq     tsquery;
+    v_seen    integer;
+    v_total   double precision;
+begin
+    if p_query is null or coalesce(p_limit, 0) < 1 then
+        return;
+    end if;
+    v_terms := tsvector_to_array(to_tsvector('english'::regconfig, left(p_query, 20000)));
+    if cardinality(v_terms) = 0 then
+        return;
+    end if;
+    v_tsq := harbor.or_tsquery(p_query);
+    select count(*) into v_seen
+      from (select 1
+              from harbor.recall_keys(p_scopes) k
+              join harbor.memories m
+                on m.tenant_id = k.tenant_id and m.scope = k.scope and m.user_id = k.user_id
+               and m.project_id = k.project_id and m.session_id = k.session_id
+               and m.run_id = k.run_id
+             limit p_scan_limit + 1) c;
+    if v_seen = 0 then
+        return;
+    end if;
+    if v_seen <= p_scan_limit then
+        v_total := v_seen;
+        return query
+            with matched as materialized (
+                select m.tenant_id, m.id, m.fts
+                  from harbor.recall_keys(p_scopes) k
+                  join harbor.memories m
+                    on m.tenant_id = k.tenant_id and m.scope = k.scope and m.user_id = k.user_id
+                   and m.project_id = k.project_id and m.session_id = k.session_id
+                   and m.run_id = k.run_id
+                 where m.fts operator(pg_catalog.@@) v_tsq
+                   and m.valid operator(pg_catalog.@>) p_as_of
+                   and m.memory_type <> 'summary'
+                   and harbor._visible(m.scope, m.tenant_id, m.project_id, m.user_id,
+                                       m.session_id, m.run_id, v_tenant, v_project,
+                                       v_user, v_session, v_run))
+            select * from harbor._bm25(v_terms, v_total, p_limit,
+                                       (select array_agg(x.tenant_id) from matched x),
+                                       (select array_agg(x.id) from matched x),
+                                       (select array_agg(x.fts) from matched x));
+        return;
+    end if;
+    select greatest(c.reltuples, v_seen) into v_total
+      from pg_catalog.pg_class c where c.oid = 'harbor.memories'::regclass;
+    return query
+        with matched as materialized (
+            select m.tenant_id, m.id, m.fts
+              from harbor.memories m
+             where m.fts operator(pg_catalog.@@) v_tsq
+               and m.tenant_id = any (array['', v_tenant])
+               and m.scope = any (p_scopes)
+               and m.valid operator(pg_catalog.@>) p_as_of
+               and m.memory_type <> 'summary'
+               and harbor._visible(m.scope, m.tenant_id, m.project_id, m.user_id,
+                                   m.session_id, m.run_id, v_tenant, v_project,
+                                   v_user, v_session, v_run))
+        select * from harbor._bm25(v_terms, v_total, p_limit,
+                                   (select array_agg(x.tenant_id) from matched x),
+                                   (select array_agg(x.id) from matched x),
+                                   (select array_agg(x.fts) from matched x));
+end
+$$;
+
+-- BM25 over a matched set (parallel arrays), the top p_limit by score.
+-- Equal scores share a rank (as equal distances do in the dense leg), so two
+-- copies of one text fuse to the same relevance and the scope decides.
+-- Document frequencies come from the matched rows, the collection size from
+-- the caller (its visible row count), the average length from the matches.
+create or replace function harbor._bm25(
+    p_terms text[], p_total double precision, p_limit integer,
+    p_tenants text[], p_ids text[], p_docs tsvector[]
+) returns table (tenant_id text, memory_id text, lexical_rank integer,
+                 lexical_score double precision)
+    language sql immutable security invoker parallel safe
+    set search_path to pg_catalog, pg_temp
+as $$
+    with docs as (
+        select d.tenant_id, d.id, d.doc, greatest(length(d.doc), 1)::double precision as dl
+          from unnest(p_tenants, p_ids, p_docs) d(tenant_id, id, doc)
+    ), postings as (
+        select docs.tenant_id, docs.id, docs.dl, u.lexeme,
+               coalesce(cardinality(u.positions), 1)::double precision as tf
+          from docs, unnest(docs.doc) u
+         where u.lexeme = any (p_terms)
+    ), df as (
+        select p.lexeme, count(*)::double precision as n from postings p group by p.lexeme
+    ), avgdl as (
+        select greatest(avg(docs.dl), 1) as v from docs
+    ), scored as (
+        select p.tenant_id, p.id,
+               sum(ln(1 + (greatest(p_total, df.n) - df.n + 0.5) / (df.n + 0.5))
+                   * p.tf * 2.2 / (p.tf + 1.2 * (0.25 + 0.75 * p.dl / a.v))) as score
+          from postings p join df using (lexeme) cross join avgdl a
+         group by p.tenant_id, p.id
+    )
+    select s.tenant_id, s.id,
+           (rank() over (order by s.score desc))::integer, s.score
+      from scored s
+     order by s.score desc, s.id
+     limit p_limit
+$$;
+
+-- Ranked recall for the caller (the identity set with harbor.set_identity()),
+-- under row-level security. Every signal is a column:
+--   dense_rank / similarity   nearest-neighbour rank and cosine similarity
+--                             (only for memories at or above min_similarity)
+--   lexical_rank / lexical_score   BM25 rank and score of the OR-semantics match
+--   relevance   reciprocal rank fusion: sum of 1 / (rrf_k + rank) over both
+--               lists; substring-fallback matches get the flat 1 / (rrf_k + 1)
+--   recency     0.5 ^ (hours since the memory became valid / half-life), at as_of
+--   entity      entity_weight * |entity_ids & anchors| / max(1, |entity_ids|)
+--   type_boost  type_weight when the memory's type was asked for, else 0
+--   score       relevance * (1 + recency) * (1 + importance) * (1 + entity)
+--               * (1 + type_boost)
+-- Results are deduplicated by content_hash (highest score wins; ties toward
+-- the narrower scope), capped at top_k, then cut at the first memory that
+-- would push the rendered block ('[<hash12>] <content>' per line) past
+-- token_budget, so they are always a prefix of the ranking.
+-- Without an embedding the lexical leg alone ranks; when it finds nothing, a
+-- case-insensitive substring match on the query supplies flat relevance.
+create or replace function harbor.recall(
+    query text,
+    query_embedding public.vector default null,
+    model_id text default null,
+    scopes harbor.memory_scope[] default '{user,project,session}',
+    top_k integer default 6,
+    anchor_entity_ids text[] default '{}',
+    wanted_types harbor.memory_type[] default '{}',
+    as_of timestamptz default null,
+    recency_half_life_hours double precision default 168,
+    entity_weight double precision default 0.5,
+    type_weight double precision default 0.5,
+    rrf_k integer default 60,
+    min_similarity double precision default null,
+    token_budget integer default null,
+    candidates integer default null
+) returns table (
+    rank integer, id text, tenant_id text, scope text, project_id text, principal_id text,
+    user_id text, session_id text, run_id text, memory_type text, content text,
+    content_hash text, importance real, entity_ids text[], source text, sensitivity text,
+    valid_from timestamptz, invalid_at timestamptz, superseded_by text,
+    source_session_id text, source_message_ids text[], metadata jsonb, context text,
+    created_at timestamptz, updated_at timestamptz,
+    dense_rank integer, similarity double precision, lexical_rank integer,
+    lexical_score double precision, substring_match boolean, relevance double precision,
+    recency double precision, entity double precision, type_boost double precision,
+    score double precision, tokens integer
+)
+    language plpgsql stable security invoker
+    set search_path to pg_catalog, pg_temp
+as $$
+declare
+    v_as_of  timestamptz := coalesce(recall.as_of, pg_catalog.now());
+    v_n      integer;
+    v_query  text := left(coalesce(recall.query, ''), 20000);
+begin
+    if recall.top_k is null or recall.top_k < 0 or recall.top_k > 1000 then
+        raise exception 'harbor.recall: top_k must be between 0 and 1000' using errcode = '22023';
+    end if;
+    if recall.rrf_k is null or recall.rrf_k < 1 then
+        raise exception 'harbor.recall: rrf_k must be >= 1' using errcode = '22023';
+    end if;
+    if recall.recency_half_life_hours is not null and not recall.recency_half_life_hours > 0 then
+        raise exception 'harbor.recall: recency_half_life_hours must be > 0 (or null for no recency)'
+            using errcode = '22023';
+    end if;
+    if coalesce(recall.entity_weight, 0) < 0 or coalesce(recall.type_weight, 0) < 0
+       or recall.entity_weight = 'NaN' or recall.type_weight = 'NaN' then
+        raise exception 'harbor.recall: boost weights must be >= 0' using errcode = '22023';
+    end if;
+    if recall.token_budget is not null and recall.token_budget < 0 then
+        raise exception 'harbor.recall: token_budget must be >= 0' using errcode = '22023';
+    end if;
+    if recall.top_k = 0 or recall.scopes is null or cardinality(recall.scopes) = 0
+       or (btrim(v_query) = '' and recall.query_embedding is null) then
+        return;
+    end if;
+    v_n := greatest(coalesce(recall.candidates, 0), 4 * recall.top_k, 50);
+    return query
+    with dense as (
+        select d.tenant_id, d.memory_id, d.dense_rank, d.similarity
+          from harbor._dense_candidates(recall.query_embedding, recall.model_id, recall.scopes,
+                                        v_as_of, v_n) d
+         where recall.min_similarity is null or d.similarity >= recall.min_similarity
+    ), lexical as (
+        select l.tenant_id, l.memory_id, l.lexical_rank, l.lexical_score
+          from harbor._lexical_candidates(v_query, recall.scopes, v_as_of, v_n) l
+         where btrim(v_query) <> ''
+    ), fused as (
+        select coalesce(d.tenant_id, l.tenant_id) as tenant_id,
+               coalesce(d.memory_id, l.memory_id) as memory_id,
+               d.dense_rank, d.similarity, l.lexical_rank, l.lexical_score, false as substring_match,
+               coalesce(1.0 / (recall.rrf_k + d.dense_rank), 0)
+                 + coalesce(1.0 / (recall.rrf_k + l.lexical_rank), 0) as relevance
+          from dense d full join lexical l
+            on l.tenant_id = d.tenant_id and l.memory_id = d.memory_id
+    ), substring_leg as (
+        select m.tenant_id, m.id as memory_id, null::integer, null::double precision,
+               null::integer, null::double precision, true, 1.0 / (recall.rrf_k + 1)
+          from harbor.memories m
+         where recall.query_embedding is null
+           and not exists (select 1 from fused)
+           and btrim(v_query) <> ''
+           and m.tenant_id = any (array['', harbor.caller_tenant()])
+           and m.scope = any (recall.scopes)
+           and m.valid operator(pg_catalog.@>) v_as_of
+           and m.memory_type <> 'summary'
+           and pg_catalog.strpos(pg_catalog.lower(m.content),
+                                 pg_catalog.lower(btrim(left(v_query, 1000)))) > 0
+         limit v_n
+    ), candidates as (
+        select * from fused union all select * from substring_leg
+    ), scored as (
+        -- hydration as the invoker: the policies filter again here
+        select m.*, c.dense_rank, c.similarity, c.lexical_rank, c.lexical_score,
+               c.substring_match, c.relevance::double precision as relevance,
+               case when recall.recency_half_life_hours is null then 0::double precision
+                    else pg_catalog.power(0.5::double precision,
+                        greatest(extract(epoch from (v_as_of - lower(m.valid))), 0)::double precision
+                        / 3600.0 / recall.recency_half_life_hours) end as recency,
+               coalesce(recall.entity_weight, 0) * (
+                   select count(*) from (select distinct e from unnest(m.entity_ids) e) x
+                    where x.e = any (coalesce(recall.anchor_entity_ids, '{}')))::double precision
+                   / greatest(1, cardinality(m.entity_ids)) as entity,
+               case when m.memory_type = any (coalesce(recall.wanted_types, '{}'))
+                    then coalesce(recall.type_weight, 0) else 0 end::double precision as type_boost,
+               case m.scope when 'run' then 0 when 'session' then 1 when 'user' then 2
+                            when 'project' then 3 when 'tenant' then 4 else 5 end as breadth
+          from candidates c
+          join harbor.memories m on m.tenant_id = c.tenant_id and m.id = c.memory_id
+         where m.valid operator(pg_catalog.@>) v_as_of
+           and m.memory_type <> 'summary'
+           and m.scope = any (recall.scopes)
+    ), final as (
+        select s.*,
+               s.relevance * (1 + s.recency) * (1 + s.importance) * (1 + s.entity)
+                 * (1 + s.type_boost) as score
+          from scored s
+    ), deduped as (
+        select f.*, row_number() over (partition by f.content_hash
+                                       order by f.score desc, f.breadth, f.id) as copy
+          from final f
+    ), ranked as (
+        select d.*, row_number() over (order by d.score desc, d.breadth, d.id) as pos,
+               harbor.approximate_tokens('[' || left(d.content_hash, 12) || '] '
+                   || pg_catalog.regexp_replace(btrim(d.content), '\s+', ' ', 'g')) as tok
+          from deduped d
+         where d.copy = 1
+         order by d.score desc, d.breadth, d.id
+         limit recall.top_k
+    ), budgeted as (
+        select r.*, sum(r.tok) over (order by r.pos) as cumulative
+          from ranked r
+    )
+    select b.pos::integer, b.id, b.tenant_id, b.scope::text, b.project_id, b.principal_id,
+           b.user_id, b.session_id, b.run_id, b.memory_type::text, b.content, b.content_hash,
+           b.importance, b.entity_ids, b.source, b.sensitivity::text, lower(b.valid),
+           upper(b.valid), b.superseded_by, b.source_session_id, b.source_message_ids,
+           b.metadata, b.context, b.created_at, b.updated_at,
+           b.dense_rank, b.similarity, b.lexical_rank, b.lexical_score, b.substring_match,
+           b.relevance, b.recency, b.entity, b.type_boost, b.score, b.tok
+      from budgeted b
+     where recall.token_budget is null or b.cumulative <= recall.token_budget
+     order by b.pos;
+end
+$$;
+
+-- The candidate functions run as harbor_search (BYPASSRLS, NOLOGIN). Handing
+-- a function to a role needs that role to hold CREATE on the schema for the
+-- moment of the transfer only.
+grant create on schema harbor to harbor_search;
+alter function harbor._dense_candidates(public.vector, text, harbor.memory_scope[], timestamptz,
+                                        integer, integer) owner to harbor_search;
+alter function harbor._lexical_candidates(text, harbor.memory_scope[], timestamptz, integer,
+                                          integer) owner to harbor_search;
+revoke create on schema harbor from harbor_search;

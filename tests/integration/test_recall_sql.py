@@ -1,0 +1,317 @@
+"""harbor.recall() from plain SQL, as the application role under row-level security."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import errors
+from psycopg.rows import dict_row
+
+from tests.conftest import PgDatabase
+
+Conn = psycopg.Connection[Any]
+Row = dict[str, Any]
+
+
+def _hash(n: int) -> str:
+    return f"{n:064x}"
+
+
+def _insert(
+    su: Conn,
+    n: int,
+    content: str,
+    *,
+    scope: str = "user",
+    user: str = "u1",
+    session: str = "",
+    importance: float = 0.5,
+    entities: tuple[str, ...] = (),
+    memory_type: str = "fact",
+    vector: str | None = None,
+    age_hours: float = 0.0,
+    content_hash: str | None = None,
+    valid: str | None = None,
+) -> str:
+    row = su.execute(
+        "insert into harbor.memories (tenant_id, scope, user_id, session_id, content,"
+        " content_hash, importance, entity_ids, memory_type, valid) values ('t1', %s, %s, %s,"
+        " %s, %s, %s, %s, %s, coalesce(%s::tstzrange,"
+        " tstzrange(now() - make_interval(secs => %s), null))) returning id",
+        (
+            scope,
+            user,
+            session,
+            content,
+            content_hash or _hash(n),
+            importance,
+            list(entities),
+            memory_type,
+            valid,
+            age_hours * 3600,
+        ),
+    ).fetchone()
+    assert row is not None
+    if vector is not None:
+        su.execute(
+            "insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims,"
+            " embedding, scope, user_id, session_id) select tenant_id, id, 'm', 3, %s::vector,"
+            " scope, user_id, session_id from harbor.memories where id = %s",
+            (vector, row[0]),
+        )
+    return str(row[0])
+
+
+@pytest.fixture
+def conns(fresh_db: PgDatabase) -> Iterator[tuple[Conn, Conn]]:
+    su = psycopg.connect(fresh_db.superuser_url, autocommit=True)
+    app = psycopg.connect(fresh_db.app_url, autocommit=True, row_factory=dict_row)
+    app.execute("select harbor.set_identity('t1', principal_id => 'u1', session_id => 's1')")
+    try:
+        yield su, app
+    finally:
+        su.close()
+        app.close()
+
+
+def recall(app: Conn, query: str, **kw: Any) -> list[Row]:
+    args = ", ".join(f"{k} => %({k})s" for k in kw)
+    sql = f"select * from harbor.recall(%(q)s{', ' if args else ''}{args})"
+    return list(app.execute(sql, {"q": query, **kw}).fetchall())
+
+
+def test_every_signal_is_visible_and_the_score_follows_the_formula(conns: tuple[Conn, Conn]) -> None:
+    su, app = conns
+    _insert(su, 1, "The deploy pipeline broke on Friday", importance=0.9, vector="[0,1,0]",
+            entities=("deploy", "ci"), age_hours=48)
+    _insert(su, 2, "Alice prefers green tea", importance=0.2, vector="[1,0,0]",
+            memory_type="preference", age_hours=1)
+    _insert(su, 3, "Friday is the team offsite", importance=0.5, vector="[0.7,0.7,0]")
+    rows = recall(
+        app,
+        "what broke on friday",
+        query_embedding="[0,1,0]",
+        model_id="m",
+        top_k=10,
+        anchor_entity_ids=["deploy"],
+        wanted_types=["preference"],
+        recency_half_life_hours=24.0,
+        entity_weight=0.5,
+        type_weight=0.25,
+        rrf_k=60,
+    )
+    assert [r["rank"] for r in rows] == list(range(1, len(rows) + 1))
+    assert len(rows) == 3
+    for r in rows:
+        fused = sum(1 / (60 + rank) for rank in (r["dense_rank"], r["lexical_rank"]) if rank)
+        assert r["relevance"] == pytest.approx(fused)
+        assert r["score"] == pytest.approx(
+            r["relevance"] * (1 + r["recency"]) * (1 + r["importance"]) * (1 + r["entity"])
+            * (1 + r["type_boost"]),
+            rel=1e-6,
+        )
+    by = {r["content"]: r for r in rows}
+    pipeline = by["The deploy pipeline broke on Friday"]
+    assert pipeline["dense_rank"] == 1 and pipeline["lexical_rank"] == 1
+    assert pipeline["similarity"] == pytest.approx(1.0)
+    assert pipeline["recency"] == pytest.approx(0.25, rel=1e-3)  # two half-lives
+    assert pipeline["entity"] == pytest.approx(0.5 * 1 / 2)  # one of its two entities
+    tea = by["Alice prefers green tea"]
+    assert tea["type_boost"] == pytest.approx(0.25)
+    assert tea["lexical_rank"] is None and tea["dense_rank"] == 3
+    assert rows[0]["content"] == "The deploy pipeline broke on Friday"
+    assert [r["score"] for r in rows] == sorted((r["score"] for r in rows), reverse=True)
+
+
+def test_lexical_leg_uses_or_semantics(conns: tuple[Conn, Conn]) -> None:
+    su, app = conns
+    _insert(su, 1, "Melanie painted a sunrise over the lake")
+    _insert(su, 2, "Caroline went to a support group")
+    rows = recall(app, "When did Melanie paint a sunrise and what did Caroline research?")
+    assert {r["content"] for r in rows} == {
+        "Melanie painted a sunrise over the lake",
+        "Caroline went to a support group",
+    }
+    assert rows[0]["content"].startswith("Melanie")  # more (and rarer) terms matched
+    assert all(r["dense_rank"] is None for r in rows)
+
+
+def test_entity_and_type_boosts_only_rerank(conns: tuple[Conn, Conn]) -> None:
+    su, app = conns
+    for i in range(6):
+        _insert(su, i, f"note {i} about the budget", entities=(f"e{i}",),
+                memory_type="decision" if i % 2 else "fact")
+    plain = recall(app, "budget", top_k=20, entity_weight=0, type_weight=0)
+    boosted = recall(app, "budget", top_k=20, anchor_entity_ids=["e5", "nothing"],
+                     wanted_types=["decision"], entity_weight=2.0, type_weight=2.0)
+    assert {r["id"] for r in plain} == {r["id"] for r in boosted}
+    assert boosted[0]["content"] == "note 5 about the budget"
+    assert all(r["entity"] >= 0 and r["type_boost"] >= 0 for r in boosted)
+    no_anchor = recall(app, "budget", top_k=20, anchor_entity_ids=[], entity_weight=2.0)
+    assert all(r["entity"] == 0 for r in no_anchor)
+
+
+def test_duplicates_by_content_hash_keep_the_best_and_ties_go_narrow(
+    conns: tuple[Conn, Conn],
+) -> None:
+    su, app = conns
+    same = _hash(99)
+    _insert(su, 1, "Standup moved to ten", scope="user", content_hash=same)
+    narrow = _insert(su, 2, "Standup moved to ten", scope="session", session="s1",
+                     content_hash=same)
+    rows = recall(app, "standup", scopes="{user,session}")
+    assert [r["id"] for r in rows] == [narrow]
+    assert rows[0]["scope"] == "session"
+
+
+def test_top_k_then_token_budget_cut_a_prefix(conns: tuple[Conn, Conn]) -> None:
+    su, app = conns
+    _insert(su, 1, "alpha " + "word " * 40, importance=0.9)  # long, ranked first
+    _insert(su, 2, "alpha short", importance=0.5)
+    _insert(su, 3, "alpha tiny", importance=0.1)
+    full = recall(app, "alpha", top_k=3)
+    assert [r["content"].split()[1] for r in full] == ["word", "short", "tiny"]
+    # the first memory alone exceeds the budget: nothing, not the later short ones
+    assert recall(app, "alpha", top_k=3, token_budget=full[0]["tokens"] - 1) == []
+    cut = recall(app, "alpha", top_k=3, token_budget=full[0]["tokens"] + full[1]["tokens"])
+    assert [r["id"] for r in cut] == [r["id"] for r in full[:2]]
+    assert [r["id"] for r in recall(app, "alpha", top_k=2)] == [r["id"] for r in full[:2]]
+
+
+def test_as_of_returns_what_was_believed_then(conns: tuple[Conn, Conn]) -> None:
+    su, app = conns
+    _insert(su, 1, "Alice lives in Berlin",
+            valid="[2026-01-01 00:00+00, 2026-06-01 00:00+00)")
+    _insert(su, 2, "Alice lives in Lisbon", valid="[2026-06-01 00:00+00,)")
+    before = recall(app, "where does alice live", as_of="2026-03-01 00:00+00")
+    after = recall(app, "where does alice live")
+    assert [r["content"] for r in before] == ["Alice lives in Berlin"]
+    assert [r["content"] for r in after] == ["Alice lives in Lisbon"]
+    assert before[0]["invalid_at"] is not None
+
+
+def test_summaries_are_never_recalled(conns: tuple[Conn, Conn]) -> None:
+    su, app = conns
+    _insert(su, 1, "Summary: we discussed the budget", memory_type="summary",
+            scope="session", session="s1", vector="[1,0,0]")
+    _insert(su, 2, "The budget is approved", vector="[0,1,0]")
+    rows = recall(app, "budget", query_embedding="[1,0,0]", model_id="m", scopes="{session,user}")
+    assert [r["content"] for r in rows] == ["The budget is approved"]
+
+
+def test_min_similarity_drops_weak_dense_matches(conns: tuple[Conn, Conn]) -> None:
+    su, app = conns
+    _insert(su, 1, "close", vector="[1,0,0]")
+    _insert(su, 2, "far", vector="[0,1,0]")
+    _insert(su, 3, "halfway", vector="[1,1,0]")
+    rows = recall(app, "", query_embedding="[1,0,0]", model_id="m", min_similarity=0.5)
+    assert [r["content"] for r in rows] == ["close", "halfway"]
+    assert all(r["similarity"] >= 0.5 for r in rows)
+    # vectors of another model are never compared
+    assert recall(app, "", query_embedding="[1,0,0]", model_id="other") == []
+
+
+def test_substring_fallback_has_flat_relevance(conns: tuple[Conn, Conn]) -> None:
+    su, app = conns
+    _insert(su, 1, "Deploys go through the pipeline", importance=0.2)
+    _insert(su, 2, "Pipeline owners rotate weekly", importance=0.8)
+    rows = recall(app, "pipel")  # no lexeme matches a partial word
+    assert [r["content"] for r in rows] == [
+        "Pipeline owners rotate weekly",
+        "Deploys go through the pipeline",
+    ]
+    assert all(r["substring_match"] and r["relevance"] == pytest.approx(1 / 61) for r in rows)
+
+
+def test_scopes_narrow_what_is_read(conns: tuple[Conn, Conn]) -> None:
+    su, app = conns
+    _insert(su, 1, "user level budget")
+    _insert(su, 2, "session level budget", scope="session", session="s1")
+    _insert(su, 3, "other session budget", scope="session", session="s2")
+    _insert(su, 4, "other user budget", user="u2")
+    assert {r["content"] for r in recall(app, "budget", scopes="{session}")} == {
+        "session level budget"
+    }
+    assert {r["content"] for r in recall(app, "budget", scopes="{user,session}")} == {
+        "user level budget",
+        "session level budget",
+    }
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"top_k": -1}, "top_k"),
+        ({"rrf_k": 0}, "rrf_k"),
+        ({"recency_half_life_hours": 0.0}, "recency_half_life_hours"),
+        ({"entity_weight": -1.0}, "weights"),
+        ({"token_budget": -5}, "token_budget"),
+    ],
+)
+def test_bad_arguments_raise_a_named_error(
+    conns: tuple[Conn, Conn], kw: dict[str, Any], message: str
+) -> None:
+    _su, app = conns
+    with pytest.raises(errors.InvalidParameterValue, match=message):
+        recall(app, "anything", **kw)
+
+
+def test_degenerate_queries_return_nothing(conns: tuple[Conn, Conn]) -> None:
+    su, app = conns
+    _insert(su, 1, "something stored")
+    assert recall(app, "") == []
+    assert recall(app, "   \n\t") == []
+    assert recall(app, "stored", top_k=0) == []
+    assert recall(app, "stored", scopes="{}") == []
+    huge = "stored " + "x" * 100_000
+    assert [r["content"] for r in recall(app, huge)] == ["something stored"]
+
+
+def test_dense_index_path_matches_an_exact_scan(fresh_db: PgDatabase) -> None:
+    """Above the exact-scan limit the HNSW walk returns (almost) the exact top rows."""
+    rng = random.Random(5)
+    centres = [[rng.gauss(0, 1) for _ in range(384)] for _ in range(20)]
+
+    def vec() -> str:
+        c = rng.choice(centres)
+        v = [x + rng.gauss(0, 0.6) for x in c]
+        norm = math.sqrt(sum(x * x for x in v))
+        return "[" + ",".join(f"{x / norm:.5f}" for x in v) + "]"
+
+    with psycopg.connect(fresh_db.superuser_url, autocommit=True) as su:
+        for tenant, count in (("t1", 1500), ("t2", 1500)):
+            with su.cursor() as cur:
+                cur.executemany(
+                    "with m as (insert into harbor.memories (tenant_id, scope, user_id, content,"
+                    " content_hash) values (%s, 'user', 'u1', %s, md5(%s) || md5(%s))"
+                    " returning tenant_id, id, scope, user_id)"
+                    " insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims,"
+                    " embedding, scope, user_id) select tenant_id, id, 'm384', 384, %s::vector,"
+                    " scope, user_id from m",
+                    [
+                        (tenant, f"{tenant} memory {i}", f"{tenant}{i}", f"{i}{tenant}", vec())
+                        for i in range(count)
+                    ],
+                )
+        su.execute("analyze harbor.memory_embeddings")
+    with psycopg.connect(fresh_db.app_url, autocommit=True) as app:
+        app.execute("select harbor.set_identity('t1', principal_id => 'u1')")
+        for _ in range(5):
+            probe = vec()
+            sql = (
+                "select memory_id from harbor._dense_candidates(%s::vector, 'm384', '{user}',"
+                " now(), 25, %s) order by dense_rank"
+            )
+            exact = [r[0] for r in app.execute(sql, (probe, 5000)).fetchall()]
+            walked = [r[0] for r in app.execute(sql, (probe, 100)).fetchall()]
+            assert len(exact) == len(walked) == 25
+            assert len(set(exact) & set(walked)) >= 23
+            owners = app.execute(
+                "select distinct tenant_id from harbor.memories where id = any(%s)", (walked,)
+            ).fetchall()
+            assert owners == [("t1",)]

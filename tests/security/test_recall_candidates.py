@@ -1,0 +1,189 @@
+"""The SECURITY DEFINER candidate functions return exactly what the policies allow.
+
+``harbor._dense_candidates`` and ``harbor._lexical_candidates`` run as
+``harbor_search`` (BYPASSRLS) so that the GIN and HNSW indexes stay usable.
+For every identity shape, both code paths of each function (exact scan of the
+caller's rows, and the index walk) are compared with a plain SELECT under
+row-level security on the same connection: the id sets must be equal.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.conftest import PgDatabase
+from tests.security.conftest import MEMORIES
+
+Conn = psycopg.Connection[Any]
+
+LOGIN_ROLE = "harbor_test_recall_login"
+BOUND_ROLE = "harbor_test_recall_bound"
+ALL_SCOPES = "{global,tenant,project,user,session,run}"
+DIMS = 384
+
+
+def _vector(rng: random.Random) -> str:
+    return "[" + ",".join(f"{rng.gauss(0, 1):.5f}" for _ in range(DIMS)) + "]"
+
+
+@pytest.fixture(scope="module")
+def recall_db(module_db: PgDatabase) -> Iterator[PgDatabase]:
+    rng = random.Random(3)
+    with psycopg.connect(module_db.superuser_url, autocommit=True) as conn:
+        for i, (t, scope, p, u, s, r, content) in enumerate(MEMORIES):
+            conn.execute(
+                "insert into harbor.memories (tenant_id, scope, project_id, user_id, session_id,"
+                " run_id, content, content_hash) values (%s,%s,%s,%s,%s,%s,%s,%s)",
+                (t, scope, p, u, s, r, content + " shared words", f"{i:064x}"),
+            )
+        # a closed (superseded) row and a rolling summary: never candidates now
+        conn.execute(
+            "insert into harbor.memories (tenant_id, scope, user_id, content, content_hash, valid)"
+            " values ('t1', 'user', 'u1', 'mine: closed fact shared words', repeat('c', 64),"
+            " tstzrange(now() - interval '2 days', now() - interval '1 day'))"
+        )
+        conn.execute(
+            "insert into harbor.memories (tenant_id, id, scope, user_id, session_id, memory_type,"
+            " content, content_hash) values ('t1', 'summary:s1', 'session', 'u1', 's1',"
+            " 'summary', 'mine: summary shared words', repeat('d', 64))"
+        )
+        rows = conn.execute(
+            "select tenant_id, id, scope, project_id, user_id, session_id, run_id"
+            " from harbor.memories"
+        ).fetchall()
+        for tenant, mid, scope, p, u, s, r in rows:
+            conn.execute(
+                "insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims,"
+                " embedding, scope, project_id, user_id, session_id, run_id)"
+                " values (%s,%s,'m384',%s,%s::vector,%s,%s,%s,%s,%s)",
+                (tenant, mid, DIMS, _vector(rng), scope, p, u, s, r),
+            )
+        for role in (LOGIN_ROLE, BOUND_ROLE):
+            conn.execute(f"drop role if exists {role}")
+        conn.execute(f"create role {BOUND_ROLE} nologin")
+        conn.execute(f"grant harbor_app to {BOUND_ROLE}")
+        conn.execute(f"create role {LOGIN_ROLE} login")
+        conn.execute(f"grant harbor_app, {BOUND_ROLE} to {LOGIN_ROLE}")
+        conn.execute(f'grant connect on database "{module_db.name}" to {LOGIN_ROLE}')
+    with psycopg.connect(module_db.admin_url, autocommit=True) as conn:
+        conn.execute("select harbor.set_identity('t1')")
+        conn.execute("select harbor.bind_role(%s, 't1', user_id => 'u1')", (BOUND_ROLE,))
+    yield module_db
+    with psycopg.connect(module_db.superuser_url, autocommit=True) as conn:
+        for role in (LOGIN_ROLE, BOUND_ROLE):
+            conn.execute(f"drop owned by {role}")
+            conn.execute(f"drop role {role}")
+
+
+# (tenant, project, principal, session, run): every shape an identity can take
+IDENTITIES = [
+    ("t1", "p1", "u1", "s1", "r1"),
+    ("t1", None, "u1", "s1", None),
+    ("t1", "p1", "u1", None, None),
+    ("t1", "p2", "u2", "s1", "r2"),
+    ("t1", None, None, None, None),
+    ("t2", "p1", "u1", "s1", "r1"),
+    ("t3", None, "u9", "s9", None),
+]
+
+
+def _visible_ids(conn: Conn) -> set[str]:
+    rows = conn.execute(
+        "select id from harbor.memories where valid @> now() and memory_type <> 'summary'"
+    ).fetchall()
+    return {r[0] for r in rows}
+
+
+def _lexical_ids(conn: Conn, scan_limit: int) -> set[str]:
+    rows = conn.execute(
+        "select memory_id from harbor._lexical_candidates('shared words', %s, now(), 1000, %s)",
+        (ALL_SCOPES, scan_limit),
+    ).fetchall()
+    return {r[0] for r in rows}
+
+
+def _dense_ids(conn: Conn, exact_limit: int) -> set[str]:
+    probe = _vector(random.Random(11))
+    rows = conn.execute(
+        "select memory_id from harbor._dense_candidates(%s::vector, 'm384', %s, now(), 1000, %s)",
+        (probe, ALL_SCOPES, exact_limit),
+    ).fetchall()
+    return {r[0] for r in rows}
+
+
+def _all_paths(conn: Conn) -> dict[str, set[str]]:
+    return {
+        "lexical scan": _lexical_ids(conn, 5000),
+        "lexical index": _lexical_ids(conn, 0),
+        "dense exact": _dense_ids(conn, 5000),
+        "dense hnsw": _dense_ids(conn, 0),
+    }
+
+
+@pytest.mark.parametrize("identity", IDENTITIES, ids=lambda i: "/".join(x or "-" for x in i))
+def test_candidates_equal_policy_rows_for_every_identity(
+    recall_db: PgDatabase, identity: tuple[str | None, ...]
+) -> None:
+    tenant, project, principal, session, run = identity
+    with psycopg.connect(recall_db.app_url, autocommit=True) as conn:
+        conn.execute(
+            "select harbor.set_identity(%s, %s, %s, null, %s, %s)",
+            (tenant, project, principal, session, run),
+        )
+        expected = _visible_ids(conn)
+        assert expected, "every identity sees at least the global memory"
+        for path, got in _all_paths(conn).items():
+            assert got == expected, path
+
+
+def test_no_identity_sees_only_global(recall_db: PgDatabase) -> None:
+    with psycopg.connect(recall_db.app_url, autocommit=True) as conn:
+        expected = _visible_ids(conn)
+        assert len(expected) == 1
+        for path, got in _all_paths(conn).items():
+            assert got == expected, path
+
+
+def test_set_role_to_a_bound_role_cannot_be_spoofed_by_settings(recall_db: PgDatabase) -> None:
+    """SET ROLE to a bound role: inside the definer functions the binding still wins."""
+    with psycopg.connect(recall_db.url_for(LOGIN_ROLE), autocommit=True) as conn:
+        conn.execute(f"set role {BOUND_ROLE}")
+        for name, value in [("tenant_id", "t2"), ("user_id", "u1"), ("principal_id", "u1")]:
+            conn.execute("select set_config(%s, %s, false)", (f"harbor.{name}", value))
+        expected = _visible_ids(conn)
+        assert all(not c.startswith("secret") for c in _contents(conn, expected))
+        for path, got in _all_paths(conn).items():
+            assert got == expected, path
+
+
+def test_bound_login_role_ignores_a_foreign_identity(recall_db: PgDatabase) -> None:
+    with psycopg.connect(recall_db.url_for(LOGIN_ROLE), autocommit=True) as conn:
+        # unbound login role: settings decide, exactly as for the policies
+        conn.execute("select harbor.set_identity('t2', principal_id => 'u1')")
+        expected = _visible_ids(conn)
+        for path, got in _all_paths(conn).items():
+            assert got == expected, path
+
+
+def test_candidate_functions_are_definers_owned_by_the_search_role(recall_db: PgDatabase) -> None:
+    with psycopg.connect(recall_db.superuser_url) as conn:
+        rows = conn.execute(
+            "select p.proname, pg_get_userbyid(p.proowner), p.prosecdef, p.proconfig"
+            " from pg_proc p join pg_namespace n on n.oid = p.pronamespace"
+            " where n.nspname = 'harbor' and p.proname like '%%_candidates'"
+        ).fetchall()
+    assert {r[0] for r in rows} == {"_dense_candidates", "_lexical_candidates"}
+    for _name, owner, definer, config in rows:
+        assert owner == "harbor_search"
+        assert definer
+        assert "search_path=pg_catalog, pg_temp" in config
+
+
+def _contents(conn: Conn, ids: set[str]) -> list[str]:
+    rows = conn.execute("select content from harbor.memories where id = any(%s)", (list(ids),))
+    return [r[0] for r in rows.fetchall()]
