@@ -5,22 +5,31 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from harbor_pg.context.recall import (
+    MemoryRecall,
+    RecallRequest,
+    embedding_text,
+    recall_params,
+    recalled_from_row,
+)
 from harbor_pg.db.connection import Database
 from harbor_pg.db.sqlfiles import query
+from harbor_pg.embedders.base import Embedder, normalize_vector
 from harbor_pg.errors import (
     MemoryConfigurationError,
     MemoryScopeError,
     MemoryValidationError,
 )
 from harbor_pg.owner import MemoryOwner, MemoryScope
+from harbor_pg.policy import MemoryPolicy
 from harbor_pg.records import (
     ConversationMessage,
     Memory,
@@ -40,13 +49,21 @@ from harbor_pg.tiers.in_process import (
     InMemoryShortTermStore,
     InMemoryWorkingStore,
 )
-from harbor_pg.tiers.long_term import PostgresLongTermStore, memory_from_row
+from harbor_pg.tiers.long_term import (
+    ELEVATED_SCOPES,
+    PostgresLongTermStore,
+    memory_from_row,
+    memory_params,
+)
 from harbor_pg.tiers.short_term import PostgresShortTermStore, message_from_row
 from harbor_pg.tiers.working import PostgresWorkingStore
 
 __all__ = ["MemoryManager", "MemoryManagerConfig", "MemorySnapshot"]
 
 log = logging.getLogger("harbor_pg")
+
+#: Parameters of a snapshot that recalls nothing.
+_NO_RECALL = RecallRequest(query="", scopes=(), top_k=0)
 
 
 class MemoryManagerConfig(BaseModel):
@@ -94,6 +111,8 @@ class MemoryManager:
         config: MemoryManagerConfig | None = None,
         caller: MemoryOwner | None = None,
         database: Database | None = None,
+        embedder: Embedder | None = None,
+        policy: MemoryPolicy | None = None,
     ) -> None:
         self.short_term = short_term
         self.working = working
@@ -101,6 +120,10 @@ class MemoryManager:
         self.config = config or MemoryManagerConfig()
         self.caller = caller
         self.database = database
+        #: embeds memories on save and queries on recall (None: lexical recall only)
+        self.embedder = embedder
+        #: recall settings (scopes, top_k, weights, budget); see MemoryPolicy
+        self.policy = policy or MemoryPolicy()
         self._owns_database = False
 
     # -- construction -------------------------------------------------------------
@@ -114,12 +137,20 @@ class MemoryManager:
         caller: MemoryOwner | None = None,
         config: MemoryManagerConfig | None = None,
         in_process: bool = False,
+        embedder: Embedder | None = None,
+        embeddings: bool = True,
+        policy: MemoryPolicy | None = None,
     ) -> MemoryManager:
         """A manager with every tier, ready to use.
 
         With no arguments: the embedded PostgreSQL (started and migrated on
         first use, reused afterwards), or ``HARBOR_DATABASE_URL`` when set.
         ``in_process=True`` gives process-local stores instead (no database).
+
+        Memories are embedded with ``embedder``, or else with the best one that
+        loads here (:func:`~harbor_pg.embedders.default_embedder`: fastembed,
+        ``HARBOR_EMBED_MODEL_PATH``, else the hashing embedder with a WARNING);
+        ``embeddings=False`` switches vectors off (lexical recall only).
         """
         if in_process:
             return cls(
@@ -128,7 +159,12 @@ class MemoryManager:
                 long_term=InMemoryLongTermStore(),
                 config=config,
                 caller=caller,
+                policy=policy,
             )
+        if embedder is None and embeddings:
+            from harbor_pg.embedders import default_embedder
+
+            embedder = default_embedder()
         from harbor_pg.db import migrate, server
 
         info = server.resolve_server(
@@ -137,7 +173,9 @@ class MemoryManager:
         migrate.upgrade(info.owner_url)
         db = Database(info.app_url, info.admin_url)
         await db.open()
-        manager = cls.from_database(db, config=config, caller=caller)
+        manager = cls.from_database(
+            db, config=config, caller=caller, embedder=embedder, policy=policy
+        )
         manager._owns_database = True
         return manager
 
@@ -148,6 +186,8 @@ class MemoryManager:
         *,
         config: MemoryManagerConfig | None = None,
         caller: MemoryOwner | None = None,
+        embedder: Embedder | None = None,
+        policy: MemoryPolicy | None = None,
     ) -> MemoryManager:
         """Every tier backed by ``db`` (an open :class:`Database`)."""
         return cls(
@@ -157,6 +197,8 @@ class MemoryManager:
             config=config,
             caller=caller,
             database=db,
+            embedder=embedder,
+            policy=policy,
         )
 
     def bound_to(self, caller: MemoryOwner) -> MemoryManager:
@@ -168,6 +210,8 @@ class MemoryManager:
             config=self.config,
             caller=caller,
             database=self.database,
+            embedder=self.embedder,
+            policy=self.policy,
         )
         return clone
 
@@ -294,11 +338,110 @@ class MemoryManager:
         reports the existing memory (``created=False``).
         """
         store = self._long()
+        self._check_memory(caller, memory)
+        if embedding is None and self._embeds(store):
+            vectors = await self._embed([memory])
+            if vectors is not None:
+                embedding, model_id = vectors[0], self._model_id()
+        return await store.save(caller, memory, embedding, model_id)
+
+    async def save_many(
+        self,
+        caller: MemoryOwner,
+        memories: Sequence[Memory],
+        *,
+        batch_size: int = 64,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> list[SaveResult]:
+        """Save many memories: embedded in batches, each batch one transaction.
+
+        Every memory is validated before anything is written, so bad input
+        writes nothing. On PostgreSQL a batch commits as a whole: a failure
+        leaves the earlier batches saved and none of the failing one.
+        ``progress(saved, total)`` is called after each batch.
+        """
+        if batch_size < 1:
+            raise MemoryValidationError("batch_size must be >= 1")
+        store = self._long()
+        for memory in memories:
+            self._check_memory(caller, memory)
+        results: list[SaveResult] = []
+        total = len(memories)
+        for start in range(0, total, batch_size):
+            batch = list(memories[start : start + batch_size])
+            vectors = await self._embed(batch) if self._embeds(store) else None
+            model_id = self._model_id() if vectors is not None else None
+            if isinstance(store, PostgresLongTermStore) and not any(
+                m.scope in ELEVATED_SCOPES for m in batch
+            ):
+                results.extend(await _save_batch(store, caller, batch, vectors, model_id))
+            else:
+                for i, memory in enumerate(batch):
+                    vector = vectors[i] if vectors is not None else None
+                    results.append(await store.save(caller, memory, vector, model_id))
+            if progress is not None:
+                progress(len(results), total)
+        return results
+
+    def _check_memory(self, caller: MemoryOwner, memory: Memory) -> None:
         self._check_content(memory.content, "memory content")
         if not memory.content.strip():
             raise MemoryValidationError("memory content is blank")
         caller.require_scope(memory.scope)
-        return await store.save(caller, memory, embedding, model_id)
+
+    def _embeds(self, store: LongTermStore) -> bool:
+        return self.embedder is not None and isinstance(store, PostgresLongTermStore)
+
+    def _model_id(self) -> str:
+        assert self.embedder is not None
+        return self.embedder.model_id
+
+    async def _embed(self, memories: Sequence[Memory]) -> list[list[float]] | None:
+        """Vectors of ``memories`` (context + content), or None with a WARNING on failure."""
+        assert self.embedder is not None
+        texts = [embedding_text(m) for m in memories]
+        try:
+            raw = await self.embedder.embed(texts)
+            return [
+                normalize_vector(
+                    v, dimensions=self.embedder.dimensions, model_id=self.embedder.model_id
+                )
+                for v in raw
+            ]
+        except Exception as exc:
+            log.warning(
+                "embedding %d memories failed, saving them without vectors (lexical recall "
+                "still finds them): %s",
+                len(texts),
+                exc,
+            )
+            return None
+
+    async def recall(
+        self,
+        owner: MemoryOwner,
+        query: str,
+        *,
+        anchor_entity_ids: Sequence[str] = (),
+        wanted_types: Sequence[MemoryType | str] = (),
+        as_of: datetime | None = None,
+        top_k: int | None = None,
+        token_budget: int | None = None,
+    ) -> tuple[Memory, ...]:
+        """Hybrid recall under this manager's policy (see :class:`MemoryRecall`). Never raises."""
+        return await self.recaller().recall(
+            owner,
+            query,
+            anchor_entity_ids=anchor_entity_ids,
+            wanted_types=wanted_types,
+            as_of=as_of,
+            top_k=top_k,
+            token_budget=token_budget,
+        )
+
+    def recaller(self) -> MemoryRecall:
+        """A :class:`MemoryRecall` over this manager's long-term store, policy and embedder."""
+        return MemoryRecall(policy=self.policy, memories=self._long(), embedder=self.embedder)
 
     async def get(self, caller: MemoryOwner, memory_id: str) -> Memory | None:
         """One memory the caller may see, or None."""
@@ -384,7 +527,7 @@ class MemoryManager:
             else {}
         )
         memories = (
-            await self.search(owner, text, limit=self.config.snapshot_top_k)
+            list(await self.recall(owner, text, top_k=self.config.snapshot_top_k))
             if self.long_term and text.strip()
             else []
         )
@@ -393,6 +536,12 @@ class MemoryManager:
     async def _snapshot_sql(self, owner: MemoryOwner, text: str, limit: int) -> MemorySnapshot:
         assert self.database is not None
         owner.require_scope(MemoryScope.SESSION)
+        recaller = self.recaller() if self.long_term else None
+        request = (
+            await recaller.prepare(owner, text, top_k=self.config.snapshot_top_k)
+            if recaller is not None
+            else None
+        )
         params = {
             "tenant_id": owner.tenant_id,
             "user_id": owner.user_id,
@@ -400,16 +549,30 @@ class MemoryManager:
             "run_id": owner.run_id or "",
             "project_id": owner.project_id or "",
             "recent_limit": limit,
-            "query": text,
-            "top_k": self.config.snapshot_top_k if self.long_term else 0,
+            "recall": request is not None,
+            **recall_params(request or _NO_RECALL),
         }
-        async with self.database.transaction(owner, pipeline=True) as conn:
-            row = await (await conn.execute(query("snapshot"), params)).fetchone()
+        try:
+            async with self.database.transaction(owner, pipeline=True) as conn:
+                row = await (await conn.execute(query("snapshot"), params)).fetchone()
+        except Exception as exc:
+            if request is None or request.embedding is None:
+                raise
+            # an index failure must not cost the turn its history: again, lexically
+            log.warning("snapshot: dense recall failed, falling back to lexical recall: %s", exc)
+            request = replace(request, embedding=None, model_id=None, min_similarity=None)
+            params.update(recall_params(request))
+            async with self.database.transaction(owner, pipeline=True) as conn:
+                row = await (await conn.execute(query("snapshot"), params)).fetchone()
         assert row is not None
+        memories: list[Memory] = []
+        if recaller is not None and request is not None:
+            ranked = [recalled_from_row(m) for m in row["memories"]]
+            memories = [item.memory for item in recaller.finish(ranked, request)]
         return MemorySnapshot(
             recent=[message_from_row(r) for r in row["recent"]] if self.short_term else [],
             working_state=dict(row["working"] or {}) if self.working else {},
-            memories=[memory_from_row(m) for m in row["memories"]],
+            memories=memories,
         )
 
     def _check_caller(self, owner: MemoryOwner) -> None:
@@ -520,6 +683,31 @@ class MemoryManager:
         store = self._working()
         purge = getattr(store, "purge_expired", None)
         return int(await purge()) if purge else 0
+
+
+async def _save_batch(
+    store: PostgresLongTermStore,
+    caller: MemoryOwner,
+    batch: Sequence[Memory],
+    vectors: Sequence[list[float]] | None,
+    model_id: str | None,
+) -> list[SaveResult]:
+    """Insert a batch (with its vectors) in one transaction; duplicates report the existing row."""
+    out: list[SaveResult] = []
+    async with store.db.transaction(caller) as conn:
+        for i, memory in enumerate(batch):
+            memory_id, created = await store.save_in(conn, memory_params(caller, memory))
+            if created and vectors is not None and model_id:
+                await store.insert_embedding(
+                    conn, caller.tenant_id, memory_id, vectors[i], model_id
+                )
+            cur = await conn.execute(
+                query("get_memory"), {"tenant_id": caller.tenant_id, "id": memory_id}
+            )
+            row = await cur.fetchone()
+            assert row is not None
+            out.append(SaveResult(memory=memory_from_row(row), created=created))
+    return out
 
 
 def _to_message(turn: ConversationMessage | dict[str, Any] | Any) -> ConversationMessage:

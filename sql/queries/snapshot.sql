@@ -1,5 +1,5 @@
 -- name: snapshot
--- Recent turns, working state and matching memories of the caller in one statement.
+-- Recent turns, working state and recalled memories (harbor.recall) of the caller in one statement.
 select
   (select coalesce(jsonb_agg(jsonb_build_object(
               'id', r.id, 'role', r.role, 'content', r.content, 'name', r.name,
@@ -15,19 +15,21 @@ select
       and w.session_id = %(session_id)s::text and w.run_id = %(run_id)s::text
       and w.project_id = %(project_id)s::text
     order by w.id desc limit 1) as working,
-  (select coalesce(jsonb_agg(to_jsonb(s) order by s.rank desc, s.importance desc), '[]'::jsonb)
-     from (select m.id, m.tenant_id, m.scope, m.project_id, m.principal_id, m.user_id,
-                  m.session_id, m.run_id, m.memory_type, m.content, m.content_hash,
-                  m.importance, m.entity_ids, m.source, m.sensitivity,
-                  lower(m.valid) as valid_from, upper(m.valid) as invalid_at, m.superseded_by,
-                  m.source_session_id, m.source_message_ids, m.metadata, m.context,
-                  m.created_at, m.updated_at,
-                  pg_catalog.ts_rank_cd(m.fts, q.tsq) as rank
-             from harbor.memories m, (select harbor.or_tsquery(%(query)s::text) as tsq) q
-            where %(query)s::text <> ''
-              and m.tenant_id = any (array['', %(tenant_id)s::text])
-              and m.valid @> pg_catalog.now() and m.memory_type <> 'summary'
-              and (m.fts @@ q.tsq or pg_catalog.strpos(pg_catalog.lower(m.content),
-                                                       pg_catalog.lower(%(query)s::text)) > 0)
-            order by rank desc, m.importance desc
-            limit %(top_k)s::integer) s) as memories
+  (select coalesce(jsonb_agg(to_jsonb(r) order by r.rank), '[]'::jsonb)
+     from harbor.recall(
+         %(query)s::text,
+         query_embedding => %(embedding)s::public.vector,
+         model_id => %(model_id)s::text,
+         scopes => %(scopes)s::text[]::harbor.memory_scope[],
+         top_k => %(top_k)s::integer,
+         anchor_entity_ids => %(anchors)s::text[],
+         wanted_types => %(wanted)s::text[]::harbor.memory_type[],
+         as_of => %(as_of)s::timestamptz,
+         recency_half_life_hours => %(half_life)s::double precision,
+         entity_weight => %(entity_weight)s::double precision,
+         type_weight => %(type_weight)s::double precision,
+         rrf_k => %(rrf_k)s::integer,
+         min_similarity => %(min_similarity)s::double precision,
+         token_budget => %(token_budget)s::integer,
+         candidates => %(candidates)s::integer) r
+    where %(recall)s::boolean) as memories

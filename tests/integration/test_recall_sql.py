@@ -85,12 +85,28 @@ def recall(app: Conn, query: str, **kw: Any) -> list[Row]:
     return list(app.execute(sql, {"q": query, **kw}).fetchall())
 
 
-def test_every_signal_is_visible_and_the_score_follows_the_formula(conns: tuple[Conn, Conn]) -> None:
+def test_every_signal_is_visible_and_the_score_follows_the_formula(
+    conns: tuple[Conn, Conn],
+) -> None:
     su, app = conns
-    _insert(su, 1, "The deploy pipeline broke on Friday", importance=0.9, vector="[0,1,0]",
-            entities=("deploy", "ci"), age_hours=48)
-    _insert(su, 2, "Alice prefers green tea", importance=0.2, vector="[1,0,0]",
-            memory_type="preference", age_hours=1)
+    _insert(
+        su,
+        1,
+        "The deploy pipeline broke on Friday",
+        importance=0.9,
+        vector="[0,1,0]",
+        entities=("deploy", "ci"),
+        age_hours=48,
+    )
+    _insert(
+        su,
+        2,
+        "Alice prefers green tea",
+        importance=0.2,
+        vector="[1,0,0]",
+        memory_type="preference",
+        age_hours=1,
+    )
     _insert(su, 3, "Friday is the team offsite", importance=0.5, vector="[0.7,0.7,0]")
     rows = recall(
         app,
@@ -111,7 +127,10 @@ def test_every_signal_is_visible_and_the_score_follows_the_formula(conns: tuple[
         fused = sum(1 / (60 + rank) for rank in (r["dense_rank"], r["lexical_rank"]) if rank)
         assert r["relevance"] == pytest.approx(fused)
         assert r["score"] == pytest.approx(
-            r["relevance"] * (1 + r["recency"]) * (1 + r["importance"]) * (1 + r["entity"])
+            r["relevance"]
+            * (1 + r["recency"])
+            * (1 + r["importance"])
+            * (1 + r["entity"])
             * (1 + r["type_boost"]),
             rel=1e-6,
         )
@@ -144,11 +163,23 @@ def test_lexical_leg_uses_or_semantics(conns: tuple[Conn, Conn]) -> None:
 def test_entity_and_type_boosts_only_rerank(conns: tuple[Conn, Conn]) -> None:
     su, app = conns
     for i in range(6):
-        _insert(su, i, f"note {i} about the budget", entities=(f"e{i}",),
-                memory_type="decision" if i % 2 else "fact")
+        _insert(
+            su,
+            i,
+            f"note {i} about the budget",
+            entities=(f"e{i}",),
+            memory_type="decision" if i % 2 else "fact",
+        )
     plain = recall(app, "budget", top_k=20, entity_weight=0, type_weight=0)
-    boosted = recall(app, "budget", top_k=20, anchor_entity_ids=["e5", "nothing"],
-                     wanted_types=["decision"], entity_weight=2.0, type_weight=2.0)
+    boosted = recall(
+        app,
+        "budget",
+        top_k=20,
+        anchor_entity_ids=["e5", "nothing"],
+        wanted_types=["decision"],
+        entity_weight=2.0,
+        type_weight=2.0,
+    )
     assert {r["id"] for r in plain} == {r["id"] for r in boosted}
     assert boosted[0]["content"] == "note 5 about the budget"
     assert all(r["entity"] >= 0 and r["type_boost"] >= 0 for r in boosted)
@@ -162,8 +193,9 @@ def test_duplicates_by_content_hash_keep_the_best_and_ties_go_narrow(
     su, app = conns
     same = _hash(99)
     _insert(su, 1, "Standup moved to ten", scope="user", content_hash=same)
-    narrow = _insert(su, 2, "Standup moved to ten", scope="session", session="s1",
-                     content_hash=same)
+    narrow = _insert(
+        su, 2, "Standup moved to ten", scope="session", session="s1", content_hash=same
+    )
     rows = recall(app, "standup", scopes="{user,session}")
     assert [r["id"] for r in rows] == [narrow]
     assert rows[0]["scope"] == "session"
@@ -185,8 +217,7 @@ def test_top_k_then_token_budget_cut_a_prefix(conns: tuple[Conn, Conn]) -> None:
 
 def test_as_of_returns_what_was_believed_then(conns: tuple[Conn, Conn]) -> None:
     su, app = conns
-    _insert(su, 1, "Alice lives in Berlin",
-            valid="[2026-01-01 00:00+00, 2026-06-01 00:00+00)")
+    _insert(su, 1, "Alice lives in Berlin", valid="[2026-01-01 00:00+00, 2026-06-01 00:00+00)")
     _insert(su, 2, "Alice lives in Lisbon", valid="[2026-06-01 00:00+00,)")
     before = recall(app, "where does alice live", as_of="2026-03-01 00:00+00")
     after = recall(app, "where does alice live")
@@ -197,8 +228,15 @@ def test_as_of_returns_what_was_believed_then(conns: tuple[Conn, Conn]) -> None:
 
 def test_summaries_are_never_recalled(conns: tuple[Conn, Conn]) -> None:
     su, app = conns
-    _insert(su, 1, "Summary: we discussed the budget", memory_type="summary",
-            scope="session", session="s1", vector="[1,0,0]")
+    _insert(
+        su,
+        1,
+        "Summary: we discussed the budget",
+        memory_type="summary",
+        scope="session",
+        session="s1",
+        vector="[1,0,0]",
+    )
     _insert(su, 2, "The budget is approved", vector="[0,1,0]")
     rows = recall(app, "budget", query_embedding="[1,0,0]", model_id="m", scopes="{session,user}")
     assert [r["content"] for r in rows] == ["The budget is approved"]

@@ -1,0 +1,144 @@
+"""The pure scoring rules of recall, as seed 000 defines them.
+
+PostgreSQL ranks inside ``harbor.recall()`` (``sql/functions/recall.sql``);
+these functions are the same rules for stores that are not PostgreSQL (the
+in-process store, or one of your own), and the reference the SQL is tested
+against::
+
+    final = relevance * (1 + recency) * (1 + importance) * (1 + entity) * (1 + type)
+    recency = 0.5 ** (hours_since_updated / recency_half_life_hours)
+    entity = entity_overlap_weight * overlapping_ids / max(1, len(memory.entity_ids))
+    type = type_affinity_weight when memory.memory_type was asked for, else 0
+
+``relevance`` is the reciprocal rank fusion of the dense and lexical lists,
+``sum(1 / (rrf_k + rank))``. A memory's "updated" time is the start of its
+validity interval: memories are add-only, so that is when its content became
+what we believe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from harbor_pg.context.tokens import TokenCounter, approximate_tokens
+from harbor_pg.records import Memory, MemoryType, normalize_content
+
+__all__ = [
+    "RecalledMemory",
+    "budget_prefix",
+    "dedupe",
+    "entity_boost",
+    "final_score",
+    "order_key",
+    "recency",
+    "render_recalled",
+    "rrf",
+    "type_boost",
+]
+
+
+@dataclass(frozen=True)
+class RecalledMemory:
+    """One recalled memory with every signal that ranked it.
+
+    ``dense_rank``/``similarity`` and ``lexical_rank``/``lexical_score`` are
+    ``None`` when the memory was not in that list; ``substring_match`` marks a
+    candidate from the substring fallback (flat relevance).
+    """
+
+    memory: Memory
+    rank: int
+    relevance: float
+    recency: float
+    entity: float
+    type_boost: float
+    score: float
+    tokens: int
+    dense_rank: int | None = None
+    similarity: float | None = None
+    lexical_rank: int | None = None
+    lexical_score: float | None = None
+    substring_match: bool = False
+
+
+def rrf(ranks: Iterable[int | None], k: int) -> float:
+    """Reciprocal rank fusion: ``sum(1 / (k + rank))`` over the lists a memory is in."""
+    return sum(1.0 / (k + r) for r in ranks if r is not None)
+
+
+def recency(memory: Memory, as_of: datetime, half_life_hours: float | None) -> float:
+    """``0.5 ** (hours since the memory became valid / half-life)``; 0 without a half-life."""
+    if half_life_hours is None:
+        return 0.0
+    since = memory.valid_from or memory.updated_at or memory.created_at
+    if since is None:
+        return 1.0
+    hours = max((as_of - since).total_seconds(), 0.0) / 3600.0
+    return float(0.5 ** (hours / half_life_hours))
+
+
+def entity_boost(memory: Memory, anchors: Collection[str], weight: float) -> float:
+    """Share of the memory's own entity ids that are anchors, times ``weight`` (never < 0)."""
+    if not anchors or not memory.entity_ids or weight <= 0:
+        return 0.0
+    overlap = len(set(memory.entity_ids) & set(anchors))
+    return weight * overlap / max(1, len(memory.entity_ids))
+
+
+def type_boost(memory: Memory, wanted: Collection[MemoryType], weight: float) -> float:
+    """``weight`` when the memory's type was asked for, else 0."""
+    return weight if memory.memory_type in wanted and weight > 0 else 0.0
+
+
+def final_score(
+    relevance: float, recency_: float, importance: float, entity: float, type_: float
+) -> float:
+    """``relevance * (1 + recency) * (1 + importance) * (1 + entity) * (1 + type)``."""
+    return relevance * (1 + recency_) * (1 + importance) * (1 + entity) * (1 + type_)
+
+
+def order_key(item: RecalledMemory) -> tuple[float, int, str]:
+    """Ranking order: score descending, ties toward the narrower scope, then id."""
+    return (-item.score, -item.memory.scope.narrowness, item.memory.id or "")
+
+
+def dedupe(items: Iterable[RecalledMemory]) -> list[RecalledMemory]:
+    """Keep the best-ranked instance of each content hash (else normalized content)."""
+    seen: set[str] = set()
+    out: list[RecalledMemory] = []
+    for item in sorted(items, key=order_key):
+        key = item.memory.content_hash or normalize_content(item.memory.content)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(item)
+    return out
+
+
+def render_recalled(memory: Memory) -> str:
+    """One line of the recalled-memory block: ``[<hash12>] <content, whitespace collapsed>``."""
+    digest = (memory.content_hash or "")[:12]
+    return f"[{digest}] {' '.join(memory.content.split())}"
+
+
+def budget_prefix(
+    items: Sequence[RecalledMemory],
+    budget: int | None,
+    counter: TokenCounter = approximate_tokens,
+) -> list[RecalledMemory]:
+    """The longest prefix of ``items`` whose rendered lines fit in ``budget`` tokens.
+
+    Stops at the first memory that would overflow, so the block is always a
+    prefix of the ranking (a later, shorter memory never jumps the queue).
+    """
+    out: list[RecalledMemory] = []
+    used = 0
+    for item in items:
+        cost = counter(render_recalled(item.memory))
+        if budget is not None and used + cost > budget:
+            break
+        used += cost
+        out.append(replace(item, tokens=cost) if cost != item.tokens else item)
+    return out

@@ -1,0 +1,415 @@
+"""Long-term recall: :class:`MemoryRecall`.
+
+On PostgreSQL one call to ``harbor.recall()`` generates the candidates (dense
+and lexical), fuses, boosts, deduplicates and cuts them; see
+``sql/functions/recall.sql``. Any other store (the in-process one, or yours)
+is read through its own ``search`` once per recall scope, with a flat
+relevance, and ranked by the same rules in Python
+(:mod:`harbor_pg.context.ranking`).
+
+Failure semantics (seed 000): recall never raises into the turn.
+
+=====================  =============================================
+failure                what recall does
+=====================  =============================================
+embedder raises        WARNING, lexical / substring recall
+index raises           WARNING, lexical / substring recall
+repository raises      WARNING, no candidates for that scope
+=====================  =============================================
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from harbor_pg.context.ranking import (
+    RecalledMemory,
+    budget_prefix,
+    dedupe,
+    entity_boost,
+    final_score,
+    recency,
+    rrf,
+    type_boost,
+)
+from harbor_pg.context.tokens import TokenCounter, approximate_tokens
+from harbor_pg.db.sqlfiles import query as sql_query
+from harbor_pg.embedders.base import Embedder, EmbedderError, normalize_vector
+from harbor_pg.errors import MemoryConfigurationError
+from harbor_pg.owner import MemoryOwner, MemoryScope
+from harbor_pg.policy import MemoryPolicy
+from harbor_pg.records import RECALL_MEMORY_TYPES, Memory, MemoryType
+from harbor_pg.tiers.base import LongTermStore
+from harbor_pg.tiers.long_term import PostgresLongTermStore, memory_from_row
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection
+
+__all__ = [
+    "MemoryRecall",
+    "RecallRequest",
+    "RecalledMemory",
+    "embedding_text",
+    "recalled_entity_ids",
+]
+
+log = logging.getLogger("harbor_pg.recall")
+
+#: Longest query text embedded (models read a few hundred tokens at most).
+MAX_EMBED_CHARS = 4000
+#: Longest query text searched lexically (the rest is ignored).
+MAX_QUERY_CHARS = 20_000
+
+
+@dataclass(frozen=True)
+class RecallRequest:
+    """Everything one recall needs besides the owner; built by :class:`MemoryRecall`."""
+
+    query: str
+    scopes: tuple[MemoryScope, ...]
+    top_k: int
+    anchor_entity_ids: tuple[str, ...] = ()
+    wanted_types: tuple[MemoryType, ...] = ()
+    as_of: datetime | None = None
+    recency_half_life_hours: float | None = 168.0
+    entity_weight: float = 0.5
+    type_weight: float = 0.5
+    rrf_k: int = 60
+    min_similarity: float | None = None
+    token_budget: int | None = None
+    embedding: list[float] | None = None
+    model_id: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def embedding_text(memory: Memory) -> str:
+    """The text a memory's vector is computed from: its context line, then its content.
+
+    Conversation turns lean on their neighbours; a memory saved with the
+    preceding turn as ``context`` is embedded (and full-text indexed) with it.
+    """
+    if memory.context and memory.context.strip():
+        return f"{memory.context.strip()}\n{memory.content}"
+    return memory.content
+
+
+def _wanted(types: Iterable[MemoryType | str]) -> tuple[MemoryType, ...]:
+    out: list[MemoryType] = []
+    for raw in types:
+        try:
+            t = MemoryType(str(raw).strip().lower())
+        except ValueError:
+            log.debug("recall: ignoring unknown memory type %r", raw)
+            continue
+        if t in RECALL_MEMORY_TYPES and t not in out:
+            out.append(t)
+    return tuple(out[:3])
+
+
+def _anchors(ids: Iterable[str]) -> tuple[str, ...]:
+    out: list[str] = []
+    for raw in ids:
+        if isinstance(raw, str) and raw.strip() and raw not in out:
+            out.append(raw)
+    return tuple(out)
+
+
+class MemoryRecall:
+    """Ranked long-term memories for a question.
+
+    Args:
+        policy: recall settings (``recall_top_k``, ``recall_scopes``,
+            ``recency_half_life_hours``, the boost weights, ``rrf_k``,
+            ``relevance_threshold``, ``block_budget_fraction`` x ``recent_max_tokens``).
+        memories: the long-term store (the canonical repository).
+        index: where the vectors live. On PostgreSQL the vectors sit beside
+            the memories, so the index *is* the store: pass the same object, or
+            leave it ``None`` to use the store whenever an embedder is wired.
+            Pass ``False`` to switch the dense leg off.
+        embedder: embeds the query; dense candidates need both an embedder and
+            an index.
+        token_counter: counts tokens of the rendered block instead of
+            :func:`~harbor_pg.context.tokens.approximate_tokens`.
+    """
+
+    def __init__(
+        self,
+        *,
+        policy: MemoryPolicy | None = None,
+        memories: LongTermStore | None,
+        index: LongTermStore | bool | None = None,
+        embedder: Embedder | None = None,
+        token_counter: TokenCounter | None = None,
+    ) -> None:
+        if memories is None:
+            raise MemoryConfigurationError("MemoryRecall needs the long-term store (memories=)")
+        if index not in (None, False, True) and index is not memories:
+            raise MemoryConfigurationError(
+                "the vector index must be the long-term store that holds the vectors"
+            )
+        self.policy = policy or MemoryPolicy()
+        self.memories = memories
+        self.embedder = embedder
+        self.dense = embedder is not None and index is not False
+        self.token_counter = token_counter
+
+    @property
+    def block_budget(self) -> int:
+        """Tokens the recalled block may take: ``block_budget_fraction * recent_max_tokens``."""
+        return int(self.policy.block_budget_fraction * self.policy.recent_max_tokens)
+
+    async def recall(
+        self,
+        owner: MemoryOwner,
+        query: str,
+        *,
+        anchor_entity_ids: Sequence[str] = (),
+        wanted_types: Sequence[MemoryType | str] = (),
+        as_of: datetime | None = None,
+        top_k: int | None = None,
+        token_budget: int | None = None,
+    ) -> tuple[Memory, ...]:
+        """The recalled memories, best first, cut to the token budget. Never raises."""
+        scored = await self.recall_scored(
+            owner,
+            query,
+            anchor_entity_ids=anchor_entity_ids,
+            wanted_types=wanted_types,
+            as_of=as_of,
+            top_k=top_k,
+            token_budget=token_budget,
+        )
+        return tuple(item.memory for item in scored)
+
+    async def recall_scored(
+        self,
+        owner: MemoryOwner,
+        query: str,
+        *,
+        anchor_entity_ids: Sequence[str] = (),
+        wanted_types: Sequence[MemoryType | str] = (),
+        as_of: datetime | None = None,
+        top_k: int | None = None,
+        token_budget: int | None = None,
+    ) -> tuple[RecalledMemory, ...]:
+        """Like :meth:`recall`, with every ranking signal of each memory.
+
+        ``token_budget`` defaults to :attr:`block_budget`; ``top_k`` to the
+        policy's ``recall_top_k``. A blank query, recall switched off, or a
+        ``top_k`` of 0 give ``()``. Unknown wanted types are dropped, at most
+        three are kept.
+        """
+        request = await self.prepare(
+            owner,
+            query,
+            anchor_entity_ids=anchor_entity_ids,
+            wanted_types=wanted_types,
+            as_of=as_of,
+            top_k=top_k,
+            token_budget=token_budget,
+        )
+        if request is None:
+            return ()
+        try:
+            items = await self._rank(owner, request)
+        except Exception as exc:  # index failure: retry without the dense leg
+            if request.embedding is None:
+                log.warning("recall: the memory store failed, no memories this turn: %s", exc)
+                return ()
+            log.warning("recall: dense search failed, falling back to lexical recall: %s", exc)
+            try:
+                items = await self._rank(owner, _without_embedding(request))
+            except Exception as again:
+                log.warning("recall: the memory store failed, no memories this turn: %s", again)
+                return ()
+        return self.finish(items, request)
+
+    async def prepare(
+        self,
+        owner: MemoryOwner,
+        query: str,
+        *,
+        anchor_entity_ids: Sequence[str] = (),
+        wanted_types: Sequence[MemoryType | str] = (),
+        as_of: datetime | None = None,
+        top_k: int | None = None,
+        token_budget: int | None = None,
+    ) -> RecallRequest | None:
+        """The request :meth:`recall_scored` would run (query embedded), or None for no recall.
+
+        Exposed so a caller can run ``harbor.recall()`` inside a statement of
+        its own (``MemoryManager.snapshot`` does) and finish with :meth:`finish`.
+        """
+        policy = self.policy
+        k = policy.recall_top_k if top_k is None else max(0, min(int(top_k), 1000))
+        text = (query or "")[:MAX_QUERY_CHARS]
+        if not policy.enabled or k == 0 or not text.strip():
+            return None
+        scopes = tuple(s for s in policy.recall_scopes if owner.can_address(s))
+        if not scopes:
+            return None
+        request = RecallRequest(
+            query=text,
+            scopes=scopes,
+            top_k=k,
+            anchor_entity_ids=_anchors(anchor_entity_ids),
+            wanted_types=_wanted(wanted_types),
+            as_of=as_of,
+            recency_half_life_hours=policy.recency_half_life_hours,
+            entity_weight=policy.entity_overlap_weight,
+            type_weight=policy.type_affinity_weight,
+            rrf_k=policy.rrf_k,
+            token_budget=self.block_budget if token_budget is None else max(0, int(token_budget)),
+        )
+        if self.dense and self.embedder is not None:
+            request = await self._with_embedding(request)
+        return request
+
+    def finish(
+        self, items: Sequence[RecalledMemory], request: RecallRequest
+    ) -> tuple[RecalledMemory, ...]:
+        """Cut ranked ``items`` to the request's token budget with this recall's counter."""
+        counter = self.token_counter or approximate_tokens
+        return tuple(budget_prefix(items, request.token_budget, counter))
+
+    async def _with_embedding(self, request: RecallRequest) -> RecallRequest:
+        assert self.embedder is not None
+        try:
+            raw = await self.embedder.embed_query(request.query[:MAX_EMBED_CHARS])
+            vector = normalize_vector(
+                raw, dimensions=self.embedder.dimensions, model_id=self.embedder.model_id
+            )
+        except (EmbedderError, Exception) as exc:
+            log.warning("recall: the embedder failed, falling back to lexical recall: %s", exc)
+            return request
+        threshold = self.policy.relevance_threshold
+        if threshold is None:
+            threshold = self.embedder.relevance_threshold
+        return replace(
+            request, embedding=vector, model_id=self.embedder.model_id, min_similarity=threshold
+        )
+
+    async def _rank(self, owner: MemoryOwner, request: RecallRequest) -> list[RecalledMemory]:
+        store = self.memories
+        if isinstance(store, PostgresLongTermStore):
+            return await _postgres_recall(store, owner, request)
+        return await _generic_recall(store, owner, request)
+
+
+def _without_embedding(request: RecallRequest) -> RecallRequest:
+    return replace(request, embedding=None, model_id=None, min_similarity=None)
+
+
+def recall_params(request: RecallRequest) -> dict[str, Any]:
+    """Named parameters of the ``recall`` query for ``request``."""
+    vector = request.embedding
+    return {
+        "query": request.query,
+        "embedding": None if vector is None else "[" + ",".join(repr(x) for x in vector) + "]",
+        "model_id": request.model_id,
+        "scopes": [s.value for s in request.scopes],
+        "top_k": request.top_k,
+        "anchors": list(request.anchor_entity_ids),
+        "wanted": [t.value for t in request.wanted_types],
+        "as_of": request.as_of,
+        "half_life": request.recency_half_life_hours,
+        "entity_weight": request.entity_weight,
+        "type_weight": request.type_weight,
+        "rrf_k": request.rrf_k,
+        "min_similarity": request.min_similarity,
+        "token_budget": request.token_budget,
+        "candidates": request.extra.get("candidates"),
+    }
+
+
+def recalled_from_row(row: dict[str, Any]) -> RecalledMemory:
+    """A :class:`RecalledMemory` from one row of ``harbor.recall()``."""
+    return RecalledMemory(
+        memory=memory_from_row(row),
+        rank=int(row["rank"]),
+        relevance=float(row["relevance"]),
+        recency=float(row["recency"]),
+        entity=float(row["entity"]),
+        type_boost=float(row["type_boost"]),
+        score=float(row["score"]),
+        tokens=int(row["tokens"]),
+        dense_rank=row["dense_rank"],
+        similarity=row["similarity"],
+        lexical_rank=row["lexical_rank"],
+        lexical_score=row["lexical_score"],
+        substring_match=bool(row["substring_match"]),
+    )
+
+
+async def fetch_recall(conn: AsyncConnection[Any], request: RecallRequest) -> list[RecalledMemory]:
+    """Run ``harbor.recall()`` on ``conn`` (the identity must already be set)."""
+    cur = await conn.execute(sql_query("recall"), recall_params(request))
+    return [recalled_from_row(r) for r in await cur.fetchall()]
+
+
+async def _postgres_recall(
+    store: PostgresLongTermStore, owner: MemoryOwner, request: RecallRequest
+) -> list[RecalledMemory]:
+    async with store.db.transaction(owner, pipeline=True) as conn:
+        return await fetch_recall(conn, request)
+
+
+async def _generic_recall(
+    store: LongTermStore, owner: MemoryOwner, request: RecallRequest
+) -> list[RecalledMemory]:
+    """Any store: its own search per scope, flat relevance, the same scoring rules."""
+    as_of = request.as_of or datetime.now(UTC)
+    flat = rrf([1], request.rrf_k)
+    candidates: list[RecalledMemory] = []
+    for scope in request.scopes:
+        try:
+            found = await store.search(
+                owner.narrowed(scope), request.query, limit=max(50, 4 * request.top_k), as_of=as_of
+            )
+        except Exception as exc:
+            log.warning(
+                "recall: reading %s memories failed, none from that scope: %s", scope.value, exc
+            )
+            continue
+        for memory in found:
+            if memory.scope is not scope or memory.memory_type is MemoryType.SUMMARY:
+                continue
+            rec = recency(memory, as_of, request.recency_half_life_hours)
+            ent = entity_boost(memory, request.anchor_entity_ids, request.entity_weight)
+            typ = type_boost(memory, request.wanted_types, request.type_weight)
+            candidates.append(
+                RecalledMemory(
+                    memory=memory,
+                    rank=0,
+                    relevance=flat,
+                    recency=rec,
+                    entity=ent,
+                    type_boost=typ,
+                    score=final_score(flat, rec, memory.importance, ent, typ),
+                    tokens=0,
+                    substring_match=True,
+                )
+            )
+    ranked = dedupe(candidates)[: request.top_k]
+    return [replace(item, rank=i + 1) for i, item in enumerate(ranked)]
+
+
+def recalled_entity_ids(recalled: Iterable[Memory | RecalledMemory] | Any) -> tuple[str, ...]:
+    """The deduplicated union of ``entity_ids`` across recalled memories, in recall order.
+
+    Accepts a sequence of memories (or scored memories) or anything with a
+    ``recalled`` attribute (such as a ``MemoryContext``): the seed set for a
+    graph-anchored follow-up search.
+    """
+    items = getattr(recalled, "recalled", recalled)
+    out: list[str] = []
+    for item in items:
+        memory = item.memory if isinstance(item, RecalledMemory) else item
+        for entity in memory.entity_ids:
+            if entity not in out:
+                out.append(entity)
+    return tuple(out)

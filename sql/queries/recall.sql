@@ -1,0 +1,19 @@
+-- name: recall
+-- Ranked hybrid recall for the caller (identity already set): harbor.recall() with every signal.
+select r.*
+  from harbor.recall(
+      %(query)s::text,
+      query_embedding => %(embedding)s::public.vector,
+      model_id => %(model_id)s::text,
+      scopes => %(scopes)s::text[]::harbor.memory_scope[],
+      top_k => %(top_k)s::integer,
+      anchor_entity_ids => %(anchors)s::text[],
+      wanted_types => %(wanted)s::text[]::harbor.memory_type[],
+      as_of => %(as_of)s::timestamptz,
+      recency_half_life_hours => %(half_life)s::double precision,
+      entity_weight => %(entity_weight)s::double precision,
+      type_weight => %(type_weight)s::double precision,
+      rrf_k => %(rrf_k)s::integer,
+      min_similarity => %(min_similarity)s::double precision,
+      token_budget => %(token_budget)s::integer,
+      candidates => %(candidates)s::integer) r

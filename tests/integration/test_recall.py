@@ -1,0 +1,257 @@
+"""MemoryRecall and MemoryManager.recall: hybrid recall through the Python API."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+import pytest
+
+from harbor_pg.context import recall as recall_module
+from harbor_pg.context.recall import MemoryRecall, RecallRequest, recalled_entity_ids
+from harbor_pg.db.connection import Database
+from harbor_pg.embedders.base import EmbedderError
+from harbor_pg.embedders.hashing import HashingEmbedder
+from harbor_pg.errors import MemoryConfigurationError
+from harbor_pg.manager import MemoryManager
+from harbor_pg.owner import MemoryOwner, MemoryScope
+from harbor_pg.policy import MemoryPolicy
+from harbor_pg.records import Memory, MemoryType
+from harbor_pg.tiers.in_process import InMemoryLongTermStore
+
+ALICE = MemoryOwner(tenant_id="t1", project_id="p1", principal_id="alice", session_id="s1")
+BOB = MemoryOwner(tenant_id="t1", project_id="p1", principal_id="bob", session_id="s1")
+
+FACTS = [
+    Memory(
+        content="Alice is allergic to peanuts",
+        memory_type=MemoryType.FACT,
+        importance=0.9,
+        entity_ids=["alice", "peanuts"],
+    ),
+    Memory(content="Alice prefers answers in bullet points", memory_type=MemoryType.PREFERENCE),
+    Memory(
+        content="We chose pgvector over a separate vector database",
+        memory_type=MemoryType.DECISION,
+        scope=MemoryScope.PROJECT,
+    ),
+    Memory(
+        content="The team offsite is in Lisbon in May",
+        memory_type=MemoryType.EPISODE,
+        scope=MemoryScope.SESSION,
+    ),
+]
+
+
+class BrokenEmbedder(HashingEmbedder):
+    async def embed_query(self, text: str) -> list[float]:
+        raise EmbedderError("model went away")
+
+
+class NaNEmbedder(HashingEmbedder):
+    async def embed_query(self, text: str) -> list[float]:
+        return [float("nan")] * self.dimensions
+
+
+class ShortEmbedder(HashingEmbedder):
+    async def embed_query(self, text: str) -> list[float]:
+        return [1.0, 0.0]
+
+
+@pytest.fixture
+async def manager(database: Database) -> MemoryManager:
+    m = MemoryManager.from_database(database, embedder=HashingEmbedder())
+    await m.save_many(ALICE, FACTS)
+    await m.save(BOB, Memory(content="Bob is allergic to cats"))
+    return m
+
+
+async def test_hybrid_recall_ranks_the_relevant_memory_first(manager: MemoryManager) -> None:
+    got = await manager.recall(ALICE, "what is alice allergic to?")
+    assert got[0].content == "Alice is allergic to peanuts"
+    assert all(m.user_id in ("alice", "") for m in got)  # never Bob's
+    scored = await manager.recaller().recall_scored(ALICE, "what is alice allergic to?")
+    top = scored[0]
+    assert top.dense_rank == 1 and top.lexical_rank == 1
+    assert top.similarity is not None and top.similarity >= HashingEmbedder().relevance_threshold
+
+
+async def test_every_saved_memory_has_a_vector_of_the_embedder(manager: MemoryManager) -> None:
+    assert manager.database is not None
+    async with manager.database.transaction(ALICE) as conn:
+        cur = await conn.execute(
+            "select count(*), min(model_id), max(dims) from harbor.memory_embeddings"
+        )
+        row = await cur.fetchone()
+    assert row is not None
+    assert row["count"] == 4  # Alice's four (Bob's row is not visible to her)
+    assert row["min"] == HashingEmbedder().model_id
+
+
+async def test_vectors_of_another_model_are_never_compared(manager: MemoryManager) -> None:
+    other = HashingEmbedder(dimensions=128)
+    assert other.model_id != HashingEmbedder().model_id
+    recall = MemoryRecall(memories=manager.long_term, embedder=other)
+    scored = await recall.recall_scored(ALICE, "peanuts allergy")
+    assert scored and all(item.dense_rank is None for item in scored)
+
+
+async def test_wanted_types_and_anchors_rerank(manager: MemoryManager) -> None:
+    policy = MemoryPolicy(type_affinity_weight=2.0, entity_overlap_weight=2.0, recall_top_k=10)
+    recall = MemoryRecall(policy=policy, memories=manager.long_term, embedder=HashingEmbedder())
+    plain = await recall.recall(ALICE, "alice")
+    hinted = await recall.recall(ALICE, "alice", wanted_types=["preference", "bogus", "summary"])
+    assert {m.id for m in plain} == {m.id for m in hinted}
+    assert hinted[0].content == "Alice prefers answers in bullet points"
+    anchored = await recall.recall(ALICE, "alice", anchor_entity_ids=["peanuts"])
+    assert anchored[0].content == "Alice is allergic to peanuts"
+    assert recalled_entity_ids(anchored)[:2] == ("alice", "peanuts")
+
+
+async def test_embedder_failure_falls_back_to_lexical_with_a_warning(
+    manager: MemoryManager, caplog: pytest.LogCaptureFixture
+) -> None:
+    for broken in (BrokenEmbedder(), NaNEmbedder(), ShortEmbedder()):
+        caplog.clear()
+        recall = MemoryRecall(memories=manager.long_term, embedder=broken)
+        with caplog.at_level(logging.WARNING, logger="harbor_pg.recall"):
+            scored = await recall.recall_scored(ALICE, "peanuts")
+        assert [s.memory.content for s in scored] == ["Alice is allergic to peanuts"]
+        assert scored[0].dense_rank is None
+        assert "embedder failed" in caplog.text
+
+
+async def test_index_failure_falls_back_to_lexical(
+    manager: MemoryManager, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = recall_module._postgres_recall
+
+    async def flaky(store: object, owner: MemoryOwner, request: RecallRequest) -> object:
+        if request.embedding is not None:
+            raise RuntimeError("hnsw index corrupted")
+        return await real(store, owner, request)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(recall_module, "_postgres_recall", flaky)
+    with caplog.at_level(logging.WARNING, logger="harbor_pg.recall"):
+        got = await manager.recall(ALICE, "peanuts")
+    assert [m.content for m in got] == ["Alice is allergic to peanuts"]
+    assert "dense search failed" in caplog.text
+
+
+async def test_repository_failure_yields_nothing_and_never_raises(
+    manager: MemoryManager, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def down(*args: object) -> object:
+        raise ConnectionError("database is down")
+
+    monkeypatch.setattr(recall_module, "_postgres_recall", down)
+    with caplog.at_level(logging.WARNING, logger="harbor_pg.recall"):
+        assert await manager.recall(ALICE, "peanuts") == ()
+    assert "memory store failed" in caplog.text
+
+
+async def test_bad_input_has_a_defined_outcome(manager: MemoryManager) -> None:
+    assert await manager.recall(ALICE, "") == ()
+    assert await manager.recall(ALICE, "   \n") == ()
+    assert await manager.recall(ALICE, "peanuts", top_k=0) == ()
+    huge = "peanuts " + "lorem ipsum " * 10_000  # 100,000+ characters
+    got = await manager.recall(ALICE, huge)
+    assert any(m.content == "Alice is allergic to peanuts" for m in got)
+    got = await manager.recall(ALICE, "peanuts", wanted_types=["nonsense", 42])  # type: ignore[list-item]
+    assert got[0].content == "Alice is allergic to peanuts"
+
+
+async def test_token_budget_keeps_a_prefix(manager: MemoryManager) -> None:
+    recall = MemoryRecall(
+        policy=MemoryPolicy(recall_top_k=10), memories=manager.long_term, embedder=HashingEmbedder()
+    )
+    full = await recall.recall_scored(ALICE, "alice")
+    assert len(full) >= 2
+    cut = await recall.recall_scored(ALICE, "alice", token_budget=full[0].tokens)
+    assert [c.memory.id for c in cut] == [full[0].memory.id]
+    words = MemoryRecall(
+        policy=MemoryPolicy(recall_top_k=10),
+        memories=manager.long_term,
+        embedder=HashingEmbedder(),
+        token_counter=lambda text: len(text.split()),
+    )
+    counted = await words.recall_scored(ALICE, "alice", token_budget=8)
+    assert sum(c.tokens for c in counted) <= 8
+    assert [c.memory.id for c in counted] == [f.memory.id for f in full[: len(counted)]]
+
+
+async def test_scopes_the_owner_cannot_address_are_skipped(manager: MemoryManager) -> None:
+    no_project = MemoryOwner(tenant_id="t1", principal_id="alice", session_id="s1")
+    got = await manager.recall(no_project, "pgvector vector database")
+    assert all(m.scope is not MemoryScope.PROJECT for m in got)
+    with_project = await manager.recall(ALICE, "pgvector vector database")
+    assert with_project[0].scope is MemoryScope.PROJECT
+
+
+async def test_as_of_recall_sees_the_past(manager: MemoryManager) -> None:
+    before = datetime(2020, 1, 1, tzinfo=UTC)
+    assert await manager.recall(ALICE, "peanuts", as_of=before) == ()
+
+
+async def test_snapshot_recalls_with_the_same_ranking(manager: MemoryManager) -> None:
+    snap = await manager.snapshot(ALICE, query="what is alice allergic to?")
+    direct = await manager.recall(ALICE, "what is alice allergic to?", top_k=6)
+    assert [m.id for m in snap.memories] == [m.id for m in direct]
+
+
+def test_construction_errors() -> None:
+    with pytest.raises(MemoryConfigurationError):
+        MemoryRecall(memories=None)
+    with pytest.raises(MemoryConfigurationError):
+        MemoryRecall(memories=InMemoryLongTermStore(), index=InMemoryLongTermStore())
+
+
+class FlakyStore(InMemoryLongTermStore):
+    async def search(
+        self,
+        owner: MemoryOwner,
+        query_text: str,
+        *,
+        limit: int = 10,
+        as_of: datetime | None = None,
+    ) -> list[Memory]:
+        if owner.session_id is not None:
+            raise ConnectionError("session shard down")
+        return await super().search(owner, query_text, limit=limit, as_of=as_of)
+
+
+async def test_other_stores_rank_with_flat_relevance_per_scope(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = FlakyStore()
+    manager = MemoryManager(long_term=store)
+    await manager.save_many(ALICE, FACTS)
+    with caplog.at_level(logging.WARNING, logger="harbor_pg.recall"):
+        got = await MemoryRecall(memories=store).recall_scored(ALICE, "alice")
+    # the session scope failed: no candidates from it, the others still answer
+    assert "none from that scope" in caplog.text
+    assert all(item.memory.scope is not MemoryScope.SESSION for item in got)
+    assert {item.memory.content for item in got} >= {"Alice is allergic to peanuts"}
+    assert all(item.relevance == pytest.approx(1 / 61) for item in got)
+    # flat relevance: importance decides
+    assert got[0].memory.content == "Alice is allergic to peanuts"
+
+
+async def test_save_many_validates_everything_before_writing(manager: MemoryManager) -> None:
+    from harbor_pg.errors import MemoryValidationError
+
+    before = await manager.recall(ALICE, "zebra")
+    with pytest.raises(MemoryValidationError):
+        await manager.save_many(ALICE, [Memory(content="zebra one"), Memory(content="   ")])
+    assert before == await manager.recall(ALICE, "zebra") == ()
+
+
+async def test_save_many_reports_progress_and_duplicates(manager: MemoryManager) -> None:
+    seen: list[tuple[int, int]] = []
+    batch: Sequence[Memory] = [Memory(content=f"fact number {i}") for i in range(5)]
+    results = await manager.save_many(
+        ALICE, [*batch, FACTS[0]], batch_size=2, progress=lambda a, b: seen.append((a, b))
+    )
+    assert seen == [(2, 6), (4, 6), (6, 6)]
+    assert [r.created for r in results] == [True] * 5 + [False]
