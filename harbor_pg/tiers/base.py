@@ -6,6 +6,7 @@ The PostgreSQL stores and the in-process stores both satisfy these, and
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,8 +20,29 @@ __all__ = [
     "LongTermStore",
     "SaveResult",
     "ShortTermStore",
+    "SummaryLease",
+    "SummaryLeaseStore",
+    "SummaryStore",
     "WorkingStore",
+    "summary_fallback_id",
+    "summary_memory_id",
 ]
+
+
+def summary_memory_id(session_id: str) -> str:
+    """The deterministic id of a session's rolling summary: ``summary:<session_id>``."""
+    return f"summary:{session_id}"
+
+
+def summary_fallback_id(owner: MemoryOwner, memory_id: str) -> str:
+    """Per-user variant of a summary id, for when another user's row already holds it.
+
+    Memory ids are unique per tenant, while session ids are chosen by the
+    application and may repeat across users. The suffix is a digest of the
+    tenant and user, so the variant is stable for one session key.
+    """
+    digest = hashlib.sha256(f"{owner.tenant_id}\x00{owner.user_id or ''}".encode()).hexdigest()
+    return f"{memory_id}:{digest[:16]}"
 
 
 @dataclass(frozen=True)
@@ -43,6 +65,20 @@ class EraseReceipt:
     @property
     def total(self) -> int:
         return self.short_term + self.working + self.long_term + self.embeddings
+
+
+@dataclass(frozen=True)
+class SummaryLease:
+    """A held background-summary lease on one session.
+
+    ``token`` identifies this holder (opaque to callers); ``turns`` is the
+    session's turn count when the lease was taken and ``turns_at_summary`` the
+    count recorded by the previous completed summary (0 when none).
+    """
+
+    token: str
+    turns: int
+    turns_at_summary: int
 
 
 @runtime_checkable
@@ -117,4 +153,67 @@ class LongTermStore(Protocol):
 
     async def delete(self, owner: MemoryOwner, memory_id: str) -> bool:
         """Delete one of the caller's own memories."""
+        ...
+
+
+@runtime_checkable
+class SummaryStore(Protocol):
+    """The rolling session summary: one SESSION/SUMMARY memory per session.
+
+    Both built-in long-term stores implement it. The summary is the one memory
+    whose content is refreshed in place; its ownership fields (principal,
+    project, creation time) never change after the first save.
+    """
+
+    async def load_summary(self, owner: MemoryOwner) -> Memory | None:
+        """The newest currently valid SESSION/SUMMARY memory of ``owner``'s session, or None."""
+        ...
+
+    async def save_summary(
+        self, owner: MemoryOwner, memory: Memory, *, expected_frontier: int | None
+    ) -> Memory | None:
+        """Insert or refresh the session summary; return the stored row.
+
+        ``expected_frontier`` is the ``last_covered_message_id`` of the summary
+        the caller read (None: the caller saw no summary). The write happens
+        only if the stored summary still has that frontier (or, for None, no
+        summary exists yet), so two concurrent refreshes never fold the same
+        messages twice; the loser gets None. A refresh updates content,
+        content hash, ``source_message_ids`` and metadata only. When the
+        deterministic id is taken by a row the caller cannot see (another
+        user's session with the same id), the summary is stored under a
+        per-user fallback id instead.
+        """
+        ...
+
+
+@runtime_checkable
+class SummaryLeaseStore(Protocol):
+    """Per-session lease and cooldown for background summaries."""
+
+    async def acquire_summary_lease(
+        self,
+        owner: MemoryOwner,
+        *,
+        min_turns: int,
+        cooldown_seconds: float,
+        lease_seconds: float,
+    ) -> SummaryLease | None:
+        """Take the session's summary lease in one atomic step, or return None.
+
+        Succeeds only when no other holder's lease is live, the last completed
+        summary is at least ``cooldown_seconds`` old, and the session gained at
+        least ``min_turns`` turns since that summary (or holds at least
+        ``min_turns`` when its history shrank). The lease lasts ``lease_seconds``.
+        """
+        ...
+
+    async def finish_summary_lease(
+        self, owner: MemoryOwner, lease: SummaryLease, *, turns_at_summary: int
+    ) -> bool:
+        """Record a finished summary (now, ``turns_at_summary``) and drop the lease.
+
+        Returns False (and changes nothing) when the lease is no longer held
+        by ``lease``'s holder.
+        """
         ...

@@ -13,10 +13,12 @@ import itertools
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from harbor_pg.owner import SCOPE_OWNER_FIELDS, MemoryOwner
+from harbor_pg.errors import MemoryValidationError
+from harbor_pg.owner import SCOPE_OWNER_FIELDS, MemoryOwner, MemoryScope
 from harbor_pg.records import (
     ConversationMessage,
     Memory,
@@ -24,7 +26,7 @@ from harbor_pg.records import (
     content_hash,
     normalize_content,
 )
-from harbor_pg.tiers.base import SaveResult
+from harbor_pg.tiers.base import SaveResult, SummaryLease, summary_fallback_id
 
 __all__ = ["InMemoryLongTermStore", "InMemoryShortTermStore", "InMemoryWorkingStore"]
 
@@ -35,12 +37,24 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+@dataclass
+class _SessionState:
+    """In-process twin of a ``harbor.session_state`` row (monotonic clock)."""
+
+    summarised_at: float | None = None
+    lease_until: float | None = None
+    lease_token: str | None = None
+    turns_at_summary: int = 0
+
+
 class InMemoryShortTermStore:
     """Conversation turns in a dict keyed by (tenant, user, session)."""
 
     def __init__(self) -> None:
         self._turns: dict[tuple[str, str, str], list[ConversationMessage]] = {}
         self._ids = itertools.count(1)
+        self._sessions: dict[tuple[str, str, str], _SessionState] = {}
+        self._lease_lock = asyncio.Lock()
 
     @staticmethod
     def _key(owner: MemoryOwner) -> tuple[str, str, str]:
@@ -72,7 +86,59 @@ class InMemoryShortTermStore:
     async def clear(self, owner: MemoryOwner) -> int:
         return len(self._turns.pop(self._key(owner), []))
 
+    async def acquire_summary_lease(
+        self,
+        owner: MemoryOwner,
+        *,
+        min_turns: int,
+        cooldown_seconds: float,
+        lease_seconds: float,
+    ) -> SummaryLease | None:
+        """Take the session's summary lease (same rules as the PostgreSQL store)."""
+        key = self._key(owner)
+        async with self._lease_lock:
+            turns = len(self._turns.get(key, []))
+            now = time.monotonic()
+            state = self._sessions.get(key)
+            if turns < min_turns:
+                return None
+            if state is not None:
+                if state.lease_until is not None and state.lease_until > now:
+                    return None
+                if state.summarised_at is not None and state.summarised_at > now - cooldown_seconds:
+                    return None
+                if turns >= state.turns_at_summary and turns - state.turns_at_summary < min_turns:
+                    return None
+            else:
+                state = self._sessions[key] = _SessionState()
+            state.lease_until = now + lease_seconds
+            state.lease_token = uuid.uuid4().hex
+            return SummaryLease(
+                token=state.lease_token, turns=turns, turns_at_summary=state.turns_at_summary
+            )
+
+    async def finish_summary_lease(
+        self, owner: MemoryOwner, lease: SummaryLease, *, turns_at_summary: int
+    ) -> bool:
+        """Record a finished summary and drop the lease, if ``lease`` still holds it."""
+        async with self._lease_lock:
+            state = self._sessions.get(self._key(owner))
+            if state is None or state.lease_token != lease.token or state.lease_until is None:
+                return False
+            state.summarised_at = time.monotonic()
+            state.turns_at_summary = turns_at_summary
+            state.lease_until = None
+            state.lease_token = None
+            return True
+
     def erase(self, tenant_id: str, user_id: str | None, session_id: str | None) -> int:
+        for key in list(self._sessions):
+            if (
+                key[0] == tenant_id
+                and (user_id is None or key[1] == user_id)
+                and (session_id is None or key[2] == session_id)
+            ):
+                del self._sessions[key]
         n = 0
         for key in list(self._turns):
             if (
@@ -223,6 +289,83 @@ class InMemoryLongTermStore:
             return False
         del self._rows[memory_id]
         return True
+
+    async def load_summary(self, owner: MemoryOwner) -> Memory | None:
+        """The newest valid SESSION/SUMMARY memory of ``owner``'s session (see SummaryStore)."""
+        key = owner.key(MemoryScope.SESSION)
+        now = _now()
+        found = [
+            row
+            for row in self._rows.values()
+            if row.scope is MemoryScope.SESSION
+            and row.memory_type is MemoryType.SUMMARY
+            and all(getattr(row, f) == v for f, v in key.items())
+            and row.is_valid_at(now)
+        ]
+        if not found:
+            return None
+        return max(found, key=lambda m: (m.updated_at or now, m.id or ""))
+
+    async def save_summary(
+        self, owner: MemoryOwner, memory: Memory, *, expected_frontier: int | None
+    ) -> Memory | None:
+        """Insert or refresh the session summary, compare-and-set on the frontier."""
+        if memory.id is None:
+            raise MemoryValidationError("a session summary needs its deterministic id")
+        if memory.memory_type is not MemoryType.SUMMARY or memory.scope is not MemoryScope.SESSION:
+            raise MemoryValidationError(
+                "a session summary must have scope SESSION and type SUMMARY"
+            )
+        key = owner.key(MemoryScope.SESSION)
+        expected = "" if expected_frontier is None else str(expected_frontier)
+        now = _now()
+        changes = {
+            "content": memory.content,
+            "content_hash": content_hash(MemoryScope.SESSION, memory.content),
+            "source_message_ids": list(memory.source_message_ids),
+            "metadata": dict(memory.metadata),
+            "updated_at": now,
+        }
+        async with self._lock:
+            row = self._rows.get(memory.id)
+            if (
+                row is not None
+                and row.scope is MemoryScope.SESSION
+                and row.memory_type is MemoryType.SUMMARY
+                and all(getattr(row, f) == v for f, v in key.items())
+                and row.is_valid_at(now)
+                and str(row.metadata.get("last_covered_message_id", "")) == expected
+            ):
+                # ownership (principal, project, created_at, provenance) stays as first saved
+                refreshed = row.model_copy(update=changes)
+                self._rows[memory.id] = refreshed
+                return refreshed
+            if expected_frontier is not None:
+                return None
+            memory_id = memory.id
+            if row is not None:
+                if _visible(row, owner):
+                    return None  # another writer created it first
+                memory_id = summary_fallback_id(owner, memory.id)
+                if memory_id in self._rows:
+                    return None
+            stored = memory.model_copy(
+                update={
+                    **key,
+                    **changes,
+                    "id": memory_id,
+                    "principal_id": owner.principal_id or "",
+                    "source": "summary",
+                    "source_session_id": owner.session_id,
+                    "entity_ids": [],
+                    "valid_from": now,
+                    "invalid_at": None,
+                    "superseded_by": None,
+                    "created_at": now,
+                }
+            )
+            self._rows[memory_id] = stored
+            return stored
 
     def erase(
         self, tenant_id: str, user_id: str | None, session_id: str | None, principal_id: str | None

@@ -13,8 +13,8 @@ from harbor_pg.db.connection import Connection, Database
 from harbor_pg.db.sqlfiles import query
 from harbor_pg.errors import MemoryValidationError
 from harbor_pg.owner import MemoryOwner, MemoryScope
-from harbor_pg.records import Memory, content_hash
-from harbor_pg.tiers.base import SaveResult
+from harbor_pg.records import Memory, MemoryType, content_hash
+from harbor_pg.tiers.base import SaveResult, summary_fallback_id
 
 __all__ = ["ELEVATED_SCOPES", "PostgresLongTermStore", "memory_from_row", "memory_params"]
 
@@ -48,6 +48,24 @@ def memory_params(owner: MemoryOwner, memory: Memory) -> dict[str, Any]:
         "source_message_ids": list(memory.source_message_ids),
         "metadata": Jsonb(memory.metadata),
         "valid_from": memory.valid_from,
+    }
+
+
+def _summary_params(owner: MemoryOwner, memory: Memory, memory_id: str) -> dict[str, Any]:
+    if memory.memory_type is not MemoryType.SUMMARY or memory.scope is not MemoryScope.SESSION:
+        raise MemoryValidationError("a session summary must have scope SESSION and type SUMMARY")
+    key = owner.key(MemoryScope.SESSION)
+    return {
+        "tenant_id": key["tenant_id"],
+        "user_id": key["user_id"],
+        "session_id": key["session_id"],
+        "principal_id": owner.principal_id or "",
+        "id": memory_id,
+        "importance": memory.importance,
+        "content": memory.content,
+        "content_hash": content_hash(MemoryScope.SESSION, memory.content),
+        "source_message_ids": list(memory.source_message_ids),
+        "metadata": Jsonb(memory.metadata),
     }
 
 
@@ -161,3 +179,45 @@ class PostgresLongTermStore:
                 query("delete_memory"), {"tenant_id": owner.tenant_id, "id": memory_id}
             )
             return cur.rowcount > 0
+
+    async def load_summary(self, owner: MemoryOwner) -> Memory | None:
+        """The newest valid SESSION/SUMMARY memory of ``owner``'s session (see SummaryStore)."""
+        key = owner.key(MemoryScope.SESSION)
+        async with self.db.transaction(owner, pipeline=True) as conn:
+            row = await (await conn.execute(query("context_load_summary"), key)).fetchone()
+        return memory_from_row(row) if row else None
+
+    async def save_summary(
+        self, owner: MemoryOwner, memory: Memory, *, expected_frontier: int | None
+    ) -> Memory | None:
+        """Insert or refresh the session summary, compare-and-set on the frontier."""
+        if memory.id is None:
+            raise MemoryValidationError("a session summary needs its deterministic id")
+        params = _summary_params(owner, memory, memory.id)
+        expected = "" if expected_frontier is None else str(expected_frontier)
+        async with self.db.transaction(owner) as conn:
+            row = await (
+                await conn.execute(
+                    query("context_refresh_summary"), {**params, "expected_frontier": expected}
+                )
+            ).fetchone()
+            if row is None and expected_frontier is None:
+                row = await (await conn.execute(query("context_insert_summary"), params)).fetchone()
+                if row is None:
+                    seen = await (
+                        await conn.execute(query("context_summary_id_visible"), params)
+                    ).fetchone()
+                    if seen is not None and not seen["visible"]:
+                        # the id belongs to another user's session: use this user's variant
+                        params["id"] = summary_fallback_id(owner, memory.id)
+                        row = await (
+                            await conn.execute(query("context_insert_summary"), params)
+                        ).fetchone()
+            if row is None:
+                return None  # another writer refreshed (or created) it first
+            stored = await (
+                await conn.execute(
+                    query("get_memory"), {"tenant_id": owner.tenant_id, "id": row["id"]}
+                )
+            ).fetchone()
+        return memory_from_row(stored) if stored else None

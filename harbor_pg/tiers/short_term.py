@@ -10,6 +10,7 @@ from harbor_pg.db.connection import Database, identity_params
 from harbor_pg.db.sqlfiles import query
 from harbor_pg.owner import MemoryOwner
 from harbor_pg.records import ConversationMessage
+from harbor_pg.tiers.base import SummaryLease
 
 __all__ = ["PostgresShortTermStore", "message_from_row", "session_key"]
 
@@ -101,3 +102,45 @@ class PostgresShortTermStore:
         async with self.db.transaction(owner) as conn:
             cur = await conn.execute(query("clear_messages"), session_key(owner))
             return cur.rowcount
+
+    async def acquire_summary_lease(
+        self,
+        owner: MemoryOwner,
+        *,
+        min_turns: int,
+        cooldown_seconds: float,
+        lease_seconds: float,
+    ) -> SummaryLease | None:
+        """Take the session's summary lease (one atomic statement; see SummaryLeaseStore)."""
+        params = {
+            **session_key(owner),
+            "min_turns": min_turns,
+            "cooldown_seconds": cooldown_seconds,
+            "lease_seconds": lease_seconds,
+        }
+        async with self.db.transaction(owner) as conn:
+            row = await (
+                await conn.execute(query("context_acquire_summary_lease"), params)
+            ).fetchone()
+        if row is None:
+            return None
+        return SummaryLease(
+            token=row["summary_lease_until"].isoformat(),
+            turns=int(row["turns"]),
+            turns_at_summary=int(row["turns_at_summary"]),
+        )
+
+    async def finish_summary_lease(
+        self, owner: MemoryOwner, lease: SummaryLease, *, turns_at_summary: int
+    ) -> bool:
+        """Record a finished summary and drop the lease, if ``lease`` still holds it."""
+        params = {
+            **session_key(owner),
+            "lease_until": lease.token,
+            "turns_at_summary": turns_at_summary,
+        }
+        async with self.db.transaction(owner) as conn:
+            row = await (
+                await conn.execute(query("context_finish_summary_lease"), params)
+            ).fetchone()
+        return row is not None

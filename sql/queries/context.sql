@@ -1,0 +1,92 @@
+-- Queries of the per-turn context: the rolling session summary and the
+-- background-summary lease. Every statement runs under row-level security with
+-- the caller's identity set, so each sees and writes only the caller's session.
+
+-- name: context_load_summary
+-- The newest currently valid SESSION/SUMMARY memory of the caller's session.
+select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, m.user_id,
+       m.session_id, m.run_id, m.memory_type::text as memory_type, m.content, m.content_hash,
+       m.importance, m.entity_ids, m.source, m.sensitivity::text as sensitivity,
+       lower(m.valid) as valid_from, upper(m.valid) as invalid_at, m.superseded_by,
+       m.source_session_id, m.source_message_ids, m.metadata, m.context, m.created_at,
+       m.updated_at
+  from harbor.memories m
+ where m.tenant_id = %(tenant_id)s::text and m.scope = 'session'
+   and m.user_id = %(user_id)s::text and m.session_id = %(session_id)s::text
+   and m.memory_type = 'summary' and upper_inf(m.valid)
+ order by m.updated_at desc, m.id
+ limit 1
+
+-- name: context_insert_summary
+-- Create the session summary under its deterministic id; nothing if the id is taken.
+insert into harbor.memories (tenant_id, id, scope, project_id, user_id, session_id, run_id,
+                             principal_id, memory_type, importance, content, content_hash,
+                             entity_ids, source, sensitivity, source_session_id,
+                             source_message_ids, metadata)
+values (%(tenant_id)s::text, %(id)s::text, 'session', '', %(user_id)s::text,
+        %(session_id)s::text, '', %(principal_id)s::text, 'summary', %(importance)s::real,
+        %(content)s::text, %(content_hash)s::text, '{}', 'summary', 'none',
+        %(session_id)s::text, %(source_message_ids)s::text[], %(metadata)s::jsonb)
+on conflict (tenant_id, id) do nothing
+returning id
+
+-- name: context_summary_id_visible
+-- Whether the caller can see a memory with this id (tells a lost race from a foreign id).
+select exists (select 1 from harbor.memories m
+                where m.tenant_id = %(tenant_id)s::text and m.id = %(id)s::text) as visible
+
+-- name: context_refresh_summary
+-- Refresh the summary in place, only if its frontier is still the one the caller read.
+-- Ownership columns (principal_id, project_id, created_at, source_session_id) stay as saved.
+update harbor.memories m
+   set content = %(content)s::text,
+       content_hash = %(content_hash)s::text,
+       source_message_ids = %(source_message_ids)s::text[],
+       metadata = %(metadata)s::jsonb,
+       updated_at = pg_catalog.now()
+ where m.tenant_id = %(tenant_id)s::text and m.id = %(id)s::text
+   and m.scope = 'session' and m.memory_type = 'summary'
+   and m.user_id = %(user_id)s::text and m.session_id = %(session_id)s::text
+   and upper_inf(m.valid)
+   and coalesce(m.metadata ->> 'last_covered_message_id', '')
+       = %(expected_frontier)s::text
+returning m.id
+
+-- name: context_acquire_summary_lease
+-- Take the session's background-summary lease in one atomic statement: only when no live
+-- lease exists, the cooldown has passed and enough turns arrived since the last summary.
+-- Concurrent callers serialise on the primary key; exactly one gets a row back.
+with turns as (
+    select count(*) as n from harbor.messages m
+     where m.tenant_id = %(tenant_id)s::text and m.user_id = %(user_id)s::text
+       and m.session_id = %(session_id)s::text
+)
+insert into harbor.session_state as s (tenant_id, user_id, session_id, summary_lease_until,
+                                       turns_at_summary)
+select %(tenant_id)s::text, %(user_id)s::text, %(session_id)s::text,
+       pg_catalog.clock_timestamp()
+           + make_interval(secs => %(lease_seconds)s::double precision),
+       0
+  from turns
+ where turns.n >= %(min_turns)s::bigint
+on conflict (tenant_id, user_id, session_id) do update
+   set summary_lease_until = excluded.summary_lease_until
+ where (s.summary_lease_until is null or s.summary_lease_until <= pg_catalog.clock_timestamp())
+   and (s.summarised_at is null
+        or s.summarised_at <= pg_catalog.clock_timestamp()
+                              - make_interval(secs => %(cooldown_seconds)s::double precision))
+   and (select t.n from turns t) >= %(min_turns)s::bigint
+   and ((select t.n from turns t) < s.turns_at_summary
+        or (select t.n from turns t) - s.turns_at_summary >= %(min_turns)s::bigint)
+returning s.summary_lease_until, s.turns_at_summary, (select t.n from turns t) as turns
+
+-- name: context_finish_summary_lease
+-- Record a finished summary and drop the lease, if the caller still holds it.
+update harbor.session_state s
+   set summarised_at = pg_catalog.clock_timestamp(),
+       turns_at_summary = %(turns_at_summary)s::bigint,
+       summary_lease_until = null
+ where s.tenant_id = %(tenant_id)s::text and s.user_id = %(user_id)s::text
+   and s.session_id = %(session_id)s::text
+   and s.summary_lease_until = %(lease_until)s::timestamptz
+returning s.session_id
