@@ -28,7 +28,8 @@ from tests.unit.test_builder_support import ScriptedModel, assistant, exchange, 
 OWNER = MemoryOwner(tenant_id="t1", project_id="p1", principal_id="alice", session_id="s1")
 QUESTION = "what next?"
 WARN = "harbor_pg.context"
-#: a 400-token window: the ~70-token messages of exchange() trigger a refresh at 280
+#: a 400-token window refreshed above 280 tokens; exchange() messages are ~70 tokens with
+#: words=20 and ~100 with words=30, so twelve of them always trigger a refresh
 POLICY = MemoryPolicy(recent_max_tokens=400, recent_max_messages=12, summary_keep_messages=4)
 
 
