@@ -8,30 +8,47 @@
 -- rows with the same harbor._visible() predicate the policies use, evaluated
 -- for the caller's identity (harbor.caller_*). Hydration then filters again.
 
--- The caller narrowed to each requested scope it can address: one owner key
--- per scope, exactly the key harbor._visible() accepts for rows of that scope.
-create or replace function harbor.recall_keys(scopes harbor.memory_scope[])
-returns table (scope harbor.memory_scope, tenant_id text, project_id text, user_id text,
-               session_id text, run_id text)
+-- The caller's identity in one lookup (one role-binding query instead of one
+-- per field): the same values harbor.caller_tenant() ... caller_run() return.
+create or replace function harbor._caller_identity(
+    out tenant_id text, out project_id text, out user_id text, out session_id text,
+    out run_id text)
     language sql stable security invoker parallel safe
     set search_path to pg_catalog, pg_temp
 as $$
-    select k.scope, k.tenant_id, k.project_id, k.user_id, k.session_id, k.run_id
-      from (select harbor.caller_tenant() as t, harbor.caller_project() as p,
-                   harbor.caller_user() as u, harbor.caller_session() as s,
-                   harbor.caller_run() as r) i,
-           lateral (values
-               ('global'::harbor.memory_scope, ''::text, ''::text, ''::text, ''::text, ''::text),
-               ('tenant', i.t, '', '', '', ''),
-               ('project', i.t, i.p, '', '', ''),
-               ('user', i.t, '', i.u, '', ''),
-               ('session', i.t, '', i.u, i.s, ''),
-               ('run', i.t, coalesce(i.p, ''), i.u, i.s, i.r)
-           ) k(scope, tenant_id, project_id, user_id, session_id, run_id)
-     where k.scope = any (recall_keys.scopes)
-       and k.tenant_id is not null and k.project_id is not null and k.user_id is not null
-       and k.session_id is not null and k.run_id is not null
+    select coalesce(b.tenant_id, harbor._setting('tenant_id')),
+           case when b.tenant_id is not null and b.project_id is not null then b.project_id
+                else harbor._setting('project_id') end,
+           case when b.tenant_id is not null and b.user_id is not null then b.user_id
+                else coalesce(harbor._setting('user_id'), harbor._setting('principal_id')) end,
+           harbor._setting('session_id'),
+           harbor._setting('run_id')
+      from (select 1) one left join harbor._binding() b on true
 $$;
+
+-- An identity narrowed to each requested scope it can address: one owner key
+-- per scope, exactly the key harbor._visible() accepts for rows of that scope.
+drop function if exists harbor.recall_keys(harbor.memory_scope[]);
+create or replace function harbor._recall_keys(
+    scopes harbor.memory_scope[], i_tenant text, i_project text, i_user text, i_session text,
+    i_run text
+) returns table (scope harbor.memory_scope, tenant_id text, project_id text, user_id text,
+                 session_id text, run_id text)
+    language sql immutable security invoker parallel safe
+begin atomic
+    select k.scope, k.tenant_id, k.project_id, k.user_id, k.session_id, k.run_id
+      from (values
+               ('global'::harbor.memory_scope, ''::text, ''::text, ''::text, ''::text, ''::text),
+               ('tenant', i_tenant, '', '', '', ''),
+               ('project', i_tenant, i_project, '', '', ''),
+               ('user', i_tenant, '', i_user, '', ''),
+               ('session', i_tenant, '', i_user, i_session, ''),
+               ('run', i_tenant, coalesce(i_project, ''), i_user, i_session, i_run)
+           ) k(scope, tenant_id, project_id, user_id, session_id, run_id)
+     where k.scope operator(pg_catalog.=) any (scopes)
+       and k.tenant_id is not null and k.project_id is not null and k.user_id is not null
+       and k.session_id is not null and k.run_id is not null;
+end;
 
 -- Approximate tokens, as harbor_pg.context.tokens.approximate_tokens: ASCII at
 -- about four characters per token, every other character one token.
@@ -57,11 +74,12 @@ create or replace function harbor._dense_candidates(
     set search_path to pg_catalog, pg_temp
 as $$
 declare
-    v_tenant  text := harbor.caller_tenant();
-    v_project text := harbor.caller_project();
-    v_user    text := harbor.caller_user();
-    v_session text := harbor.caller_session();
-    v_run     text := harbor.caller_run();
+    v_id      record := harbor._caller_identity();
+    v_tenant  text := v_id.tenant_id;
+    v_project text := v_id.project_id;
+    v_user    text := v_id.user_id;
+    v_session text := v_id.session_id;
+    v_run     text := v_id.run_id;
     v_dims    integer := public.vector_dims(p_embedding);
     v_seen    integer;
     v_scan    text;
@@ -72,7 +90,7 @@ begin
     end if;
     select count(*) into v_seen
       from (select 1
-              from harbor.recall_keys(p_scopes) k
+              from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user, v_session, v_run) k
               join harbor.memory_embeddings e
                 on e.tenant_id = k.tenant_id and e.model_id = p_model_id
                and e.scope = k.scope and e.user_id = k.user_id and e.project_id = k.project_id
@@ -87,7 +105,7 @@ begin
                    (rank() over (order by c.dist))::integer,
                    1 - c.dist
               from (select e.tenant_id, e.memory_id, e.embedding operator(public.<=>) p_embedding as dist
-                      from harbor.recall_keys(p_scopes) k
+                      from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user, v_session, v_run) k
                       join harbor.memory_embeddings e
                         on e.tenant_id = k.tenant_id and e.model_id = p_model_id
                        and e.scope = k.scope and e.user_id = k.user_id
@@ -153,11 +171,12 @@ create or replace function harbor._lexical_candidates(
     set search_path to pg_catalog, pg_temp
 as $$
 declare
-    v_tenant  text := harbor.caller_tenant();
-    v_project text := harbor.caller_project();
-    v_user    text := harbor.caller_user();
-    v_session text := harbor.caller_session();
-    v_run     text := harbor.caller_run();
+    v_id      record := harbor._caller_identity();
+    v_tenant  text := v_id.tenant_id;
+    v_project text := v_id.project_id;
+    v_user    text := v_id.user_id;
+    v_session text := v_id.session_id;
+    v_run     text := v_id.run_id;
     v_terms   text[];
     v_tsq     tsquery;
     v_seen    integer;
@@ -173,7 +192,7 @@ begin
     v_tsq := harbor.or_tsquery(p_query);
     select count(*) into v_seen
       from (select 1
-              from harbor.recall_keys(p_scopes) k
+              from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user, v_session, v_run) k
               join harbor.memories m
                 on m.tenant_id = k.tenant_id and m.scope = k.scope and m.user_id = k.user_id
                and m.project_id = k.project_id and m.session_id = k.session_id
@@ -187,7 +206,7 @@ begin
         return query
             with matched as materialized (
                 select m.tenant_id, m.id, m.fts
-                  from harbor.recall_keys(p_scopes) k
+                  from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user, v_session, v_run) k
                   join harbor.memories m
                     on m.tenant_id = k.tenant_id and m.scope = k.scope and m.user_id = k.user_id
                    and m.project_id = k.project_id and m.session_id = k.session_id

@@ -1,0 +1,218 @@
+"""Retrieval quality on LoCoMo: recall@5/10/25 for dense, lexical and hybrid recall.
+
+    python benchmarks/locomo.py PATH/locomo-dev.json [--model-path DIR] [--no-context]
+
+Protocol (LoCoMo, task_eval/): one conversation at a time, one owner per
+conversation; every turn becomes a memory whose text is ``Speaker said,
+"text"`` (plus `` and shared <caption>``); the query is the raw question; a
+question's recall@k is the share of its evidence ids among the top k turns
+(empty evidence counts 1); all five categories and the overall mean.
+
+Everything goes through the public API: ``MemoryManager.save_many`` (batched
+embedding with the local MiniLM model) and ``harbor.recall()`` (one SQL call
+per question; the three modes differ only in what is passed: the query text
+and/or the query embedding). No language model runs at query time.
+
+Policy for this benchmark, said plainly:
+  * each memory carries the preceding turn as its ``context`` (DESIGN.md:
+    turns lean on their neighbours); ``--no-context`` switches it off;
+  * recency cannot distort the result: every memory is saved at ingest time,
+    so all are equally recent (LoCoMo's historical dates are not used as
+    validity times), and every memory has the same importance (0.5);
+  * no relevance threshold on the dense leg for the main table (a question
+    is never left without candidates); one extra row shows the hybrid with
+    the embedder's calibrated threshold;
+  * top_k = 25, no token budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import statistics
+import sys
+import time
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import machine, private_server, with_params
+
+from harbor_pg.context.recall import MemoryRecall, RecallRequest, fetch_recall
+from harbor_pg.db import migrate, server
+from harbor_pg.db.connection import Database
+from harbor_pg.embedders.fastembed import FastEmbedEmbedder
+from harbor_pg.manager import MemoryManager
+from harbor_pg.owner import MemoryOwner
+from harbor_pg.policy import MemoryPolicy
+from harbor_pg.records import Memory
+
+KS = (5, 10, 25)
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+EVIDENCE = re.compile(r"D(\d+):(\d+)")
+DEFAULT_MODEL = "/work/shared/models/all-MiniLM-L6-v2-int8"
+
+
+def turns_of(sample: dict[str, Any]) -> list[tuple[str, str]]:
+    """(dia_id, rendered text) of every turn, in conversation order."""
+    conv = sample["conversation"]
+    sessions = sorted(
+        (int(k.split("_")[1]), v)
+        for k, v in conv.items()
+        if re.fullmatch(r"session_\d+", k) and isinstance(v, list)
+    )
+    out = []
+    for _n, turns in sessions:
+        for t in turns:
+            text = f'{t["speaker"]} said, "{t["text"]}"'
+            if t.get("blip_caption"):
+                text += f" and shared {t['blip_caption']}"
+            out.append((t["dia_id"], text))
+    return out
+
+
+def evidence_of(qa: dict[str, Any]) -> set[str]:
+    ids: set[str] = set()
+    for raw in qa.get("evidence") or []:
+        for s, t in EVIDENCE.findall(str(raw)):
+            ids.add(f"D{int(s)}:{int(t)}")
+    return ids
+
+
+def recall_at(ranked: list[str], evidence: set[str], k: int) -> float:
+    if not evidence:
+        return 1.0
+    return len(evidence & set(ranked[:k])) / len(evidence)
+
+
+async def run(args: argparse.Namespace, su: str) -> None:
+    data = json.loads(Path(args.path).read_text())
+    embedder = FastEmbedEmbedder(model_path=args.model_path, model_id="minilm-l6-int8")
+    db = Database(
+        with_params(su, dbname="harbor", user="harbor_app"),
+        with_params(su, dbname="harbor", user="harbor_admin"),
+        min_size=1,
+        max_size=2,
+    )
+    await db.open()
+    manager = MemoryManager.from_database(db, embedder=embedder)
+    policy = MemoryPolicy(recall_top_k=25, relevance_threshold=0.0)
+    recaller = MemoryRecall(policy=policy, memories=manager.long_term, embedder=embedder)
+    modes = ["dense", "lexical", "hybrid", "hybrid+threshold"]
+    scores: dict[str, dict[int, dict[int, list[float]]]] = {
+        m: {k: defaultdict(list) for k in KS} for m in modes
+    }
+    latencies: dict[str, list[float]] = defaultdict(list)
+    t_ingest = 0.0
+    n_turns = n_questions = 0
+    for sample in data:
+        owner = MemoryOwner(tenant_id="locomo", principal_id=sample["sample_id"])
+        turns = turns_of(sample)
+        memories = []
+        previous: str | None = None
+        for dia_id, text in turns:
+            memories.append(
+                Memory(
+                    content=text,
+                    context=previous if args.context else None,
+                    metadata={"dia_id": dia_id},
+                )
+            )
+            previous = text
+        t0 = time.perf_counter()
+        results = await manager.save_many(owner, memories, batch_size=64)
+        t_ingest += time.perf_counter() - t0
+        dia_of: dict[str, list[str]] = defaultdict(list)
+        for (dia_id, _text), res in zip(turns, results, strict=True):
+            assert res.memory.id is not None
+            dia_of[res.memory.id].append(dia_id)
+        n_turns += len(turns)
+        print(
+            f"{sample['sample_id']}: {len(turns)} turns ingested"
+            f" in {time.perf_counter() - t0:.1f}s,"
+            f" {len(sample['qa'])} questions",
+            flush=True,
+        )
+        for qa in sample["qa"]:
+            n_questions += 1
+            evidence = evidence_of(qa)
+            category = int(qa["category"])
+            base = await recaller.prepare(owner, qa["question"], token_budget=10**9)
+            assert base is not None and base.embedding is not None
+            requests = {
+                "dense": replace(base, query="", min_similarity=None),
+                "lexical": replace(base, embedding=None, model_id=None, min_similarity=None),
+                "hybrid": replace(base, min_similarity=None),
+                "hybrid+threshold": replace(base, min_similarity=embedder.relevance_threshold),
+            }
+            for mode, request in requests.items():
+                t = time.perf_counter()
+                ranked = await _recall(db, owner, request)
+                latencies[mode].append(time.perf_counter() - t)
+                dias = [d for memory_id in ranked for d in dia_of.get(memory_id, [])]
+                for k in KS:
+                    scores[mode][k][category].append(recall_at(dias, evidence, k))
+    await db.close()
+
+    print(f"\nmachine: {machine()}")
+    print(
+        f"data: {len(data)} conversations, {n_turns} turns, {n_questions} questions;"
+        f" context={'previous turn' if args.context else 'none'};"
+        f" embedder {embedder.model_id} (threshold {embedder.relevance_threshold});"
+        f" ingest {t_ingest:.1f}s"
+    )
+    print(
+        "\n| mode | k | " + " | ".join(CATEGORIES[c] for c in sorted(CATEGORIES)) + " | overall |"
+    )
+    print("|---|---|" + "---|" * (len(CATEGORIES) + 1))
+    for mode in modes:
+        for k in KS:
+            per = scores[mode][k]
+            cells = [
+                f"{100 * statistics.mean(per[c]):.1f}" if per[c] else "-"
+                for c in sorted(CATEGORIES)
+            ]
+            overall = 100 * statistics.mean([x for c in per for x in per[c]])
+            print(f"| {mode} | {k} | " + " | ".join(cells) + f" | **{overall:.1f}** |")
+    for mode in modes:
+        ms = sorted(1000 * x for x in latencies[mode])
+        print(
+            f"{mode:17s} harbor.recall p50 {statistics.median(ms):.2f} ms,"
+            f" p95 {ms[int(0.95 * (len(ms) - 1))]:.2f} ms"
+        )
+
+
+async def _recall(db: Database, owner: MemoryOwner, request: RecallRequest) -> list[str]:
+    async with db.transaction(owner, pipeline=True) as conn:
+        items = await fetch_recall(conn, request)
+    return [item.memory.id for item in items if item.memory.id is not None]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("path", help="locomo-dev.json (not shipped with the project)")
+    ap.add_argument(
+        "--model-path",
+        default=os.environ.get("HARBOR_EMBED_MODEL_PATH", DEFAULT_MODEL),
+        help="local MiniLM model directory (default: %(default)s)",
+    )
+    ap.add_argument(
+        "--no-context",
+        dest="context",
+        action="store_false",
+        help="index each turn alone, without the preceding turn",
+    )
+    args = ap.parse_args()
+    with private_server() as (su, _base):
+        server.bootstrap(su)
+        migrate.upgrade(with_params(su, dbname="harbor", user="harbor_owner"))
+        asyncio.run(run(args, su))
+
+
+if __name__ == "__main__":
+    main()

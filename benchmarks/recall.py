@@ -1,0 +1,349 @@
+"""Latency and completeness of harbor.recall() at 10k / 100k / 1M memories.
+
+    python benchmarks/recall.py [--sizes 10000,100000,1000000] [--skewed 100000]
+                                [--queries 300] [--top-k 25]
+
+For each size: a fresh embedded server, memories of 1,000 tenants (one user
+each, USER scope) with 384-dimension vectors drawn around 200 topic centres
+and text from per-topic vocabularies, written with binary COPY; then the
+HNSW, GIN and B-tree indexes are built and the table analysed. The skewed set
+puts ``--skewed`` memories in one tenant among 999 small ones (``--skewed``
+more memories over them).
+
+Then, as ``harbor_app`` under row-level security with the identity set per
+transaction and query embeddings precomputed, on connections that have
+already switched to prepared statements (psycopg prepares after five runs):
+
+* p50 / p95 / p99 of one ``harbor.recall()`` call (hybrid, top_k 25);
+* the same question answered the naive way (fetch every visible memory with
+  its vector, rank in Python with numpy), as the ratio to beat;
+* completeness: how many of top_k came back, and the overlap of the dense
+  top_k with an exact scan of the same visible rows;
+* the EXPLAIN plans of the candidate queries at the largest size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+from pgvector.psycopg import register_vector
+from psycopg.types.enum import EnumInfo, register_enum
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import machine, pct, private_server, with_params
+
+from harbor_pg.context.recall import RecallRequest, fetch_recall
+from harbor_pg.db import migrate, server
+from harbor_pg.db.connection import Database
+from harbor_pg.owner import MemoryOwner, MemoryScope
+
+DIMS = 384
+TOPICS = 200
+TENANTS = 1000
+WORDS_PER_TOPIC = 30
+RNG_SEED = 17
+
+
+def vocabulary() -> list[list[str]]:
+    rng = random.Random(RNG_SEED)
+    syll = ["ka", "lo", "mi", "ra", "tu", "ve", "zo", "pe", "ni", "sa", "do", "fi", "gu", "be"]
+    out = []
+    for _ in range(TOPICS):
+        out.append(["".join(rng.choice(syll) for _ in range(3)) for _ in range(WORDS_PER_TOPIC)])
+    return out
+
+
+def centres() -> np.ndarray:
+    rng = np.random.default_rng(RNG_SEED)
+    c = rng.standard_normal((TOPICS, DIMS)).astype(np.float32)
+    return c / np.linalg.norm(c, axis=1, keepdims=True)
+
+
+def build(su: str, counts: list[tuple[str, int]]) -> float:
+    """Write memories and embeddings for (tenant, count) pairs; returns seconds."""
+    t0 = time.perf_counter()
+    vocab = vocabulary()
+    cen = centres()
+    rng = np.random.default_rng(RNG_SEED + 1)
+    total = sum(n for _, n in counts)
+    done = 0
+    with psycopg.connect(with_params(su, dbname="harbor"), autocommit=True) as conn:
+        register_vector(conn)
+        conn.execute("set maintenance_work_mem = '3GB'")
+        scope_info = EnumInfo.fetch(conn, "harbor.memory_scope")
+        assert scope_info is not None
+        register_enum(scope_info, conn)
+        user_scope = (
+            scope_info.enum["USER"]
+            if "USER" in scope_info.enum.__members__
+            else scope_info.enum["user"]
+        )
+        conn.execute("drop index harbor.memory_embeddings_hnsw_384")
+        conn.execute("drop index harbor.memories_fts_idx")
+        for tenant, n in counts:
+            topics = rng.integers(0, TOPICS, n)
+            noise = rng.standard_normal((n, DIMS)).astype(np.float32) * 0.08
+            vecs = cen[topics] + noise
+            vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+            with conn.transaction():
+                with conn.cursor().copy(
+                    "copy harbor.memories (tenant_id, id, scope, user_id, content, content_hash,"
+                    " importance) from stdin"
+                ) as copy:
+                    for i in range(n):
+                        words = vocab[topics[i]]
+                        text = " ".join(words[j] for j in rng.integers(0, WORDS_PER_TOPIC, 8))
+                        copy.write_row(
+                            (
+                                tenant,
+                                f"{tenant}-{i}",
+                                "user",
+                                f"u-{tenant}",
+                                text,
+                                hashlib.sha256(f"{tenant}-{i}".encode()).hexdigest(),
+                                (i % 10) / 10,
+                            )
+                        )
+                with conn.cursor().copy(
+                    "copy harbor.memory_embeddings (tenant_id, memory_id, model_id, dims,"
+                    " embedding, scope, user_id) from stdin with (format binary)"
+                ) as copy:
+                    copy.set_types(
+                        ["text", "text", "text", "int4", "vector", "harbor.memory_scope", "text"]
+                    )
+                    for i in range(n):
+                        copy.write_row(
+                            (
+                                tenant,
+                                f"{tenant}-{i}",
+                                "bench",
+                                DIMS,
+                                vecs[i],
+                                user_scope,
+                                f"u-{tenant}",
+                            )
+                        )
+            done += n
+            if len(counts) < 50 or done % max(1, total // 10) < n:
+                print(
+                    f"  wrote {done:,}/{total:,} memories ({time.perf_counter() - t0:.0f}s)",
+                    flush=True,
+                )
+        t1 = time.perf_counter()
+        conn.execute(
+            "create index memory_embeddings_hnsw_384 on harbor.memory_embeddings using hnsw"
+            " ((embedding::public.vector(384)) public.vector_cosine_ops) where dims = 384"
+        )
+        print(f"  HNSW index built in {time.perf_counter() - t1:.0f}s", flush=True)
+        conn.execute("create index memories_fts_idx on harbor.memories using gin (fts)")
+        conn.execute("vacuum analyze harbor.memories")
+        conn.execute("vacuum analyze harbor.memory_embeddings")
+    return time.perf_counter() - t0
+
+
+def queries(n: int, tenants: list[tuple[str, int]], seed: int) -> list[tuple[str, str, Any]]:
+    """(tenant, text, embedding) questions near a random topic."""
+    rng = np.random.default_rng(seed)
+    vocab = vocabulary()
+    cen = centres()
+    out = []
+    for _ in range(n):
+        tenant = tenants[int(rng.integers(0, len(tenants)))][0]
+        topic = int(rng.integers(0, TOPICS))
+        v = cen[topic] + rng.standard_normal(DIMS).astype(np.float32) * 0.08
+        v /= np.linalg.norm(v)
+        words = vocab[topic]
+        text = "what about " + " ".join(words[j] for j in rng.integers(0, WORDS_PER_TOPIC, 3))
+        out.append((tenant, text, v))
+    return out
+
+
+def owner_of(tenant: str) -> MemoryOwner:
+    return MemoryOwner(tenant_id=tenant, principal_id=f"u-{tenant}")
+
+
+def request_for(text: str, vector: Any, top_k: int) -> RecallRequest:
+    return RecallRequest(
+        query=text,
+        scopes=(MemoryScope.USER,),
+        top_k=top_k,
+        embedding=[float(x) for x in vector],
+        model_id="bench",
+        recency_half_life_hours=168.0,
+    )
+
+
+async def measure(app_url: str, qs: list[tuple[str, str, Any]], top_k: int) -> dict[str, Any]:
+    db = Database(app_url, min_size=1, max_size=1)
+    await db.open()
+    lat: list[float] = []
+    counts: list[int] = []
+    overlaps: list[float] = []
+    short = 0
+    # warm up: the driver prepares the statement after five executions
+    for tenant, text, v in qs[:10]:
+        async with db.transaction(owner_of(tenant), pipeline=True) as conn:
+            await fetch_recall(conn, request_for(text, v, top_k))
+    for tenant, text, v in qs:
+        owner = owner_of(tenant)
+        t = time.perf_counter()
+        async with db.transaction(owner, pipeline=True) as conn:
+            got = await fetch_recall(conn, request_for(text, v, top_k))
+        lat.append(time.perf_counter() - t)
+        counts.append(len(got))
+    # completeness of the dense leg against an exact scan of the visible rows
+    for tenant, _text, v in qs[: min(len(qs), 200)]:
+        owner = owner_of(tenant)
+        req = request_for("", v, top_k)
+        async with db.transaction(owner) as conn:
+            dense = [i.memory.id for i in await fetch_recall(conn, req)]
+            cur = await conn.execute(
+                "select e.memory_id from harbor.memory_embeddings e"
+                " where e.tenant_id = %s and e.dims = 384"
+                " order by e.embedding <=> %s::vector limit %s",
+                (tenant, "[" + ",".join(f"{float(x):.6f}" for x in v) + "]", top_k),
+            )
+            exact = [r["memory_id"] for r in await cur.fetchall()]
+        if len(dense) < len(exact):
+            short += 1
+        overlaps.append(len(set(dense) & set(exact)) / max(1, len(exact)))
+    await db.close()
+    return {"lat": lat, "counts": counts, "overlap": overlaps, "short": short}
+
+
+def naive(app_url: str, qs: list[tuple[str, str, Any]], top_k: int, n: int) -> list[float]:
+    """Fetch every visible memory with its vector, rank in Python (numpy)."""
+    out = []
+    with psycopg.connect(app_url, autocommit=True) as conn:
+        register_vector(conn)
+        for tenant, text, v in qs[:n]:
+            o = owner_of(tenant)
+            t = time.perf_counter()
+            with conn.transaction():
+                conn.execute(
+                    "select harbor.set_identity(%s, principal_id => %s)",
+                    (o.tenant_id, o.principal_id),
+                )
+                rows = conn.execute(
+                    "select m.id, m.content, m.importance, e.embedding from harbor.memories m"
+                    " join harbor.memory_embeddings e on e.tenant_id = m.tenant_id"
+                    " and e.memory_id = m.id where m.valid @> now()"
+                ).fetchall()
+            if rows:
+                mat = np.stack([r[3].to_numpy() for r in rows])
+                dense = np.argsort(-(mat @ v))[:100]
+                terms = set(text.split())
+                lex = sorted(range(len(rows)), key=lambda i: -len(terms & set(rows[i][1].split())))[
+                    :100
+                ]
+                score: dict[int, float] = {}
+                for rank, i in enumerate(dense, 1):
+                    score[int(i)] = score.get(int(i), 0) + 1 / (60 + rank)
+                for rank, i in enumerate(lex, 1):
+                    score[i] = score.get(i, 0) + 1 / (60 + rank)
+                best = sorted(score, key=lambda i: -score[i] * (1 + rows[i][2]))[:top_k]
+                assert best
+            out.append(time.perf_counter() - t)
+    return out
+
+
+def explain(su: str, tenant: str, text: str, v: Any) -> None:
+    with psycopg.connect(with_params(su, dbname="harbor", user="harbor_app"), autocommit=True) as c:
+        c.execute("select harbor.set_identity(%s, principal_id => %s)", (tenant, f"u-{tenant}"))
+        vec = "[" + ",".join(f"{float(x):.6f}" for x in v) + "]"
+        print(f"\nEXPLAIN harbor.recall(...) for tenant {tenant}:")
+        for (line,) in c.execute(
+            "explain (analyze, buffers, costs off) select * from harbor.recall(%s,"
+            " %s::vector, 'bench', '{user}', 25)",
+            (text, vec),
+        ):
+            print("   ", line)
+    # the candidate statements themselves, as harbor_search sees them
+    with psycopg.connect(with_params(su, dbname="harbor"), autocommit=True) as c:
+        c.execute("load 'auto_explain'")
+        for setting in ("log_nested_statements", "log_analyze", "log_buffers"):
+            c.execute(f"set auto_explain.{setting} = on")
+        c.execute("set auto_explain.log_min_duration = 0")
+        c.execute("set auto_explain.log_level = notice")
+        c.execute("set role harbor_app")
+        c.execute("select harbor.set_identity(%s, principal_id => %s)", (tenant, f"u-{tenant}"))
+        notes: list[str] = []
+        c.add_notice_handler(lambda d: notes.append(d.message_primary or ""))
+        c.execute(
+            "select * from harbor.recall(%s, %s::vector, 'bench', '{user}', 25)", (text, vec)
+        ).fetchall()
+        print(f"\nnested plans (auto_explain) for tenant {tenant}:")
+        for note in notes:
+            if "harbor.memories m" in note or "memory_embeddings e" in note:
+                print("    " + note.replace("\n", "\n    "))
+
+
+def run_size(
+    label: str,
+    counts: list[tuple[str, int]],
+    args: argparse.Namespace,
+    probe: list[str],
+    show_plans: bool,
+) -> None:
+    total = sum(n for _, n in counts)
+    print(f"\n== {label}: {total:,} memories, {len(counts)} tenants ==", flush=True)
+    with private_server() as (su, _base):
+        server.bootstrap(su)
+        migrate.upgrade(with_params(su, dbname="harbor", user="harbor_owner"))
+        secs = build(su, counts)
+        print(f"  built in {secs:.0f}s", flush=True)
+        app = with_params(su, dbname="harbor", user="harbor_app")
+        for name in probe:
+            chosen = [c for c in counts if c[0] == name] if name != "*" else counts
+            qs = queries(args.queries, chosen, seed=hash(name) & 0xFFFF)
+            res = asyncio.run(measure(app, qs, args.top_k))
+            nv = naive(app, qs, args.top_k, min(len(qs), 50))
+            ms = [x * 1000 for x in res["lat"]]
+            p50 = statistics.median(ms)
+            naive_p50 = statistics.median(nv) * 1000
+            who = "random tenants" if name == "*" else f"tenant {name} ({chosen[0][1]:,} rows)"
+            print(
+                f"  {who}: harbor.recall p50 {p50:.2f} ms, p95 {pct(ms, 95):.2f} ms,"
+                f" p99 {pct(ms, 99):.2f} ms (n={len(ms)}); naive p50 {naive_p50:.2f} ms"
+                f" (x{naive_p50 / p50:.1f}); returned {statistics.mean(res['counts']):.1f}"
+                f"/{args.top_k} on average, min {min(res['counts'])}; dense overlap with exact"
+                f" {100 * statistics.mean(res['overlap']):.1f}% (min"
+                f" {100 * min(res['overlap']):.0f}%), short results {res['short']}",
+                flush=True,
+            )
+            if show_plans:
+                explain(su, qs[0][0], qs[0][1], qs[0][2])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--sizes", default="10000,100000,1000000")
+    ap.add_argument("--skewed", type=int, default=100_000)
+    ap.add_argument("--queries", type=int, default=300)
+    ap.add_argument("--top-k", type=int, default=25)
+    ap.add_argument("--plans", action="store_true", help="print EXPLAIN at the largest size")
+    args = ap.parse_args()
+    print(f"machine: {machine()}")
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    for size in sizes:
+        per, extra = divmod(size, TENANTS)
+        counts = [(f"t{i}", per + (1 if i < extra else 0)) for i in range(TENANTS)]
+        run_size(f"uniform {size:,}", counts, args, ["*"], args.plans and size == max(sizes))
+    if args.skewed:
+        small = args.skewed // (TENANTS - 1)
+        counts = [("big", args.skewed)] + [(f"t{i}", small) for i in range(1, TENANTS)]
+        run_size("skewed", counts, args, ["big", "*"], args.plans)
+
+
+if __name__ == "__main__":
+    main()
