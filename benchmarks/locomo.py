@@ -103,7 +103,10 @@ async def run(args: argparse.Namespace, su: str) -> None:
     manager = MemoryManager.from_database(db, embedder=embedder)
     policy = MemoryPolicy(recall_top_k=25, relevance_threshold=0.0)
     recaller = MemoryRecall(policy=policy, memories=manager.long_term, embedder=embedder)
-    modes = ["dense", "lexical", "hybrid", "hybrid+threshold"]
+    weights = [float(w) for w in args.lexical_weights.split(",") if w]
+    modes = ["dense", "lexical", "hybrid", "hybrid+threshold"] + [
+        f"hybrid, lexical weight {w:g}" for w in weights
+    ]
     scores: dict[str, dict[int, dict[int, list[float]]]] = {
         m: {k: defaultdict(list) for k in KS} for m in modes
     }
@@ -150,6 +153,10 @@ async def run(args: argparse.Namespace, su: str) -> None:
                 "hybrid": replace(base, min_similarity=None),
                 "hybrid+threshold": replace(base, min_similarity=embedder.relevance_threshold),
             }
+            for w in weights:
+                requests[f"hybrid, lexical weight {w:g}"] = replace(
+                    base, min_similarity=None, lexical_weight=w
+                )
             for mode, request in requests.items():
                 t = time.perf_counter()
                 ranked = await _recall(db, owner, request)
@@ -206,6 +213,11 @@ def main() -> None:
         dest="context",
         action="store_false",
         help="index each turn alone, without the preceding turn",
+    )
+    ap.add_argument(
+        "--lexical-weights",
+        default="",
+        help="extra hybrid rows with these lexical leg weights (dense weight 1), e.g. 1.5,2",
     )
     args = ap.parse_args()
     with private_server() as (su, _base):

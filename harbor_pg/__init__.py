@@ -1,13 +1,22 @@
 """harbor-pg: scope-aware memory for LLM chat and agent applications, in PostgreSQL."""
 
+from harbor_pg.context.builder import MemoryContextBuilder
+from harbor_pg.context.recall import MemoryRecall, RecalledMemory, recalled_entity_ids
+from harbor_pg.context.result import MemoryContext
+from harbor_pg.context.summarizer import SessionSummarizer
+from harbor_pg.embedders import default_embedder
+from harbor_pg.embedders.base import Embedder, EmbedderError
+from harbor_pg.embedders.hashing import HashingEmbedder
 from harbor_pg.errors import (
     MemoryConfigurationError,
     MemoryError,
     MemoryScopeError,
     MemoryValidationError,
 )
+from harbor_pg.llm.base import MemoryModel, MemoryModelError
 from harbor_pg.manager import MemoryManager, MemoryManagerConfig, MemorySnapshot
 from harbor_pg.owner import SCOPE_OWNER_FIELDS, MemoryOwner, MemoryScope, scope_owner_fields
+from harbor_pg.policy import BudgetSplit, MemoryPolicy
 from harbor_pg.records import ConversationMessage, Memory, MemoryType, Sensitivity
 from harbor_pg.tiers.base import EraseReceipt, SaveResult
 from harbor_pg.tiers.in_process import (
@@ -18,24 +27,38 @@ from harbor_pg.tiers.in_process import (
 
 __all__ = [
     "SCOPE_OWNER_FIELDS",
+    "BudgetSplit",
     "ConversationMessage",
+    "Embedder",
+    "EmbedderError",
     "EraseReceipt",
+    "HashingEmbedder",
     "InMemoryLongTermStore",
     "InMemoryShortTermStore",
     "InMemoryWorkingStore",
     "Memory",
     "MemoryConfigurationError",
+    "MemoryContext",
+    "MemoryContextBuilder",
     "MemoryError",
     "MemoryManager",
     "MemoryManagerConfig",
+    "MemoryModel",
+    "MemoryModelError",
     "MemoryOwner",
+    "MemoryPolicy",
+    "MemoryRecall",
     "MemoryScope",
     "MemoryScopeError",
     "MemorySnapshot",
     "MemoryType",
     "MemoryValidationError",
+    "RecalledMemory",
     "SaveResult",
     "Sensitivity",
+    "SessionSummarizer",
+    "default_embedder",
+    "recalled_entity_ids",
     "scope_owner_fields",
 ]
 __version__ = "0.1.0"

@@ -439,6 +439,33 @@ class MemoryManager:
             token_budget=token_budget,
         )
 
+    def context_builder(
+        self,
+        *,
+        model: Any = None,
+        policy: MemoryPolicy | None = None,
+        **options: Any,
+    ) -> Any:
+        """A :class:`~harbor_pg.context.builder.MemoryContextBuilder` over this manager's tiers.
+
+        ``model`` is an optional :class:`~harbor_pg.llm.MemoryModel` (None: the
+        no-model path, an extractive summary and no rewrite, so nothing leaves
+        the machine). ``options`` go to the builder (``token_counter``,
+        ``prompt_tokens``, ``page_size``, ...).
+        """
+        from harbor_pg.context.builder import MemoryContextBuilder
+
+        chosen = policy or self.policy
+        recall = MemoryRecall(policy=chosen, memories=self._long(), embedder=self.embedder)
+        return MemoryContextBuilder(
+            policy=chosen,
+            messages=self._short(),
+            memories=self.long_term,  # type: ignore[arg-type]
+            model=model,
+            recall=recall,
+            **options,
+        )
+
     def recaller(self) -> MemoryRecall:
         """A :class:`MemoryRecall` over this manager's long-term store, policy and embedder."""
         return MemoryRecall(policy=self.policy, memories=self._long(), embedder=self.embedder)

@@ -79,6 +79,8 @@ class RecallRequest:
     entity_weight: float = 0.5
     type_weight: float = 0.5
     rrf_k: int = 60
+    dense_weight: float = 1.0
+    lexical_weight: float = 1.0
     min_similarity: float | None = None
     token_budget: int | None = None
     embedding: list[float] | None = None
@@ -323,6 +325,8 @@ def recall_params(request: RecallRequest) -> dict[str, Any]:
         "min_similarity": request.min_similarity,
         "token_budget": request.token_budget,
         "candidates": request.extra.get("candidates"),
+        "dense_weight": request.dense_weight,
+        "lexical_weight": request.lexical_weight,
     }
 
 

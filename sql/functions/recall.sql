@@ -288,8 +288,9 @@ $$;
 --   dense_rank / similarity   nearest-neighbour rank and cosine similarity
 --                             (only for memories at or above min_similarity)
 --   lexical_rank / lexical_score   BM25 rank and score of the OR-semantics match
---   relevance   reciprocal rank fusion: sum of 1 / (rrf_k + rank) over both
---               lists; substring-fallback matches get the flat 1 / (rrf_k + 1)
+--   relevance   reciprocal rank fusion: sum of weight / (rrf_k + rank) over
+--               both lists (dense_weight, lexical_weight; 1 and 1 unless
+--               set); substring-fallback matches get the flat 1 / (rrf_k + 1)
 --   recency     0.5 ^ (hours since the memory became valid / half-life), at as_of
 --   entity      entity_weight * |entity_ids & anchors| / max(1, |entity_ids|)
 --   type_boost  type_weight when the memory's type was asked for, else 0
@@ -316,7 +317,9 @@ create or replace function harbor.recall(
     rrf_k integer default 60,
     min_similarity double precision default null,
     token_budget integer default null,
-    candidates integer default null
+    candidates integer default null,
+    dense_weight double precision default 1,
+    lexical_weight double precision default 1
 ) returns table (
     rank integer, id text, tenant_id text, scope text, project_id text, principal_id text,
     user_id text, session_id text, run_id text, memory_type text, content text,
@@ -351,6 +354,10 @@ begin
        or recall.entity_weight = 'NaN' or recall.type_weight = 'NaN' then
         raise exception 'harbor.recall: boost weights must be >= 0' using errcode = '22023';
     end if;
+    if not (coalesce(recall.dense_weight, -1) >= 0 and coalesce(recall.lexical_weight, -1) >= 0)
+       or recall.dense_weight = 'Infinity' or recall.lexical_weight = 'Infinity' then
+        raise exception 'harbor.recall: leg weights must be finite and >= 0' using errcode = '22023';
+    end if;
     if recall.token_budget is not null and recall.token_budget < 0 then
         raise exception 'harbor.recall: token_budget must be >= 0' using errcode = '22023';
     end if;
@@ -373,8 +380,9 @@ begin
         select coalesce(d.tenant_id, l.tenant_id) as tenant_id,
                coalesce(d.memory_id, l.memory_id) as memory_id,
                d.dense_rank, d.similarity, l.lexical_rank, l.lexical_score, false as substring_match,
-               coalesce(1.0 / (recall.rrf_k + d.dense_rank), 0)
-                 + coalesce(1.0 / (recall.rrf_k + l.lexical_rank), 0) as relevance
+               coalesce(recall.dense_weight / (recall.rrf_k + d.dense_rank), 0)
+                 + coalesce(recall.lexical_weight / (recall.rrf_k + l.lexical_rank), 0)
+                 as relevance
           from dense d full join lexical l
             on l.tenant_id = d.tenant_id and l.memory_id = d.memory_id
     ), substring_leg as (

@@ -16,4 +16,6 @@ select r.*
       rrf_k => %(rrf_k)s::integer,
       min_similarity => %(min_similarity)s::double precision,
       token_budget => %(token_budget)s::integer,
-      candidates => %(candidates)s::integer) r
+      candidates => %(candidates)s::integer,
+      dense_weight => %(dense_weight)s::double precision,
+      lexical_weight => %(lexical_weight)s::double precision) r

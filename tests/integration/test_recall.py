@@ -255,3 +255,18 @@ async def test_save_many_reports_progress_and_duplicates(manager: MemoryManager)
     )
     assert seen == [(2, 6), (4, 6), (6, 6)]
     assert [r.created for r in results] == [True] * 5 + [False]
+
+
+async def test_the_manager_wires_a_context_builder_with_recall(manager: MemoryManager) -> None:
+    from harbor_pg import MemoryContext
+    from harbor_pg.records import ConversationMessage
+
+    await manager.append(ALICE, ConversationMessage(role="user", content="I am planning dinner"))
+    await manager.append(ALICE, ConversationMessage(role="assistant", content="Happy to help."))
+    context = await manager.context_builder().build(ALICE, "Anything I should avoid eating?")
+    assert isinstance(context, MemoryContext)
+    assert [m.content for m in context.messages][-2:] == ["I am planning dinner", "Happy to help."]
+    assert context.standalone_query == "Anything I should avoid eating?"
+    assert not context.rewritten  # no model: no rewrite, nothing leaves the machine
+    recalled = await manager.context_builder().build(ALICE, "what is alice allergic to?")
+    assert "Alice is allergic to peanuts" in [m.content for m in recalled.recalled]
