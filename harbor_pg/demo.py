@@ -95,6 +95,31 @@ async def run_demo(args: argparse.Namespace) -> int:
         for mem in snap.memories:
             print(f"  memory       : [{mem.scope.value}] {mem.content}")
 
+        question = "where do we store the embeddings, and who owns ingest?"
+        _rule(f"recall: {question!r}")
+        print(f"  embedder: {manager.embedder.model_id if manager.embedder else 'none (lexical)'}")
+        ranked = await manager.recaller().recall_scored(owner, question, top_k=5)
+        print(
+            f"  {'#':>2} {'scope':<8}{'type':<11}{'dense':>6}{'lex':>5}{'relev':>8}"
+            f"{'recency':>8}{'import':>7}{'score':>8}  content"
+        )
+        for item in ranked:
+            mem = item.memory
+            print(
+                f"  {item.rank:>2} {mem.scope.value:<8}{mem.memory_type.value:<11}"
+                f"{item.dense_rank or '-':>6}{item.lexical_rank or '-':>5}"
+                f"{item.relevance:>8.4f}{item.recency:>8.3f}{mem.importance:>7.2f}"
+                f"{item.score:>8.4f}  {mem.content}"
+            )
+
+        _rule("context for the next turn (no model: nothing leaves the machine)")
+        context = await manager.context_builder().build(owner, "and who looks after ingest?")
+        print(f"  window   : {len(context.messages)} turns, last {context.messages[-1].content!r}")
+        print(f"  summary  : {context.summary or '(none yet: the session is short)'}")
+        print(f"  query    : {context.standalone_query!r} (rewritten: {context.rewritten})")
+        for mem in context.recalled:
+            print(f"  recalled : [{mem.scope.value}] {mem.content}")
+
         _rule("isolation: another user in the same tenant")
         other = MemoryOwner(
             tenant_id="acme",

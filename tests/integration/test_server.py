@@ -111,6 +111,10 @@ def test_cli_up_and_status_start_and_reuse_the_embedded_server(tmp_path: Path) -
         assert demo.returncode == 0, demo.stderr
         assert "saved twice, stored once" in demo.stdout
         assert "eve sees 0 of dana's turns" in demo.stdout
+        # recall with its signals, and the context of the next turn
+        assert "relev recency import   score  content" in demo.stdout
+        assert "Dana owns the ingest pipeline of the handbook project" in demo.stdout
+        assert "recalled : [user] Dana owns the ingest pipeline" in demo.stdout
         again = subprocess.run(
             [sys.executable, "-m", "harbor_pg.cli", "status"],
             env=env,
