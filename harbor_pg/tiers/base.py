@@ -10,14 +10,16 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-from harbor_pg.owner import MemoryOwner
+from harbor_pg.owner import MemoryOwner, MemoryScope
 from harbor_pg.records import ConversationMessage, Memory
 
 __all__ = [
     "EraseReceipt",
+    "ExtractionStore",
     "LongTermStore",
+    "NearestMemory",
     "SaveResult",
     "ShortTermStore",
     "SummaryLease",
@@ -215,5 +217,71 @@ class SummaryLeaseStore(Protocol):
 
         Returns False (and changes nothing) when the lease is no longer held
         by ``lease``'s holder.
+        """
+        ...
+
+
+class NearestMemory(NamedTuple):
+    """The stored memory most similar to a vector, and its cosine similarity (-1..1)."""
+
+    memory_id: str
+    similarity: float
+
+
+@runtime_checkable
+class ExtractionStore(LongTermStore, Protocol):
+    """What fact extraction needs beyond :class:`LongTermStore`.
+
+    Both built-in long-term stores implement it. Every method acts as the
+    owner: rows of other owners are neither read nor changed.
+    """
+
+    async def current_memories(
+        self, owner: MemoryOwner, scopes: Sequence[MemoryScope], *, limit: int
+    ) -> list[Memory]:
+        """The owner's currently valid memories in ``scopes``, newest first, at most ``limit``.
+
+        ``scopes`` are among USER, PROJECT and SESSION, the scopes chat
+        extraction writes (others are ignored). Only rows keyed exactly to
+        ``owner`` narrowed to each scope are returned; scopes the owner cannot
+        address are skipped, and rolling summaries are never returned.
+        """
+        ...
+
+    async def nearest_in_scope(
+        self,
+        owner: MemoryOwner,
+        scope: MemoryScope,
+        embedding: Sequence[float],
+        model_id: str,
+        *,
+        exclude_ids: Sequence[str] = (),
+    ) -> NearestMemory | None:
+        """The owner's most similar currently valid memory of ``scope``, by cosine similarity.
+
+        Compares only with vectors of ``model_id`` and the same dimension;
+        ``exclude_ids`` are skipped. None when nothing is comparable.
+        """
+        ...
+
+    async def supersede(
+        self,
+        owner: MemoryOwner,
+        memory_id: str,
+        memory: Memory,
+        embedding: Sequence[float] | None = None,
+        model_id: str | None = None,
+    ) -> SaveResult | None:
+        """Store ``memory`` as the successor of ``memory_id``, atomically.
+
+        In one transaction: the new row is inserted valid from now, the old
+        row's interval is closed at now and its ``superseded_by`` set to the
+        new id. The old row must be a currently valid, not yet superseded,
+        non-summary memory with the same scope and owner key as ``memory``
+        (narrowed from ``owner``); otherwise nothing is written and the result
+        is None. Of two concurrent supersessions of one memory exactly one
+        succeeds. When ``memory``'s content is already currently valid in that
+        scope, nothing is written either and the result is that row with
+        ``created=False``.
         """
         ...

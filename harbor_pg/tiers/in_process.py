@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import time
 import uuid
 from collections.abc import Sequence
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from harbor_pg.errors import MemoryValidationError
+from harbor_pg.errors import MemoryScopeError, MemoryValidationError
 from harbor_pg.owner import SCOPE_OWNER_FIELDS, MemoryOwner, MemoryScope
 from harbor_pg.records import (
     ConversationMessage,
@@ -26,7 +27,7 @@ from harbor_pg.records import (
     content_hash,
     normalize_content,
 )
-from harbor_pg.tiers.base import SaveResult, SummaryLease, summary_fallback_id
+from harbor_pg.tiers.base import NearestMemory, SaveResult, SummaryLease, summary_fallback_id
 
 __all__ = ["InMemoryLongTermStore", "InMemoryShortTermStore", "InMemoryWorkingStore"]
 
@@ -218,12 +219,41 @@ def _visible(memory: Memory, owner: MemoryOwner) -> bool:
     return True
 
 
+_EXTRACTION_SCOPES = frozenset({MemoryScope.USER, MemoryScope.PROJECT, MemoryScope.SESSION})
+
+
+def _keyed(memory: Memory, key: dict[str, str]) -> bool:
+    """True when ``memory`` is stored under exactly the owner ``key``."""
+    return all(getattr(memory, f) == v for f, v in key.items())
+
+
+def _check_embedding(embedding: Sequence[float] | None, model_id: str | None) -> list[float] | None:
+    """The same checks PostgresLongTermStore applies to a vector."""
+    if embedding is None:
+        return None
+    values = [float(x) for x in embedding]
+    if not values:
+        raise MemoryValidationError("embedding is empty")
+    if not all(math.isfinite(x) for x in values):
+        raise MemoryValidationError("embedding contains NaN or infinity")
+    if not model_id:
+        raise MemoryValidationError("an embedding needs the model_id that produced it")
+    return values
+
+
+def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    norm = math.sqrt(math.fsum(x * x for x in a)) * math.sqrt(math.fsum(y * y for y in b))
+    return math.fsum(x * y for x, y in zip(a, b, strict=True)) / norm if norm else 0.0
+
+
 class InMemoryLongTermStore:
     """Memories in a list; same visibility, dedup and validity rules as PostgreSQL."""
 
     def __init__(self) -> None:
         self._rows: dict[str, Memory] = {}
         self._lock = asyncio.Lock()
+        # memory id -> (model_id, vector); entries of deleted rows are dropped lazily
+        self._vectors: dict[str, tuple[str, list[float]]] = {}
 
     async def save(
         self,
@@ -234,6 +264,7 @@ class InMemoryLongTermStore:
     ) -> SaveResult:
         key = owner.key(memory.scope)
         digest = memory.content_hash or content_hash(memory.scope, memory.content)
+        vector = _check_embedding(embedding, model_id)
         now = _now()
         async with self._lock:
             for row in self._rows.values():
@@ -256,6 +287,8 @@ class InMemoryLongTermStore:
                 }
             )
             self._rows[stored.id or ""] = stored
+            if vector is not None and model_id:
+                self._vectors[stored.id or ""] = (model_id, vector)
             return SaveResult(memory=stored, created=True)
 
     async def get(self, owner: MemoryOwner, memory_id: str) -> Memory | None:
@@ -282,6 +315,133 @@ class InMemoryLongTermStore:
                 scored.append((overlap + row.importance / 10, row))
         scored.sort(key=lambda p: -p[0])
         return [m for _s, m in scored[:limit]]
+
+    # -- extraction (ExtractionStore) ------------------------------------------------
+
+    async def current_memories(
+        self, owner: MemoryOwner, scopes: Sequence[MemoryScope], *, limit: int
+    ) -> list[Memory]:
+        """The owner's currently valid memories in ``scopes``, newest first (ExtractionStore)."""
+        keys = {
+            scope: owner.key(scope)
+            for scope in {MemoryScope(s) for s in scopes}
+            if scope in _EXTRACTION_SCOPES and owner.can_address(scope)
+        }
+        if limit <= 0 or not keys:
+            return []
+        now = _now()
+        rows = sorted(
+            (
+                row
+                for row in self._rows.values()
+                if row.scope in keys
+                and _keyed(row, keys[row.scope])
+                and row.memory_type is not MemoryType.SUMMARY
+                and row.invalid_at is None
+                and row.is_valid_at(now)
+            ),
+            key=lambda row: row.id or "",
+        )
+        rows.sort(key=lambda row: row.valid_from or now, reverse=True)
+        return rows[:limit]
+
+    async def nearest_in_scope(
+        self,
+        owner: MemoryOwner,
+        scope: MemoryScope,
+        embedding: Sequence[float],
+        model_id: str,
+        *,
+        exclude_ids: Sequence[str] = (),
+    ) -> NearestMemory | None:
+        """The owner's most similar currently valid memory of ``scope`` (ExtractionStore)."""
+        scope = MemoryScope(scope)
+        key = owner.key(scope)
+        vector = _check_embedding(embedding, model_id) or []
+        excluded = set(exclude_ids)
+        now = _now()
+        best: NearestMemory | None = None
+        for memory_id, (vector_model, stored) in list(self._vectors.items()):
+            row = self._rows.get(memory_id)
+            if row is None:
+                del self._vectors[memory_id]
+                continue
+            if (
+                vector_model != model_id
+                or len(stored) != len(vector)
+                or memory_id in excluded
+                or row.scope is not scope
+                or not _keyed(row, key)
+                or row.memory_type is MemoryType.SUMMARY
+                or not row.is_valid_at(now)
+            ):
+                continue
+            similarity = _cosine(stored, vector)
+            if (
+                best is None
+                or similarity > best.similarity
+                or (similarity == best.similarity and memory_id < best.memory_id)
+            ):
+                best = NearestMemory(memory_id, similarity)
+        return best
+
+    async def supersede(
+        self,
+        owner: MemoryOwner,
+        memory_id: str,
+        memory: Memory,
+        embedding: Sequence[float] | None = None,
+        model_id: str | None = None,
+    ) -> SaveResult | None:
+        """Store ``memory`` as the successor of ``memory_id`` atomically (ExtractionStore)."""
+        if memory.scope in (MemoryScope.TENANT, MemoryScope.GLOBAL):
+            raise MemoryScopeError("supersede writes only the caller's own scopes")
+        key = owner.key(memory.scope)
+        digest = memory.content_hash or content_hash(memory.scope, memory.content)
+        vector = _check_embedding(embedding, model_id)
+        now = _now()
+        async with self._lock:
+            old = self._rows.get(memory_id)
+            if (
+                old is None
+                or old.scope is not memory.scope
+                or not _keyed(old, key)
+                or old.memory_type is MemoryType.SUMMARY
+                or old.superseded_by is not None
+                or old.invalid_at is not None
+                or old.valid_from is None
+                or old.valid_from >= now
+            ):
+                return None
+            for row in self._rows.values():
+                if (
+                    row.content_hash == digest
+                    and row.scope is memory.scope
+                    and _keyed(row, key)
+                    and row.is_valid_at(now)
+                ):
+                    return SaveResult(memory=row, created=False)
+            stored = memory.model_copy(
+                update={
+                    **key,
+                    "id": memory.id or str(uuid.uuid4()),
+                    "principal_id": owner.principal_id or "",
+                    "content_hash": digest,
+                    "valid_from": now,
+                    "invalid_at": None,
+                    "superseded_by": None,
+                    "created_at": now,
+                    "updated_at": now,
+                }
+            )
+            new_id = stored.id or ""
+            self._rows[new_id] = stored
+            if vector is not None and model_id:
+                self._vectors[new_id] = (model_id, vector)
+            self._rows[memory_id] = old.model_copy(
+                update={"invalid_at": now, "superseded_by": new_id, "updated_at": now}
+            )
+            return SaveResult(memory=stored, created=True)
 
     async def delete(self, owner: MemoryOwner, memory_id: str) -> bool:
         row = self._rows.get(memory_id)

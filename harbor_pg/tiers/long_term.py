@@ -11,12 +11,19 @@ from psycopg.types.json import Jsonb
 
 from harbor_pg.db.connection import Connection, Database
 from harbor_pg.db.sqlfiles import query
-from harbor_pg.errors import MemoryValidationError
+from harbor_pg.errors import MemoryScopeError, MemoryValidationError
 from harbor_pg.owner import MemoryOwner, MemoryScope
 from harbor_pg.records import Memory, MemoryType, content_hash
-from harbor_pg.tiers.base import SaveResult, summary_fallback_id
+from harbor_pg.tiers.base import NearestMemory, SaveResult, summary_fallback_id
 
-__all__ = ["ELEVATED_SCOPES", "PostgresLongTermStore", "memory_from_row", "memory_params"]
+__all__ = [
+    "ELEVATED_SCOPES",
+    "PostgresLongTermStore",
+    "current_memories_params",
+    "memory_from_row",
+    "memory_params",
+    "vector_literal",
+]
 
 #: Scopes only the elevated role may write.
 ELEVATED_SCOPES = frozenset({MemoryScope.TENANT, MemoryScope.GLOBAL})
@@ -76,6 +83,34 @@ def check_vector(embedding: Sequence[float]) -> list[float]:
     if not all(math.isfinite(x) for x in values):
         raise MemoryValidationError("embedding contains NaN or infinity")
     return values
+
+
+def vector_literal(vector: Sequence[float]) -> str:
+    """A vector as pgvector's text form, for a ``%s::public.vector`` parameter."""
+    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+
+
+def current_memories_params(
+    owner: MemoryOwner, scopes: Sequence[MemoryScope], limit: int
+) -> dict[str, Any] | None:
+    """Parameters of ``extraction_current_memories``; None when no scope is addressable.
+
+    A scope is switched on by its key parameters; a scope the owner cannot
+    address (or not asked for) gets NULL keys, which match no row.
+    """
+    wanted = {MemoryScope(s) for s in scopes}
+    usable = {s for s in wanted if owner.can_address(s)}
+    on = {s: s in usable for s in (MemoryScope.USER, MemoryScope.SESSION, MemoryScope.PROJECT)}
+    if limit <= 0 or not any(on.values()):
+        return None
+    return {
+        "tenant_id": owner.tenant_id,
+        "user_user_id": owner.user_id if on[MemoryScope.USER] else None,
+        "session_user_id": owner.user_id if on[MemoryScope.SESSION] else None,
+        "session_session_id": owner.session_id if on[MemoryScope.SESSION] else None,
+        "project_project_id": owner.project_id if on[MemoryScope.PROJECT] else None,
+        "limit": limit,
+    }
 
 
 class PostgresLongTermStore:
@@ -172,6 +207,100 @@ class PostgresLongTermStore:
                 )
             ).fetchall()
         return [memory_from_row(r) for r in rows]
+
+    # -- extraction (ExtractionStore) ------------------------------------------------
+
+    async def current_memories(
+        self, owner: MemoryOwner, scopes: Sequence[MemoryScope], *, limit: int
+    ) -> list[Memory]:
+        """The owner's currently valid memories in ``scopes``, newest first (ExtractionStore)."""
+        params = current_memories_params(owner, scopes, limit)
+        if params is None:
+            return []
+        async with self.db.transaction(owner, pipeline=True) as conn:
+            rows = await (
+                await conn.execute(query("extraction_current_memories"), params)
+            ).fetchall()
+        return [memory_from_row(r) for r in rows]
+
+    async def nearest_in_scope(
+        self,
+        owner: MemoryOwner,
+        scope: MemoryScope,
+        embedding: Sequence[float],
+        model_id: str,
+        *,
+        exclude_ids: Sequence[str] = (),
+    ) -> NearestMemory | None:
+        """The owner's most similar currently valid memory of ``scope`` (ExtractionStore).
+
+        Exact cosine similarity in SQL over the owner's own vectors of
+        ``model_id``, read as the invoker under row-level security.
+        """
+        scope = MemoryScope(scope)
+        vector = check_vector(embedding)
+        params = {
+            **owner.key(scope),
+            "scope": scope.value,
+            "model_id": model_id,
+            "dims": len(vector),
+            "embedding": vector_literal(vector),
+            "exclude_ids": list(exclude_ids),
+        }
+        async with self.db.transaction(owner, pipeline=True) as conn:
+            row = await (await conn.execute(query("extraction_nearest_memory"), params)).fetchone()
+        if row is None:
+            return None
+        return NearestMemory(str(row["memory_id"]), float(row["similarity"]))
+
+    async def supersede(
+        self,
+        owner: MemoryOwner,
+        memory_id: str,
+        memory: Memory,
+        embedding: Sequence[float] | None = None,
+        model_id: str | None = None,
+    ) -> SaveResult | None:
+        """Store ``memory`` as the successor of ``memory_id`` in one transaction (ExtractionStore).
+
+        One statement locks the old row, inserts the new one and closes the
+        old interval; see ``extraction_supersede_memory``. Only the caller's
+        own scopes (PROJECT, USER, SESSION, RUN) can be superseded this way.
+        """
+        if memory.scope in ELEVATED_SCOPES:
+            raise MemoryScopeError("supersede writes only the caller's own scopes")
+        params = {**memory_params(owner, memory), "replaces": memory_id}
+        vector = check_vector(embedding) if embedding is not None else None
+        if vector is not None and not model_id:
+            raise MemoryValidationError("an embedding needs the model_id that produced it")
+        async with self.db.transaction(owner, pipeline=True) as conn:
+            row = await (
+                await conn.execute(query("extraction_supersede_memory"), params)
+            ).fetchone()
+            assert row is not None
+            if not row["found"]:
+                return None
+            created = row["id"] is not None
+            if created:
+                new_id = str(row["id"])
+                if vector is not None:
+                    await self.insert_embedding(
+                        conn, owner.tenant_id, new_id, vector, model_id or ""
+                    )
+            else:
+                dup = await (await conn.execute(query("find_current_duplicate"), params)).fetchone()
+                if dup is None:  # pragma: no cover - the conflict was with a row we cannot see
+                    raise MemoryValidationError(
+                        "a conflicting memory exists that this caller cannot see"
+                    )
+                new_id = str(dup["id"])
+            stored = await (
+                await conn.execute(
+                    query("get_memory"), {"tenant_id": owner.tenant_id, "id": new_id}
+                )
+            ).fetchone()
+        assert stored is not None
+        return SaveResult(memory=memory_from_row(stored), created=created)
 
     async def delete(self, owner: MemoryOwner, memory_id: str) -> bool:
         async with self.db.transaction(owner) as conn:

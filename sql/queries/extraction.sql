@@ -1,0 +1,102 @@
+-- Queries of fact extraction (harbor_pg/extraction/extractor.py through the long-term stores).
+-- All run as the invoker under row-level security; the explicit owner-key filters mirror what
+-- the policies allow and let the planner use the owner indexes.
+
+-- name: extraction_current_memories
+-- The owner's currently valid memories in the scopes chat extraction writes, newest first.
+-- One branch per scope, each an equality on the full owner key (an OR of the three, with
+-- NULL switches, made the cached generic plan scan the tenant); a NULL key parameter
+-- switches its scope off (the owner cannot address it, or it was not asked for).
+select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, m.user_id,
+       m.session_id, m.run_id, m.memory_type::text as memory_type, m.content, m.content_hash,
+       m.importance, m.entity_ids, m.source, m.sensitivity::text as sensitivity,
+       lower(m.valid) as valid_from, upper(m.valid) as invalid_at, m.superseded_by,
+       m.source_session_id, m.source_message_ids, m.metadata, m.context, m.created_at,
+       m.updated_at
+  from (select * from harbor.memories u
+         where u.tenant_id = %(tenant_id)s::text and u.scope = 'user'
+           and u.user_id = %(user_user_id)s::text and u.project_id = ''
+           and u.session_id = '' and u.run_id = ''
+        union all
+        select * from harbor.memories s
+         where s.tenant_id = %(tenant_id)s::text and s.scope = 'session'
+           and s.user_id = %(session_user_id)s::text and s.project_id = ''
+           and s.session_id = %(session_session_id)s::text and s.run_id = ''
+        union all
+        select * from harbor.memories p
+         where p.tenant_id = %(tenant_id)s::text and p.scope = 'project'
+           and p.project_id = %(project_project_id)s::text and p.user_id = ''
+           and p.session_id = '' and p.run_id = '') m
+ where m.memory_type <> 'summary'
+   and upper_inf(m.valid) and lower(m.valid) <= pg_catalog.now()
+ order by lower(m.valid) desc, m.id
+ limit %(limit)s::integer
+
+-- name: extraction_nearest_memory
+-- The owner's most similar currently valid memory in one scope: exact cosine similarity over
+-- the vectors of one model and dimension (through the owner indexes, not HNSW). The owner's
+-- current memory ids are collected first and matched with = any(array): a join made the
+-- planner filter the whole tenant's rows under the policies.
+select e.memory_id,
+       1 - (e.embedding operator(public.<=>) q.v) as similarity
+  from (select %(embedding)s::public.vector as v) q,
+       harbor.memory_embeddings e
+ where e.tenant_id = %(tenant_id)s::text and e.model_id = %(model_id)s::text
+   and e.memory_id = any (array(
+       select m.id from harbor.memories m
+        where m.tenant_id = %(tenant_id)s::text and m.scope = %(scope)s::harbor.memory_scope
+          and m.user_id = %(user_id)s::text and m.project_id = %(project_id)s::text
+          and m.session_id = %(session_id)s::text and m.run_id = %(run_id)s::text
+          and m.memory_type <> 'summary'
+          and upper_inf(m.valid) and lower(m.valid) <= pg_catalog.now()
+          and m.id <> all (%(exclude_ids)s::text[])))
+   and e.scope = %(scope)s::harbor.memory_scope and e.user_id = %(user_id)s::text
+   and e.project_id = %(project_id)s::text and e.session_id = %(session_id)s::text
+   and e.run_id = %(run_id)s::text and e.dims = %(dims)s::integer
+ order by e.embedding operator(public.<=>) q.v, e.memory_id
+ limit 1
+
+-- name: extraction_supersede_memory
+-- In one statement: lock the replaced memory (currently valid, not yet superseded, same scope
+-- and owner key as the successor), insert the successor valid from now(), close the old
+-- interval at now() and link it. A concurrent superseder that won the lock first makes the
+-- re-checked lock find nothing, so nothing is written (found = false). A successor whose
+-- content is already currently valid inserts nothing and closes nothing (found, id null).
+with target as (
+    select m.tenant_id, m.id
+      from harbor.memories m
+     where m.tenant_id = %(tenant_id)s::text and m.id = %(replaces)s::text
+       and m.scope = %(scope)s::harbor.memory_scope and m.project_id = %(project_id)s::text
+       and m.user_id = %(user_id)s::text and m.session_id = %(session_id)s::text
+       and m.run_id = %(run_id)s::text
+       and m.memory_type <> 'summary'
+       and m.superseded_by is null
+       and upper_inf(m.valid) and lower(m.valid) < pg_catalog.now()
+       for update
+), inserted as (
+    insert into harbor.memories (tenant_id, id, scope, project_id, user_id, session_id, run_id,
+                                 principal_id, memory_type, importance, content, content_hash,
+                                 context, entity_ids, source, sensitivity, source_session_id,
+                                 source_message_ids, metadata, valid)
+    select %(tenant_id)s::text, coalesce(%(id)s::text, (pg_catalog.gen_random_uuid())::text),
+           %(scope)s::harbor.memory_scope, %(project_id)s::text, %(user_id)s::text,
+           %(session_id)s::text, %(run_id)s::text, %(principal_id)s::text,
+           %(memory_type)s::harbor.memory_type, %(importance)s::real, %(content)s::text,
+           %(content_hash)s::text, %(context)s::text, %(entity_ids)s::text[], %(source)s::text,
+           %(sensitivity)s::harbor.sensitivity, %(source_session_id)s::text,
+           %(source_message_ids)s::text[], %(metadata)s::jsonb,
+           tstzrange(pg_catalog.now(), null, '[)')
+      from target
+    on conflict do nothing
+    returning id
+), closed as (
+    update harbor.memories m
+       set valid = tstzrange(lower(m.valid), pg_catalog.now(), '[)'),
+           superseded_by = i.id
+      from target t, inserted i
+     where m.tenant_id = t.tenant_id and m.id = t.id
+    returning m.id
+)
+select exists (select 1 from target) as found,
+       (select i.id from inserted i) as id,
+       (select c.id from closed c) as closed_id
