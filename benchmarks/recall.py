@@ -18,7 +18,8 @@ already switched to prepared statements (psycopg prepares after five runs):
 * the same question answered the naive way (fetch every visible memory with
   its vector, rank in Python with numpy), as the ratio to beat;
 * completeness: how many of top_k came back, and the overlap of the dense
-  top_k with an exact scan of the same visible rows;
+  candidates (``harbor._dense_candidates``, top_k of them) with an exact
+  scan of the same visible rows, also after the statements are prepared;
 * the EXPLAIN plans of the candidate queries at the largest size.
 """
 
@@ -201,17 +202,23 @@ async def measure(app_url: str, qs: list[tuple[str, str, Any]], top_k: int) -> d
             got = await fetch_recall(conn, request_for(text, v, top_k))
         lat.append(time.perf_counter() - t)
         counts.append(len(got))
-    # completeness of the dense leg against an exact scan of the visible rows
+    # completeness of the dense candidates (what the HNSW walk or the exact
+    # scan hands to the ranking) against an exact scan of the same visible rows
     for tenant, _text, v in qs[: min(len(qs), 200)]:
         owner = owner_of(tenant)
-        req = request_for("", v, top_k)
+        vec = "[" + ",".join(f"{float(x):.6f}" for x in v) + "]"
         async with db.transaction(owner) as conn:
-            dense = [i.memory.id for i in await fetch_recall(conn, req)]
+            cur = await conn.execute(
+                "select memory_id from harbor._dense_candidates(%s::vector, 'bench', '{user}',"
+                " now(), %s) order by dense_rank, memory_id",
+                (vec, top_k),
+            )
+            dense = [r["memory_id"] for r in await cur.fetchall()]
             cur = await conn.execute(
                 "select e.memory_id from harbor.memory_embeddings e"
                 " where e.tenant_id = %s and e.dims = 384"
                 " order by e.embedding <=> %s::vector limit %s",
-                (tenant, "[" + ",".join(f"{float(x):.6f}" for x in v) + "]", top_k),
+                (tenant, vec, top_k),
             )
             exact = [r["memory_id"] for r in await cur.fetchall()]
         if len(dense) < len(exact):

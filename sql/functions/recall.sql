@@ -100,26 +100,35 @@ begin
         return;
     end if;
     if v_seen <= p_exact_limit or v_dims not in (384, 1536) then
+        -- the caller's vectors first (owner-key index), then each candidate's
+        -- memory by primary key: never the other way round, which a generic
+        -- plan would otherwise pick, re-reading the owner's vectors per memory
         return query
+            with ev as materialized (
+                select e.tenant_id, e.memory_id, e.embedding operator(public.<=>) p_embedding as dist
+                  from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user, v_session, v_run) k
+                  join harbor.memory_embeddings e
+                    on e.tenant_id = k.tenant_id and e.model_id = p_model_id
+                   and e.scope = k.scope and e.user_id = k.user_id
+                   and e.project_id = k.project_id and e.session_id = k.session_id
+                   and e.run_id = k.run_id
+                 where e.dims = v_dims
+                   and harbor._visible(e.scope, e.tenant_id, e.project_id, e.user_id,
+                                       e.session_id, e.run_id, v_tenant, v_project,
+                                       v_user, v_session, v_run)
+                 order by dist, e.memory_id)
             select c.tenant_id, c.memory_id,
                    (rank() over (order by c.dist))::integer,
                    1 - c.dist
-              from (select e.tenant_id, e.memory_id, e.embedding operator(public.<=>) p_embedding as dist
-                      from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user, v_session, v_run) k
-                      join harbor.memory_embeddings e
-                        on e.tenant_id = k.tenant_id and e.model_id = p_model_id
-                       and e.scope = k.scope and e.user_id = k.user_id
-                       and e.project_id = k.project_id and e.session_id = k.session_id
-                       and e.run_id = k.run_id
-                      join harbor.memories m on m.tenant_id = e.tenant_id and m.id = e.memory_id
-                     where e.dims = v_dims
-                       and m.valid operator(pg_catalog.@>) p_as_of
+              from (select ev.tenant_id, ev.memory_id, ev.dist
+                      from ev
+                      join harbor.memories m on m.tenant_id = ev.tenant_id and m.id = ev.memory_id
+                     -- only the primary key may find the row (the vector's copied
+                     -- owner key was checked above; hydration checks the row again)
+                     where coalesce(m.valid operator(pg_catalog.@>) p_as_of, false)
                        and m.memory_type <> 'summary'
-                       and m.scope = any (p_scopes)
-                       and harbor._visible(m.scope, m.tenant_id, m.project_id, m.user_id,
-                                           m.session_id, m.run_id, v_tenant, v_project,
-                                           v_user, v_session, v_run)
-                     order by dist, e.memory_id
+                       and coalesce(m.scope = any (p_scopes), false)
+                     order by ev.dist, ev.memory_id
                      limit p_limit) c;
         return;
     end if;
@@ -143,10 +152,8 @@ begin
                    and e.scope = any ($3)
                    and harbor._visible(e.scope, e.tenant_id, e.project_id, e.user_id,
                                        e.session_id, e.run_id, $5, $6, $7, $8, $9)
-                   and m.valid operator(pg_catalog.@>) $4
+                   and coalesce(m.valid operator(pg_catalog.@>) $4, false)
                    and m.memory_type <> 'summary'
-                   and harbor._visible(m.scope, m.tenant_id, m.project_id, m.user_id,
-                                       m.session_id, m.run_id, $5, $6, $7, $8, $9)
                  order by (e.embedding::public.vector(%1$s)) operator(public.<=>)
                           ($1::public.vector(%1$s))
                  limit $10) c $q$, v_dims)
@@ -419,7 +426,7 @@ begin
                             when 'project' then 3 when 'tenant' then 4 else 5 end as breadth
           from candidates c
           join harbor.memories m on m.tenant_id = c.tenant_id and m.id = c.memory_id
-         where m.valid operator(pg_catalog.@>) v_as_of
+         where coalesce(m.valid operator(pg_catalog.@>) v_as_of, false)
            and m.memory_type <> 'summary'
            and m.scope = any (recall.scopes)
     ), final as (
