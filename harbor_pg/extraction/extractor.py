@@ -25,10 +25,11 @@ One extraction is one model call and, per stored fact, a few statements:
    as a restatement. The memory a fact replaces is left out of that
    comparison: an update is usually close to what it updates.
 6. Each remaining fact becomes a new row valid from now (``source="extracted"``),
-   or, with a resolved reference, the successor of the replaced memory, in
-   one transaction that also closes the old interval. Identical content
+   or, with a resolved reference, the successor of the replaced memory,
+   which closes the old interval in the same statement. Identical content
    already valid in the scope is a no-op (the database's exclusion
-   constraint), which is what makes a retried turn harmless.
+   constraint), which is what makes a retried turn harmless. Steps 5 and 6
+   are one transaction per fact (:meth:`~harbor_pg.tiers.base.ExtractionStore.add_fact`).
 
 Failure semantics: every failure (model, embedder, index, repository) is
 logged at WARNING and :meth:`MemoryExtractor.extract` returns the memories
@@ -70,7 +71,7 @@ from harbor_pg.llm.langchain import as_memory_model
 from harbor_pg.owner import MemoryOwner, MemoryScope
 from harbor_pg.policy import MemoryPolicy
 from harbor_pg.records import ConversationMessage, Memory, MemoryType, content_hash
-from harbor_pg.tiers.base import ExtractionStore, SaveResult, ShortTermStore
+from harbor_pg.tiers.base import ExtractionStore, ShortTermStore
 
 __all__ = [
     "DEFAULT_MAX_FACTS",
@@ -184,7 +185,7 @@ class MemoryExtractor:
         if not isinstance(memories, ExtractionStore):
             raise MemoryConfigurationError(
                 "memories must implement ExtractionStore (current_memories, nearest_in_scope, "
-                f"supersede, save), got {type(memories).__name__}"
+                f"supersede, add_fact), got {type(memories).__name__}"
             )
         resolved_model = as_memory_model(model)
         if resolved_model is None:
@@ -429,23 +430,9 @@ class MemoryExtractor:
         vector: list[float] | None,
         source_ids: list[str],
     ) -> Memory | None:
-        """Run the similarity gate, then save or supersede; the new memory, or None."""
+        """The similarity gate, then a supersession or an insert; the new memory, or None."""
         model_id = self.embedder.model_id if self.embedder is not None else None
         replaces = candidate.replaces
-        if vector is not None and model_id is not None:
-            nearest = await self.memories.nearest_in_scope(
-                owner,
-                candidate.scope,
-                vector,
-                model_id,
-                exclude_ids=(replaces.id,) if replaces is not None and replaces.id else (),
-            )
-            if nearest is not None and nearest.similarity >= self.policy.dedup_threshold:
-                log.debug(
-                    "memory extraction: skipped a restatement (similarity %.3f)",
-                    nearest.similarity,
-                )
-                return None
         fact = candidate.fact
         memory = Memory(
             scope=candidate.scope,
@@ -459,16 +446,24 @@ class MemoryExtractor:
             source_session_id=owner.session_id,
             source_message_ids=source_ids,
         )
-        result: SaveResult | None = None
-        if replaces is not None and replaces.id is not None:
-            result = await self.memories.supersede(owner, replaces.id, memory, vector, model_id)
-            if result is None:
-                log.info(
-                    "memory extraction: the replaced memory is no longer current; "
-                    "the fact is stored without superseding it"
-                )
-        if result is None:
-            result = await self.memories.save(owner, memory, vector, model_id)
+        result = await self.memories.add_fact(
+            owner,
+            memory,
+            embedding=vector,
+            model_id=model_id if vector is not None else None,
+            dedup_threshold=self.policy.dedup_threshold if vector is not None else None,
+            replaces=replaces.id if replaces is not None else None,
+        )
+        if result.restatement_of is not None:
+            log.debug(
+                "memory extraction: skipped a restatement (similarity %.3f)",
+                result.restatement_of.similarity,
+            )
+        elif replaces is not None and result.created and result.superseded is None:
+            log.info(
+                "memory extraction: the replaced memory is no longer current; "
+                "the fact is stored without superseding it"
+            )
         return result.memory if result.created else None
 
 

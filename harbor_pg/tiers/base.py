@@ -18,6 +18,7 @@ from harbor_pg.records import ConversationMessage, Memory
 __all__ = [
     "EraseReceipt",
     "ExtractionStore",
+    "FactResult",
     "LongTermStore",
     "NearestMemory",
     "SaveResult",
@@ -228,6 +229,26 @@ class NearestMemory(NamedTuple):
     similarity: float
 
 
+@dataclass(frozen=True)
+class FactResult:
+    """Outcome of :meth:`ExtractionStore.add_fact`.
+
+    Attributes:
+        memory: the new row when ``created``; the currently valid row with the
+            same content when the fact was a duplicate; None when it was skipped
+            as a restatement.
+        created: whether a row was inserted.
+        superseded: id of the memory the new row superseded, if any.
+        restatement_of: the memory whose similarity reached the threshold,
+            when the fact was skipped as a restatement.
+    """
+
+    memory: Memory | None
+    created: bool
+    superseded: str | None = None
+    restatement_of: NearestMemory | None = None
+
+
 @runtime_checkable
 class ExtractionStore(LongTermStore, Protocol):
     """What fact extraction needs beyond :class:`LongTermStore`.
@@ -283,5 +304,28 @@ class ExtractionStore(LongTermStore, Protocol):
         succeeds. When ``memory``'s content is already currently valid in that
         scope, nothing is written either and the result is that row with
         ``created=False``.
+        """
+        ...
+
+    async def add_fact(
+        self,
+        owner: MemoryOwner,
+        memory: Memory,
+        *,
+        embedding: Sequence[float] | None = None,
+        model_id: str | None = None,
+        dedup_threshold: float | None = None,
+        replaces: str | None = None,
+    ) -> FactResult:
+        """Store one extracted fact: the per-fact work of extraction, in one transaction.
+
+        1. With ``embedding`` and ``dedup_threshold``: when the owner's nearest
+           currently valid memory in ``memory.scope`` (other than ``replaces``)
+           reaches the threshold, nothing is written (``restatement_of``).
+        2. With ``replaces``: :meth:`supersede`; when that memory is no longer
+           current (or not the owner's, or in another scope) the fact is stored
+           without superseding anything.
+        3. Otherwise a plain insert valid from now, with the vector; content
+           already currently valid in the scope is a no-op (``created=False``).
         """
         ...

@@ -27,7 +27,13 @@ from harbor_pg.records import (
     content_hash,
     normalize_content,
 )
-from harbor_pg.tiers.base import NearestMemory, SaveResult, SummaryLease, summary_fallback_id
+from harbor_pg.tiers.base import (
+    FactResult,
+    NearestMemory,
+    SaveResult,
+    SummaryLease,
+    summary_fallback_id,
+)
 
 __all__ = ["InMemoryLongTermStore", "InMemoryShortTermStore", "InMemoryWorkingStore"]
 
@@ -442,6 +448,40 @@ class InMemoryLongTermStore:
                 update={"invalid_at": now, "superseded_by": new_id, "updated_at": now}
             )
             return SaveResult(memory=stored, created=True)
+
+    async def add_fact(
+        self,
+        owner: MemoryOwner,
+        memory: Memory,
+        *,
+        embedding: Sequence[float] | None = None,
+        model_id: str | None = None,
+        dedup_threshold: float | None = None,
+        replaces: str | None = None,
+    ) -> FactResult:
+        """Similarity gate, then supersede or save (ExtractionStore)."""
+        if memory.scope in (MemoryScope.TENANT, MemoryScope.GLOBAL):
+            raise MemoryScopeError("extraction writes only the caller's own scopes")
+        if embedding is not None and model_id and dedup_threshold is not None:
+            nearest = await self.nearest_in_scope(
+                owner,
+                memory.scope,
+                embedding,
+                model_id,
+                exclude_ids=[replaces] if replaces else [],
+            )
+            if nearest is not None and nearest.similarity >= dedup_threshold:
+                return FactResult(memory=None, created=False, restatement_of=nearest)
+        if replaces is not None:
+            result = await self.supersede(owner, replaces, memory, embedding, model_id)
+            if result is not None:
+                return FactResult(
+                    memory=result.memory,
+                    created=result.created,
+                    superseded=replaces if result.created else None,
+                )
+        saved = await self.save(owner, memory, embedding, model_id)
+        return FactResult(memory=saved.memory, created=saved.created)
 
     async def delete(self, owner: MemoryOwner, memory_id: str) -> bool:
         row = self._rows.get(memory_id)

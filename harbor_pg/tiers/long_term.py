@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -14,7 +15,7 @@ from harbor_pg.db.sqlfiles import query
 from harbor_pg.errors import MemoryScopeError, MemoryValidationError
 from harbor_pg.owner import MemoryOwner, MemoryScope
 from harbor_pg.records import Memory, MemoryType, content_hash
-from harbor_pg.tiers.base import NearestMemory, SaveResult, summary_fallback_id
+from harbor_pg.tiers.base import FactResult, NearestMemory, SaveResult, summary_fallback_id
 
 __all__ = [
     "ELEVATED_SCOPES",
@@ -111,6 +112,37 @@ def current_memories_params(
         "project_project_id": owner.project_id if on[MemoryScope.PROJECT] else None,
         "limit": limit,
     }
+
+
+@dataclass(frozen=True)
+class _Vector:
+    """A checked embedding, as the parameters the extraction queries take."""
+
+    model_id: str
+    dims: int
+    literal: str
+
+    @classmethod
+    def of(cls, embedding: Sequence[float] | None, model_id: str | None) -> _Vector | None:
+        if embedding is None:
+            return None
+        values = check_vector(embedding)
+        if not model_id:
+            raise MemoryValidationError("an embedding needs the model_id that produced it")
+        return cls(model_id, len(values), vector_literal(values))
+
+
+def _vector_params(vector: _Vector | None) -> dict[str, Any]:
+    if vector is None:
+        return {"model_id": None, "dims": None, "embedding": None}
+    return {"model_id": vector.model_id, "dims": vector.dims, "embedding": vector.literal}
+
+
+def _fact_params(owner: MemoryOwner, memory: Memory) -> dict[str, Any]:
+    """``memory_params`` for the extraction writes, which only touch the caller's own scopes."""
+    if memory.scope in ELEVATED_SCOPES:
+        raise MemoryScopeError("extraction writes only the caller's own scopes")
+    return memory_params(owner, memory)
 
 
 class PostgresLongTermStore:
@@ -237,21 +269,10 @@ class PostgresLongTermStore:
         Exact cosine similarity in SQL over the owner's own vectors of
         ``model_id``, read as the invoker under row-level security.
         """
-        scope = MemoryScope(scope)
-        vector = check_vector(embedding)
-        params = {
-            **owner.key(scope),
-            "scope": scope.value,
-            "model_id": model_id,
-            "dims": len(vector),
-            "embedding": vector_literal(vector),
-            "exclude_ids": list(exclude_ids),
-        }
+        vector = _Vector.of(embedding, model_id)
+        assert vector is not None
         async with self.db.transaction(owner, pipeline=True) as conn:
-            row = await (await conn.execute(query("extraction_nearest_memory"), params)).fetchone()
-        if row is None:
-            return None
-        return NearestMemory(str(row["memory_id"]), float(row["similarity"]))
+            return await self._nearest_in(conn, owner, MemoryScope(scope), vector, exclude_ids)
 
     async def supersede(
         self,
@@ -263,44 +284,105 @@ class PostgresLongTermStore:
     ) -> SaveResult | None:
         """Store ``memory`` as the successor of ``memory_id`` in one transaction (ExtractionStore).
 
-        One statement locks the old row, inserts the new one and closes the
-        old interval; see ``extraction_supersede_memory``. Only the caller's
-        own scopes (PROJECT, USER, SESSION, RUN) can be superseded this way.
+        One statement locks the old row, inserts the new one with its vector
+        and closes the old interval; see ``extraction_supersede_memory``. Only
+        the caller's own scopes (PROJECT, USER, SESSION, RUN) can be superseded.
         """
-        if memory.scope in ELEVATED_SCOPES:
-            raise MemoryScopeError("supersede writes only the caller's own scopes")
-        params = {**memory_params(owner, memory), "replaces": memory_id}
-        vector = check_vector(embedding) if embedding is not None else None
-        if vector is not None and not model_id:
-            raise MemoryValidationError("an embedding needs the model_id that produced it")
+        params = _fact_params(owner, memory)
+        vector = _Vector.of(embedding, model_id)
         async with self.db.transaction(owner, pipeline=True) as conn:
+            return await self._supersede_in(conn, params, vector, memory_id)
+
+    async def add_fact(
+        self,
+        owner: MemoryOwner,
+        memory: Memory,
+        *,
+        embedding: Sequence[float] | None = None,
+        model_id: str | None = None,
+        dedup_threshold: float | None = None,
+        replaces: str | None = None,
+    ) -> FactResult:
+        """Similarity gate, then supersede or insert, in one transaction (ExtractionStore).
+
+        Three round trips in all (identity + gate, write, commit), one WAL
+        flush per fact.
+        """
+        params = _fact_params(owner, memory)
+        vector = _Vector.of(embedding, model_id)
+        async with self.db.transaction(owner, pipeline=True) as conn:
+            if vector is not None and dedup_threshold is not None:
+                excluded = [replaces] if replaces else []
+                nearest = await self._nearest_in(conn, owner, memory.scope, vector, excluded)
+                if nearest is not None and nearest.similarity >= dedup_threshold:
+                    return FactResult(memory=None, created=False, restatement_of=nearest)
+            if replaces is not None:
+                result = await self._supersede_in(conn, params, vector, replaces)
+                if result is not None:
+                    return FactResult(
+                        memory=result.memory,
+                        created=result.created,
+                        superseded=replaces if result.created else None,
+                    )
             row = await (
-                await conn.execute(query("extraction_supersede_memory"), params)
-            ).fetchone()
-            assert row is not None
-            if not row["found"]:
-                return None
-            created = row["id"] is not None
-            if created:
-                new_id = str(row["id"])
-                if vector is not None:
-                    await self.insert_embedding(
-                        conn, owner.tenant_id, new_id, vector, model_id or ""
-                    )
-            else:
-                dup = await (await conn.execute(query("find_current_duplicate"), params)).fetchone()
-                if dup is None:  # pragma: no cover - the conflict was with a row we cannot see
-                    raise MemoryValidationError(
-                        "a conflicting memory exists that this caller cannot see"
-                    )
-                new_id = str(dup["id"])
-            stored = await (
                 await conn.execute(
-                    query("get_memory"), {"tenant_id": owner.tenant_id, "id": new_id}
+                    query("extraction_insert_memory"), {**params, **_vector_params(vector)}
                 )
             ).fetchone()
-        assert stored is not None
-        return SaveResult(memory=memory_from_row(stored), created=created)
+            if row is not None:
+                return FactResult(memory=memory_from_row(row), created=True)
+            return FactResult(memory=await self._duplicate_in(conn, params), created=False)
+
+    @staticmethod
+    async def _nearest_in(
+        conn: Connection,
+        owner: MemoryOwner,
+        scope: MemoryScope,
+        vector: _Vector,
+        exclude_ids: Sequence[str],
+    ) -> NearestMemory | None:
+        params = {
+            **owner.key(scope),
+            "scope": scope.value,
+            "model_id": vector.model_id,
+            "dims": vector.dims,
+            "embedding": vector.literal,
+            "exclude_ids": list(exclude_ids),
+        }
+        row = await (await conn.execute(query("extraction_nearest_memory"), params)).fetchone()
+        if row is None:
+            return None
+        return NearestMemory(str(row["memory_id"]), float(row["similarity"]))
+
+    async def _supersede_in(
+        self, conn: Connection, params: dict[str, Any], vector: _Vector | None, memory_id: str
+    ) -> SaveResult | None:
+        row = await (
+            await conn.execute(
+                query("extraction_supersede_memory"),
+                {**params, **_vector_params(vector), "replaces": memory_id},
+            )
+        ).fetchone()
+        assert row is not None
+        if not row["found"]:
+            return None
+        if row["id"] is not None:
+            return SaveResult(memory=memory_from_row(row), created=True)
+        return SaveResult(memory=await self._duplicate_in(conn, params), created=False)
+
+    @staticmethod
+    async def _duplicate_in(conn: Connection, params: dict[str, Any]) -> Memory:
+        """The currently valid row an insert collided with (same owner key and hash)."""
+        dup = await (await conn.execute(query("find_current_duplicate"), params)).fetchone()
+        if dup is None:  # pragma: no cover - the conflict was with a row we cannot see
+            raise MemoryValidationError("a conflicting memory exists that this caller cannot see")
+        row = await (
+            await conn.execute(
+                query("get_memory"), {"tenant_id": params["tenant_id"], "id": dup["id"]}
+            )
+        ).fetchone()
+        assert row is not None
+        return memory_from_row(row)
 
     async def delete(self, owner: MemoryOwner, memory_id: str) -> bool:
         async with self.db.transaction(owner) as conn:

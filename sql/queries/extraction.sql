@@ -56,12 +56,49 @@ select e.memory_id,
  order by e.embedding operator(public.<=>) q.v, e.memory_id
  limit 1
 
+-- name: extraction_insert_memory
+-- Insert a memory valid from now() (or valid_from) and, when an embedding is given, its vector,
+-- in one statement; returns the new row, or no row when a currently valid duplicate exists
+-- (the exclusion constraint: the content-hash gate, also under concurrent writers).
+with inserted as (
+    insert into harbor.memories (tenant_id, id, scope, project_id, user_id, session_id, run_id,
+                                 principal_id, memory_type, importance, content, content_hash,
+                                 context, entity_ids, source, sensitivity, source_session_id,
+                                 source_message_ids, metadata, valid)
+    values (%(tenant_id)s::text, coalesce(%(id)s::text, (pg_catalog.gen_random_uuid())::text),
+            %(scope)s::harbor.memory_scope, %(project_id)s::text, %(user_id)s::text,
+            %(session_id)s::text, %(run_id)s::text, %(principal_id)s::text,
+            %(memory_type)s::harbor.memory_type, %(importance)s::real, %(content)s::text,
+            %(content_hash)s::text, %(context)s::text, %(entity_ids)s::text[], %(source)s::text,
+            %(sensitivity)s::harbor.sensitivity, %(source_session_id)s::text,
+            %(source_message_ids)s::text[], %(metadata)s::jsonb,
+            tstzrange(coalesce(%(valid_from)s::timestamptz, pg_catalog.now()), null, '[)'))
+    on conflict do nothing
+    returning *
+), embedded as (
+    insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims, embedding, scope,
+                                          project_id, user_id, session_id, run_id)
+    select i.tenant_id, i.id, %(model_id)s::text, %(dims)s::integer,
+           %(embedding)s::public.vector, i.scope, i.project_id, i.user_id, i.session_id,
+           i.run_id
+      from inserted i
+     where %(embedding)s::text is not null
+)
+select i.id, i.tenant_id, i.scope::text as scope, i.project_id, i.principal_id, i.user_id,
+       i.session_id, i.run_id, i.memory_type::text as memory_type, i.content, i.content_hash,
+       i.importance, i.entity_ids, i.source, i.sensitivity::text as sensitivity,
+       lower(i.valid) as valid_from, upper(i.valid) as invalid_at, i.superseded_by,
+       i.source_session_id, i.source_message_ids, i.metadata, i.context, i.created_at,
+       i.updated_at
+  from inserted i
+
 -- name: extraction_supersede_memory
 -- In one statement: lock the replaced memory (currently valid, not yet superseded, same scope
--- and owner key as the successor), insert the successor valid from now(), close the old
--- interval at now() and link it. A concurrent superseder that won the lock first makes the
--- re-checked lock find nothing, so nothing is written (found = false). A successor whose
--- content is already currently valid inserts nothing and closes nothing (found, id null).
+-- and owner key as the successor), insert the successor valid from now() with its vector (when
+-- given), close the old interval at now() and link it. A concurrent superseder that won the
+-- lock first makes the re-checked lock find nothing, so nothing is written (found = false). A
+-- successor whose content is already currently valid inserts nothing and closes nothing
+-- (found, id null). Always one row: found, then the successor's columns.
 with target as (
     select m.tenant_id, m.id
       from harbor.memories m
@@ -88,7 +125,15 @@ with target as (
            tstzrange(pg_catalog.now(), null, '[)')
       from target
     on conflict do nothing
-    returning id
+    returning *
+), embedded as (
+    insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims, embedding, scope,
+                                          project_id, user_id, session_id, run_id)
+    select i.tenant_id, i.id, %(model_id)s::text, %(dims)s::integer,
+           %(embedding)s::public.vector, i.scope, i.project_id, i.user_id, i.session_id,
+           i.run_id
+      from inserted i
+     where %(embedding)s::text is not null
 ), closed as (
     update harbor.memories m
        set valid = tstzrange(lower(m.valid), pg_catalog.now(), '[)'),
@@ -97,6 +142,12 @@ with target as (
      where m.tenant_id = t.tenant_id and m.id = t.id
     returning m.id
 )
-select exists (select 1 from target) as found,
-       (select i.id from inserted i) as id,
-       (select c.id from closed c) as closed_id
+select exists (select 1 from target) as found, (select c.id from closed c) as closed_id,
+       i.id, i.tenant_id, i.scope::text as scope, i.project_id, i.principal_id, i.user_id,
+       i.session_id, i.run_id, i.memory_type::text as memory_type, i.content, i.content_hash,
+       i.importance, i.entity_ids, i.source, i.sensitivity::text as sensitivity,
+       lower(i.valid) as valid_from, upper(i.valid) as invalid_at, i.superseded_by,
+       i.source_session_id, i.source_message_ids, i.metadata, i.context, i.created_at,
+       i.updated_at
+  from (select) one
+  left join inserted i on true

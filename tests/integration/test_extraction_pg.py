@@ -51,6 +51,7 @@ ALICE_RUN = MemoryOwner(
 )
 EMBEDDER = HashingEmbedder()
 MODEL_ID = EMBEDDER.model_id
+NO_VECTOR = {"model_id": None, "dims": None, "embedding": None}
 
 
 def vec(text: str) -> list[float]:
@@ -233,6 +234,56 @@ class ExtractionStoreContract:
         assert nearest is not None and nearest.memory_id == result.memory.id
         assert nearest.similarity == pytest.approx(1.0, abs=1e-5)
 
+    async def test_add_fact_gates_restatements_then_writes(self, store: ExtractionStore) -> None:
+        tea = await put(store, ALICE, "Alice drinks green tea every morning.", embed=True)
+        same = Memory(content="ALICE drinks green tea every morning!")
+        skipped = await store.add_fact(
+            ALICE, same, embedding=vec(same.content), model_id=MODEL_ID, dedup_threshold=0.92
+        )
+        assert skipped.memory is None and not skipped.created
+        assert skipped.restatement_of is not None and skipped.restatement_of.memory_id == tea.id
+        assert skipped.restatement_of.similarity == pytest.approx(1.0, abs=1e-5)
+        # no threshold, no gate; another scope is not compared
+        session = Memory(content=same.content, scope=MemoryScope.SESSION)
+        kept = await store.add_fact(
+            ALICE, session, embedding=vec(same.content), model_id=MODEL_ID, dedup_threshold=0.5
+        )
+        assert kept.created and kept.memory is not None and kept.superseded is None
+        plain = await store.add_fact(ALICE, same, embedding=vec(same.content), model_id=MODEL_ID)
+        assert plain.created and plain.memory is not None
+        nearest = await store.nearest_in_scope(
+            ALICE, MemoryScope.USER, vec(same.content), MODEL_ID, exclude_ids=[tea.id or ""]
+        )
+        assert nearest is not None and nearest.memory_id == plain.memory.id
+        again = await store.add_fact(ALICE, same)
+        assert not again.created and again.memory is not None
+        assert again.memory.id == plain.memory.id
+
+    async def test_add_fact_supersedes_and_ignores_the_replaced_memory_in_the_gate(
+        self, store: ExtractionStore
+    ) -> None:
+        old = await put(store, ALICE, "Alice lives in Berlin.", embed=True)
+        new = Memory(content="Alice lives in Munich.")
+        result = await store.add_fact(
+            ALICE,
+            new,
+            embedding=vec(new.content),
+            model_id=MODEL_ID,
+            dedup_threshold=0.05,  # Berlin would block Munich, were it compared
+            replaces=old.id,
+        )
+        assert result.created and result.superseded == old.id and result.memory is not None
+        closed = await store.get(ALICE, old.id or "")
+        assert closed is not None and closed.superseded_by == result.memory.id
+        # a stale reference: the fact is stored, nothing else is superseded
+        later = Memory(content="Alice lives in Vienna.")
+        stale = await store.add_fact(ALICE, later, replaces=old.id)
+        assert stale.created and stale.superseded is None
+        closed_again = await store.get(ALICE, old.id or "")
+        assert closed_again == closed
+        with pytest.raises(MemoryScopeError):
+            await store.add_fact(ALICE, Memory(content="x", scope=MemoryScope.TENANT))
+
 
 class TestInProcessExtractionStore(ExtractionStoreContract):
     @pytest_asyncio.fixture
@@ -295,11 +346,16 @@ async def test_the_supersede_query_cannot_reach_another_users_row(
     bobs = seeded["bob"]
     params = {
         **memory_params(BOB, Memory(content="Bob drinks coffee now.")),
+        **NO_VECTOR,
         "replaces": bobs.id,
     }
     with as_app(fresh_db, ALICE) as conn:
         row = conn.execute(query("extraction_supersede_memory"), params).fetchone()
-        assert row == {"found": False, "id": None, "closed_id": None}
+        assert row is not None
+        assert (row["found"], row["id"], row["closed_id"]) == (False, None, None)
+        # and a plain insert under Bob's key is refused by the insert policy
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute(query("extraction_insert_memory"), {**params, "valid_from": None})
     with psycopg.connect(fresh_db.superuser_url, row_factory=dict_row) as su:
         rows = su.execute(
             "select content, upper(valid) as upper, superseded_by from"

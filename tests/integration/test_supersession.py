@@ -22,7 +22,7 @@ from harbor_pg.extraction.extractor import MemoryExtractor
 from harbor_pg.records import Memory
 from harbor_pg.tiers.long_term import PostgresLongTermStore, memory_params
 from tests.conftest import PgDatabase
-from tests.integration.test_extraction_pg import as_app
+from tests.integration.test_extraction_pg import NO_VECTOR, as_app
 from tests.unit.test_extractor import (
     ALICE,
     LOGGER,
@@ -101,7 +101,11 @@ async def test_a_waiting_superseder_finds_the_memory_already_replaced(
 ) -> None:
     store = PostgresLongTermStore(database)
     old = await berlin(store)
-    first = {**memory_params(ALICE, Memory(content="Alice lives in Rome.")), "replaces": old.id}
+    first = {
+        **memory_params(ALICE, Memory(content="Alice lives in Rome.")),
+        **NO_VECTOR,
+        "replaces": old.id,
+    }
     async with database.transaction(ALICE) as conn:
         won = await (await conn.execute(query("extraction_supersede_memory"), first)).fetchone()
         assert won is not None and won["found"] and won["id"] is not None
