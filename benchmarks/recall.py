@@ -204,7 +204,7 @@ async def measure(app_url: str, qs: list[tuple[str, str, Any]], top_k: int) -> d
         counts.append(len(got))
     # completeness of the dense candidates (what the HNSW walk or the exact
     # scan hands to the ranking) against an exact scan of the same visible rows
-    for tenant, _text, v in qs[: min(len(qs), 200)]:
+    for tenant, _text, v in qs[: min(len(qs), 100)]:
         owner = owner_of(tenant)
         vec = "[" + ",".join(f"{float(x):.6f}" for x in v) + "]"
         async with db.transaction(owner) as conn:
@@ -244,7 +244,9 @@ def naive(app_url: str, qs: list[tuple[str, str, Any]], top_k: int, n: int) -> l
                 rows = conn.execute(
                     "select m.id, m.content, m.importance, e.embedding from harbor.memories m"
                     " join harbor.memory_embeddings e on e.tenant_id = m.tenant_id"
-                    " and e.memory_id = m.id where m.valid @> now()"
+                    " and e.memory_id = m.id where m.tenant_id = %s and m.user_id = %s"
+                    " and e.tenant_id = %s and e.user_id = %s and m.valid @> now()",
+                    (o.tenant_id, o.principal_id, o.tenant_id, o.principal_id),
                 ).fetchall()
             if rows:
                 mat = np.stack([r[3].to_numpy() for r in rows])
@@ -314,7 +316,7 @@ def run_size(
             chosen = [c for c in counts if c[0] == name] if name != "*" else counts
             qs = queries(args.queries, chosen, seed=hash(name) & 0xFFFF)
             res = asyncio.run(measure(app, qs, args.top_k))
-            nv = naive(app, qs, args.top_k, min(len(qs), 50))
+            nv = naive(app, qs, args.top_k, min(len(qs), 30))
             ms = [x * 1000 for x in res["lat"]]
             p50 = statistics.median(ms)
             naive_p50 = statistics.median(nv) * 1000

@@ -425,7 +425,11 @@ begin
                case m.scope when 'run' then 0 when 'session' then 1 when 'user' then 2
                             when 'project' then 3 when 'tenant' then 4 else 5 end as breadth
           from candidates c
-          join harbor.memories m on m.tenant_id = c.tenant_id and m.id = c.memory_id
+          -- one primary-key probe per candidate (OFFSET 0 keeps the planner from
+          -- turning this around into a scan of the caller's rows per candidate)
+          cross join lateral (
+              select m1.* from harbor.memories m1
+               where m1.tenant_id = c.tenant_id and m1.id = c.memory_id offset 0) m
          where coalesce(m.valid operator(pg_catalog.@>) v_as_of, false)
            and m.memory_type <> 'summary'
            and m.scope = any (recall.scopes)
