@@ -139,7 +139,6 @@ create index memories_owner_idx
     on harbor.memories (tenant_id, scope, user_id, project_id, session_id, run_id);
 create index memories_current_idx
     on harbor.memories (tenant_id, user_id, scope) where upper_inf(valid);
-create index memories_valid_idx on harbor.memories using gist (tenant_id, valid);
 create index memories_fts_idx on harbor.memories using gin (fts);
 create index memories_entities_idx on harbor.memories using gin (entity_ids);
 

@@ -105,7 +105,8 @@ begin
         -- plan would otherwise pick, re-reading the owner's vectors per memory
         return query
             with ev as materialized (
-                select e.tenant_id, e.memory_id, e.embedding operator(public.<=>) p_embedding as dist
+                select e.tenant_id, e.memory_id, e.scope, e.project_id, e.user_id, e.session_id,
+                       e.run_id, e.embedding operator(public.<=>) p_embedding as dist
                   from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user, v_session, v_run) k
                   join harbor.memory_embeddings e
                     on e.tenant_id = k.tenant_id and e.model_id = p_model_id
@@ -113,9 +114,6 @@ begin
                    and e.project_id = k.project_id and e.session_id = k.session_id
                    and e.run_id = k.run_id
                  where e.dims = v_dims
-                   and harbor._visible(e.scope, e.tenant_id, e.project_id, e.user_id,
-                                       e.session_id, e.run_id, v_tenant, v_project,
-                                       v_user, v_session, v_run)
                  order by dist, e.memory_id)
             select c.tenant_id, c.memory_id,
                    (rank() over (order by c.dist))::integer,
@@ -128,6 +126,9 @@ begin
                      where coalesce(m.valid operator(pg_catalog.@>) p_as_of, false)
                        and m.memory_type <> 'summary'
                        and coalesce(m.scope = any (p_scopes), false)
+                       and harbor._visible(ev.scope, ev.tenant_id, ev.project_id, ev.user_id,
+                                           ev.session_id, ev.run_id, v_tenant, v_project,
+                                           v_user, v_session, v_run)
                      order by ev.dist, ev.memory_id
                      limit p_limit) c;
         return;
@@ -219,7 +220,7 @@ begin
                    and m.project_id = k.project_id and m.session_id = k.session_id
                    and m.run_id = k.run_id
                  where m.fts operator(pg_catalog.@@) v_tsq
-                   and m.valid operator(pg_catalog.@>) p_as_of
+                   and coalesce(m.valid operator(pg_catalog.@>) p_as_of, false)
                    and m.memory_type <> 'summary'
                    and harbor._visible(m.scope, m.tenant_id, m.project_id, m.user_id,
                                        m.session_id, m.run_id, v_tenant, v_project,
@@ -239,7 +240,7 @@ begin
              where m.fts operator(pg_catalog.@@) v_tsq
                and m.tenant_id = any (array['', v_tenant])
                and m.scope = any (p_scopes)
-               and m.valid operator(pg_catalog.@>) p_as_of
+               and coalesce(m.valid operator(pg_catalog.@>) p_as_of, false)
                and m.memory_type <> 'summary'
                and harbor._visible(m.scope, m.tenant_id, m.project_id, m.user_id,
                                    m.session_id, m.run_id, v_tenant, v_project,
@@ -425,12 +426,14 @@ begin
                case m.scope when 'run' then 0 when 'session' then 1 when 'user' then 2
                             when 'project' then 3 when 'tenant' then 4 else 5 end as breadth
           from candidates c
-          -- one primary-key probe per candidate (OFFSET 0 keeps the planner from
-          -- turning this around into a scan of the caller's rows per candidate)
+          -- one primary-key probe per candidate: the probe names only the id (the
+          -- policy supplies the tenant), and OFFSET 0 keeps the candidate's tenant
+          -- test outside it; with both tenant tests inside, the planner multiplies
+          -- them into a one-row estimate and scans the caller's rows per candidate
           cross join lateral (
-              select m1.* from harbor.memories m1
-               where m1.tenant_id = c.tenant_id and m1.id = c.memory_id offset 0) m
-         where coalesce(m.valid operator(pg_catalog.@>) v_as_of, false)
+              select m1.* from harbor.memories m1 where m1.id = c.memory_id offset 0) m
+         where m.tenant_id = c.tenant_id
+           and coalesce(m.valid operator(pg_catalog.@>) v_as_of, false)
            and m.memory_type <> 'summary'
            and m.scope = any (recall.scopes)
     ), final as (
