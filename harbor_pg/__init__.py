@@ -13,6 +13,8 @@ from harbor_pg.errors import (
     MemoryScopeError,
     MemoryValidationError,
 )
+from harbor_pg.extraction.entities import MemoryEntityResolver, ResolvedEntity
+from harbor_pg.extraction.extractor import MemoryExtractor
 from harbor_pg.llm.base import MemoryModel, MemoryModelError
 from harbor_pg.manager import MemoryManager, MemoryManagerConfig, MemorySnapshot
 from harbor_pg.owner import SCOPE_OWNER_FIELDS, MemoryOwner, MemoryScope, scope_owner_fields
@@ -40,7 +42,9 @@ __all__ = [
     "MemoryConfigurationError",
     "MemoryContext",
     "MemoryContextBuilder",
+    "MemoryEntityResolver",
     "MemoryError",
+    "MemoryExtractor",
     "MemoryManager",
     "MemoryManagerConfig",
     "MemoryModel",
@@ -54,6 +58,7 @@ __all__ = [
     "MemoryType",
     "MemoryValidationError",
     "RecalledMemory",
+    "ResolvedEntity",
     "SaveResult",
     "Sensitivity",
     "SessionSummarizer",

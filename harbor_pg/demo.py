@@ -3,15 +3,47 @@
 from __future__ import annotations
 
 import argparse
+import re
 import time
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from harbor_pg.manager import MemoryManager
 from harbor_pg.owner import MemoryOwner
 from harbor_pg.records import ConversationMessage
 
 __all__ = ["run_demo"]
+
+
+class _ScriptedExtractionModel:
+    """Stands in for a language model in the demo (no model is configured by default).
+
+    It "extracts" where Dana lives from the last user turn and, when a stored
+    memory about where she lives is shown to it, names that memory's bracketed
+    reference in ``replaces``, as a real model is asked to.
+    """
+
+    async def generate_text(self, system: str, user: str) -> str:
+        raise NotImplementedError
+
+    async def generate_structured(self, system: str, user: str, schema: type[Any]) -> Any:
+        city = re.findall(r"I (?:live|moved) (?:in|to) ([A-Z][a-z]+)", user)
+        if not city:
+            return schema.model_validate({"facts": []})
+        old = re.search(r"\[([0-9a-f]{12})\] Dana lives in", user)
+        fact = {
+            "content": f"Dana lives in {city[-1]}",
+            "type": "fact",
+            "scope": "user",
+            "importance": 0.8,
+            "entities": ["Dana", city[-1]],
+            "sensitivity": "low",
+            "replaces": old.group(1) if old else None,
+        }
+        return schema.model_validate({"facts": [fact]})
+
 
 SCRIPT = [
     ("user", "Hi! I'm Dana, I look after the ingest pipeline for the handbook project."),
@@ -119,6 +151,43 @@ async def run_demo(args: argparse.Namespace) -> int:
         print(f"  query    : {context.standalone_query!r} (rewritten: {context.rewritten})")
         for mem in context.recalled:
             print(f"  recalled : [{mem.scope.value}] {mem.content}")
+
+        _rule("extraction: facts from the conversation, then a contradiction")
+        from harbor_pg.extraction.extractor import MemoryExtractor
+
+        assert manager.long_term is not None
+        extractor = MemoryExtractor(
+            memories=manager.long_term,  # type: ignore[arg-type]
+            model=_ScriptedExtractionModel(),
+            embedder=manager.embedder,
+        )
+        print("  (a scripted model stands in for the LLM; configure a MemoryModel for real use)")
+        first = await manager.append(
+            owner, ConversationMessage(role="user", content="By the way, I live in Berlin.")
+        )
+        saved = await extractor.extract(owner, [first])
+        for mem in saved:
+            print(
+                f"  extracted  : [{mem.scope.value}] {mem.content}"
+                f" (valid from {mem.valid_from:%H:%M:%S.%f})"
+            )
+        before_move = datetime.now(UTC)
+        moved = await manager.append(
+            owner, ConversationMessage(role="user", content="Update: I moved to Lisbon last week.")
+        )
+        for mem in await extractor.extract(owner, [moved]):
+            print(f"  supersedes : [{mem.scope.value}] {mem.content}")
+        if saved:
+            old = await manager.get(owner, saved[0].id or "")
+            if old is not None:
+                print(
+                    f"  old row    : {old.content!r} closed at {old.invalid_at:%H:%M:%S.%f},"
+                    f" superseded_by {old.superseded_by}"
+                )
+        then = await manager.recall(owner, "where does Dana live?", as_of=before_move, top_k=1)
+        now = await manager.recall(owner, "where does Dana live?", top_k=1)
+        print(f"  as of before the move: {[m.content for m in then]}")
+        print(f"  as of now            : {[m.content for m in now]}")
 
         _rule("isolation: another user in the same tenant")
         other = MemoryOwner(

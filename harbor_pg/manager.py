@@ -466,6 +466,41 @@ class MemoryManager:
             **options,
         )
 
+    async def extract_memories(
+        self,
+        owner: MemoryOwner,
+        *,
+        model: Any = None,
+        extract_facts: bool = False,
+        limit: int | None = None,
+    ) -> list[str]:
+        """Mine ``owner``'s session's recent turns for durable facts; the new memory ids.
+
+        Off by default (one model call per call): pass ``extract_facts=True``
+        and a ``model`` (a :class:`~harbor_pg.llm.MemoryModel` or a LangChain
+        chat model). Facts are stored with ``source="extracted"``, deduplicated
+        and superseded as :class:`~harbor_pg.extraction.extractor.MemoryExtractor`
+        describes. Raises :class:`MemoryConfigurationError` when off or without
+        a model; every other failure is logged and yields the ids stored so far.
+        """
+        from harbor_pg.extraction.extractor import MemoryExtractor, extract_memories
+
+        if not extract_facts:
+            raise MemoryConfigurationError(
+                "fact extraction is off: pass extract_facts=True (it costs one model call)"
+            )
+        if model is None:
+            raise MemoryConfigurationError("fact extraction needs a model (model=...)")
+        extractor = MemoryExtractor(
+            memories=self._long(),  # type: ignore[arg-type]
+            model=model,
+            policy=self.policy,
+            embedder=self.embedder,
+        )
+        return await extract_memories(
+            owner, short_term=self._short(), extractor=extractor, extract_facts=True, limit=limit
+        )
+
     def recaller(self) -> MemoryRecall:
         """A :class:`MemoryRecall` over this manager's long-term store, policy and embedder."""
         return MemoryRecall(policy=self.policy, memories=self._long(), embedder=self.embedder)

@@ -115,6 +115,11 @@ def test_cli_up_and_status_start_and_reuse_the_embedded_server(tmp_path: Path) -
         assert "relev recency import   score  content" in demo.stdout
         assert "Dana owns the ingest pipeline of the handbook project" in demo.stdout
         assert "recalled : [user] Dana owns the ingest pipeline" in demo.stdout
+        # extraction, supersession, and an as-of recall on both sides of the change
+        assert "extracted  : [user] Dana lives in Berlin" in demo.stdout
+        assert "supersedes : [user] Dana lives in Lisbon" in demo.stdout
+        assert "as of before the move: ['Dana lives in Berlin']" in demo.stdout
+        assert "as of now            : ['Dana lives in Lisbon']" in demo.stdout
         again = subprocess.run(
             [sys.executable, "-m", "harbor_pg.cli", "status"],
             env=env,
@@ -122,7 +127,7 @@ def test_cli_up_and_status_start_and_reuse_the_embedded_server(tmp_path: Path) -
             text=True,
             timeout=120,
         )
-        assert "short-term 5" in again.stdout
+        assert "short-term 7" in again.stdout
     finally:
         _stop(tmp_path / "data" / "pgdata")
 
