@@ -14,7 +14,7 @@ from harbor_pg.errors import (
     MemoryValidationError,
 )
 from harbor_pg.extraction.entities import MemoryEntityResolver, ResolvedEntity
-from harbor_pg.extraction.extractor import MemoryExtractor
+from harbor_pg.extraction.extractor import MemoryExtractor, extract_memories
 from harbor_pg.llm.base import MemoryModel, MemoryModelError
 from harbor_pg.manager import MemoryManager, MemoryManagerConfig, MemorySnapshot
 from harbor_pg.owner import SCOPE_OWNER_FIELDS, MemoryOwner, MemoryScope, scope_owner_fields
@@ -63,6 +63,7 @@ __all__ = [
     "Sensitivity",
     "SessionSummarizer",
     "default_embedder",
+    "extract_memories",
     "recalled_entity_ids",
     "scope_owner_fields",
 ]
