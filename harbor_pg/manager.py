@@ -125,6 +125,7 @@ class MemoryManager:
         #: recall settings (scopes, top_k, weights, budget); see MemoryPolicy
         self.policy = policy or MemoryPolicy()
         self._owns_database = False
+        self._summarizers: dict[tuple[int, int], Any] = {}
 
     # -- construction -------------------------------------------------------------
 
@@ -216,7 +217,9 @@ class MemoryManager:
         return clone
 
     async def close(self) -> None:
-        """Close the database pools this manager opened."""
+        """Wait for background summaries, then close the database pools this manager opened."""
+        for summarizer in list(self._summarizers.values()):
+            await summarizer.drain()
         if self._owns_database and self.database is not None:
             await self.database.close()
 
@@ -457,6 +460,8 @@ class MemoryManager:
 
         chosen = policy or self.policy
         recall = MemoryRecall(policy=chosen, memories=self._long(), embedder=self.embedder)
+        if "background" not in options:
+            options["background"] = self.background_summarizer(model=model, policy=chosen)
         return MemoryContextBuilder(
             policy=chosen,
             messages=self._short(),
@@ -465,6 +470,30 @@ class MemoryManager:
             recall=recall,
             **options,
         )
+
+    def background_summarizer(
+        self, *, model: Any = None, policy: MemoryPolicy | None = None
+    ) -> Any:
+        """The manager's :class:`~harbor_pg.context.summarizer.SessionSummarizer`.
+
+        Builders from :meth:`context_builder` schedule it after each turn: once
+        a session has ``summarise_after_turns`` new turns it is summarised in
+        the background, one worker at a time (a lease row in the database,
+        with the cooldown). :meth:`close` waits for running summaries.
+        """
+        from harbor_pg.context.summarizer import SessionSummarizer
+
+        key = (id(model), id(policy or self.policy))
+        found = self._summarizers.get(key)
+        if found is None:
+            found = SessionSummarizer(
+                policy=policy or self.policy,
+                messages=self._short(),  # type: ignore[arg-type]
+                memories=self._long(),  # type: ignore[arg-type]
+                model=model,
+            )
+            self._summarizers[key] = found
+        return found
 
     async def extract_memories(
         self,

@@ -59,3 +59,27 @@ async def test_extracts_once_and_a_retry_is_a_no_op(database: Database) -> None:
     assert model.calls == 2
     recalled = await manager.recall(DANA, "what does dana drink in the morning?")
     assert [m.id for m in recalled][:1] == ids
+
+
+async def test_builders_summarise_sessions_in_the_background(database: Database) -> None:
+    from harbor_pg.policy import MemoryPolicy
+
+    policy = MemoryPolicy(summarise_after_turns=6, summary_cooldown_seconds=0)
+    manager = MemoryManager.from_database(database, policy=policy)
+    for i in range(16):
+        role = "user" if i % 2 == 0 else "assistant"
+        text = f"turn {i}: we talked about the budget review number {i}"
+        await manager.append(DANA, ConversationMessage(role=role, content=text))
+    assert manager.long_term is not None
+    assert await manager.long_term.load_summary(DANA) is None  # type: ignore[attr-defined]
+    # the turn's own build does not need a summary (the window fits) ...
+    await manager.context_builder(background=None).build(DANA, "what did we discuss?")
+    assert await manager.long_term.load_summary(DANA) is None  # type: ignore[attr-defined]
+    # ... the background summariser writes one once enough turns have arrived
+    await manager.context_builder().build(DANA, "what did we discuss?")
+    await manager.background_summarizer(policy=policy).drain()
+    summary = await manager.long_term.load_summary(DANA)  # type: ignore[attr-defined]
+    assert summary is not None and summary.memory_type.value == "summary"
+    assert summary.id is not None and summary.id.startswith("summary:s1")
+    raw = await manager.recent(DANA, 50)
+    assert len(raw) == 16  # raw turns are kept
