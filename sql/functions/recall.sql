@@ -62,10 +62,12 @@ return case when t = '' then 0 else greatest(1,
 -- Dense candidates: the p_limit nearest memories by cosine distance among the
 -- caller's visible rows of one model, valid at p_as_of, of the given scopes,
 -- never rolling summaries. When the caller sees at most p_exact_limit vectors
--- of that model it scans them exactly (through the owner-key index); otherwise
--- it walks the HNSW index with an iterative scan and the visibility filter,
--- so a filter never starves the result and a small owner never pays for a
--- graph walk over everyone else's rows.
+-- of that model, or at most 2% of all vectors, it scans them exactly (through
+-- the owner-key index); otherwise it walks the HNSW index with an iterative
+-- scan and the visibility filter. At 2% or more of the rows passing the
+-- filter, the walk meets enough of them long before its scan limit, so a
+-- filter never starves the result, and a small owner never pays for a graph
+-- walk over everyone else's rows.
 create or replace function harbor._dense_candidates(
     p_embedding public.vector, p_model_id text, p_scopes harbor.memory_scope[],
     p_as_of timestamptz, p_limit integer, p_exact_limit integer default 5000
@@ -82,12 +84,16 @@ declare
     v_run     text := v_id.run_id;
     v_dims    integer := public.vector_dims(p_embedding);
     v_seen    integer;
+    v_limit   integer;
     v_scan    text;
     v_ef      text;
+    v_tuples  text;
 begin
     if p_embedding is null or p_model_id is null or coalesce(p_limit, 0) < 1 then
         return;
     end if;
+    select greatest(p_exact_limit, (0.02 * greatest(c.reltuples, 0))::integer) into v_limit
+      from pg_catalog.pg_class c where c.oid = 'harbor.memory_embeddings'::regclass;
     select count(*) into v_seen
       from (select 1
               from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user, v_session, v_run) k
@@ -95,11 +101,11 @@ begin
                 on e.tenant_id = k.tenant_id and e.model_id = p_model_id
                and e.scope = k.scope and e.user_id = k.user_id and e.project_id = k.project_id
                and e.session_id = k.session_id and e.run_id = k.run_id
-             limit p_exact_limit + 1) c;
+             limit v_limit + 1) c;
     if v_seen = 0 then
         return;
     end if;
-    if v_seen <= p_exact_limit or v_dims not in (384, 1536) then
+    if v_seen <= v_limit or v_dims not in (384, 1536) then
         -- the caller's vectors first (owner-key index), then each candidate's
         -- memory by primary key: never the other way round, which a generic
         -- plan would otherwise pick, re-reading the owner's vectors per memory
@@ -139,8 +145,10 @@ begin
     -- settings are restored before returning.
     v_scan := current_setting('hnsw.iterative_scan', true);
     v_ef := current_setting('hnsw.ef_search', true);
+    v_tuples := current_setting('hnsw.max_scan_tuples', true);
     perform set_config('hnsw.iterative_scan', 'relaxed_order', true),
-            set_config('hnsw.ef_search', least(greatest(p_limit, 100), 1000)::text, true);
+            set_config('hnsw.ef_search', least(greatest(p_limit, 100), 1000)::text, true),
+            set_config('hnsw.max_scan_tuples', '50000', true);
     return query execute pg_catalog.format($q$
         select c.tenant_id, c.memory_id,
                (rank() over (order by c.dist))::integer, 1 - c.dist
@@ -161,7 +169,8 @@ begin
         using p_embedding, p_model_id, p_scopes, p_as_of, v_tenant, v_project, v_user,
               v_session, v_run, p_limit;
     perform set_config('hnsw.iterative_scan', coalesce(v_scan, 'off'), true),
-            set_config('hnsw.ef_search', coalesce(v_ef, '40'), true);
+            set_config('hnsw.ef_search', coalesce(v_ef, '40'), true),
+            set_config('hnsw.max_scan_tuples', coalesce(v_tuples, '20000'), true);
 end
 $$;
 
