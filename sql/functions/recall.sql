@@ -54,7 +54,11 @@ end;
 -- about four characters per token, every other character one token.
 create or replace function harbor.approximate_tokens(t text) returns integer
     language sql immutable security invoker parallel safe strict
-return case when t = '' then 0 else greatest(1,
+return case when t = '' then 0
+            -- all ASCII (one byte per character): no regular expression needed
+            when pg_catalog.octet_length(t) = pg_catalog.length(t)
+            then greatest(1, ceil(pg_catalog.length(t) / 4.0)::integer)
+            else greatest(1,
     ceil(pg_catalog.length(pg_catalog.regexp_replace(t, '[^\x01-\x7f]', '', 'g')) / 4.0)::integer
     + (pg_catalog.length(t)
        - pg_catalog.length(pg_catalog.regexp_replace(t, '[^\x01-\x7f]', '', 'g')))) end;
@@ -74,6 +78,7 @@ create or replace function harbor._dense_candidates(
 ) returns table (tenant_id text, memory_id text, dense_rank integer, similarity double precision)
     language plpgsql stable security definer
     set search_path to pg_catalog, pg_temp
+    set plan_cache_mode to force_generic_plan
 as $$
 declare
     v_id      record := harbor._caller_identity();
@@ -186,6 +191,7 @@ create or replace function harbor._lexical_candidates(
                  lexical_score double precision)
     language plpgsql stable security definer
     set search_path to pg_catalog, pg_temp
+    set plan_cache_mode to force_generic_plan
 as $$
 declare
     v_id      record := harbor._caller_identity();
@@ -198,6 +204,9 @@ declare
     v_tsq     tsquery;
     v_seen    integer;
     v_total   double precision;
+    v_tenants text[];
+    v_ids     text[];
+    v_docs    tsvector[];
 begin
     if p_query is null or coalesce(p_limit, 0) < 1 then
         return;
@@ -207,37 +216,34 @@ begin
         return;
     end if;
     v_tsq := harbor.or_tsquery(p_query);
-    select count(*) into v_seen
-      from (select 1
+    -- one pass over the caller's rows (owner-key index, at most p_scan_limit + 1
+    -- of them): how many there are (the collection size for BM25, and whether
+    -- to scan at all) and which match. coalesce(): the text test is a filter
+    -- on these rows, never the tenant-wide GIN index (a cached plan cannot know
+    -- how common the words are).
+    select count(*),
+           array_agg(o.tenant_id) filter (where o.hit),
+           array_agg(o.id) filter (where o.hit),
+           array_agg(o.fts) filter (where o.hit)
+      into v_seen, v_tenants, v_ids, v_docs
+      from (select m.tenant_id, m.id, m.fts,
+                   coalesce(m.fts operator(pg_catalog.@@) v_tsq, false)
+                   and coalesce(m.valid operator(pg_catalog.@>) p_as_of, false)
+                   and m.memory_type <> 'summary'
+                   and harbor._visible(m.scope, m.tenant_id, m.project_id, m.user_id,
+                                       m.session_id, m.run_id, v_tenant, v_project,
+                                       v_user, v_session, v_run) as hit
               from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user, v_session, v_run) k
               join harbor.memories m
                 on m.tenant_id = k.tenant_id and m.scope = k.scope and m.user_id = k.user_id
                and m.project_id = k.project_id and m.session_id = k.session_id
                and m.run_id = k.run_id
-             limit p_scan_limit + 1) c;
+             limit p_scan_limit + 1) o;
     if v_seen = 0 then
         return;
     end if;
     if v_seen <= p_scan_limit then
-        v_total := v_seen;
-        return query
-            with matched as materialized (
-                select m.tenant_id, m.id, m.fts
-                  from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user, v_session, v_run) k
-                  join harbor.memories m
-                    on m.tenant_id = k.tenant_id and m.scope = k.scope and m.user_id = k.user_id
-                   and m.project_id = k.project_id and m.session_id = k.session_id
-                   and m.run_id = k.run_id
-                 where m.fts operator(pg_catalog.@@) v_tsq
-                   and coalesce(m.valid operator(pg_catalog.@>) p_as_of, false)
-                   and m.memory_type <> 'summary'
-                   and harbor._visible(m.scope, m.tenant_id, m.project_id, m.user_id,
-                                       m.session_id, m.run_id, v_tenant, v_project,
-                                       v_user, v_session, v_run))
-            select * from harbor._bm25(v_terms, v_total, p_limit,
-                                       (select array_agg(x.tenant_id) from matched x),
-                                       (select array_agg(x.id) from matched x),
-                                       (select array_agg(x.fts) from matched x));
+        return query select * from harbor._bm25(v_terms, v_seen, p_limit, v_tenants, v_ids, v_docs);
         return;
     end if;
     select greatest(c.reltuples, v_seen) into v_total
@@ -351,6 +357,7 @@ create or replace function harbor.recall(
 )
     language plpgsql stable security invoker
     set search_path to pg_catalog, pg_temp
+    set plan_cache_mode to force_generic_plan
 as $$
 declare
     v_as_of  timestamptz := coalesce(recall.as_of, pg_catalog.now());

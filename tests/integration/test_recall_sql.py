@@ -353,3 +353,25 @@ def test_dense_index_path_matches_an_exact_scan(fresh_db: PgDatabase) -> None:
                 "select distinct tenant_id from harbor.memories where id = any(%s)", (walked,)
             ).fetchall()
             assert owners == [("t1",)]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "a",
+        "abcd",
+        "abcde",
+        "Standup moved to ten",
+        "naïve café",
+        "東京で会議",
+        "mix 東京 and ascii 🙂",
+    ],
+)
+def test_sql_token_estimate_matches_python(conns: tuple[Conn, Conn], text: str) -> None:
+    from harbor_pg.context.tokens import approximate_tokens
+
+    _su, app = conns
+    row = app.execute("select harbor.approximate_tokens(%s) as n", (text,)).fetchone()
+    assert row is not None
+    assert row["n"] == approximate_tokens(text)
