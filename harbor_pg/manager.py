@@ -658,7 +658,7 @@ class MemoryManager:
         assert row is not None
         memories: list[Memory] = []
         if recaller is not None and request is not None:
-            ranked = [recalled_from_row(m) for m in row["memories"]]
+            ranked = [recalled_from_row(m, typed=False) for m in row["memories"]]
             memories = [item.memory for item in recaller.finish(ranked, request)]
         return MemorySnapshot(
             recent=[message_from_row(r) for r in row["recent"]] if self.short_term else [],

@@ -42,7 +42,7 @@ from harbor_pg.embedders.base import Embedder, EmbedderError, normalize_vector
 from harbor_pg.errors import MemoryConfigurationError
 from harbor_pg.owner import MemoryOwner, MemoryScope
 from harbor_pg.policy import MemoryPolicy
-from harbor_pg.records import RECALL_MEMORY_TYPES, Memory, MemoryType
+from harbor_pg.records import RECALL_MEMORY_TYPES, Memory, MemoryType, Sensitivity
 from harbor_pg.tiers.base import LongTermStore
 from harbor_pg.tiers.long_term import PostgresLongTermStore, memory_from_row
 
@@ -330,10 +330,30 @@ def recall_params(request: RecallRequest) -> dict[str, Any]:
     }
 
 
-def recalled_from_row(row: dict[str, Any]) -> RecalledMemory:
-    """A :class:`RecalledMemory` from one row of ``harbor.recall()``."""
+_MEMORY_FIELDS = tuple(Memory.model_fields)
+
+
+def _stored_memory(row: dict[str, Any]) -> Memory:
+    """A Memory from a typed database row, without re-validating what the database checked."""
+    data = {k: row[k] for k in _MEMORY_FIELDS if k in row}
+    data["scope"] = MemoryScope(data["scope"])
+    data["memory_type"] = MemoryType(data["memory_type"])
+    data["sensitivity"] = Sensitivity(data["sensitivity"])
+    data["importance"] = float(data["importance"])
+    data["entity_ids"] = list(data.get("entity_ids") or [])
+    data["source_message_ids"] = list(data.get("source_message_ids") or [])
+    data["metadata"] = dict(data.get("metadata") or {})
+    return Memory.model_construct(**data)
+
+
+def recalled_from_row(row: dict[str, Any], *, typed: bool = True) -> RecalledMemory:
+    """A :class:`RecalledMemory` from one row of ``harbor.recall()``.
+
+    ``typed=False`` for rows that went through JSON (timestamps as text), which
+    are validated field by field.
+    """
     return RecalledMemory(
-        memory=memory_from_row(row),
+        memory=_stored_memory(row) if typed else memory_from_row(row),
         rank=int(row["rank"]),
         relevance=float(row["relevance"]),
         recency=float(row["recency"]),

@@ -270,3 +270,12 @@ async def test_the_manager_wires_a_context_builder_with_recall(manager: MemoryMa
     assert not context.rewritten  # no model: no rewrite, nothing leaves the machine
     recalled = await manager.context_builder().build(ALICE, "what is alice allergic to?")
     assert "Alice is allergic to peanuts" in [m.content for m in recalled.recalled]
+
+
+async def test_recalled_memories_equal_the_stored_rows(manager: MemoryManager) -> None:
+    """Recall builds memories without re-validation: they must equal what get() returns."""
+    recalled = await manager.recall(ALICE, "alice pgvector offsite", top_k=10)
+    assert len(recalled) >= 3
+    for memory in recalled:
+        assert memory.id is not None
+        assert await manager.get(ALICE, memory.id) == memory
