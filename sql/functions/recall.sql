@@ -159,7 +159,7 @@ begin
     -- parallel scan and an external sort of 100,000 vectors: 270 ms) to the
     -- graph walk (15 ms)
     perform set_config('hnsw.iterative_scan', 'relaxed_order', true),
-            set_config('hnsw.ef_search', least(greatest(p_limit, 100), 1000)::text, true),
+            set_config('hnsw.ef_search', least(greatest(4 * p_limit, 400), 1000)::text, true),
             set_config('hnsw.max_scan_tuples', '50000', true),
             set_config('enable_sort', 'off', true),
             set_config('enable_seqscan', 'off', true);
