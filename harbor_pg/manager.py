@@ -52,8 +52,6 @@ from harbor_pg.tiers.in_process import (
 from harbor_pg.tiers.long_term import (
     ELEVATED_SCOPES,
     PostgresLongTermStore,
-    memory_from_row,
-    memory_params,
 )
 from harbor_pg.tiers.short_term import PostgresShortTermStore, message_from_row
 from harbor_pg.tiers.working import PostgresWorkingStore
@@ -374,10 +372,9 @@ class MemoryManager:
             batch = list(memories[start : start + batch_size])
             vectors = await self._embed(batch) if self._embeds(store) else None
             model_id = self._model_id() if vectors is not None else None
-            if isinstance(store, PostgresLongTermStore) and not any(
-                m.scope in ELEVATED_SCOPES for m in batch
-            ):
-                results.extend(await _save_batch(store, caller, batch, vectors, model_id))
+            one_role = len({m.scope in ELEVATED_SCOPES for m in batch}) == 1
+            if isinstance(store, PostgresLongTermStore) and one_role:
+                results.extend(await store.save_many(caller, batch, vectors, model_id))
             else:
                 for i, memory in enumerate(batch):
                     vector = vectors[i] if vectors is not None else None
@@ -774,31 +771,6 @@ class MemoryManager:
         store = self._working()
         purge = getattr(store, "purge_expired", None)
         return int(await purge()) if purge else 0
-
-
-async def _save_batch(
-    store: PostgresLongTermStore,
-    caller: MemoryOwner,
-    batch: Sequence[Memory],
-    vectors: Sequence[list[float]] | None,
-    model_id: str | None,
-) -> list[SaveResult]:
-    """Insert a batch (with its vectors) in one transaction; duplicates report the existing row."""
-    out: list[SaveResult] = []
-    async with store.db.transaction(caller) as conn:
-        for i, memory in enumerate(batch):
-            memory_id, created = await store.save_in(conn, memory_params(caller, memory))
-            if created and vectors is not None and model_id:
-                await store.insert_embedding(
-                    conn, caller.tenant_id, memory_id, vectors[i], model_id
-                )
-            cur = await conn.execute(
-                query("get_memory"), {"tenant_id": caller.tenant_id, "id": memory_id}
-            )
-            row = await cur.fetchone()
-            assert row is not None
-            out.append(SaveResult(memory=memory_from_row(row), created=created))
-    return out
 
 
 def _to_message(turn: ConversationMessage | dict[str, Any] | Any) -> ConversationMessage:

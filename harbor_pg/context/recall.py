@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -85,7 +85,8 @@ class RecallRequest:
     token_budget: int | None = None
     embedding: list[float] | None = None
     model_id: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    #: candidates per leg (None: max(4 x top_k, 50))
+    candidates: int | None = None
 
 
 def embedding_text(memory: Memory) -> str:
@@ -324,7 +325,7 @@ def recall_params(request: RecallRequest) -> dict[str, Any]:
         "rrf_k": request.rrf_k,
         "min_similarity": request.min_similarity,
         "token_budget": request.token_budget,
-        "candidates": request.extra.get("candidates"),
+        "candidates": request.candidates,
         "dense_weight": request.dense_weight,
         "lexical_weight": request.lexical_weight,
     }

@@ -158,28 +158,61 @@ class PostgresLongTermStore:
         embedding: Sequence[float] | None = None,
         model_id: str | None = None,
     ) -> SaveResult:
-        params = memory_params(owner, memory)
         vector = check_vector(embedding) if embedding is not None else None
         if vector is not None and not model_id:
             raise MemoryValidationError("an embedding needs the model_id that produced it")
         admin = memory.scope in ELEVATED_SCOPES
         async with self.db.transaction(owner, admin=admin) as conn:
-            result = await self.save_in(conn, params)
-            if result[1] and vector is not None:
-                await self.insert_embedding(
-                    conn,
-                    owner.tenant_id if memory.scope is not MemoryScope.GLOBAL else "",
-                    result[0],
-                    vector,
-                    model_id or "",
+            return await self._save_one(conn, owner, memory, vector, model_id)
+
+    async def save_many(
+        self,
+        owner: MemoryOwner,
+        memories: Sequence[Memory],
+        vectors: Sequence[Sequence[float]] | None = None,
+        model_id: str | None = None,
+    ) -> list[SaveResult]:
+        """Save ``memories`` (with their ``vectors``) in one transaction, all or nothing.
+
+        Memories of the elevated scopes (TENANT, GLOBAL) are written by the
+        elevated role and the others by the application role, so one batch
+        holds only one kind.
+        """
+        checked = [check_vector(v) for v in vectors] if vectors is not None else None
+        if checked is not None and not model_id:
+            raise MemoryValidationError("an embedding needs the model_id that produced it")
+        kinds = {m.scope in ELEVATED_SCOPES for m in memories}
+        if len(kinds) > 1:
+            raise MemoryValidationError(
+                "a batch cannot mix TENANT/GLOBAL memories with narrower ones"
+            )
+        admin = kinds == {True}
+        async with self.db.transaction(owner, admin=admin) as conn:
+            return [
+                await self._save_one(
+                    conn, owner, memory, checked[i] if checked is not None else None, model_id
                 )
-            row = await (
-                await conn.execute(
-                    query("get_memory"), {"tenant_id": owner.tenant_id, "id": result[0]}
-                )
-            ).fetchone()
+                for i, memory in enumerate(memories)
+            ]
+
+    async def _save_one(
+        self,
+        conn: Connection,
+        owner: MemoryOwner,
+        memory: Memory,
+        vector: list[float] | None,
+        model_id: str | None,
+    ) -> SaveResult:
+        memory_id, created = await self.save_in(conn, memory_params(owner, memory))
+        if created and vector is not None:
+            tenant = owner.tenant_id if memory.scope is not MemoryScope.GLOBAL else ""
+            await self.insert_embedding(conn, tenant, memory_id, vector, model_id or "")
+        cur = await conn.execute(
+            query("get_memory"), {"tenant_id": owner.tenant_id, "id": memory_id}
+        )
+        row = await cur.fetchone()
         assert row is not None
-        return SaveResult(memory=memory_from_row(row), created=result[1])
+        return SaveResult(memory=memory_from_row(row), created=created)
 
     @staticmethod
     async def save_in(conn: Connection, params: dict[str, Any]) -> tuple[str, bool]:

@@ -279,3 +279,22 @@ async def test_recalled_memories_equal_the_stored_rows(manager: MemoryManager) -
     for memory in recalled:
         assert memory.id is not None
         assert await manager.get(ALICE, memory.id) == memory
+
+
+async def test_store_batches_hold_one_role_and_the_manager_splits_them(
+    manager: MemoryManager,
+) -> None:
+    from harbor_pg.errors import MemoryValidationError
+    from harbor_pg.tiers.long_term import PostgresLongTermStore
+
+    mixed = [
+        Memory(content="tenant-wide holiday calendar", scope=MemoryScope.TENANT),
+        Memory(content="Alice's own holiday plan"),
+    ]
+    store = manager.long_term
+    assert isinstance(store, PostgresLongTermStore)
+    with pytest.raises(MemoryValidationError, match="cannot mix"):
+        await store.save_many(ALICE, mixed)
+    results = await manager.save_many(ALICE, mixed)
+    assert [r.created for r in results] == [True, True]
+    assert {r.memory.scope for r in results} == {MemoryScope.TENANT, MemoryScope.USER}
