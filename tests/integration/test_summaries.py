@@ -150,12 +150,12 @@ async def test_a_live_lease_blocks_others_until_it_expires(
     store = PostgresShortTermStore(database)
     await fill(database, exchange(10, words=10))
     lease = await store.acquire_summary_lease(
-        OWNER, min_turns=20, cooldown_seconds=300, lease_seconds=0.3
+        OWNER, min_turns=20, cooldown_seconds=300, lease_seconds=1.5
     )
     assert lease is not None and lease.turns == 20 and lease.turns_at_summary == 0
     other = worker(second_database)
     assert await other.maybe_summarise(OWNER) is False  # held by the first worker
-    await asyncio.sleep(0.4)
+    await asyncio.sleep(1.6)
     assert await other.maybe_summarise(OWNER) is True  # the crashed holder's lease expired
     # the first holder's lease is gone: finishing with it changes nothing
     assert await store.finish_summary_lease(OWNER, lease, turns_at_summary=99) is False
@@ -185,13 +185,13 @@ async def test_failed_summary_leaves_the_lease_to_expire(
 
     await fill(database, exchange(10, words=10))
     failing = worker(
-        database, model=ScriptedModel(summaries=[MemoryModelError("HTTP 503")]), lease_seconds=0.3
+        database, model=ScriptedModel(summaries=[MemoryModelError("HTTP 503")]), lease_seconds=1.5
     )
     assert await failing.maybe_summarise(OWNER) is False
     [state] = session_state(fresh_db)
     assert state["summarised_at"] is None and state["summary_lease_until"] is not None
     assert await worker(database).maybe_summarise(OWNER) is False
-    await asyncio.sleep(0.4)
+    await asyncio.sleep(1.6)
     assert await worker(database).maybe_summarise(OWNER) is True
 
 

@@ -148,16 +148,39 @@ async def test_many_concurrent_supersessions_leave_exactly_one_successor(
     assert successors == (6,)  # 3 replaced + 3 successors; the 21 losers wrote nothing
 
 
+class AfterAllRead:
+    """A model that answers only once every concurrent extractor has built its prompt."""
+
+    supports_structured = True
+
+    def __init__(self, model: ScriptedModel, barrier: asyncio.Barrier) -> None:
+        self.model = model
+        self.barrier = barrier
+
+    async def generate_text(self, system: str, user: str) -> str:
+        await self.barrier.wait()
+        return await self.model.generate_text(system, user)
+
+    async def generate_structured(self, system: str, user: str, schema: type[Any]) -> Any:
+        await self.barrier.wait()
+        return await self.model.generate_structured(system, user, schema)
+
+
 async def test_concurrent_extractors_replacing_one_memory_leave_one_successor(
     database: Database, fresh_db: PgDatabase
 ) -> None:
     store = PostgresLongTermStore(database)
     old = await berlin(store)
     cities = ["Munich", "Hamburg", "Vienna", "Zurich"]
+    # Every extractor has read Berlin before any of them writes: the race under test is
+    # four writers replacing one memory, not a late reader that no longer sees it.
+    all_read = asyncio.Barrier(len(cities))
     extractors = [
         MemoryExtractor(
             memories=store,
-            model=ScriptedModel(replacing(BERLIN, fact(f"Alice lives in {city}."))),
+            model=AfterAllRead(
+                ScriptedModel(replacing(BERLIN, fact(f"Alice lives in {city}."))), all_read
+            ),
         )
         for city in cities
     ]
