@@ -53,10 +53,14 @@ def test_missing_fields_for_a_scope_are_named() -> None:
 
 
 def test_key_and_narrowing() -> None:
-    owner = MemoryOwner(tenant_id="t", project_id="p", principal_id="a", session_id="s",
-                        run_id="r")
-    assert owner.key("user") == {"tenant_id": "t", "project_id": "", "user_id": "a",
-                                 "session_id": "", "run_id": ""}
+    owner = MemoryOwner(tenant_id="t", project_id="p", principal_id="a", session_id="s", run_id="r")
+    assert owner.key("user") == {
+        "tenant_id": "t",
+        "project_id": "",
+        "user_id": "a",
+        "session_id": "",
+        "run_id": "",
+    }
     narrowed = owner.narrowed("session")
     assert (narrowed.project_id, narrowed.session_id, narrowed.run_id) == (None, "s", None)
 
