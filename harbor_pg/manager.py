@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from harbor_pg.context.recall import (
     MemoryRecall,
     RecallRequest,
-    embedding_text,
+    embedding_texts,
     recall_params,
     recalled_from_row,
 )
@@ -51,6 +51,7 @@ from harbor_pg.tiers.in_process import (
 )
 from harbor_pg.tiers.long_term import (
     ELEVATED_SCOPES,
+    MemoryVectors,
     PostgresLongTermStore,
 )
 from harbor_pg.tiers.short_term import PostgresShortTermStore, message_from_row
@@ -343,7 +344,14 @@ class MemoryManager:
         if embedding is None and self._embeds(store):
             vectors = await self._embed([memory])
             if vectors is not None:
-                embedding, model_id = vectors[0], self._model_id()
+                assert isinstance(store, PostgresLongTermStore)
+                return await store.save(
+                    caller,
+                    memory,
+                    vectors[0].content,
+                    self._model_id(),
+                    context_embedding=vectors[0].with_context,
+                )
         return await store.save(caller, memory, embedding, model_id)
 
     async def save_many(
@@ -373,12 +381,29 @@ class MemoryManager:
             vectors = await self._embed(batch) if self._embeds(store) else None
             model_id = self._model_id() if vectors is not None else None
             one_role = len({m.scope in ELEVATED_SCOPES for m in batch}) == 1
-            if isinstance(store, PostgresLongTermStore) and one_role:
-                results.extend(await store.save_many(caller, batch, vectors, model_id))
+            if isinstance(store, PostgresLongTermStore):
+                content = [v.content for v in vectors] if vectors is not None else None
+                contextual = [v.with_context for v in vectors] if vectors is not None else None
+                if one_role:
+                    results.extend(
+                        await store.save_many(
+                            caller, batch, content, model_id, context_vectors=contextual
+                        )
+                    )
+                else:
+                    for i, memory in enumerate(batch):
+                        results.append(
+                            await store.save(
+                                caller,
+                                memory,
+                                content[i] if content is not None else None,
+                                model_id,
+                                context_embedding=contextual[i] if contextual else None,
+                            )
+                        )
             else:
-                for i, memory in enumerate(batch):
-                    vector = vectors[i] if vectors is not None else None
-                    results.append(await store.save(caller, memory, vector, model_id))
+                for memory in batch:
+                    results.append(await store.save(caller, memory))
             if progress is not None:
                 progress(len(results), total)
         return results
@@ -396,13 +421,16 @@ class MemoryManager:
         assert self.embedder is not None
         return self.embedder.model_id
 
-    async def _embed(self, memories: Sequence[Memory]) -> list[list[float]] | None:
-        """Vectors of ``memories`` (context + content), or None with a WARNING on failure."""
+    async def _embed(self, memories: Sequence[Memory]) -> list[MemoryVectors] | None:
+        """Vectors of ``memories`` (content, and context + content where there is a
+        context) in one embedder call, or None with a WARNING on failure."""
         assert self.embedder is not None
-        texts = [embedding_text(m) for m in memories]
+        pairs = [embedding_texts(m) for m in memories]
+        texts = [content for content, _ in pairs]
+        texts += [with_context for _, with_context in pairs if with_context is not None]
         try:
             raw = await self.embedder.embed(texts)
-            return [
+            vectors = [
                 normalize_vector(
                     v, dimensions=self.embedder.dimensions, model_id=self.embedder.model_id
                 )
@@ -412,10 +440,15 @@ class MemoryManager:
             log.warning(
                 "embedding %d memories failed, saving them without vectors (lexical recall "
                 "still finds them): %s",
-                len(texts),
+                len(memories),
                 exc,
             )
             return None
+        extra = iter(vectors[len(pairs) :])
+        return [
+            MemoryVectors(vectors[i], next(extra) if with_context is not None else None)
+            for i, (_, with_context) in enumerate(pairs)
+        ]
 
     async def recall(
         self,

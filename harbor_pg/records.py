@@ -126,7 +126,13 @@ class ConversationMessage(BaseModel):
 
 
 class Memory(BaseModel):
-    """A durable long-term memory row."""
+    """A durable long-term memory row.
+
+    ``context`` is optional text the memory leans on (for a conversation turn,
+    the turn before it). It is never recalled on its own: the full-text index
+    reads it with the content, and a manager with an embedder stores a second
+    vector of context plus content, of which dense recall takes the nearer.
+    """
 
     model_config = ConfigDict(frozen=True)
 

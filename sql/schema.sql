@@ -142,7 +142,7 @@ create index memories_current_idx
 create index memories_fts_idx on harbor.memories using gin (fts);
 create index memories_entities_idx on harbor.memories using gin (entity_ids);
 
--- Embeddings: one row per (memory, model). The owner key is copied from the
+-- Embeddings: one or two rows per (memory, model). The owner key is copied from the
 -- memory so the candidate search can filter by visibility without a join;
 -- a model change never mixes vector spaces because every search names model_id.
 create table harbor.memory_embeddings (
@@ -157,7 +157,10 @@ create table harbor.memory_embeddings (
     session_id text not null default '',
     run_id     text not null default '',
     created_at timestamptz not null default pg_catalog.now(),
-    primary key (tenant_id, memory_id, model_id),
+    -- false: the vector of the content alone; true: of the context line, then
+    -- the content (a memory saved with a context has both; recall takes the nearer)
+    with_context boolean not null default false,
+    primary key (tenant_id, memory_id, model_id, with_context),
     constraint memory_embeddings_memory_fkey foreign key (tenant_id, memory_id)
         references harbor.memories (tenant_id, id) on delete cascade,
     constraint memory_embeddings_dims check (public.vector_dims(embedding) = dims)

@@ -53,7 +53,7 @@ __all__ = [
     "MemoryRecall",
     "RecallRequest",
     "RecalledMemory",
-    "embedding_text",
+    "embedding_texts",
     "recalled_entity_ids",
 ]
 
@@ -89,15 +89,18 @@ class RecallRequest:
     candidates: int | None = None
 
 
-def embedding_text(memory: Memory) -> str:
-    """The text a memory's vector is computed from: its context line, then its content.
+def embedding_texts(memory: Memory) -> tuple[str, str | None]:
+    """The texts a memory's vectors are computed from: its content, and with a context.
 
-    Conversation turns lean on their neighbours; a memory saved with the
-    preceding turn as ``context`` is embedded (and full-text indexed) with it.
+    Conversation turns lean on their neighbours: a question may match a
+    turn's own words or the exchange it belongs to. A memory saved with a
+    ``context`` line (the preceding turn, say) gets a second vector of the
+    context followed by the content, and dense recall takes the nearer of the
+    two; the full-text index reads context and content together.
     """
     if memory.context and memory.context.strip():
-        return f"{memory.context.strip()}\n{memory.content}"
-    return memory.content
+        return memory.content, f"{memory.context.strip()}\n{memory.content}"
+    return memory.content, None
 
 
 def _wanted(types: Iterable[MemoryType | str]) -> tuple[MemoryType, ...]:

@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from psycopg.types.json import Jsonb
 
@@ -145,6 +145,40 @@ def _fact_params(owner: MemoryOwner, memory: Memory) -> dict[str, Any]:
     return memory_params(owner, memory)
 
 
+class MemoryVectors(NamedTuple):
+    """The vectors of one memory for one model: of its content, and of its
+    context followed by its content (only for a memory with a context)."""
+
+    content: list[float]
+    with_context: list[float] | None = None
+
+
+def _checked_vectors(
+    memory: Memory,
+    embedding: Sequence[float] | None,
+    context_embedding: Sequence[float] | None,
+    model_id: str | None,
+) -> MemoryVectors | None:
+    if embedding is None:
+        if context_embedding is not None:
+            raise MemoryValidationError("a context embedding needs the content embedding too")
+        return None
+    if not model_id:
+        raise MemoryValidationError("an embedding needs the model_id that produced it")
+    content = check_vector(embedding)
+    if context_embedding is None:
+        return MemoryVectors(content)
+    if not (memory.context and memory.context.strip()):
+        raise MemoryValidationError("a context embedding was given for a memory without context")
+    with_context = check_vector(context_embedding)
+    if len(with_context) != len(content):
+        raise MemoryValidationError(
+            f"the context embedding has {len(with_context)} dimensions,"
+            f" the content embedding {len(content)}"
+        )
+    return MemoryVectors(content, with_context)
+
+
 class PostgresLongTermStore:
     """Memories in ``harbor.memories`` (+ ``harbor.memory_embeddings``)."""
 
@@ -157,13 +191,16 @@ class PostgresLongTermStore:
         memory: Memory,
         embedding: Sequence[float] | None = None,
         model_id: str | None = None,
+        *,
+        context_embedding: Sequence[float] | None = None,
     ) -> SaveResult:
-        vector = check_vector(embedding) if embedding is not None else None
-        if vector is not None and not model_id:
-            raise MemoryValidationError("an embedding needs the model_id that produced it")
+        """Save ``memory`` with the vector of its content (``embedding``) and,
+        for a memory with a ``context``, the vector of the context followed by
+        the content (``context_embedding``), both of ``model_id``."""
+        vectors = _checked_vectors(memory, embedding, context_embedding, model_id)
         admin = memory.scope in ELEVATED_SCOPES
         async with self.db.transaction(owner, admin=admin) as conn:
-            return await self._save_one(conn, owner, memory, vector, model_id)
+            return await self._save_one(conn, owner, memory, vectors, model_id)
 
     async def save_many(
         self,
@@ -171,16 +208,31 @@ class PostgresLongTermStore:
         memories: Sequence[Memory],
         vectors: Sequence[Sequence[float]] | None = None,
         model_id: str | None = None,
+        *,
+        context_vectors: Sequence[Sequence[float] | None] | None = None,
     ) -> list[SaveResult]:
         """Save ``memories`` (with their ``vectors``) in one transaction, all or nothing.
 
-        Memories of the elevated scopes (TENANT, GLOBAL) are written by the
-        elevated role and the others by the application role, so one batch
-        holds only one kind.
+        ``vectors[i]`` is the vector of ``memories[i]``'s content and
+        ``context_vectors[i]`` (optional) that of its context followed by its
+        content. Memories of the elevated scopes (TENANT, GLOBAL) are written
+        by the elevated role and the others by the application role, so one
+        batch holds only one kind.
         """
-        checked = [check_vector(v) for v in vectors] if vectors is not None else None
-        if checked is not None and not model_id:
-            raise MemoryValidationError("an embedding needs the model_id that produced it")
+        for given in (vectors, context_vectors):
+            if given is not None and len(given) != len(memories):
+                raise MemoryValidationError(
+                    f"{len(memories)} memories but {len(given)} vectors were given"
+                )
+        checked = [
+            _checked_vectors(
+                memory,
+                vectors[i] if vectors is not None else None,
+                context_vectors[i] if context_vectors is not None else None,
+                model_id,
+            )
+            for i, memory in enumerate(memories)
+        ]
         kinds = {m.scope in ELEVATED_SCOPES for m in memories}
         if len(kinds) > 1:
             raise MemoryValidationError(
@@ -189,9 +241,7 @@ class PostgresLongTermStore:
         admin = kinds == {True}
         async with self.db.transaction(owner, admin=admin) as conn:
             return [
-                await self._save_one(
-                    conn, owner, memory, checked[i] if checked is not None else None, model_id
-                )
+                await self._save_one(conn, owner, memory, checked[i], model_id)
                 for i, memory in enumerate(memories)
             ]
 
@@ -200,13 +250,17 @@ class PostgresLongTermStore:
         conn: Connection,
         owner: MemoryOwner,
         memory: Memory,
-        vector: list[float] | None,
+        vectors: MemoryVectors | None,
         model_id: str | None,
     ) -> SaveResult:
         memory_id, created = await self.save_in(conn, memory_params(owner, memory))
-        if created and vector is not None:
+        if created and vectors is not None:
             tenant = owner.tenant_id if memory.scope is not MemoryScope.GLOBAL else ""
-            await self.insert_embedding(conn, tenant, memory_id, vector, model_id or "")
+            await self.insert_embedding(conn, tenant, memory_id, vectors.content, model_id or "")
+            if vectors.with_context is not None:
+                await self.insert_embedding(
+                    conn, tenant, memory_id, vectors.with_context, model_id or "", True
+                )
         cur = await conn.execute(
             query("get_memory"), {"tenant_id": owner.tenant_id, "id": memory_id}
         )
@@ -227,7 +281,12 @@ class PostgresLongTermStore:
 
     @staticmethod
     async def insert_embedding(
-        conn: Connection, tenant_id: str, memory_id: str, vector: list[float], model_id: str
+        conn: Connection,
+        tenant_id: str,
+        memory_id: str,
+        vector: list[float],
+        model_id: str,
+        with_context: bool = False,
     ) -> None:
         await conn.execute(
             query("insert_embedding"),
@@ -237,6 +296,7 @@ class PostgresLongTermStore:
                 "model_id": model_id,
                 "dims": len(vector),
                 "embedding": "[" + ",".join(repr(x) for x in vector) + "]",
+                "with_context": with_context,
             },
         )
 

@@ -63,8 +63,9 @@ return case when t = '' then 0
     + (pg_catalog.length(t)
        - pg_catalog.length(pg_catalog.regexp_replace(t, '[^\x01-\x7f]', '', 'g')))) end;
 
--- Dense candidates: the p_limit nearest memories by cosine distance among the
--- caller's visible rows of one model, valid at p_as_of, of the given scopes,
+-- Dense candidates: the p_limit nearest memories by cosine distance (a memory
+-- saved with a context has a vector of its content and one of context plus
+-- content; the nearer counts) among the caller's visible rows of one model, valid at p_as_of, of the given scopes,
 -- never rolling summaries. When the caller sees at most p_exact_limit vectors
 -- of that model, or at most 2% of all vectors, it scans them exactly (through
 -- the owner-key index); otherwise it walks the HNSW index with an iterative
@@ -118,8 +119,9 @@ begin
         -- plan would otherwise pick, re-reading the owner's vectors per memory
         return query
             with ev as materialized (
+                -- a memory with a context has two vectors: the nearer one counts
                 select e.tenant_id, e.memory_id, e.scope, e.project_id, e.user_id, e.session_id,
-                       e.run_id, e.embedding operator(public.<=>) p_embedding as dist
+                       e.run_id, min(e.embedding operator(public.<=>) p_embedding) as dist
                   from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user, v_session, v_run) k
                   join harbor.memory_embeddings e
                     on e.tenant_id = k.tenant_id and e.model_id = p_model_id
@@ -127,6 +129,8 @@ begin
                    and e.project_id = k.project_id and e.session_id = k.session_id
                    and e.run_id = k.run_id
                  where e.dims = v_dims
+                 group by e.tenant_id, e.memory_id, e.scope, e.project_id, e.user_id,
+                          e.session_id, e.run_id
                  order by dist, e.memory_id)
             select c.tenant_id, c.memory_id,
                    (rank() over (order by c.dist))::integer,
@@ -163,22 +167,28 @@ begin
             set_config('hnsw.max_scan_tuples', '50000', true),
             set_config('enable_sort', 'off', true),
             set_config('enable_seqscan', 'off', true);
+    -- (twice the rows: a memory with a context has two vectors, the nearer counts)
     return query execute pg_catalog.format($q$
         select c.tenant_id, c.memory_id,
                (rank() over (order by c.dist))::integer, 1 - c.dist
-          from (select e.tenant_id, e.memory_id,
-                       (e.embedding::public.vector(%1$s)) operator(public.<=>)
-                           ($1::public.vector(%1$s)) as dist
-                  from harbor.memory_embeddings e
-                  join harbor.memories m on m.tenant_id = e.tenant_id and m.id = e.memory_id
-                 where e.dims = %1$s and e.model_id = $2
-                   and e.scope = any ($3)
-                   and harbor._visible(e.scope, e.tenant_id, e.project_id, e.user_id,
-                                       e.session_id, e.run_id, $5, $6, $7, $8, $9)
-                   and coalesce(m.valid operator(pg_catalog.@>) $4, false)
-                   and m.memory_type <> 'summary'
-                 order by (e.embedding::public.vector(%1$s)) operator(public.<=>)
-                          ($1::public.vector(%1$s))
+          from (select w.tenant_id, w.memory_id, min(w.dist) as dist
+                  from (select e.tenant_id, e.memory_id,
+                               (e.embedding::public.vector(%1$s)) operator(public.<=>)
+                                   ($1::public.vector(%1$s)) as dist
+                          from harbor.memory_embeddings e
+                          join harbor.memories m
+                            on m.tenant_id = e.tenant_id and m.id = e.memory_id
+                         where e.dims = %1$s and e.model_id = $2
+                           and e.scope = any ($3)
+                           and harbor._visible(e.scope, e.tenant_id, e.project_id, e.user_id,
+                                               e.session_id, e.run_id, $5, $6, $7, $8, $9)
+                           and coalesce(m.valid operator(pg_catalog.@>) $4, false)
+                           and m.memory_type <> 'summary'
+                         order by (e.embedding::public.vector(%1$s)) operator(public.<=>)
+                                  ($1::public.vector(%1$s))
+                         limit 2 * $10) w
+                 group by w.tenant_id, w.memory_id
+                 order by dist, w.memory_id
                  limit $10) c $q$, v_dims)
         using p_embedding, p_model_id, p_scopes, p_as_of, v_tenant, v_project, v_user,
               v_session, v_run, p_limit;

@@ -298,3 +298,55 @@ async def test_store_batches_hold_one_role_and_the_manager_splits_them(
     results = await manager.save_many(ALICE, mixed)
     assert [r.created for r in results] == [True, True]
     assert {r.memory.scope for r in results} == {MemoryScope.TENANT, MemoryScope.USER}
+
+
+async def test_a_memory_with_context_gets_a_second_vector_and_is_found_by_either(
+    manager: MemoryManager,
+) -> None:
+    """Content alone and context + content: dense recall takes the nearer of the two."""
+    turn = Memory(content="She adopted her last week.", context="Do you have a dog named Luna?")
+    saved = await manager.save(ALICE, turn)
+    plain = (await manager.save(ALICE, Memory(content="Luna is a moon goddess"))).memory
+    assert manager.database is not None
+    async with manager.database.transaction(ALICE) as conn:
+        cur = await conn.execute(
+            "select memory_id, with_context from harbor.memory_embeddings"
+            " where memory_id = any(%s) order by memory_id, with_context",
+            ([saved.memory.id, plain.id],),
+        )
+        views = {(r["memory_id"], r["with_context"]) for r in await cur.fetchall()}
+    assert views == {(saved.memory.id, False), (saved.memory.id, True), (plain.id, False)}
+    embedder = HashingEmbedder()
+    content_v, context_v = await embedder.embed(
+        ["She adopted her last week.", "Do you have a dog named Luna?\nShe adopted her last week."]
+    )
+    recaller = manager.recaller()
+    for question in ("a dog named Luna", "who adopted her last week"):
+        q = await embedder.embed_query(question)
+        best = max(sum(a * b for a, b in zip(q, v, strict=True)) for v in (content_v, context_v))
+        dense = [i for i in await recaller.recall_scored(ALICE, question) if i.dense_rank]
+        (hit,) = [i for i in dense if i.memory.id == saved.memory.id]  # once, not twice
+        assert hit.similarity == pytest.approx(best, abs=1e-5)
+    # a question about the context ranks the turn first
+    by_context = await recaller.recall_scored(ALICE, "dog named Luna")
+    assert by_context[0].memory.id == saved.memory.id
+
+
+async def test_context_vectors_are_validated(manager: MemoryManager) -> None:
+    from harbor_pg.errors import MemoryValidationError
+    from harbor_pg.tiers.long_term import PostgresLongTermStore
+
+    store = manager.long_term
+    assert isinstance(store, PostgresLongTermStore)
+    v = [1.0] + [0.0] * 383
+    no_context = Memory(content="no context here")
+    with_context = Memory(content="a turn", context="the turn before")
+    with pytest.raises(MemoryValidationError, match="without context"):
+        await store.save(ALICE, no_context, v, "m", context_embedding=v)
+    with pytest.raises(MemoryValidationError, match="content embedding too"):
+        await store.save(ALICE, with_context, None, "m", context_embedding=v)
+    with pytest.raises(MemoryValidationError, match="dimensions"):
+        await store.save(ALICE, with_context, v, "m", context_embedding=v[:100])
+    with pytest.raises(MemoryValidationError, match="2 memories but 1 vectors"):
+        await store.save_many(ALICE, [no_context, with_context], [v], "m")
+    assert await store.search(ALICE, "turn before") == []  # nothing was written

@@ -355,6 +355,60 @@ def test_dense_index_path_matches_an_exact_scan(fresh_db: PgDatabase) -> None:
             assert owners == [("t1",)]
 
 
+def test_two_vectors_of_one_memory_count_once_at_the_nearer_on_both_paths(
+    fresh_db: PgDatabase,
+) -> None:
+    """A memory with a context has two vectors; the exact scan and the HNSW walk both
+    return it once, at the similarity of its nearer vector."""
+    rng = random.Random(9)
+
+    def vec() -> list[float]:
+        v = [rng.gauss(0, 1) for _ in range(384)]
+        norm = math.sqrt(sum(x * x for x in v))
+        return [x / norm for x in v]
+
+    def literal(v: list[float]) -> str:
+        return "[" + ",".join(f"{x:.6f}" for x in v) + "]"
+
+    views: dict[str, list[list[float]]] = {}
+    with psycopg.connect(fresh_db.superuser_url, autocommit=True) as su:
+        for i in range(600):
+            (memory_id,) = su.execute(
+                "insert into harbor.memories (tenant_id, scope, user_id, content, content_hash)"
+                " values ('t1', 'user', 'u1', %s, md5(%s) || md5(%s)) returning id",
+                (f"memory {i}", str(i), f"x{i}"),
+            ).fetchone() or ("",)
+            views[memory_id] = [vec()] + ([vec()] if i % 2 == 0 else [])
+            for with_context, v in enumerate(views[memory_id]):
+                su.execute(
+                    "insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims,"
+                    " embedding, scope, user_id, with_context) values ('t1', %s, 'm384', 384,"
+                    " %s::vector, 'user', 'u1', %s)",
+                    (memory_id, literal(v), bool(with_context)),
+                )
+        su.execute("analyze harbor.memory_embeddings")
+    with psycopg.connect(fresh_db.app_url, autocommit=True) as app:
+        app.execute("select harbor.set_identity('t1', principal_id => 'u1')")
+        for _ in range(5):
+            q = vec()
+            nearest = {
+                mid: max(sum(a * b for a, b in zip(q, v, strict=True)) for v in vs)
+                for mid, vs in views.items()
+            }
+            expected = sorted(nearest, key=lambda m: -nearest[m])[:25]
+            sql = (
+                "select memory_id, similarity from harbor._dense_candidates(%s::vector, 'm384',"
+                " '{user}', now(), 25, %s) order by dense_rank"
+            )
+            for exact_limit in (5000, 100):  # exact scan, then the HNSW walk
+                got = app.execute(sql, (literal(q), exact_limit)).fetchall()
+                ids = [r[0] for r in got]
+                assert len(ids) == len(set(ids)) == 25
+                for memory_id, similarity in got:
+                    assert similarity == pytest.approx(nearest[memory_id], abs=1e-4)
+                assert len(set(ids) & set(expected)) >= (25 if exact_limit == 5000 else 23)
+
+
 @pytest.mark.parametrize(
     "text",
     [

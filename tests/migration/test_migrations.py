@@ -103,3 +103,46 @@ def test_upgrade_is_repeatable(fresh_db: PgDatabase) -> None:
     before = pg_dump(fresh_db, "--schema=harbor")
     migrate.upgrade(fresh_db.owner_url)  # at head already: re-applies re-runnable files only
     assert pg_dump(fresh_db, "--schema=harbor") == before
+
+
+def test_0003_labels_existing_vectors_by_what_they_were_computed_from(
+    empty_db: PgDatabase,
+) -> None:
+    """Before 0003 a memory with a context had one vector, of context + content."""
+    migrate.upgrade(empty_db.owner_url, "0002")
+    with psycopg.connect(empty_db.superuser_url, autocommit=True) as su:
+        for content, context in (("a turn", "the turn before"), ("a fact", None), ("b", "  ")):
+            su.execute(
+                "with m as (insert into harbor.memories (tenant_id, scope, user_id, content,"
+                " content_hash, context) values ('t1', 'user', 'u1', %s, md5(%s) || md5(%s), %s)"
+                " returning tenant_id, id, scope, user_id)"
+                " insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims,"
+                " embedding, scope, user_id) select tenant_id, id, 'm', 2, '[1,0]', scope,"
+                " user_id from m",
+                (content, content, content, context),
+            )
+    migrate.upgrade(empty_db.owner_url)
+    labelled = (
+        "select m.content, e.with_context from harbor.memory_embeddings e"
+        " join harbor.memories m on m.id = e.memory_id order by m.content, e.with_context"
+    )
+    with psycopg.connect(empty_db.superuser_url, autocommit=True) as su:
+        assert su.execute(labelled).fetchall() == [
+            ("a fact", False),
+            ("a turn", True),
+            ("b", False),
+        ]
+        # a memory saved after the upgrade may hold both views
+        su.execute(
+            "insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims,"
+            " embedding, scope, user_id, with_context) select tenant_id, id, 'm', 2, '[0,1]',"
+            " scope, user_id, false from harbor.memories where content = 'a turn'"
+        )
+    # downgrade keeps the one vector per memory that recall used before 0003
+    migrate.downgrade(empty_db.owner_url, "0002")
+    with psycopg.connect(empty_db.superuser_url, autocommit=True) as su:
+        kept = su.execute(
+            "select m.content, e.embedding::text from harbor.memory_embeddings e"
+            " join harbor.memories m on m.id = e.memory_id order by m.content"
+        ).fetchall()
+    assert kept == [("a fact", "[1,0]"), ("a turn", "[1,0]"), ("b", "[1,0]")]
