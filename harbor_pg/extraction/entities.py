@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from harbor_pg.owner import MAX_ID_LENGTH, MemoryOwner
+from harbor_pg.owner import MAX_ID_LENGTH
 
 __all__ = [
     "MAX_ENTITY_IDS",
@@ -50,18 +50,30 @@ class ResolvedEntity:
 class MemoryEntityResolver(Protocol):
     """Resolves entity mentions to knowledge-graph node ids (read-only).
 
-    Called once per extraction with every mention of every fact that is about
-    to be stored. Return any number of resolutions per mention (none for a
-    mention the graph does not know); order does not matter. ``owner`` is the
-    identity the memories are written for: resolve within its tenant only.
-    An exception is logged at WARNING by the extractor, and the facts are
-    then stored with no entity ids at all.
+    The port of seed 000 ("Entity anchoring"), exactly::
+
+        async def resolve_entities(
+            self, mentions: Sequence[str], *, tenant_id: str
+        ) -> tuple[ResolvedEntity, ...]: ...
+
+    The extractor calls it once per extraction, as
+    ``resolve_entities(mentions, tenant_id=owner.tenant_id)``, with the
+    distinct, non-blank mentions of every fact about to be stored. Resolve
+    within that tenant only. Return any number of resolutions per mention
+    (none for a mention the graph does not know); order does not matter.
+    An exception is logged at WARNING by the extractor, and the facts are then
+    stored with no entity ids at all.
+
+    Only this method is recognised: an object offering just the pre-release
+    ``resolve(mentions, owner)`` method is rejected when the extractor is
+    built (:class:`~harbor_pg.errors.MemoryConfigurationError`, naming the
+    method to rename) rather than silently adapted.
     """
 
-    async def resolve(
-        self, mentions: Sequence[str], owner: MemoryOwner
-    ) -> Sequence[ResolvedEntity]:
-        """Resolve ``mentions`` (distinct, non-blank) for ``owner``'s tenant."""
+    async def resolve_entities(
+        self, mentions: Sequence[str], *, tenant_id: str
+    ) -> tuple[ResolvedEntity, ...]:
+        """Resolve ``mentions`` (distinct, non-blank) to node ids in ``tenant_id``."""
         ...
 
 

@@ -18,7 +18,8 @@ One extraction is one model call and, per stored fact, a few statements:
    memory that was rendered into this prompt, in the same scope.
 4. Entity mentions are anchored to knowledge-graph ids through a
    :class:`~harbor_pg.extraction.entities.MemoryEntityResolver` when one is
-   wired (read-only; nothing is written to a graph), else stored verbatim.
+   wired -- one ``resolve_entities(mentions, tenant_id=owner.tenant_id)`` call,
+   read-only, nothing is written to a graph -- else stored verbatim.
 5. With an embedder, the facts are embedded in one batch, and a fact whose
    nearest currently valid memory in the same scope scores at or above
    ``dedup_threshold`` (cosine similarity, computed by the store) is skipped
@@ -40,6 +41,7 @@ content.
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import re
@@ -91,6 +93,15 @@ DEFAULT_MAX_FACTS = 20
 MessageLike = ConversationMessage | BaseMessage
 
 _FENCE = re.compile(r"^\s*```[A-Za-z0-9_-]*\s*\n?|\n?\s*```\s*$")
+
+
+def _has_attribute(obj: object, name: str) -> bool:
+    """``hasattr`` without running the object's ``__getattr__`` (a misfit collaborator's)."""
+    try:
+        inspect.getattr_static(obj, name)
+    except AttributeError:
+        return False
+    return True
 
 
 def _describe(exc: BaseException) -> str:
@@ -161,8 +172,11 @@ class MemoryExtractor:
             and no model is called.
         embedder: when set, every stored fact gets its vector (one batched
             ``embed`` call per extraction) and the similarity gate is on.
-        entities: resolves entity mentions to knowledge-graph ids; without
-            it the model's mentions are stored verbatim.
+        entities: a :class:`~harbor_pg.extraction.entities.MemoryEntityResolver`
+            (``resolve_entities(mentions, *, tenant_id)``) that maps entity
+            mentions to knowledge-graph ids; resolutions below
+            ``entity_confidence_floor`` are dropped. Without it the model's
+            mentions are stored verbatim.
         render_limit: how many stored memories the model is shown (0 shows
             none, which also turns supersession off).
         max_facts: most facts one extraction stores.
@@ -199,8 +213,15 @@ class MemoryExtractor:
                 f"embedder must implement Embedder, got {type(embedder).__name__}"
             )
         if entities is not None and not isinstance(entities, MemoryEntityResolver):
+            hint = (
+                " (it has resolve(mentions, owner); rename it to "
+                "resolve_entities(mentions, *, tenant_id))"
+                if _has_attribute(entities, "resolve")
+                else ""
+            )
             raise MemoryConfigurationError(
-                f"entities must implement MemoryEntityResolver, got {type(entities).__name__}"
+                "entities must implement MemoryEntityResolver.resolve_entities(mentions, *, "
+                f"tenant_id), got {type(entities).__name__}{hint}"
             )
         for name, value, low in (("render_limit", render_limit, 0), ("max_facts", max_facts, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -397,7 +418,9 @@ class MemoryExtractor:
         if not mentions:
             return [[] for _ in candidates]
         try:
-            resolutions = await self.entities.resolve(list(mentions.values()), owner)
+            resolutions = await self.entities.resolve_entities(
+                list(mentions.values()), tenant_id=owner.tenant_id
+            )
             return anchored_entity_ids(
                 [c.mentions for c in candidates],
                 resolutions,

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from harbor_pg.embedders.base import EmbedderError
 from harbor_pg.embedders.hashing import HashingEmbedder
 from harbor_pg.errors import MemoryConfigurationError, MemoryDatabaseError
-from harbor_pg.extraction.entities import ResolvedEntity
+from harbor_pg.extraction.entities import MemoryEntityResolver, ResolvedEntity
 from harbor_pg.extraction.extractor import (
     DEFAULT_MAX_FACTS,
     MemoryExtractor,
@@ -164,17 +164,24 @@ class FlakyStore(InMemoryLongTermStore):
 
 
 class GraphResolver:
-    """A resolver over a fixed table; any write-like call fails the test."""
+    """A resolver written to seed 000's port over a fixed table; any write-like call fails.
+
+    ``tenant_id`` is keyword-only, as in the seed, so a positional call fails the test.
+    """
 
     def __init__(self, table: Sequence[ResolvedEntity] | Exception) -> None:
         self.table = table
         self.calls: list[list[str]] = []
+        self.tenants: list[str] = []
 
-    async def resolve(self, mentions: Sequence[str], owner: MemoryOwner) -> list[ResolvedEntity]:
+    async def resolve_entities(
+        self, mentions: Sequence[str], *, tenant_id: str
+    ) -> tuple[ResolvedEntity, ...]:
         self.calls.append(list(mentions))
+        self.tenants.append(tenant_id)
         if isinstance(self.table, Exception):
             raise self.table
-        return list(self.table)
+        return tuple(self.table)
 
     def __getattr__(self, name: str) -> Any:  # create_node, merge, upsert, ...
         raise AssertionError(f"extraction must not call {name} on the knowledge graph")
@@ -603,6 +610,40 @@ async def test_resolved_entities_above_the_floor_are_stored() -> None:
     assert first.entity_ids == ["kg:dana", "kg:pipeline"]
     assert second.entity_ids == ["kg:pipeline"]
     assert resolver.calls == [["Dana", "Ingest pipeline", "Postgres"]]  # one call, distinct
+    assert resolver.tenants == ["t1"]  # tenant_id=owner.tenant_id
+
+
+async def test_the_resolver_is_asked_within_the_owners_tenant_only() -> None:
+    resolver = GraphResolver([ResolvedEntity("Dana", "kg:dana", 0.9)])
+    other_tenant = MemoryOwner(tenant_id="t2", principal_id="alice", session_id="s1")
+    model = ScriptedModel(facts(fact("Dana owns the ingest pipeline.", entities=["Dana"])))
+    (stored,) = await extractor(model, entities=resolver).extract(other_tenant, TURN)
+    assert stored.entity_ids == ["kg:dana"]
+    assert resolver.tenants == ["t2"]
+
+
+async def test_a_resolver_copied_from_the_seed_is_wired_and_called() -> None:
+    class SeedResolver:  # the port exactly as seed 000 writes it, plus a body
+        async def resolve_entities(
+            self, mentions: Sequence[str], *, tenant_id: str
+        ) -> tuple[ResolvedEntity, ...]:
+            return tuple(ResolvedEntity(m, f"{tenant_id}:{m.lower()}", 1.0) for m in mentions)
+
+    resolver = SeedResolver()
+    assert isinstance(resolver, MemoryEntityResolver)
+    model = ScriptedModel(facts(fact("Dana owns the ingest pipeline.", entities=["Dana", "KG"])))
+    (stored,) = await extractor(model, entities=resolver).extract(ALICE, TURN)
+    assert stored.entity_ids == ["t1:dana", "t1:kg"]
+
+
+def test_a_pre_release_resolve_method_is_rejected_with_a_rename_hint() -> None:
+    class OldStyle:
+        async def resolve(self, mentions: Sequence[str], owner: MemoryOwner) -> Any:
+            return ()
+
+    assert not isinstance(OldStyle(), MemoryEntityResolver)
+    with pytest.raises(MemoryConfigurationError, match=r"rename it to resolve_entities"):
+        extractor(ScriptedModel(), entities=OldStyle())
 
 
 async def test_a_failing_resolver_costs_the_anchors_only(caplog: pytest.LogCaptureFixture) -> None:
@@ -616,7 +657,7 @@ async def test_a_failing_resolver_costs_the_anchors_only(caplog: pytest.LogCaptu
 
 async def test_a_resolver_answering_garbage_costs_the_anchors_only() -> None:
     class Garbage:
-        async def resolve(self, mentions: Sequence[str], owner: MemoryOwner) -> Any:
+        async def resolve_entities(self, mentions: Sequence[str], *, tenant_id: str) -> Any:
             return 42
 
     model = ScriptedModel(facts(fact("Dana owns the ingest pipeline.", entities=["Dana"])))
