@@ -61,6 +61,9 @@ __all__ = ["MemoryManager", "MemoryManagerConfig", "MemorySnapshot"]
 
 log = logging.getLogger("harbor_pg")
 
+#: Every field of a MemoryOwner; a snapshot owner must equal the bound caller on each.
+_IDENTITY_FIELDS = tuple(MemoryOwner.model_fields)
+
 #: Parameters of a snapshot that recalls nothing.
 _NO_RECALL = RecallRequest(query="", scopes=(), top_k=0)
 
@@ -697,11 +700,16 @@ class MemoryManager:
         )
 
     def _check_caller(self, owner: MemoryOwner) -> None:
+        """Reject an owner that is not exactly the bound caller.
+
+        Every identity field must be equal, unset ones included: an owner that
+        adds a field the caller does not carry (a ``project_id``, a ``run_id``)
+        would widen what the snapshot reads beyond the authenticated caller.
+        """
         if self.caller is None:
             return
-        for name in ("tenant_id", "project_id", "principal_id", "user_id", "session_id", "run_id"):
-            mine = getattr(self.caller, name)
-            if mine is not None and getattr(owner, name) != mine:
+        for name in _IDENTITY_FIELDS:
+            if getattr(owner, name) != getattr(self.caller, name):
                 raise MemoryScopeError(
                     f"snapshot owner does not match the authenticated caller ({name} differs)"
                 )

@@ -219,6 +219,24 @@ class MemoryStoreConformance:
             await bound.snapshot(OTHER_TENANT)
         assert (await bound.snapshot(ALICE)).recent == []
 
+    async def test_snapshot_rejects_a_widened_owner(self, manager: MemoryManager) -> None:
+        # a caller authenticated without a project must not reach a project by adding one
+        caller = MemoryOwner(tenant_id="t1", principal_id="alice", session_id="s1")
+        p2 = caller.model_copy(update={"project_id": "p2"})
+        await manager.save(p2, Memory(content="p2 roadmap is secret", scope=MemoryScope.PROJECT))
+        await manager.append(caller, ConversationMessage(role="user", content="hello"))
+        bound = manager.bound_to(caller)
+        with pytest.raises(MemoryScopeError, match="project_id"):
+            await bound.snapshot(p2, query="p2 roadmap secret")
+        with pytest.raises(MemoryScopeError, match="run_id"):
+            await bound.snapshot(caller.model_copy(update={"run_id": "r9"}))
+        # narrowed owners are not the caller either
+        with pytest.raises(MemoryScopeError):
+            await manager.bound_to(ALICE).snapshot(ALICE.model_copy(update={"project_id": None}))
+        own = await bound.snapshot(caller, query="p2 roadmap secret")
+        assert [m.content for m in own.recent] == ["hello"]
+        assert own.memories == []
+
     async def test_unconfigured_tier_raises(self, manager: MemoryManager) -> None:
         only_working = MemoryManager(working=manager.working)
         with pytest.raises(MemoryConfigurationError):
