@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import psycopg
 
 from harbor_pg.errors import MemoryError
 
@@ -154,8 +157,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MemoryError as exc:
         print(f"harbor-pg: error: {exc}", file=sys.stderr)
         return 2
+    except psycopg.Error as exc:
+        # last resort: a driver error nothing above turned into a harbor error
+        print(f"harbor-pg: database error: {_driver_message(exc, args)}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _driver_message(exc: BaseException, args: argparse.Namespace) -> str:
+    """One line of ``exc`` with every password we know of replaced by ``***``."""
+    from harbor_pg.db.server import scrub
+
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else type(exc).__name__
+    return scrub(
+        line,
+        args.database_url,
+        os.environ.get("HARBOR_DATABASE_URL"),
+        os.environ.get("HARBOR_ADMIN_DATABASE_URL"),
+    )
 
 
 if __name__ == "__main__":

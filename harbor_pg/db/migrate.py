@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib import resources
+from typing import Any
 
 import psycopg
+import sqlalchemy.exc
 from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
+from alembic.util import CommandError
+from psycopg.rows import dict_row
+
+from harbor_pg.db.server import OWNER_ROLE, describe_connect_error, redact, scrub
+from harbor_pg.db.sqlfiles import query
+from harbor_pg.errors import MemoryConfigurationError, MemoryDatabaseError
 
 __all__ = ["alembic_config", "current_revision", "downgrade", "head_revision", "upgrade"]
 
@@ -32,13 +42,103 @@ def alembic_config(owner_url: str) -> Config:
 
 
 def upgrade(owner_url: str, revision: str = "head") -> None:
-    """Migrate the database to ``revision`` (default: the newest)."""
-    command.upgrade(alembic_config(owner_url), revision)
+    """Migrate the database to ``revision`` (default: the newest).
+
+    Raises :class:`MemoryConfigurationError` when the login may not migrate
+    or the database lacks an extension, :class:`MemoryDatabaseError` for any
+    other database failure; never a driver traceback, never the password.
+    """
+    _require_owner(owner_url, "migrate the schema")
+    with _migration_errors(owner_url, revision):
+        command.upgrade(alembic_config(owner_url), revision)
 
 
 def downgrade(owner_url: str, revision: str = "base") -> None:
     """Migrate the database down to ``revision`` (default: nothing left)."""
-    command.downgrade(alembic_config(owner_url), revision)
+    _require_owner(owner_url, "migrate the schema")
+    with _migration_errors(owner_url, revision):
+        command.downgrade(alembic_config(owner_url), revision)
+
+
+@contextmanager
+def _connect(url: str) -> Iterator[psycopg.Connection[dict[str, Any]]]:
+    """A short autocommit connection whose failures come out as harbor errors."""
+    try:
+        conn = psycopg.connect(url, autocommit=True, connect_timeout=10, row_factory=dict_row)
+    except psycopg.Error as exc:
+        raise MemoryConfigurationError(describe_connect_error(url, exc)) from None
+    try:
+        with conn:
+            yield conn
+    except psycopg.Error as exc:
+        raise MemoryDatabaseError(
+            f"database error at {redact(url)}: {scrub(_first_line(exc), url)}"
+        ) from None
+
+
+def _login(conn: psycopg.Connection[dict[str, Any]]) -> dict[str, Any]:
+    row = conn.execute(query("migration_login")).fetchone()
+    assert row is not None
+    return row
+
+
+def _require_owner(url: str, action: str) -> None:
+    with _connect(url) as conn:
+        row = _login(conn)
+    if not row["is_owner"]:
+        raise MemoryConfigurationError(_not_owner(row, action))
+
+
+def _not_owner(row: dict[str, Any], action: str) -> str:
+    if not row["owner_exists"]:
+        return (
+            f"login {row['login']!r} cannot {action}: the role {OWNER_ROLE} does not exist "
+            "on this server; run sql/roles.sql as a superuser (or point HARBOR_DATABASE_URL "
+            "at a superuser once, which creates the roles)"
+        )
+    return (
+        f"login {row['login']!r} cannot {action}: that needs the schema owner {OWNER_ROLE} "
+        f"(or a role that is a member of it, or a superuser); point HARBOR_DATABASE_URL "
+        f"(or --database-url) at {OWNER_ROLE} for `harbor-pg migrate` and `harbor-pg status`. "
+        "Applications connect as harbor_app."
+    )
+
+
+@contextmanager
+def _migration_errors(url: str, revision: str) -> Iterator[None]:
+    try:
+        yield
+    except CommandError as exc:  # an unknown revision, say
+        raise MemoryConfigurationError(
+            f"cannot migrate to {revision!r}: {scrub(_first_line(exc), url)}"
+        ) from None
+    except sqlalchemy.exc.DBAPIError as exc:
+        raise _describe_migration_error(url, revision, exc.orig or exc) from None
+    except psycopg.Error as exc:
+        raise _describe_migration_error(url, revision, exc) from None
+
+
+def _describe_migration_error(url: str, revision: str, exc: BaseException) -> Exception:
+    text = scrub(_first_line(exc), url)
+    low = text.lower()
+    where = redact(url)
+    if isinstance(exc, psycopg.OperationalError) and exc.sqlstate is None:
+        return MemoryConfigurationError(describe_connect_error(url, exc))
+    if 'access method "gist"' in low or 'type "vector"' in low or "extension" in low:
+        return MemoryConfigurationError(
+            f"migrating {where} to {revision} failed: {text}. The vector and btree_gist "
+            "extensions must be installed in this database: as a superuser, run "
+            "`create extension if not exists vector; create extension if not exists "
+            "btree_gist;` in it"
+        )
+    if isinstance(exc, psycopg.errors.InsufficientPrivilege):
+        return MemoryConfigurationError(f"migrating {where} to {revision} failed: {text}")
+    return MemoryDatabaseError(f"migrating {where} to {revision} failed: {text}")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def head_revision() -> str | None:
@@ -48,10 +148,18 @@ def head_revision() -> str | None:
 
 
 def current_revision(url: str) -> str | None:
-    """The revision the database is at (None for an empty database)."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        table = conn.execute("select to_regclass('public.harbor_alembic_version')").fetchone()
-        if table is None or table[0] is None:
+    """The revision the database is at (None for an empty database).
+
+    Raises :class:`MemoryConfigurationError` when the login may not read the
+    Alembic version table (the application role, say).
+    """
+    with _connect(url) as conn:
+        login = _login(conn)
+        if not login["has_version_table"]:
             return None
-        row = conn.execute("select version_num from public.harbor_alembic_version").fetchone()
-        return None if row is None else str(row[0])
+        if not login["can_read_version"]:
+            raise MemoryConfigurationError(
+                _not_owner(login, "read the schema revision (public.harbor_alembic_version)")
+            )
+        row = conn.execute(query("schema_revision")).fetchone()
+    return None if row is None else str(row["version_num"])

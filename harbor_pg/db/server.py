@@ -22,8 +22,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from psycopg import conninfo
+from psycopg.rows import dict_row
 
-from harbor_pg.db.sqlfiles import read_sql
+from harbor_pg.db.sqlfiles import query, read_sql
 from harbor_pg.errors import MemoryConfigurationError
 
 __all__ = [
@@ -33,9 +34,11 @@ __all__ = [
     "ServerInfo",
     "bootstrap",
     "check_server",
+    "check_url",
     "default_data_dir",
     "redact",
     "resolve_server",
+    "scrub",
     "start_embedded",
 ]
 
@@ -67,12 +70,66 @@ class ServerInfo:
 def redact(url: str) -> str:
     """``url`` with any password replaced by ``***`` (URL or key=value form)."""
     if "://" in url:
-        parts = urlsplit(url)
-        if parts.password is not None:
-            netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-            parts = parts._replace(netloc=netloc)
-        url = urlunsplit(parts)
-    return re.sub(r"(password\s*=\s*)('[^']*'|\S+)", r"\1***", url, flags=re.IGNORECASE)
+        try:
+            parts = urlsplit(url)
+            password = parts.password
+        except ValueError:  # not a URL urllib can split (e.g. an unbalanced '[')
+            url = _USERINFO.sub(r"\1***@", url)
+        else:
+            if password is not None:
+                netloc = parts.netloc.replace(f":{password}@", ":***@", 1)
+                url = urlunsplit(parts._replace(netloc=netloc))
+    return _KV_PASSWORD.sub(r"\1***", url)
+
+
+_KV_PASSWORD = re.compile(r"(password\s*=\s*)('[^']*'|\S+)", re.IGNORECASE)
+# user:password@ in a URL or in anything that looks like one
+_USERINFO = re.compile(r"((?:^|[\s\"'/])[^\s\"'/:@]*:)[^\s\"'/@]*@")
+
+
+def _passwords(url: str) -> list[str]:
+    found: list[str] = []
+    with contextlib.suppress(ValueError):
+        if "://" in url and urlsplit(url).password:
+            found.append(str(urlsplit(url).password))
+    for m in _KV_PASSWORD.finditer(url):
+        found.append(m.group(2).strip("'"))
+    return [p for p in found if p]
+
+
+def scrub(text: str, *urls: str | None) -> str:
+    """``text`` (say, a driver's message) with the passwords of ``urls`` and
+    any ``user:password@`` or ``password=...`` in it replaced by ``***``."""
+    for url in urls:
+        if not url:
+            continue
+        text = text.replace(url, redact(url))
+        for password in _passwords(url):
+            text = text.replace(password, "***")
+    return _KV_PASSWORD.sub(r"\1***", _USERINFO.sub(r"\1***@", text))
+
+
+def check_url(url: str, what: str = "the database URL") -> None:
+    """Raise :class:`MemoryConfigurationError` unless ``url`` is a PostgreSQL
+    connection string (``postgresql://`` / ``postgres://`` URL or key=value
+    pairs) that libpq can parse. ``what`` names where it came from."""
+    expected = "expected postgresql://user:password@host:port/dbname or key=value pairs"
+    scheme = url.split("://", 1)[0].strip().lower() if "://" in url else None
+    if scheme is not None and scheme not in ("postgresql", "postgres"):
+        raise MemoryConfigurationError(
+            f"{what} {redact(url)} is not a PostgreSQL URL (scheme {scheme!r}; {expected})"
+        )
+    try:
+        conninfo.conninfo_to_dict(url)
+    except psycopg.Error as exc:
+        raise MemoryConfigurationError(
+            f"{what} is malformed: {scrub(_first_line(exc), url)} ({expected})"
+        ) from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def default_data_dir() -> Path:
@@ -143,49 +200,91 @@ def _grant_database(conn: psycopg.Connection[Any], database: str) -> None:
     conn.execute(f"grant create on schema public to {OWNER_ROLE}")
 
 
-def check_server(url: str) -> None:
+def check_server(url: str, what: str = "the database URL") -> bool:
     """Connect and check the server has what harbor-pg needs.
 
     Raises :class:`MemoryConfigurationError` with one clear line (password
-    redacted) for an unreachable server, bad credentials, or missing
-    pgvector >= 0.7 / btree_gist.
+    redacted) for a malformed or non-PostgreSQL URL, an unreachable server,
+    bad credentials, or missing pgvector >= 0.7 / btree_gist. A superuser
+    login gets the extensions created (:func:`resolve_server`), so for it
+    they need only be available in the cluster; any other login needs them
+    installed in its database already. Returns whether the login is a superuser.
     """
+    check_url(url, what)
     try:
-        conn = psycopg.connect(url, connect_timeout=10, autocommit=True)
-    except psycopg.OperationalError as exc:
+        conn = psycopg.connect(url, connect_timeout=10, autocommit=True, row_factory=dict_row)
+    except psycopg.Error as exc:
         raise MemoryConfigurationError(describe_connect_error(url, exc)) from None
-    with conn:
-        rows = conn.execute(
-            "select name, coalesce(installed_version, default_version) "
-            "from pg_available_extensions where name in ('vector', 'btree_gist')"
-        ).fetchall()
-    found: dict[str, str] = {str(k): str(v) for k, v in rows}
-    check_extensions(found, redact(url))
+    try:
+        with conn:
+            row = conn.execute(query("server_extensions")).fetchone()
+    except psycopg.Error as exc:
+        raise MemoryConfigurationError(
+            f"cannot check PostgreSQL at {redact(url)}: {scrub(_first_line(exc), url)}"
+        ) from None
+    assert row is not None
+    available: dict[str, str] = {str(k): str(v) for k, v in row["available"].items()}
+    installed: dict[str, str] = {str(k): str(v) for k, v in row["installed"].items()}
+    if row["superuser"]:
+        check_extensions({**available, **installed}, redact(url))
+    else:
+        check_extensions(
+            installed,
+            redact(url),
+            available=available,
+            database=str(row["database"]),
+            login=str(row["login"]),
+        )
+    return bool(row["superuser"])
 
 
-def check_extensions(found: dict[str, str], where: str) -> None:
-    """Raise unless ``found`` (extension -> version) has pgvector >= 0.7 and btree_gist."""
-    if "vector" not in found:
+def check_extensions(
+    found: dict[str, str],
+    where: str,
+    *,
+    available: dict[str, str] | None = None,
+    database: str | None = None,
+    login: str | None = None,
+) -> None:
+    """Raise unless ``found`` (extension -> version) has pgvector >= 0.7 and btree_gist.
+
+    ``found`` is what this login can use. When it is only what is installed
+    (a login that cannot create extensions), pass ``available`` (what the
+    cluster has) so an extension that is available but not installed is
+    reported with the ``create extension`` step that is missing.
+    """
+    available = available or {}
+    if "vector" not in found and "vector" not in available:
         raise MemoryConfigurationError(
             f"PostgreSQL at {where} does not have the pgvector extension "
             f"(harbor-pg needs pgvector >= {MIN_PGVECTOR[0]}.{MIN_PGVECTOR[1]})"
         )
-    version = tuple(int(p) for p in re.findall(r"\d+", found["vector"])[:2])
+    version_text = found.get("vector") or available["vector"]
+    version = tuple(int(p) for p in re.findall(r"\d+", version_text)[:2])
     if version < MIN_PGVECTOR:
         raise MemoryConfigurationError(
-            f"PostgreSQL at {where} has pgvector {found['vector']}; harbor-pg needs "
+            f"PostgreSQL at {where} has pgvector {version_text}; harbor-pg needs "
             f">= {MIN_PGVECTOR[0]}.{MIN_PGVECTOR[1]}"
         )
-    if "btree_gist" not in found:
+    if "btree_gist" not in found and "btree_gist" not in available:
         raise MemoryConfigurationError(
             f"PostgreSQL at {where} does not have the btree_gist extension "
             "(part of PostgreSQL's contrib package)"
+        )
+    missing = [name for name in ("vector", "btree_gist") if name not in found]
+    if missing:
+        steps = " ".join(f"create extension if not exists {name};" for name in missing)
+        raise MemoryConfigurationError(
+            f"PostgreSQL at {where} has {' and '.join(missing)} available but not installed "
+            f"in database {database!r}, and login {login!r} is not a superuser, so harbor-pg "
+            f"cannot create {'it' if len(missing) == 1 else 'them'}: as a superuser, run "
+            f"`{steps}` in database {database!r}"
         )
 
 
 def describe_connect_error(url: str, exc: BaseException) -> str:
     """One line naming why a connection failed, without the password."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    text = _first_line(exc)
     low = str(exc).lower()
     where = redact(url)
     if "password authentication failed" in low or "authentication failed" in low:
@@ -206,7 +305,7 @@ def describe_connect_error(url: str, exc: BaseException) -> str:
     ):
         reason = "the server is unreachable"
     else:
-        reason = redact(text)
+        reason = scrub(text, url)
     return f"cannot connect to PostgreSQL at {where}: {reason}"
 
 
@@ -236,18 +335,25 @@ def resolve_server(
             embedded=(data_dir or default_data_dir()).expanduser().resolve(),
             superuser_url=base,
         )
-    check_server(url)
-    with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute("select rolsuper from pg_roles where rolname = current_user").fetchone()
-    if row and row[0]:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(read_sql("roles.sql"))
-            conn.execute("create extension if not exists vector")
-            conn.execute("create extension if not exists btree_gist")
-            _grant_database(conn, conn.info.dbname)
+    what = "the database URL" if database_url else "HARBOR_DATABASE_URL"
+    if admin_url:
+        check_url(admin_url, "the admin database URL")
+    is_superuser = check_server(url, what)
+    if is_superuser:
+        try:
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute(read_sql("roles.sql"))
+                conn.execute("create extension if not exists vector")
+                conn.execute("create extension if not exists btree_gist")
+                _grant_database(conn, conn.info.dbname)
+        except psycopg.Error as exc:
+            raise MemoryConfigurationError(
+                f"cannot set up roles and extensions at {redact(url)}: "
+                f"{scrub(_first_line(exc), url)}"
+            ) from None
     return ServerInfo(
         app_url=url,
         admin_url=admin_url or url,
         owner_url=url,
-        superuser_url=url if row and row[0] else None,
+        superuser_url=url if is_superuser else None,
     )

@@ -10,3 +10,27 @@ select (select count(*) from harbor.messages) as short_term,
        (select count(*) from harbor.memories) as long_term,
        (select count(*) from harbor.memories where upper_inf(valid)) as current_memories,
        (select count(*) from harbor.memory_embeddings) as embeddings
+
+-- name: server_extensions
+-- The login, its database, and the extensions harbor-pg needs: the version available in the cluster and the one installed in this database.
+select current_user as login,
+       current_database() as database,
+       (select rolsuper from pg_roles where rolname = current_user) as superuser,
+       (select coalesce(jsonb_object_agg(name, default_version), '{}')
+          from pg_available_extensions where name in ('vector', 'btree_gist')) as available,
+       (select coalesce(jsonb_object_agg(extname, extversion), '{}')
+          from pg_extension where extname in ('vector', 'btree_gist')) as installed
+
+-- name: migration_login
+-- Whether the login may run migrations (is, or is a member of, harbor_owner) and read the Alembic version table.
+select current_user as login,
+       exists (select 1 from pg_roles where rolname = 'harbor_owner') as owner_exists,
+       case when exists (select 1 from pg_roles where rolname = 'harbor_owner')
+            then pg_has_role(current_user, 'harbor_owner', 'MEMBER') else false end as is_owner,
+       to_regclass('public.harbor_alembic_version') is not null as has_version_table,
+       coalesce(has_table_privilege(to_regclass('public.harbor_alembic_version'), 'SELECT'), false)
+           as can_read_version
+
+-- name: schema_revision
+-- The Alembic revision the harbor schema is at.
+select version_num from public.harbor_alembic_version
