@@ -726,13 +726,17 @@ class MemoryManager:
     ) -> EraseReceipt:
         """Delete every row of a user, a user's session, or an agent, in every tier.
 
+        A user's rows are those keyed to the user and those the user wrote as
+        the principal in a wider scope (a PROJECT memory stores the author in
+        ``principal_id``); a session's memories include those derived from it
+        (``source_session_id``), and any memory derived from an erased turn
+        (``source_message_ids``) goes too. Embeddings go with their memories.
+
         One transaction on PostgreSQL (as the elevated role); returns counts
         per tier. Nothing of the erased text is written anywhere.
         """
         if user_id is None and principal_id is None:
             raise MemoryValidationError("erase needs a user_id or a principal_id (agent)")
-        if session_id is not None and user_id is None and principal_id is None:
-            raise MemoryValidationError("erasing a session needs its user_id")
         owner = MemoryOwner(tenant_id=tenant_id)
         if self.database is not None:
             async with self.database.transaction(owner, admin=True) as conn:
@@ -753,22 +757,25 @@ class MemoryManager:
                 long_term=counts.get("long_term", 0),
                 embeddings=counts.get("embeddings", 0),
             )
-        st = (
-            self.short_term.erase(tenant_id, user_id, session_id)
-            if isinstance(self.short_term, InMemoryShortTermStore) and principal_id is None
+        subject = {"user_id": user_id, "session_id": session_id, "principal_id": principal_id}
+        turn_ids = (
+            self.short_term.erase(tenant_id, **subject)
+            if isinstance(self.short_term, InMemoryShortTermStore)
+            else []
+        )
+        working = (
+            self.working.erase(tenant_id, **subject)
+            if isinstance(self.working, InMemoryWorkingStore)
             else 0
         )
-        wk = (
-            self.working.erase(tenant_id, user_id, session_id)
-            if isinstance(self.working, InMemoryWorkingStore) and principal_id is None
-            else 0
-        )
-        lt = (
-            self.long_term.erase(tenant_id, user_id, session_id, principal_id)
+        long_term, embeddings = (
+            self.long_term.erase(tenant_id, **subject, turn_ids=turn_ids)
             if isinstance(self.long_term, InMemoryLongTermStore)
-            else 0
+            else (0, 0)
         )
-        return EraseReceipt(short_term=st, working=wk, long_term=lt, embeddings=0)
+        return EraseReceipt(
+            short_term=len(turn_ids), working=working, long_term=long_term, embeddings=embeddings
+        )
 
     async def erase_agent_memories(
         self, tenant_id: str, agent_id: str, session_id: str | None = None

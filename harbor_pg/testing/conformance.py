@@ -255,3 +255,113 @@ class MemoryStoreConformance:
         assert await manager.scratch(ALICE) == {}
         assert await manager.search(ALICE, "erase") == []
         assert [m.content for m in await manager.search(BOB, "bob")] == ["keep bob fact"]
+
+    async def test_erase_user_reaches_rows_written_in_wider_scopes(
+        self, manager: MemoryManager
+    ) -> None:
+        # PROJECT rows store user_id '' and the author in principal_id
+        dana = MemoryOwner(
+            tenant_id="t1", project_id="p1", principal_id="dana", session_id="s1", run_id="r1"
+        )
+        bot = MemoryOwner(
+            tenant_id="t1",
+            project_id="p1",
+            principal_id="helper-bot",
+            user_id="dana",
+            session_id="s1",
+            run_id="bot-run",
+        )
+        turn = await manager.append(dana, ConversationMessage(role="user", content="dana here"))
+        await manager.update(dana, {"k": "dana"})
+        await manager.save(dana, Memory(content="Dana project note", scope=MemoryScope.PROJECT))
+        await manager.save(dana, Memory(content="Dana user note"))
+        # an agent's fact about the project, extracted from Dana's turn
+        await manager.save(
+            bot,
+            Memory(
+                content="Project note taken from Dana",
+                scope=MemoryScope.PROJECT,
+                source_session_id="s1",
+                source_message_ids=[str(turn.id)],
+            ),
+        )
+        await manager.save(BOB, Memory(content="Bob project note", scope=MemoryScope.PROJECT))
+        receipt = await manager.erase("t1", user_id="dana")
+        assert (receipt.short_term, receipt.working, receipt.long_term) == (1, 1, 3)
+        assert [m.content for m in await manager.search(BOB, "project note")] == [
+            "Bob project note"
+        ]
+        assert await manager.search(dana, "dana") == []
+        assert await manager.recent(dana) == []
+
+    async def test_erase_session_takes_memories_derived_from_it(
+        self, manager: MemoryManager
+    ) -> None:
+        dana = MemoryOwner(
+            tenant_id="t1", project_id="p1", principal_id="dana", session_id="s1", run_id="r1"
+        )
+        dana_s2 = dana.model_copy(update={"session_id": "s2"})
+        turn = await manager.append(dana, ConversationMessage(role="user", content="code 4711"))
+        await manager.append(dana_s2, ConversationMessage(role="user", content="other session"))
+        await manager.update(dana, {"s": 1})
+        await manager.update(dana_s2, {"s": 2})
+        await manager.save(
+            dana,
+            Memory(
+                content="Dana's locker code is 4711",
+                source_session_id="s1",
+                source_message_ids=[str(turn.id)],
+            ),
+        )
+        await manager.save(
+            dana,
+            Memory(
+                content="Locker codes have four digits",
+                scope=MemoryScope.PROJECT,
+                source_session_id="s1",
+            ),
+        )
+        await manager.save(dana, Memory(content="locker session note", scope=MemoryScope.SESSION))
+        await manager.save(dana_s2, Memory(content="Dana likes locker tea", source_session_id="s2"))
+        receipt = await manager.erase("t1", user_id="dana", session_id="s1")
+        assert (receipt.short_term, receipt.working, receipt.long_term) == (1, 1, 3)
+        assert [m.content for m in await manager.search(dana, "locker")] == [
+            "Dana likes locker tea"
+        ]
+        assert [m.content for m in await manager.recent(dana_s2)] == ["other session"]
+        assert await manager.scratch(dana_s2) == {"s": 2}
+        assert await manager.scratch(dana) == {}
+
+    async def test_erase_agent_clears_its_turns_and_working_state(
+        self, manager: MemoryManager
+    ) -> None:
+        carol = MemoryOwner(
+            tenant_id="t1", project_id="p1", principal_id="carol", session_id="s1", run_id="r1"
+        )
+        bot = carol.model_copy(
+            update={"principal_id": "support-bot", "user_id": "carol", "run_id": "bot-run"}
+        )
+        bot_s2 = bot.model_copy(update={"session_id": "s2"})
+        await manager.append(carol, ConversationMessage(role="user", content="hi bot"))
+        await manager.append(bot, ConversationMessage(role="assistant", content="bot says 1"))
+        await manager.append(bot_s2, ConversationMessage(role="assistant", content="bot says 2"))
+        await manager.update(carol, {"mine": 1})
+        await manager.update(bot, {"tool": "lookup"})
+        await manager.update(bot_s2, {"tool": "other"})
+        await manager.save(bot, Memory(content="carol's ticket is 99", scope=MemoryScope.SESSION))
+        await manager.save(carol, Memory(content="carol's ticket colour is blue"))
+
+        receipt = await manager.erase_agent_memories("t1", "support-bot", session_id="s1")
+        assert (receipt.short_term, receipt.working, receipt.long_term) == (1, 1, 1)
+        assert [m.content for m in await manager.recent(carol)] == ["hi bot"]
+        assert await manager.scratch(bot) == {}
+        assert await manager.scratch(carol) == {"mine": 1}
+        assert [m.content for m in await manager.recent(bot_s2)] == ["bot says 2"]
+        assert await manager.scratch(bot_s2) == {"tool": "other"}
+
+        receipt = await manager.erase_agent_memories("t1", "support-bot")
+        assert (receipt.short_term, receipt.working, receipt.long_term) == (1, 1, 0)
+        assert await manager.recent(bot_s2) == []
+        assert [m.content for m in await manager.search(carol, "ticket")] == [
+            "carol's ticket colour is blue"
+        ]

@@ -44,6 +44,27 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+def _erased(
+    row_user: str,
+    row_principal: str,
+    row_sessions: tuple[str | None, ...],
+    user_id: str | None,
+    session_id: str | None,
+    principal_id: str | None,
+) -> bool:
+    """The erasure predicate of ``harbor.erase`` for one row.
+
+    A user's rows are keyed to them or written by them as the principal; a
+    session matches any of ``row_sessions`` (a memory's own session and the
+    session it was derived from); an agent's rows are those it wrote.
+    """
+    return (
+        (user_id is None or user_id in (row_user, row_principal))
+        and (session_id is None or session_id in row_sessions)
+        and (principal_id is None or row_principal == principal_id)
+    )
+
+
 @dataclass
 class _SessionState:
     """In-process twin of a ``harbor.session_state`` row (monotonic clock)."""
@@ -59,6 +80,8 @@ class InMemoryShortTermStore:
 
     def __init__(self) -> None:
         self._turns: dict[tuple[str, str, str], list[ConversationMessage]] = {}
+        # turn id -> the principal that appended it ('' when none), for erasure
+        self._principals: dict[int, str] = {}
         self._ids = itertools.count(1)
         self._sessions: dict[tuple[str, str, str], _SessionState] = {}
         self._lease_lock = asyncio.Lock()
@@ -69,8 +92,11 @@ class InMemoryShortTermStore:
         return (owner.tenant_id, owner.user_id or "", owner.session_id or "")
 
     async def append(self, owner: MemoryOwner, message: ConversationMessage) -> ConversationMessage:
-        stored = message.model_copy(update={"id": next(self._ids), "created_at": _now()})
-        self._turns.setdefault(self._key(owner), []).append(stored)
+        key = self._key(owner)
+        turn_id = next(self._ids)
+        stored = message.model_copy(update={"id": turn_id, "created_at": _now()})
+        self._turns.setdefault(key, []).append(stored)
+        self._principals[turn_id] = owner.principal_id or ""
         return stored
 
     async def recent(self, owner: MemoryOwner, limit: int) -> list[ConversationMessage]:
@@ -91,7 +117,10 @@ class InMemoryShortTermStore:
         return len(self._turns.get(self._key(owner), []))
 
     async def clear(self, owner: MemoryOwner) -> int:
-        return len(self._turns.pop(self._key(owner), []))
+        gone = self._turns.pop(self._key(owner), [])
+        for turn in gone:
+            self._principals.pop(turn.id or 0, None)
+        return len(gone)
 
     async def acquire_summary_lease(
         self,
@@ -138,30 +167,46 @@ class InMemoryShortTermStore:
             state.lease_token = None
             return True
 
-    def erase(self, tenant_id: str, user_id: str | None, session_id: str | None) -> int:
-        for key in list(self._sessions):
-            if (
-                key[0] == tenant_id
-                and (user_id is None or key[1] == user_id)
-                and (session_id is None or key[2] == session_id)
-            ):
-                del self._sessions[key]
-        n = 0
+    def erase(
+        self,
+        tenant_id: str,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        principal_id: str | None = None,
+    ) -> list[int]:
+        """Delete the turns of a user, a session or an agent (``harbor.erase``'s rules).
+
+        Returns the ids of the deleted turns (memories derived from them go too).
+        """
+        if user_id is not None and principal_id is None:
+            for key in list(self._sessions):
+                if key[0] == tenant_id and key[1] == user_id and session_id in (None, key[2]):
+                    del self._sessions[key]
+        gone: list[int] = []
         for key in list(self._turns):
-            if (
-                key[0] == tenant_id
-                and (user_id is None or key[1] == user_id)
-                and (session_id is None or key[2] == session_id)
-            ):
-                n += len(self._turns.pop(key))
-        return n
+            if key[0] != tenant_id:
+                continue
+            kept = []
+            for turn in self._turns[key]:
+                principal = self._principals.get(turn.id or 0, "")
+                if _erased(key[1], principal, (key[2],), user_id, session_id, principal_id):
+                    gone.append(turn.id or 0)
+                    self._principals.pop(turn.id or 0, None)
+                else:
+                    kept.append(turn)
+            if kept:
+                self._turns[key] = kept
+            else:
+                del self._turns[key]
+        return gone
 
 
 class InMemoryWorkingStore:
     """Scratch state per run with a monotonic-clock TTL."""
 
     def __init__(self) -> None:
-        self._state: dict[tuple[str, ...], tuple[dict[str, Any], float | None]] = {}
+        # run key -> (state, monotonic expiry, principal of the last writer)
+        self._state: dict[tuple[str, ...], tuple[dict[str, Any], float | None, str]] = {}
         self._lock = asyncio.Lock()
 
     @staticmethod
@@ -173,7 +218,7 @@ class InMemoryWorkingStore:
         entry = self._state.get(key)
         if entry is None:
             return None
-        state, expires = entry
+        state, expires, _principal = entry
         if expires is not None and time.monotonic() >= expires:
             return None
         return state
@@ -188,7 +233,7 @@ class InMemoryWorkingStore:
             key = self._key(owner)
             merged = {**(self._live(key) or {}), **state}
             expires = None if ttl_seconds is None else time.monotonic() + ttl_seconds
-            self._state[key] = (merged, expires)
+            self._state[key] = (merged, expires, owner.principal_id or "")
             return dict(merged)
 
     async def clear(self, owner: MemoryOwner) -> int:
@@ -200,13 +245,19 @@ class InMemoryWorkingStore:
             del self._state[k]
         return len(dead)
 
-    def erase(self, tenant_id: str, user_id: str | None, session_id: str | None) -> int:
+    def erase(
+        self,
+        tenant_id: str,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        principal_id: str | None = None,
+    ) -> int:
+        """Delete the runs of a user, a session or an agent (``harbor.erase``'s rules)."""
         dead = [
             k
-            for k in self._state
+            for k, (_state, _expires, principal) in self._state.items()
             if k[0] == tenant_id
-            and (user_id is None or k[2] == user_id)
-            and (session_id is None or k[3] == session_id)
+            and _erased(k[2], principal, (k[3],), user_id, session_id, principal_id)
         ]
         for k in dead:
             del self._state[k]
@@ -568,20 +619,43 @@ class InMemoryLongTermStore:
             return stored
 
     def erase(
-        self, tenant_id: str, user_id: str | None, session_id: str | None, principal_id: str | None
-    ) -> int:
-        dead = [
+        self,
+        tenant_id: str,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        principal_id: str | None = None,
+        *,
+        turn_ids: Sequence[int] = (),
+    ) -> tuple[int, int]:
+        """Delete the memories of a user, a session or an agent (``harbor.erase``'s rules).
+
+        A memory derived from one of ``turn_ids`` (the erased turns) goes too.
+        Returns (memories, embeddings) deleted.
+        """
+        derived = {str(i) for i in turn_ids}
+        dead = {
             k
             for k, m in self._rows.items()
             if m.tenant_id == tenant_id
-            and (user_id is None or m.user_id == user_id)
             and (
-                session_id is None
-                or m.session_id == session_id
-                or m.source_session_id == session_id
+                _erased(
+                    m.user_id or "",
+                    m.principal_id or "",
+                    (m.session_id or "", m.source_session_id),
+                    user_id,
+                    session_id,
+                    principal_id,
+                )
+                or not derived.isdisjoint(m.source_message_ids)
             )
-            and (principal_id is None or m.principal_id == principal_id)
-        ]
+        }
+        vectors = 0
         for k in dead:
             del self._rows[k]
-        return len(dead)
+            if self._vectors.pop(k, None) is not None:
+                vectors += 1
+        # successors of an erased memory lose their link, as ON DELETE SET NULL does
+        for k, m in list(self._rows.items()):
+            if m.superseded_by in dead:
+                self._rows[k] = m.model_copy(update={"superseded_by": None})
+        return len(dead), vectors

@@ -37,9 +37,16 @@ $$;
 
 -- Right to erasure: delete, in the caller's transaction, every row of the
 -- caller's tenant that belongs to a user (all their sessions), to one session
--- of a user, or to an agent (the principal that wrote it). Embeddings go with
--- their memories (ON DELETE CASCADE). Returns one row per tier with counts;
--- no copy of the erased text is written anywhere.
+-- of a user, or to an agent (the principal that wrote it). Returns one row per
+-- tier with counts; no copy of the erased text is written anywhere.
+--
+-- A user's rows are those keyed to them (user_id) and those they wrote as the
+-- principal in any scope: a PROJECT memory stores user_id = '' and the author
+-- in principal_id. A session's memories are those of the session and those
+-- derived from it (source_session_id). Any memory derived from a turn being
+-- erased (source_message_ids) goes too, whoever wrote it, so a fact an agent
+-- extracted from the conversation does not outlive it. Embeddings are deleted
+-- with their memories and counted.
 create or replace function harbor.erase(
     user_id text default null,
     session_id text default null,
@@ -51,56 +58,70 @@ create or replace function harbor.erase(
 as $$
 declare
     t text := harbor.caller_tenant();
+    u text := erase.user_id;
+    s text := erase.session_id;
+    p text := erase.principal_id;
+    turn_ids text[];
+    memory_ids text[];
     n bigint;
-    e bigint;
 begin
     if t is null then
         raise exception 'harbor.erase: no identity set (harbor.set_identity)' using errcode = '42501';
     end if;
-    if user_id is null and principal_id is null then
+    if u is null and p is null then
         raise exception 'harbor.erase: name a user_id or a principal_id' using errcode = '22023';
     end if;
 
-    select count(*) into e from harbor.memory_embeddings x
-      join harbor.memories m on m.tenant_id = x.tenant_id and m.id = x.memory_id
-     where m.tenant_id = t
-       and (erase.user_id is null or m.user_id = erase.user_id)
-       and (erase.session_id is null or m.session_id = erase.session_id
-            or m.source_session_id = erase.session_id)
-       and (erase.principal_id is null or m.principal_id = erase.principal_id);
+    -- the turns first: their ids find the memories derived from them
+    with gone as (
+        delete from harbor.messages x
+         where x.tenant_id = t
+           and (u is null or x.user_id = u or x.principal_id = u)
+           and (s is null or x.session_id = s)
+           and (p is null or x.principal_id = p)
+        returning x.id)
+    select coalesce(array_agg(gone.id::text), '{}'), count(*) into turn_ids, n from gone;
+    tier := 'short_term'; deleted := n; return next;
 
-    -- successors first lose their link, then the rows go
+    select coalesce(array_agg(distinct d.id), '{}') into memory_ids
+      from (select m.id from harbor.memories m
+             where m.tenant_id = t
+               and (u is null or m.user_id = u or m.principal_id = u)
+               and (s is null or m.session_id = s or m.source_session_id = s)
+               and (p is null or m.principal_id = p)
+            union all
+            select m.id from harbor.memories m
+             cross join lateral unnest(m.source_message_ids) as src(message_id)
+              join unnest(turn_ids) as gone(message_id) on gone.message_id = src.message_id
+             where m.tenant_id = t and m.source_message_ids <> '{}') d;
+
+    delete from harbor.memory_embeddings x
+     using unnest(memory_ids) as gone(id)
+     where x.tenant_id = t and x.memory_id = gone.id;
+    get diagnostics n = row_count;
+    tier := 'embeddings'; deleted := n; return next;
+
+    -- successors of an erased memory lose their link (ON DELETE SET NULL)
     delete from harbor.memories m
-     where m.tenant_id = t
-       and (erase.user_id is null or m.user_id = erase.user_id)
-       and (erase.session_id is null or m.session_id = erase.session_id
-            or m.source_session_id = erase.session_id)
-       and (erase.principal_id is null or m.principal_id = erase.principal_id);
+     using unnest(memory_ids) as gone(id)
+     where m.tenant_id = t and m.id = gone.id;
     get diagnostics n = row_count;
     tier := 'long_term'; deleted := n; return next;
-    tier := 'embeddings'; deleted := e; return next;
-
-    delete from harbor.messages m
-     where m.tenant_id = t
-       and (erase.user_id is null or m.user_id = erase.user_id)
-       and (erase.session_id is null or m.session_id = erase.session_id)
-       and (erase.principal_id is null or m.principal_id = erase.principal_id);
-    get diagnostics n = row_count;
-    tier := 'short_term'; deleted := n; return next;
 
     delete from harbor.working_state w
      where w.tenant_id = t
-       and (erase.user_id is null or w.user_id = erase.user_id)
-       and (erase.session_id is null or w.session_id = erase.session_id)
-       and (erase.principal_id is null or w.principal_id = erase.principal_id);
+       and (u is null or w.user_id = u or w.principal_id = u)
+       and (s is null or w.session_id = s)
+       and (p is null or w.principal_id = p);
     get diagnostics n = row_count;
     tier := 'working'; deleted := n; return next;
 
-    delete from harbor.session_state s
-     where s.tenant_id = t
-       and (erase.user_id is null or s.user_id = erase.user_id)
-       and (erase.session_id is null or s.session_id = erase.session_id)
-       and erase.principal_id is null;
+    -- summary bookkeeping of the erased sessions (no text, but it names them)
+    delete from harbor.session_state x
+     where x.tenant_id = t
+       and u is not null and p is null
+       and x.user_id = u
+       and (s is null or x.session_id = s);
     return;
 end
 $$;

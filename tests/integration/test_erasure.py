@@ -78,6 +78,108 @@ async def test_erase_one_session(database: Database, fresh_db: PgDatabase) -> No
     assert tables_containing(fresh_db, "session note " + SECRET) == []
 
 
+DANA = MemoryOwner(
+    tenant_id="t1", project_id="p1", principal_id="dana", session_id="s1", run_id="r1"
+)
+DANA_S2 = DANA.model_copy(update={"session_id": "s2"})
+ERIN = MemoryOwner(
+    tenant_id="t1", project_id="p1", principal_id="erin", session_id="s1", run_id="r1"
+)
+#: an assistant acting for Dana in her session (its own principal, Dana's user key)
+BOT = MemoryOwner(
+    tenant_id="t1",
+    project_id="p1",
+    principal_id="helper-bot",
+    user_id="dana",
+    session_id="s1",
+    run_id="bot-run",
+)
+
+
+async def fill_with_derived(manager: MemoryManager, owner: MemoryOwner, text: str) -> None:
+    """fill(), plus a PROJECT note and facts derived from the session's turn."""
+    await fill(manager, owner, text)
+    [turn] = await manager.recent(owner, 1)
+    await manager.save(
+        owner,
+        Memory(content=f"Dana project note {text}", scope="project"),
+        embedding=[0.0, 1.0, 0.0],
+        model_id="test-3d",
+    )
+    # facts extracted from the session: one by Dana's own extractor, one by the agent
+    await manager.save(
+        owner,
+        Memory(
+            content=f"Derived project fact {text}",
+            scope="project",
+            source_session_id=owner.session_id,
+            source_message_ids=[str(turn.id)],
+        ),
+        embedding=[0.0, 0.0, 1.0],
+        model_id="test-3d",
+    )
+    await manager.save(
+        BOT.model_copy(update={"session_id": owner.session_id}),
+        Memory(
+            content=f"Agent noted for the project: {text}",
+            scope="project",
+            source_session_id=owner.session_id,
+            source_message_ids=[str(turn.id)],
+        ),
+        embedding=[0.5, 0.5, 0.0],
+        model_id="test-3d",
+    )
+
+
+async def test_erase_user_removes_project_rows_and_derived_facts(
+    database: Database, fresh_db: PgDatabase
+) -> None:
+    manager = MemoryManager.from_database(database)
+    await fill_with_derived(manager, DANA, SECRET)
+    await fill_with_derived(manager, DANA_S2, SECRET + "-s2")
+    await fill(manager, ERIN, "erin-keeps-this")
+    await manager.save(ERIN, Memory(content="Erin project note erin-keeps-this", scope="project"))
+    assert "harbor.memories" in tables_containing(fresh_db, "Dana project note " + SECRET)
+    receipt = await manager.erase("t1", user_id="dana")
+    # per session: 1 turn, 1 run, 2 + 3 memories, 1 + 3 embeddings
+    assert (receipt.short_term, receipt.working, receipt.long_term, receipt.embeddings) == (
+        2,
+        2,
+        10,
+        8,
+    )
+    assert tables_containing(fresh_db, SECRET) == []
+    assert tables_containing(fresh_db, "dana") == []
+    erin = [m.content for m in await manager.search(ERIN, "erin-keeps-this")]
+    assert sorted(erin) == [
+        "Alice's code is erin-keeps-this",
+        "Erin project note erin-keeps-this",
+        "session note erin-keeps-this",
+    ]
+
+
+async def test_erase_session_removes_memories_derived_from_it(
+    database: Database, fresh_db: PgDatabase
+) -> None:
+    manager = MemoryManager.from_database(database)
+    await fill_with_derived(manager, DANA, SECRET)
+    await fill_with_derived(manager, DANA_S2, "other-session-stays")
+    receipt = await manager.erase("t1", user_id="dana", session_id="s1")
+    # the session note, the two derived facts and their 2 vectors go; the USER fact and
+    # the PROJECT note Dana wrote in s1 carry no session and stay (erase the user for them)
+    assert (receipt.short_term, receipt.working, receipt.long_term, receipt.embeddings) == (
+        1,
+        1,
+        3,
+        2,
+    )
+    assert tables_containing(fresh_db, "Derived project fact " + SECRET) == []
+    assert tables_containing(fresh_db, "Agent noted for the project: " + SECRET) == []
+    assert tables_containing(fresh_db, "my code is " + SECRET) == []
+    assert tables_containing(fresh_db, "other-session-stays") != []
+    assert [m.content for m in await manager.recent(DANA_S2)] == ["my code is other-session-stays"]
+
+
 async def test_erase_agent_memories(database: Database, fresh_db: PgDatabase) -> None:
     manager = MemoryManager.from_database(database)
     bot = MemoryOwner(
