@@ -4,11 +4,21 @@ The extraction prompt already tells the model never to propose secrets, but a
 prompt is a request, not a guarantee (and the conversation may be adversarial),
 so every proposed fact also passes this filter. It only looks for shapes that
 credentials actually take -- vendor key prefixes, tokens, key blocks, stated
-passwords, URLs with a password, long random strings -- so ordinary sentences
-that merely talk *about* passwords or keys are left alone.
+passwords, PINs and other numeric codes, multi-word passphrases, answers to
+security questions, ``login is <user> / <secret>`` pairs, URLs with a
+password, long random strings -- so ordinary sentences that merely talk
+*about* passwords, PINs or keys are left alone ("the PIN pad is broken",
+"passphrase-based encryption is on the roadmap").
 
-All patterns are linear-time (no nested quantifiers), so scanning untrusted
-text of any length cannot be turned into a denial of service.
+It is a heuristic in both directions. Where a sentence is ambiguous, the rules
+below lean towards refusing it only when it has the grammar of a disclosure
+("<keyword> is <value>"), because a refused fact is merely not remembered
+while a stored secret is read back into every later prompt.
+
+All patterns are linear-time (no unbounded nested quantifiers), and the checks
+on a match read the text around it in place rather than copying the rest of
+it, so scanning untrusted text of any length cannot be turned into a denial
+of service.
 """
 
 from __future__ import annotations
@@ -59,6 +69,63 @@ _ASSIGNMENT = re.compile(
     r"[\"']?\s*[:=]\s*[\"']?(?P<value>[A-Za-z0-9_\-+/=.]{16,})",
     re.IGNORECASE,
 )
+# "password for the staging db is ..." -- shared by the stated-value rules below;
+# its words never swallow the verb that follows it
+_QUALIFIER_WORD = r"(?!(?:is|are|was|were)\b)[\w.@-]{1,40}"
+_QUALIFIER = (
+    r"(?:\s{1,10}(?:for|of|to|on)\s{1,10}(?:the\s+|my\s+|our\s+|his\s+|her\s+|their\s+)?"
+    + _QUALIFIER_WORD
+    + r"(?:\s{1,10}"
+    + _QUALIFIER_WORD
+    + r")?)?"
+)
+_OPERATOR = r"[\"']?\s{0,10}(?P<op>\bis\b|\bwas\b|:=|=|:|->)\s{0,10}"
+# A stated numeric code: "my PIN is 4821", "door code: 0417", "CVV = 123".
+_PIN = re.compile(
+    r"\b(?:pin(?:\s{1,3}(?:code|number|no\.?))?|pass\s?code|puk(?:\s{1,3}code)?|"
+    r"(?:door|gate|alarm|garage|entry|access|unlock|security|safe|locker|lock|keypad|"
+    r"voicemail|sim)\s{1,3}code|combination|cvv2?|cvc2?|csc)"
+    + _QUALIFIER
+    + _OPERATOR
+    + r"#?(?P<value>\d(?:[ -]?\d){2,15})(?![\w%])",
+    re.IGNORECASE,
+)
+# "PIN 4821" with no verb: only the upper-case acronym (a lower-case "pin 17" is
+# a connector pin far more often than a code).
+_BARE_PIN = re.compile(r"\bPIN(?:\s{1,3}(?:code|number))?:?\s{1,3}#?(?P<value>\d{4,12})(?![\w%])")
+# A passphrase of several ordinary words: "passphrase purple monkey dishwasher",
+# "the wifi passphrase is correct horse battery staple". "passphrase-based" is
+# not a passphrase (no hyphen after the keyword).
+_PASSPHRASE = re.compile(
+    r"\b(?:pass[ -]?phrase|seed\s{1,3}phrase|recovery\s{1,3}phrase|mnemonic\s{1,3}phrase)"
+    r"(?![\w-])"
+    + _QUALIFIER
+    + r"(?:[\"']?\s{0,10}(?P<op>\bis\b|\bwas\b|:=|=|:|->))?"
+    + r"\s{0,10}[\"'`]?(?P<value>[A-Za-z]{1,40}(?:[ \t]{1,3}[A-Za-z]{1,40}){2,23})",
+    re.IGNORECASE,
+)
+# The answer to a knowledge-based authentication question.
+_SECURITY_ANSWER = re.compile(
+    r"\b(?:(?:security|secret|challenge)\s{1,3}(?:question\s{1,3})?answers?|"
+    r"answer\s{1,3}to\s{1,3}(?:(?:my|the|his|her|their|our|your|a)\s{1,3})?"
+    r"(?:security|secret|challenge)\s{1,3}question"
+    r"(?:\s{1,3}(?:about|on|for)(?:\s{1,3}(?!(?:is|was)\b)[\w'-]{1,40}){1,4})?|"
+    r"security\s{1,3}question\b[^.;\n]{0,80}?\banswer|"
+    r"mother['\u2019]?s\s{1,3}maiden\s{1,3}name)"
+    + _QUALIFIER
+    + _OPERATOR
+    + r"(?P<value>\"[^\"\n]{1,200}\"|'[^'\n]{1,200}'|`[^`\n]{1,200}`|\S{1,200})",
+    re.IGNORECASE,
+)
+# "creds are admin / S3cr3t!pass", "login: dana@example.com:hunter22"
+_CREDENTIAL_PAIR = re.compile(
+    r"\b(?:creds?|credentials?|log-?in|logon|sign-?in|"
+    r"user(?:name)?\s{0,3}(?:/|and|&)\s{0,3}pass(?:word)?)"
+    + _QUALIFIER
+    + r"[\"']?\s{0,10}(?P<op>\bis\b|\bare\b|\bwas\b|\bwere\b|:=|=|:|->)\s{0,10}[\"'`]?"
+    + r"(?P<user>[^\s/:|\"'`]{1,64})\s{0,3}(?P<sep>[/:|])\s{0,3}(?P<value>[^\s\"'`]{1,200})",
+    re.IGNORECASE,
+)
 _LONG_TOKEN = re.compile(r"[A-Za-z0-9_\-+/=]{32,}")
 _KEYWORD_NEAR = re.compile(r"(?:key|token|secret|password|credential|auth|apikey)", re.IGNORECASE)
 _HEX_OR_UUID = re.compile(r"[0-9a-fA-F-]+")
@@ -82,6 +149,7 @@ _NOT_A_PASSWORD = _words(
     her its this that these those which what who whatever something nothing
     none null nil n/a tbd pending available unavailable disabled enabled
     configured generated random secret private protected ok okay fine good bad
+    one two three four five six seven eight nine ten eleven twelve sixteen twenty
     """
 )
 _LENGTH_UNITS = _words("characters character chars char digits digit letters letter symbols long")
@@ -89,6 +157,20 @@ _PLACEHOLDER = re.compile(
     r"^(?:\*+|x+|\.+|<[^>]*>|\{[^}]*\}|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|%[A-Za-z_]+%?|\[[^\]]*\])$",
     re.IGNORECASE,
 )
+
+
+_NEXT_WORD = re.compile(r"\s{0,20}(\S{1,40})")
+_CONTINUES = re.compile(r"[ \t]{0,20}[^\W_]")
+
+
+def _next_word(match: re.Match[str]) -> str:
+    """The word right after ``match``, lower-cased and unpunctuated ('' when none).
+
+    Read in place: copying the rest of the text per match would make a scan of
+    text with many matches quadratic.
+    """
+    found = _NEXT_WORD.match(match.string, match.end())
+    return found.group(1).lower().strip(".,;:") if found else ""
 
 
 def _strip_value(value: str) -> str:
@@ -115,14 +197,98 @@ def _password_value(match: re.Match[str]) -> bool:
         return False
     if value.isdigit():
         # "the password is 12 characters long" states a length, not a password
-        rest = match.string[match.end() :].split()
-        if rest and rest[0].lower().strip(".,;:") in _LENGTH_UNITS:
+        if _next_word(match) in _LENGTH_UNITS:
             return False
         return len(value) >= 4
     if value.isalpha() and value.islower():
         # participles and adverbs ("is stored", "is rarely") describe; they do not disclose
         return not lowered.endswith(("ed", "ing", "ly"))
     return True
+
+
+def _pin_value(match: re.Match[str]) -> bool:
+    # "the PIN is 4821 digits long" would state a length, not a PIN
+    return _next_word(match) not in _LENGTH_UNITS
+
+
+# Words that end a run of passphrase words: what a sentence *about* a passphrase
+# says next ("is being reset", "must be long", "protection is enabled").
+_SENTENCE_WORDS = _words(
+    """
+    and or but nor so yet if then than as at into onto over about after before
+    during since until while when where why how because though although whether
+    is are was were be am do does did done has have had having can could will
+    would shall should may might must need needs get gets got make makes made
+    use uses used require requires show shows work works support supports
+    protect protects help helps keep keeps go goes come comes appear appears
+    it its it's he she they them we us you i me him
+    each every any all some many few several both either neither other another
+    such own here there today yesterday tomorrow again always sometimes often
+    rarely usually please thanks
+    """
+)
+# "correct" is the first word of the best-known passphrase of all.
+_FUNCTION_WORDS = (_NOT_A_PASSWORD | _SENTENCE_WORDS) - _words("correct")
+_DETERMINERS = _words("a an the this that these those each every any no which what whose")
+
+
+def _passphrase_value(match: re.Match[str]) -> bool:
+    """Three or more ordinary words stated as a passphrase, not a sentence about one."""
+    words = match.group("value").split()
+    stated = match.group("op") is not None
+    run = 0
+    for word in words:
+        lowered = word.lower()
+        participle = lowered.endswith(("ed", "ing", "ly"))
+        if lowered in _FUNCTION_WORDS or (participle and (run == 0 or not stated)):
+            break
+        run += 1
+    if run < 3:
+        return False
+    if stated:
+        return True
+    # No verb ("passphrase purple monkey dishwasher"): only a bare label counts.
+    # A determiner before the keyword makes it a noun phrase ("the passphrase
+    # prompt appears twice"), and the words must be the whole clause.
+    if run < len(words):
+        return False
+    if _CONTINUES.match(match.string, match.end()):
+        return False
+    # the words before the keyword, back to the start of its clause (bounded)
+    before = match.string[max(0, match.start() - 80) : match.start()]
+    clause = re.split(r"[.;:!?,\n(]", before)[-1].lower().split()
+    return not any(w in _DETERMINERS for w in clause)
+
+
+# Generic words that name the shape of a login rather than fill it
+# ("login is username/password", "credentials are read/write").
+_NOT_A_LOGIN_SECRET = _words(
+    """
+    password passwd pass pwd passphrase secret token key pin code otp mfa 2fa totp
+    read write readonly execute admin user username email phone
+    """
+)
+# Account names that make even an all-letter secret a credential ("root / toor").
+_DEFAULT_ACCOUNTS = _words(
+    "admin administrator root sa postgres guest test demo pi ubuntu ec2-user superuser"
+)
+_SECRET_SYMBOL = re.compile(r"[0-9!@#$%^&*+=?~<>]")
+
+
+def _credential_pair_value(match: re.Match[str]) -> bool:
+    user = _strip_value(match.group("user"))
+    value = _strip_value(match.group("value"))
+    if match.group("sep") == ":" and value.startswith("//"):
+        return False  # a URL ("login: https://..."), handled by connection_string
+    if _is_placeholder(user) or _is_placeholder(value) or len(value) < 4:
+        return False
+    if not any(c.isalpha() for c in user):
+        return False  # "credentials: 2024/05/01" is a date, not a user name
+    if value.lower() in _NOT_A_LOGIN_SECRET or value.lower().endswith(("ed", "ing", "ly")):
+        return False
+    if _SECRET_SYMBOL.search(value):
+        return True
+    return user.lower() in _DEFAULT_ACCOUNTS
 
 
 def _bearer_value(match: re.Match[str]) -> bool:
@@ -183,12 +349,20 @@ _DETECTORS: tuple[tuple[str, re.Pattern[str], _Check | None], ...] = (
     ("bearer_token", _BEARER, _bearer_value),
     ("basic_auth", _BASIC_AUTH, None),
     ("connection_string", _URL_CREDENTIALS, _url_value),
+    ("credential_pair", _CREDENTIAL_PAIR, _credential_pair_value),
     ("password", _PASSWORD, _password_value),
+    ("pin", _PIN, _pin_value),
+    ("pin", _BARE_PIN, _pin_value),
+    ("passphrase", _PASSPHRASE, _passphrase_value),
+    ("security_answer", _SECURITY_ANSWER, _password_value),
     ("credential_assignment", _ASSIGNMENT, _assignment_value),
 )
 
 #: Every kind :func:`secret_kind` may return.
-SECRET_KINDS: tuple[str, ...] = (*(kind for kind, _, _ in _DETECTORS), "high_entropy_token")
+SECRET_KINDS: tuple[str, ...] = (
+    *dict.fromkeys(kind for kind, _, _ in _DETECTORS),
+    "high_entropy_token",
+)
 
 
 def secret_kind(text: str) -> str | None:
@@ -196,7 +370,10 @@ def secret_kind(text: str) -> str | None:
 
     Kinds are listed in :data:`SECRET_KINDS`: vendor API keys (OpenAI,
     Anthropic, AWS, GitHub, Slack, Google, Stripe), JWT and bearer tokens,
-    private key blocks, stated passwords, URLs with an embedded password,
+    private key blocks, stated passwords, stated PINs and other numeric codes
+    (door, alarm, CVV, ...), passphrases of three or more words, answers to
+    security questions (including a mother's maiden name), ``creds are
+    <user> / <secret>`` pairs, URLs with an embedded password,
     ``api_key=...``-style assignments, and generated-looking tokens of 32 or
     more characters.
     """

@@ -137,6 +137,109 @@ def test_benign_facts_pass(text: str) -> None:
     assert not contains_secret(text)
 
 
+# -- PINs, passphrases, security answers, login pairs -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        ("my PIN is 4821", "pin"),
+        ("Dana's PIN is 4821.", "pin"),
+        ("pin: 4821", "pin"),
+        ("The PIN for my bank card is 0417", "pin"),
+        ("PIN 4821", "pin"),
+        ("SIM PIN code: 1234", "pin"),
+        ("The office door code is 7734", "pin"),
+        ("alarm code = 9 9 1 2", "pin"),
+        ("The gate code is #2580", "pin"),
+        ("The safe combination is 12-34-56", "pin"),
+        ("The CVV is 123", "pin"),
+        ("the voicemail code was 1357", "pin"),
+        ("passphrase purple monkey dishwasher", "passphrase"),
+        ("Wifi passphrase: purple monkey dishwasher", "password"),  # the older rule fires first
+        ("my passphrase is correct horse battery staple", "passphrase"),
+        ("The pass phrase for the vault is correct horse battery staple", "passphrase"),
+        ("The recovery phrase is abandon ability able about above absent", "passphrase"),
+        ("Dana's seed phrase: correct zebra lamp orbit", "passphrase"),
+        ("security answer: Fluffy", "security_answer"),
+        ("The security question answer is Rex", "security_answer"),
+        ("the answer to my security question is Fluffy", "security_answer"),
+        (
+            "The answer to the security question about her first pet is 'Mr Whiskers'",
+            "security_answer",
+        ),
+        ("security question: first pet, answer: Rex", "security_answer"),
+        ("my mother's maiden name is Smith", "security_answer"),
+        ("Dana's mother\u2019s maiden name was Okafor", "security_answer"),
+        ("creds are admin / S3cr3t!pass", "credential_pair"),
+        ("credentials: admin/S3cr3t!pass", "credential_pair"),
+        ("The credentials for the staging db are deploy / Tr0ub4dor", "credential_pair"),
+        ("login is dana@example.com : hunter22", "credential_pair"),
+        ("Sign-in: dana | p4ss-w0rd", "credential_pair"),
+        ("username/password is svc_ingest/Zq!9vv", "credential_pair"),
+        ("creds are root / toor", "credential_pair"),  # a default account, all-letter secret
+    ],
+)
+def test_detects_pins_passphrases_answers_and_login_pairs(text: str, kind: str) -> None:
+    assert secret_kind(text) == kind
+    assert kind in SECRET_KINDS
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # numbers that are not codes
+        "Alice's favourite number is 4821",
+        "Dana lives at 4821 Elm Street",
+        "The ticket number is 4821",
+        "The zip code is 10115",
+        "The HTTP status code was 503",
+        # talking about PINs and codes
+        "the PIN pad is broken",
+        "The PIN is 4 digits long",
+        "The PIN has 6 digits",
+        "The PIN is required for every card payment",
+        "Dana changed her PIN on Monday",
+        "The door code changes every month",
+        "The security code review is scheduled for Friday",
+        "The best combination was 1990s music and coffee",
+        "The GPIO pin is 17",
+        "Pinned dependency: numpy 1.26",
+        # talking about passphrases
+        "passphrase-based encryption is on the roadmap",
+        "Passphrase-protected keys are required on laptops",
+        "The user's passphrase is being reset",
+        "The passphrase is correct",
+        "The passphrase is four random words",
+        "The passphrase must be at least five words long",
+        "The passphrase prompt appears twice during boot",
+        "Passphrase protection is enabled on the laptop",
+        "The seed phrase is stored on paper in the safe",
+        "Dana set a new passphrase yesterday",
+        "Passphrase strength matters more than complexity rules",
+        # talking about security questions
+        "The security question asks about the first pet",
+        "The security answer is case sensitive",
+        "The security answer for the bank is her first dog's name",
+        "Dana's mother's maiden name is unknown to the bank",
+        "Dana answered the security question correctly",
+        # talking about logins
+        "The credentials are read/write",
+        "The login is username/password",
+        "Login is via Google/GitHub",
+        "The login is Google/GitHub",
+        "The credentials are stored in Vault/1Password",
+        "Sign-in is email/OTP",
+        "login: https://sso.example.com/start",
+        "The login is at 10:30",
+        "credentials: 2024/05/01 rotation",
+        "The credentials are rotated every 90 days",
+    ],
+)
+def test_benign_talk_about_pins_passphrases_and_logins_passes(text: str) -> None:
+    assert secret_kind(text) is None
+
+
 def test_random_generated_tokens_are_caught() -> None:
     rng = random.Random(20260301)
     alphabet = string.ascii_letters + string.digits
@@ -164,3 +267,26 @@ def test_adversarial_input_scans_in_linear_time() -> None:
     for text in inputs:
         secret_kind(text)
     assert time.perf_counter() - started < 5.0
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # many matches whose check looks at the next word: reading it by copying
+        # the rest of the text made this quadratic (90 s before the fix)
+        "the password is 12 digits, " * 20_000,
+        "my PIN is 1234 digits " * 20_000,
+        "passphrase " * 30_000,
+        "a passphrase purple monkey dishwasher, " * 8_000,
+        "my PIN is " * 30_000 + "1",
+        "creds are a / " * 30_000,
+        "security question " * 20_000,
+        "answer to my security question about " * 10_000,
+        "1 " * 100_000,
+    ],
+    ids=lambda text: text[:24].strip(),
+)
+def test_adversarial_input_for_the_stated_value_rules_scans_in_linear_time(text: str) -> None:
+    started = time.perf_counter()
+    secret_kind(text)
+    assert time.perf_counter() - started < 3.0
