@@ -150,14 +150,33 @@ $$;
 
 -- Administrators bind a database role to an identity (tenant, optionally a
 -- project and/or a user). Requires harbor_admin (the policy checks the tenant).
+-- A role is bound in one tenant at most: harbor._binding() looks a role up by
+-- name alone, so a second binding elsewhere would leave its identity to
+-- whichever row came first. The key of role_bindings starts with tenant_id
+-- (Citus), so no constraint can see across tenants; the check is here, and the
+-- advisory lock (per role name) makes concurrent binds of one role take turns.
+-- harbor_admin may read every tenant's bindings for this (policies.sql).
 create or replace function harbor.bind_role(
     role_name name, tenant_id text, project_id text default null, user_id text default null
 ) returns void
-    language sql volatile security invoker
+    language plpgsql volatile security invoker
     set search_path to pg_catalog, pg_temp
 as $$
+begin
+    perform pg_advisory_xact_lock(
+        hashtextextended('harbor.bind_role:' || bind_role.role_name::text, 0));
+    if exists (select 1 from harbor.role_bindings b
+                where b.role_name = bind_role.role_name
+                  and b.tenant_id is distinct from bind_role.tenant_id) then
+        raise exception 'harbor.bind_role: role % is already bound in another tenant',
+                bind_role.role_name
+            using errcode = '23505',
+                  hint = 'A role can be bound in one tenant only: unbind it there first '
+                         '(harbor.unbind_role as that tenant''s administrator), or bind another role.';
+    end if;
     insert into harbor.role_bindings (tenant_id, role_name, project_id, user_id)
-    values (bind_role.tenant_id, bind_role.role_name, bind_role.project_id, bind_role.user_id)
+    values (bind_role.tenant_id, bind_role.role_name, bind_role.project_id, bind_role.user_id);
+end
 $$;
 
 create or replace function harbor.unbind_role(role_name name) returns bigint

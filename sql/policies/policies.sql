@@ -3,7 +3,10 @@
 -- harbor._writable. The identity is passed as sub-selects so it is evaluated
 -- once per statement (an InitPlan), not once per row.
 
--- role_bindings: a role sees its own binding; admins manage their tenant's.
+-- role_bindings: a role sees its own binding; admins manage their tenant's,
+-- and read every tenant's so that harbor.bind_role can refuse a role already
+-- bound in another tenant (harbor_admin is one role serving every tenant: it
+-- picks its tenant with set_identity).
 drop policy if exists role_bindings_self on harbor.role_bindings;
 create policy role_bindings_self on harbor.role_bindings for select
     to harbor_app, harbor_search
@@ -14,6 +17,10 @@ create policy role_bindings_admin on harbor.role_bindings for all
     using (role_name in (session_user, current_user)
            or tenant_id = (select harbor._setting('tenant_id')))
     with check (tenant_id = (select harbor._setting('tenant_id')));
+drop policy if exists role_bindings_admin_read on harbor.role_bindings;
+create policy role_bindings_admin_read on harbor.role_bindings for select
+    to harbor_admin
+    using (true);
 
 -- messages: SESSION-scoped
 drop policy if exists messages_read on harbor.messages;

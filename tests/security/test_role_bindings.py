@@ -1,0 +1,142 @@
+"""A database role is bound in one tenant at most.
+
+``harbor._binding()`` looks a role up by name alone, so a role bound in two
+tenants would get whichever binding came first. ``role_bindings`` is keyed by
+(tenant_id, role_name) for Citus, so ``harbor.bind_role`` refuses instead.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import errors
+
+from tests.conftest import PgDatabase
+
+ROLE = "harbor_test_two_tenants"
+OTHER = "harbor_test_other_role"
+REFUSED = f"harbor.bind_role: role {ROLE} is already bound in another tenant"
+
+
+@pytest.fixture
+def roles(fresh_db: PgDatabase) -> Iterator[PgDatabase]:
+    with psycopg.connect(fresh_db.superuser_url, autocommit=True) as conn:
+        for role in (ROLE, OTHER):
+            conn.execute(f"drop role if exists {role}")
+            conn.execute(f"create role {role} login")
+            conn.execute(f"grant harbor_app to {role}")
+            conn.execute(f'grant connect on database "{fresh_db.name}" to {role}')
+    yield fresh_db
+    with psycopg.connect(fresh_db.superuser_url, autocommit=True) as conn:
+        for role in (ROLE, OTHER):
+            conn.execute(f"drop owned by {role}")
+            conn.execute(f"drop role {role}")
+
+
+def _admin(db: PgDatabase, tenant: str, *, autocommit: bool = True) -> psycopg.Connection[Any]:
+    conn = psycopg.connect(db.admin_url, autocommit=autocommit)
+    conn.execute("select harbor.set_identity(%s)", (tenant,))
+    if not autocommit:
+        conn.commit()
+    return conn
+
+
+def _bindings(db: PgDatabase) -> list[tuple[str, str, str | None]]:
+    with psycopg.connect(db.superuser_url) as conn:
+        rows = conn.execute(
+            "select tenant_id, role_name::text, user_id from harbor.role_bindings order by 1, 2"
+        ).fetchall()
+    return [(r[0], r[1], r[2]) for r in rows]
+
+
+def _bound_tenant(db: PgDatabase, role: str) -> str | None:
+    with psycopg.connect(db.url_for(role)) as conn:
+        row = conn.execute("select harbor.caller_tenant()").fetchone()
+    return None if row is None else row[0]
+
+
+def test_admin_cannot_bind_a_role_bound_in_another_tenant(roles: PgDatabase) -> None:
+    with _admin(roles, "t1") as conn:
+        conn.execute("select harbor.bind_role(%s, 't1', user_id => 'u1')", (ROLE,))
+    with _admin(roles, "t2") as conn:
+        with pytest.raises(errors.UniqueViolation) as info:
+            conn.execute("select harbor.bind_role(%s, 't2', user_id => 'u9')", (ROLE,))
+        assert info.value.diag.message_primary == REFUSED
+        assert "unbind it there first" in (info.value.diag.message_hint or "")
+    assert _bindings(roles) == [("t1", ROLE, "u1")]
+    assert _bound_tenant(roles, ROLE) == "t1"
+
+
+def test_superuser_is_refused_too(roles: PgDatabase) -> None:
+    with _admin(roles, "t1") as conn:
+        conn.execute("select harbor.bind_role(%s, 't1')", (ROLE,))
+    with (
+        psycopg.connect(roles.superuser_url, autocommit=True) as conn,
+        pytest.raises(errors.UniqueViolation, match=REFUSED),
+    ):
+        conn.execute("select harbor.bind_role(%s, 't2')", (ROLE,))
+    assert _bindings(roles) == [("t1", ROLE, None)]
+
+
+def test_other_roles_and_rebinding_after_unbind_still_work(roles: PgDatabase) -> None:
+    with _admin(roles, "t1") as conn:
+        conn.execute("select harbor.bind_role(%s, 't1')", (ROLE,))
+    with _admin(roles, "t2") as conn:
+        # a different role binds in the other tenant without trouble
+        conn.execute("select harbor.bind_role(%s, 't2')", (OTHER,))
+        # t2's administrator cannot remove t1's binding ...
+        assert conn.execute("select harbor.unbind_role(%s)", (ROLE,)).fetchone() == (0,)
+    assert _bindings(roles) == [("t1", ROLE, None), ("t2", OTHER, None)]
+    # ... t1's can, and then the role may be bound in t2
+    with _admin(roles, "t1") as conn:
+        assert conn.execute("select harbor.unbind_role(%s)", (ROLE,)).fetchone() == (1,)
+    with _admin(roles, "t2") as conn:
+        conn.execute("select harbor.bind_role(%s, 't2')", (ROLE,))
+    assert _bindings(roles) == [("t2", OTHER, None), ("t2", ROLE, None)]
+    assert _bound_tenant(roles, ROLE) == "t2"
+
+
+def test_admin_still_writes_only_its_own_tenants_bindings(roles: PgDatabase) -> None:
+    # reading every tenant's bindings (for the check) does not widen what it may change
+    with _admin(roles, "t1") as conn:
+        conn.execute("select harbor.bind_role(%s, 't1')", (ROLE,))
+    with _admin(roles, "t2") as conn:
+        assert conn.execute("delete from harbor.role_bindings").rowcount == 0
+        with pytest.raises(errors.InsufficientPrivilege):
+            conn.execute("select harbor.bind_role(%s, 't1')", (OTHER,))
+    assert _bindings(roles) == [("t1", ROLE, None)]
+
+
+def test_concurrent_binds_in_two_tenants_take_turns(roles: PgDatabase) -> None:
+    first = _admin(roles, "t1", autocommit=False)
+    second = _admin(roles, "t2", autocommit=False)
+    outcome: list[BaseException | None] = []
+
+    def bind_in_t2() -> None:
+        try:
+            second.execute("select harbor.bind_role(%s, 't2')", (ROLE,))
+            second.commit()
+            outcome.append(None)
+        except psycopg.Error as exc:
+            second.rollback()
+            outcome.append(exc)
+
+    try:
+        first.execute("select harbor.bind_role(%s, 't1')", (ROLE,))  # not committed yet
+        worker = threading.Thread(target=bind_in_t2)
+        worker.start()
+        time.sleep(0.5)
+        assert worker.is_alive(), "the second bind must wait for the first"
+        first.commit()
+        worker.join(timeout=10)
+        assert not worker.is_alive()
+    finally:
+        first.close()
+        second.close()
+    assert len(outcome) == 1 and isinstance(outcome[0], errors.UniqueViolation), outcome
+    assert _bindings(roles) == [("t1", ROLE, None)]
