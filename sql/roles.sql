@@ -5,7 +5,8 @@
 --   harbor_app     the role applications connect as (RLS applies, no BYPASSRLS)
 --   harbor_admin   elevated: TENANT and GLOBAL writes, erasure, retention
 --   harbor_search  NOLOGIN, BYPASSRLS: owns the two SECURITY DEFINER candidate
---                  functions (see sql/functions/candidates.sql) and nothing else
+--                  functions (harbor._dense_candidates and harbor._lexical_candidates
+--                  in sql/functions/recall.sql) and nothing else
 do $roles$
 begin
     if not exists (select 1 from pg_catalog.pg_roles where rolname = 'harbor_owner') then
