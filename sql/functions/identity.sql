@@ -152,9 +152,10 @@ $$;
 -- project and/or a user). Requires harbor_admin (the policy checks the tenant).
 -- A role is bound in one tenant at most: harbor._binding() looks a role up by
 -- name alone, so a second binding elsewhere would leave its identity to
--- whichever row came first. The key of role_bindings starts with tenant_id
--- (Citus), so no constraint can see across tenants; the check is here, and the
--- advisory lock (per role name) makes concurrent binds of one role take turns.
+-- whichever row came first. Every key must include tenant_id compared with =
+-- (Citus), so no constraint can say "one tenant per role"; the check is here,
+-- and the advisory lock (per role name) makes concurrent binds of one role
+-- take turns.
 -- harbor_admin may read every tenant's bindings for this (policies.sql).
 create or replace function harbor.bind_role(
     role_name name, tenant_id text, project_id text default null, user_id text default null
