@@ -20,7 +20,7 @@ from harbor_pg.manager import MemoryManager, MemoryManagerConfig, MemorySnapshot
 from harbor_pg.owner import SCOPE_OWNER_FIELDS, MemoryOwner, MemoryScope, scope_owner_fields
 from harbor_pg.policy import BudgetSplit, MemoryPolicy
 from harbor_pg.records import ConversationMessage, Memory, MemoryType, Sensitivity
-from harbor_pg.tiers.base import EraseReceipt, SaveResult
+from harbor_pg.tiers.base import EraseReceipt, RetentionReceipt, SaveResult
 from harbor_pg.tiers.in_process import (
     InMemoryLongTermStore,
     InMemoryShortTermStore,
@@ -59,6 +59,7 @@ __all__ = [
     "MemoryValidationError",
     "RecalledMemory",
     "ResolvedEntity",
+    "RetentionReceipt",
     "SaveResult",
     "Sensitivity",
     "SessionSummarizer",

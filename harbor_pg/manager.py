@@ -40,6 +40,7 @@ from harbor_pg.records import (
 from harbor_pg.tiers.base import (
     EraseReceipt,
     LongTermStore,
+    RetentionReceipt,
     SaveResult,
     ShortTermStore,
     WorkingStore,
@@ -787,32 +788,67 @@ class MemoryManager:
         self,
         tenant_id: str,
         *,
-        max_age_seconds: float,
+        max_age_seconds: float | None = None,
         scope: MemoryScope | str | None = None,
         min_sensitivity: Sensitivity | str | None = None,
         include_summaries: bool = False,
-    ) -> int:
-        """Delete the tenant's memories older than ``max_age_seconds`` (optionally per scope
-        or at/above a sensitivity); returns how many."""
+    ) -> RetentionReceipt:
+        """Apply retention to one tenant: purge its expired working state and, when
+        ``max_age_seconds`` is given, delete its memories older than that (optionally
+        only one ``scope`` and/or at or above ``min_sensitivity``; rolling summaries
+        only with ``include_summaries``). Returns both counts.
+
+        One transaction on PostgreSQL, as the elevated role.
+        """
+        if max_age_seconds is not None and (
+            isinstance(max_age_seconds, bool)
+            or not isinstance(max_age_seconds, int | float)
+            or not math.isfinite(max_age_seconds)
+            or max_age_seconds < 0
+        ):
+            raise MemoryValidationError("max_age_seconds must be a finite number >= 0")
+        if max_age_seconds is None and (scope is not None or min_sensitivity is not None):
+            raise MemoryValidationError("a retention scope or sensitivity needs max_age_seconds")
+        try:
+            only_scope = MemoryScope(scope) if scope is not None else None
+            floor = Sensitivity(min_sensitivity) if min_sensitivity is not None else None
+        except ValueError as exc:
+            raise MemoryValidationError(str(exc)) from None
         if self.database is None:
-            raise MemoryConfigurationError("retention needs the PostgreSQL stores")
-        if max_age_seconds < 0:
-            raise MemoryValidationError("max_age_seconds must be >= 0")
+            working = self.working
+            long_term = self.long_term
+            if not isinstance(working, InMemoryWorkingStore | None) or not isinstance(
+                long_term, InMemoryLongTermStore | None
+            ):
+                raise MemoryConfigurationError(
+                    "retention needs the PostgreSQL or the in-process stores"
+                )
+            return RetentionReceipt(
+                working=working.purge_expired_of(tenant_id) if working is not None else 0,
+                long_term=long_term.apply_retention(
+                    tenant_id,
+                    max_age_seconds,
+                    scope=only_scope,
+                    min_sensitivity=floor,
+                    include_summaries=include_summaries,
+                )
+                if long_term is not None and max_age_seconds is not None
+                else 0,
+            )
         async with self.database.transaction(MemoryOwner(tenant_id=tenant_id), admin=True) as conn:
             row = await (
                 await conn.execute(
                     query("apply_retention"),
                     {
                         "max_age_seconds": max_age_seconds,
-                        "scope": MemoryScope(scope).value if scope else None,
-                        "min_sensitivity": Sensitivity(min_sensitivity).value
-                        if min_sensitivity
-                        else None,
+                        "scope": only_scope.value if only_scope else None,
+                        "min_sensitivity": floor.value if floor else None,
                         "include_summaries": include_summaries,
                     },
                 )
             ).fetchone()
-        return int(row["deleted"]) if row else 0
+        assert row is not None
+        return RetentionReceipt(working=int(row["working_state"]), long_term=int(row["memories"]))
 
     async def purge_working_state(self) -> int:
         """Reclaim the space of expired working state."""

@@ -365,3 +365,27 @@ class MemoryStoreConformance:
         assert [m.content for m in await manager.search(carol, "ticket")] == [
             "carol's ticket colour is blue"
         ]
+
+    # -- retention --
+
+    async def test_retention_purges_expired_state_and_ages_out_memories(
+        self, manager: MemoryManager
+    ) -> None:
+        await manager.update(ALICE, {"x": 1}, ttl_seconds=0.05)
+        await manager.update(ALICE_S2, {"y": 2})
+        await manager.inject_memory(ALICE, "aged pii fact", sensitivity="pii")
+        await manager.inject_memory(ALICE, "aged plain fact", scope=MemoryScope.SESSION)
+        await asyncio.sleep(0.1)
+        first = await manager.apply_retention("t1")
+        assert (first.working, first.long_term) == (1, 0)
+        assert await manager.scratch(ALICE_S2) == {"y": 2}
+        kept = await manager.apply_retention("t1", max_age_seconds=3600)
+        assert (kept.working, kept.long_term) == (0, 0)
+        pii = await manager.apply_retention("t1", max_age_seconds=0, min_sensitivity="pii")
+        assert (pii.working, pii.long_term) == (0, 1)
+        assert [m.content for m in await manager.search(ALICE, "aged fact")] == ["aged plain fact"]
+        user_only = await manager.apply_retention("t1", max_age_seconds=0, scope="user")
+        assert user_only.long_term == 0  # the remaining one is a SESSION memory
+        every = await manager.apply_retention("t1", max_age_seconds=0)
+        assert every.long_term == 1
+        assert await manager.search(ALICE, "aged fact") == []

@@ -21,6 +21,7 @@ __all__ = [
     "FactResult",
     "LongTermStore",
     "NearestMemory",
+    "RetentionReceipt",
     "SaveResult",
     "ShortTermStore",
     "SummaryLease",
@@ -68,6 +69,18 @@ class EraseReceipt:
     @property
     def total(self) -> int:
         return self.short_term + self.working + self.long_term + self.embeddings
+
+
+@dataclass(frozen=True)
+class RetentionReceipt:
+    """What a retention run deleted: expired working state and aged memories."""
+
+    working: int
+    long_term: int
+
+    @property
+    def total(self) -> int:
+        return self.working + self.long_term
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from harbor_pg.errors import MemoryScopeError, MemoryValidationError
@@ -24,6 +24,7 @@ from harbor_pg.records import (
     ConversationMessage,
     Memory,
     MemoryType,
+    Sensitivity,
     content_hash,
     normalize_content,
 )
@@ -240,7 +241,15 @@ class InMemoryWorkingStore:
         return 1 if self._state.pop(self._key(owner), None) is not None else 0
 
     async def purge_expired(self) -> int:
+        """Drop every expired run (all tenants)."""
         dead = [k for k in self._state if self._live(k) is None]
+        for k in dead:
+            del self._state[k]
+        return len(dead)
+
+    def purge_expired_of(self, tenant_id: str) -> int:
+        """Drop the expired runs of one tenant (retention)."""
+        dead = [k for k in self._state if k[0] == tenant_id and self._live(k) is None]
         for k in dead:
             del self._state[k]
         return len(dead)
@@ -618,6 +627,43 @@ class InMemoryLongTermStore:
             self._rows[memory_id] = stored
             return stored
 
+    def apply_retention(
+        self,
+        tenant_id: str,
+        max_age_seconds: float,
+        *,
+        scope: MemoryScope | None = None,
+        min_sensitivity: Sensitivity | None = None,
+        include_summaries: bool = False,
+    ) -> int:
+        """Delete the tenant's memories older than ``max_age_seconds`` (as in SQL)."""
+        cutoff = _now() - timedelta(seconds=max_age_seconds)
+        dead = {
+            k
+            for k, m in self._rows.items()
+            if m.tenant_id == tenant_id
+            and m.created_at is not None
+            and m.created_at < cutoff
+            and (scope is None or m.scope is scope)
+            and (min_sensitivity is None or m.sensitivity.level >= min_sensitivity.level)
+            and (include_summaries or m.memory_type is not MemoryType.SUMMARY)
+        }
+        self._drop(dead)
+        return len(dead)
+
+    def _drop(self, dead: set[str]) -> int:
+        """Delete rows and their vectors; successors lose their link (ON DELETE SET NULL).
+        Returns how many vectors went."""
+        vectors = 0
+        for k in dead:
+            del self._rows[k]
+            if self._vectors.pop(k, None) is not None:
+                vectors += 1
+        for k, m in list(self._rows.items()):
+            if m.superseded_by in dead:
+                self._rows[k] = m.model_copy(update={"superseded_by": None})
+        return vectors
+
     def erase(
         self,
         tenant_id: str,
@@ -649,13 +695,5 @@ class InMemoryLongTermStore:
                 or not derived.isdisjoint(m.source_message_ids)
             )
         }
-        vectors = 0
-        for k in dead:
-            del self._rows[k]
-            if self._vectors.pop(k, None) is not None:
-                vectors += 1
-        # successors of an erased memory lose their link, as ON DELETE SET NULL does
-        for k, m in list(self._rows.items()):
-            if m.superseded_by in dead:
-                self._rows[k] = m.model_copy(update={"superseded_by": None})
+        vectors = self._drop(dead)
         return len(dead), vectors

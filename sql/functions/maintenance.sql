@@ -13,26 +13,69 @@ as $$
     select count(*) from d
 $$;
 
--- Remove long-term memories of the caller's tenant older than max_age, for one
--- scope and/or at or above one sensitivity (both optional). Rolling summaries
--- are kept unless include_summaries. Returns the number of memories deleted.
+-- Retention for the caller's tenant, one entry point: always reclaims the
+-- tenant's expired working state (already invisible to readers) and, when
+-- max_age is given, removes long-term memories older than it, for one scope
+-- and/or at or above one sensitivity (both optional). Rolling summaries are
+-- kept unless include_summaries. Embeddings go with their memories (ON DELETE
+-- CASCADE). Returns both counts.
+do $$
+begin
+    -- an earlier version returned only the memory count: a new result type
+    -- needs DROP (CREATE OR REPLACE cannot change it)
+    if exists (select 1 from pg_catalog.pg_proc p
+                where p.oid = pg_catalog.to_regprocedure('harbor.apply_retention(interval, '
+                          'harbor.memory_scope, harbor.sensitivity, boolean)')
+                  and p.prorettype = 'pg_catalog.int8'::pg_catalog.regtype) then
+        drop function harbor.apply_retention(interval, harbor.memory_scope, harbor.sensitivity,
+                                             boolean);
+    end if;
+end
+$$;
+
 create or replace function harbor.apply_retention(
-    max_age interval,
+    max_age interval default null,
     only_scope harbor.memory_scope default null,
     min_sensitivity harbor.sensitivity default null,
-    include_summaries boolean default false
-) returns bigint
-    language sql volatile security invoker
+    include_summaries boolean default false,
+    out working_state bigint,
+    out memories bigint
+) returns record
+    language plpgsql volatile security invoker
     set search_path to pg_catalog, pg_temp
 as $$
-    with d as (
+declare
+    t text := harbor.caller_tenant();
+begin
+    if t is null then
+        raise exception 'harbor.apply_retention: no identity set (harbor.set_identity)'
+            using errcode = '42501';
+    end if;
+    if max_age is null and (only_scope is not null or min_sensitivity is not null) then
+        raise exception 'harbor.apply_retention: a scope or sensitivity needs max_age'
+            using errcode = '22023';
+    end if;
+    if max_age < interval '0' then
+        raise exception 'harbor.apply_retention: max_age must not be negative'
+            using errcode = '22023';
+    end if;
+
+    delete from harbor.working_state w
+     where w.tenant_id = t
+       and w.expires_at is not null and w.expires_at <= pg_catalog.now();
+    get diagnostics working_state = row_count;
+
+    memories := 0;
+    if max_age is not null then
         delete from harbor.memories m
-         where m.created_at < pg_catalog.now() - max_age
+         where m.tenant_id = t
+           and m.created_at < pg_catalog.now() - max_age
            and (only_scope is null or m.scope = only_scope)
            and (min_sensitivity is null or m.sensitivity >= min_sensitivity)
-           and (include_summaries or m.memory_type <> 'summary')
-        returning 1)
-    select count(*) from d
+           and (include_summaries or m.memory_type <> 'summary');
+        get diagnostics memories = row_count;
+    end if;
+end
 $$;
 
 -- Right to erasure: delete, in the caller's transaction, every row of the

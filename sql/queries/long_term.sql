@@ -62,11 +62,13 @@ select tier, deleted from harbor.erase(%(user_id)s::text, %(session_id)s::text,
                                        %(principal_id)s::text)
 
 -- name: apply_retention
--- Delete the tenant's memories past an age, optionally per scope / sensitivity.
-select harbor.apply_retention(make_interval(secs => %(max_age_seconds)s::double precision),
+-- Purge the tenant's expired working state and, with an age, delete its memories past it
+-- (optionally per scope / sensitivity).
+select r.working_state, r.memories
+  from harbor.apply_retention(make_interval(secs => %(max_age_seconds)s::double precision),
                               %(scope)s::harbor.memory_scope,
                               %(min_sensitivity)s::harbor.sensitivity,
-                              %(include_summaries)s::boolean) as deleted
+                              %(include_summaries)s::boolean) r
 
 -- name: search_memories
 -- Lexical search (OR semantics) with a substring fallback, valid at as_of; no summaries.

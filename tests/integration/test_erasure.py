@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import psycopg
 import pytest
 
@@ -10,6 +12,7 @@ from harbor_pg.errors import MemoryValidationError
 from harbor_pg.manager import MemoryManager
 from harbor_pg.owner import MemoryOwner
 from harbor_pg.records import ConversationMessage, Memory
+from harbor_pg.tiers.base import RetentionReceipt
 from tests.conftest import PgDatabase
 
 SECRET = "zebra-umbrella-7731"
@@ -198,20 +201,61 @@ async def test_erase_needs_a_subject(database: Database) -> None:
         await manager.erase("t1")
 
 
-async def test_retention_and_purge(database: Database, fresh_db: PgDatabase) -> None:
+def working_rows(db: PgDatabase) -> list[tuple[str, str]]:
+    """(tenant, run) of every working_state row, hidden (expired) ones included."""
+    with psycopg.connect(db.superuser_url) as conn:
+        rows = conn.execute(
+            "select tenant_id, session_id from harbor.working_state order by 1, 2"
+        ).fetchall()
+    return [(r[0], r[1]) for r in rows]
+
+
+async def test_retention_purges_expired_working_state_and_old_memories(
+    database: Database, fresh_db: PgDatabase
+) -> None:
     manager = MemoryManager.from_database(database)
+    other_tenant = ALICE.model_copy(update={"tenant_id": "t2"})
     await manager.inject_memory(ALICE, "old pii fact", sensitivity="pii")
     await manager.inject_memory(ALICE, "old plain fact")
-    assert await manager.apply_retention("t1", max_age_seconds=3600) == 0
-    assert await manager.apply_retention("t1", max_age_seconds=0, min_sensitivity="pii") == 1
-    assert [m.content for m in await manager.search(ALICE, "old fact")] == ["old plain fact"]
     await manager.update(ALICE, {"x": 1}, ttl_seconds=0.01)
-    import asyncio
+    await manager.update(ALICE_S2, {"y": 2}, ttl_seconds=3600)
+    await manager.update(other_tenant, {"z": 3}, ttl_seconds=0.01)
+    await asyncio.sleep(0.05)
+    assert working_rows(fresh_db) == [("t1", "s1"), ("t1", "s2"), ("t2", "s1")]
 
+    # without an age: only the tenant's expired working state goes
+    assert await manager.apply_retention("t1") == RetentionReceipt(working=1, long_term=0)
+    assert working_rows(fresh_db) == [("t1", "s2"), ("t2", "s1")]
+    assert len(await manager.search(ALICE, "old fact")) == 2
+    assert await manager.scratch(ALICE_S2) == {"y": 2}
+
+    assert await manager.apply_retention("t1", max_age_seconds=3600) == RetentionReceipt(0, 0)
+    receipt = await manager.apply_retention("t1", max_age_seconds=0, min_sensitivity="pii")
+    assert receipt == RetentionReceipt(working=0, long_term=1)
+    assert [m.content for m in await manager.search(ALICE, "old fact")] == ["old plain fact"]
+
+    # the other tenant's expired row is its own retention's business, or the global purge's
+    assert await manager.apply_retention("t2") == RetentionReceipt(working=1, long_term=0)
+    await manager.update(ALICE, {"x": 1}, ttl_seconds=0.01)
     await asyncio.sleep(0.05)
     assert await manager.purge_working_state() == 1
-    with psycopg.connect(fresh_db.superuser_url) as conn:
-        assert conn.execute("select count(*) from harbor.working_state").fetchone() == (0,)
+    assert working_rows(fresh_db) == [("t1", "s2")]
+
+
+async def test_retention_rejects_incoherent_requests(database: Database) -> None:
+    manager = MemoryManager.from_database(database)
+    with pytest.raises(MemoryValidationError):
+        await manager.apply_retention("t1", max_age_seconds=-1)
+    with pytest.raises(MemoryValidationError):
+        await manager.apply_retention("t1", max_age_seconds=float("nan"))
+    with pytest.raises(MemoryValidationError):
+        await manager.apply_retention("t1", scope="user")  # an age is needed
+    with pytest.raises(MemoryValidationError):
+        await manager.apply_retention("t1", max_age_seconds=1, min_sensitivity="secret")
+    # the SQL function checks the same on its own
+    async with database.transaction(MemoryOwner(tenant_id="t1"), admin=True) as conn:
+        with pytest.raises(psycopg.errors.InvalidParameterValue):
+            await conn.execute("select * from harbor.apply_retention(only_scope => 'user')")
 
 
 async def test_failure_mid_save_leaves_nothing(database: Database, fresh_db: PgDatabase) -> None:
