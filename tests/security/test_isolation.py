@@ -259,3 +259,119 @@ def test_bound_role_cannot_read_through_recent_turns(seeded: Any) -> None:
                 "select content from harbor.recent_turns(%s, %s, %s, %s, %s, %s, 50)", args
             ).fetchall()
             assert rows == []
+
+
+# -- harbor.recall() as an attacker ---------------------------------------------------
+#
+# Victims hold memories with a word nobody else has and a vector nobody else
+# has (same model id and dimensions as the seeded ones, so the dense leg
+# compares them), so anything of theirs that leaked would rank first.
+
+VICTIM_WORD = "zephyrquartz"
+VICTIM_VECTOR = "[0,1,0]"
+ALL_SCOPES = "{global,tenant,project,user,session,run}"
+# (tenant, scope, project, user, session, run, content)
+VICTIM_MEMORIES = [
+    # another user of the attacker's tenant, in the attacker's session id
+    ("t1", "user", "", "u2", "", "", f"victim: t1 u2 {VICTIM_WORD} user note"),
+    ("t1", "session", "", "u2", "s1", "", f"victim: t1 u2 s1 {VICTIM_WORD} session note"),
+    ("t1", "run", "p1", "u2", "s1", "r1", f"victim: t1 u2 r1 {VICTIM_WORD} run note"),
+    # another tenant, with the attacker's own user, project, session and run ids
+    ("t2", "user", "", "u1", "", "", f"victim: t2 u1 {VICTIM_WORD} user note"),
+    ("t2", "session", "", "u1", "s1", "", f"victim: t2 u1 s1 {VICTIM_WORD} session note"),
+    ("t2", "project", "p1", "", "", "", f"victim: t2 p1 {VICTIM_WORD} project note"),
+    ("t2", "tenant", "", "", "", "", f"victim: t2 {VICTIM_WORD} tenant note"),
+]
+
+
+@pytest.fixture(scope="module")
+def victims(seeded: Any) -> Any:
+    """The seeded database plus the victims' memories and their vectors.
+
+    None of them is visible to the attacker identities (t1/p1/u1/s1/r1, or the
+    role bound to t1/u1), so the other tests of this module are unaffected.
+    """
+    with psycopg.connect(seeded.superuser_url, autocommit=True) as conn:
+        for i, (t, scope, p, u, s, r, content) in enumerate(VICTIM_MEMORIES):
+            conn.execute(
+                "insert into harbor.memories (tenant_id, id, scope, project_id, user_id,"
+                " session_id, run_id, content, content_hash)"
+                " values (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                (t, f"victim-{i}", scope, p, u, s, r, content, f"{i + 1000:064x}"),
+            )
+            conn.execute(
+                "insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims,"
+                " embedding, scope, project_id, user_id, session_id, run_id)"
+                " values (%s, %s, 'm', 3, %s::vector, %s, %s, %s, %s, %s)",
+                (t, f"victim-{i}", VICTIM_VECTOR, scope, p, u, s, r),
+            )
+    return seeded
+
+
+def recall_rows(conn: Conn) -> list[tuple[str, int | None, int | None]]:
+    """(content, dense_rank, lexical_rank) of a recall aimed at the victims' rows."""
+    rows = conn.execute(
+        "select content, dense_rank, lexical_rank from harbor.recall("
+        " query => %s, query_embedding => %s::vector, model_id => 'm',"
+        " scopes => %s::harbor.memory_scope[], top_k => 100)",
+        (f"what about {VICTIM_WORD}?", VICTIM_VECTOR, ALL_SCOPES),
+    ).fetchall()
+    return [(r[0], r[1], r[2]) for r in rows]
+
+
+def assert_no_victim_rows(rows: list[tuple[str, int | None, int | None]]) -> None:
+    leaked = [r for r in rows if r[0].startswith("victim:") or VICTIM_WORD in r[0]]
+    assert leaked == []
+    # the call did run both legs: the dense one still ranks the caller's own rows
+    assert rows and all(r[0].startswith("mine:") for r in rows), rows
+    assert all(r[1] is not None for r in rows), rows
+
+
+def test_recall_returns_nothing_of_another_user_or_tenant(victims: Any, attacker: Conn) -> None:
+    # app role as t1/p1/u1/s1/r1, or the role bound to t1/u1: neither u2 of t1
+    # nor anyone of t2 (same user, project, session, run ids) comes back
+    assert_no_victim_rows(recall_rows(attacker))
+
+
+def test_recall_as_a_bound_role_ignores_spoofed_settings(victims: Any) -> None:
+    with psycopg.connect(victims.url_for(BOUND_ROLE), autocommit=True) as conn:
+        for tenant, user in [("t2", "u1"), ("t1", "u2"), ("t2", "u2")]:
+            for name, value in [
+                ("tenant_id", tenant),
+                ("user_id", user),
+                ("principal_id", user),
+                ("project_id", "p1"),
+                ("session_id", "s1"),
+                ("run_id", "r1"),
+            ]:
+                conn.execute("select set_config(%s, %s, false)", (f"harbor.{name}", value))
+            assert_no_victim_rows(recall_rows(conn))
+        # and after SET ROLE to the role it inherits from
+        conn.execute("set role harbor_app")
+        assert_no_victim_rows(recall_rows(conn))
+
+
+@pytest.mark.parametrize(
+    ("identity", "expected"),
+    [
+        (("t1", "p1", "u2", "s1", "r1"), {0, 1, 2}),
+        (("t2", "p1", "u1", "s1", None), {3, 4, 5, 6}),
+    ],
+    ids=["t1-u2", "t2-u1"],
+)
+def test_recall_gives_the_victim_its_own_rows(
+    victims: Any, identity: tuple[str | None, ...], expected: set[int]
+) -> None:
+    # the same call as the attacks above, as the owner: its rows come back from
+    # both legs, so an empty result above is the policy at work, not a bad query
+    with psycopg.connect(victims.app_url, autocommit=True) as conn:
+        conn.execute("select harbor.set_identity(%s, %s, %s, null, %s, %s)", identity)
+        rows = recall_rows(conn)
+        visible = set(contents(conn, "select content from harbor.memories"))
+    got = {r[0] for r in rows if r[0].startswith("victim:")}
+    assert got == {VICTIM_MEMORIES[i][6] for i in expected}
+    for content, dense_rank, lexical_rank in rows:
+        if content.startswith("victim:"):
+            assert dense_rank is not None and lexical_rank is not None, content
+    # and nothing beyond what the policies show this identity
+    assert {r[0] for r in rows} <= visible
