@@ -677,9 +677,9 @@ class MemoryManager:
             "recall": request is not None,
             **recall_params(request or _NO_RECALL),
         }
+        # BEGIN, identity, the statement and COMMIT in one flight: one round trip
         try:
-            async with self.database.transaction(owner, pipeline=True) as conn:
-                row = await (await conn.execute(query("snapshot"), params)).fetchone()
+            [row] = await self.database.fetch_in_one_round_trip(owner, query("snapshot"), params)
         except Exception as exc:
             if request is None or request.embedding is None:
                 raise
@@ -687,9 +687,7 @@ class MemoryManager:
             log.warning("snapshot: dense recall failed, falling back to lexical recall: %s", exc)
             request = replace(request, embedding=None, model_id=None, min_similarity=None)
             params.update(recall_params(request))
-            async with self.database.transaction(owner, pipeline=True) as conn:
-                row = await (await conn.execute(query("snapshot"), params)).fetchone()
-        assert row is not None
+            [row] = await self.database.fetch_in_one_round_trip(owner, query("snapshot"), params)
         memories: list[Memory] = []
         if recaller is not None and request is not None:
             ranked = [recalled_from_row(m, typed=False) for m in row["memories"]]

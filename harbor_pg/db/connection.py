@@ -29,6 +29,9 @@ log = logging.getLogger("harbor_pg")
 
 Connection = AsyncConnection[dict[str, Any]]
 
+_BEGIN = psycopg.sql.SQL("begin")
+_COMMIT = psycopg.sql.SQL("commit")
+
 
 def _role_switcher(target: str) -> Callable[[Connection], Any]:
     async def configure(conn: Connection) -> None:
@@ -125,10 +128,12 @@ class Database:
         """A connection inside one transaction, with ``owner``'s identity set.
 
         ``admin=True`` runs as the elevated role (TENANT/GLOBAL writes,
-        erasure, retention). ``pipeline=True`` sends BEGIN, the identity and the
-        caller's statements together (two round trips for a read instead of
-        four); use it for reads whose results are fetched, since row counts
-        arrive only at the next sync. Database errors come out as harbor errors.
+        erasure, retention). ``pipeline=True`` sends the identity and the
+        caller's statements together, but psycopg still syncs after its
+        implicit BEGIN and a fetch flushes before COMMIT, so a read costs
+        several round trips; :meth:`fetch_in_one_round_trip` is the one-flight
+        path. Row counts arrive only at the next sync. Database errors come out
+        as harbor errors.
         """
         pool = self._pool
         if admin:
@@ -149,6 +154,37 @@ class Database:
                     if owner is not None:
                         await conn.execute(query("set_identity"), identity_params(owner))
                     yield conn
+
+    async def fetch_in_one_round_trip(
+        self, owner: MemoryOwner, statement: str, params: dict[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        """Run one statement in its own transaction with ``owner``'s identity set,
+        in one round trip; return its rows.
+
+        BEGIN, the identity, the statement, COMMIT and the pipeline sync are all
+        written before the first wait for the server. (A pipelined
+        :meth:`transaction` cannot do that: psycopg syncs after its implicit
+        BEGIN, and fetching a result before COMMIT flushes the pipeline.) On an
+        error the server skips to the sync; the transaction is rolled back and
+        the error raised as a harbor error.
+        """
+        async with wrap_db_errors(), self._pool.connection() as conn:
+            # autocommit: psycopg adds no BEGIN (and no sync after it); ours is explicit
+            await conn.set_autocommit(True)
+            try:
+                # leaving the pipeline block sends the sync and reads every result
+                async with conn.pipeline():
+                    await conn.execute(_BEGIN)
+                    await conn.execute(query("set_identity"), identity_params(owner))
+                    cur = await conn.execute(statement, params)
+                    await conn.execute(_COMMIT)
+                return await cur.fetchall()
+            finally:
+                if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    with contextlib.suppress(psycopg.Error):
+                        await conn.rollback()
+                with contextlib.suppress(psycopg.Error):
+                    await conn.set_autocommit(False)
 
     @contextlib.asynccontextmanager
     async def autocommit(self) -> AsyncIterator[Connection]:
