@@ -1,18 +1,29 @@
-"""``harbor-pg demo``: a scripted conversation through the three tiers."""
+"""``harbor-pg demo``: a scripted conversation through the three tiers.
+
+It writes a conversation, scratch state and memories, recalls them, builds the
+context of a follow-up turn (verbatim window, rolling summary, rewritten query,
+recalled memories), extracts a fact and supersedes it. Everything runs locally:
+the summary is the extractive no-model one, and the query rewrite and the fact
+extraction are done by scripted stand-ins for a language model, labelled as
+such in the output.
+"""
 
 from __future__ import annotations
 
 import argparse
+import html
 import re
+import textwrap
 import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from harbor_pg.manager import MemoryManager
 from harbor_pg.owner import MemoryOwner
 from harbor_pg.records import ConversationMessage
+from harbor_pg.tiers.base import SummaryStore
 
 __all__ = ["run_demo"]
 
@@ -45,6 +56,38 @@ class _ScriptedExtractionModel:
         return schema.model_validate({"facts": [fact]})
 
 
+class _ScriptedRewriteModel:
+    """Stands in for a language model for the query rewrite (nothing leaves the machine).
+
+    It does what the rewrite prompt asks of a real model, with a rule instead of
+    a model: it resolves "it" in the question to the topic the conversation
+    shown to it (the rolling summary and the recent messages) mentioned last,
+    and hints that the question wants facts. Summaries are not its job: the
+    demo's builder writes them with the extractive no-model summarizer.
+    """
+
+    TOPICS: ClassVar[dict[str, str]] = {
+        "ingest pipeline": "the ingest pipeline of the handbook project",
+        "parser": "the wiki page parser",
+        "re-embedding": "the re-embedding backfill",
+    }
+
+    async def generate_text(self, system: str, user: str) -> str:
+        raise NotImplementedError("the demo's scripted model only rewrites queries")
+
+    async def generate_structured(self, system: str, user: str, schema: type[Any]) -> Any:
+        asked = re.search(r"<question>(.*?)</question>", user, re.DOTALL)
+        question = html.unescape(asked.group(1)).strip() if asked else ""
+        shown = html.unescape(user[: asked.start()] if asked else user).lower()
+        latest = max(self.TOPICS, key=shown.rfind)
+        query = question
+        if shown.rfind(latest) >= 0 and re.search(r"\bit\b", question):
+            query = re.sub(r"\bit\b", self.TOPICS[latest], question, count=1)
+            query = re.sub(r"^(?:and|so|but)\s+", "", query, flags=re.IGNORECASE)
+            query = query[:1].upper() + query[1:]
+        return schema.model_validate({"standalone_query": query, "wanted_types": ["fact"]})
+
+
 SCRIPT = [
     ("user", "Hi! I'm Dana, I look after the ingest pipeline for the handbook project."),
     ("assistant", "Nice to meet you, Dana. What are you working on today?"),
@@ -52,6 +95,119 @@ SCRIPT = [
     ("assistant", "Good choice: one database for rows, vectors and access rules."),
     ("user", "Please keep answers short, I read them on my phone."),
 ]
+
+# The conversation goes on long enough that the window outgrows its summary
+# trigger (summary_trigger_fraction x recent_max_tokens = 0.7 x 2000 tokens with
+# the default policy), so the next turn folds its older part into the rolling summary.
+LATER = [
+    (
+        "user",
+        "I'm at my desk today, so fuller answers are fine. Here is last night's run report "
+        "of the ingest pipeline, pasted from the job log. "
+        "Start 02:00 UTC, end 02:47 UTC (usual duration 12 minutes). Pages exported from "
+        "the wiki: 4,180. Pages parsed: 4,180. Pages with zero chunks: 312, all of them "
+        "under /policies. Chunks written: 57,930 (usual 61,200). Embedding requests: 1,812, "
+        "of which 406 were retried after HTTP 429 responses between 02:09 and 02:38, with "
+        "backoff growing to 64 seconds. Index rebuild: skipped because the run exceeded its "
+        "40-minute budget. Alert: sent to #handbook-alerts at 02:48.",
+    ),
+    (
+        "assistant",
+        "That looks like two separate problems. First, the 312 zero-chunk pages: when every "
+        "empty page sits in one section of the wiki, the usual cause is that the section's "
+        "HTML changed and the parser no longer finds the page body, so the splitter gets an "
+        "empty string and quietly writes nothing. It is worth comparing one of those pages "
+        "with a page that still works. Second, the duration: 406 retries with backoff "
+        "growing to 64 seconds account for most of the extra 35 minutes, and the skipped "
+        "index rebuild follows from that. So the rate limit, not the data volume, made the "
+        "run slow. Do you know whether anything changed in how requests are sent?",
+    ),
+    (
+        "user",
+        "Confirmed on both counts. The wiki team moved /policies to their new page template "
+        "last Thursday; in the new template the page body sits inside a section element "
+        "with the class content instead of the old div with the id main-body, so our "
+        "selector finds nothing and the splitter receives an empty string. On the rate "
+        "limit: the embedding service allows 600 requests a minute per key, and since the "
+        "parallel export change we fire up to 16 requests at once with no pacing, so the "
+        "bursts at the start of each batch trip the limit.",
+    ),
+    (
+        "assistant",
+        "Then both fixes are small. For the parser, look for the body with the new "
+        "template's selector first and fall back to the old one, and treat a page that "
+        "still yields no text as an error: log its path, count it, and skip it, rather "
+        "than writing zero chunks as if it were fine. For the rate limit, cap the embedding "
+        "client at 4 concurrent requests and pace it to about 500 requests a minute, which "
+        "leaves headroom under the 600 a minute the key allows. At that pace the 1,812 "
+        "requests take under four minutes, so the run still fits comfortably in the "
+        "nightly window, and the index rebuild gets its time back.",
+    ),
+    (
+        "user",
+        "Notes from this morning's standup, for the record. Decisions: we keep the nightly "
+        "schedule at 02:00 UTC; the parser gets the new selector and fails loudly on empty "
+        "pages; the embedding client gets a limit of 4 concurrent requests; we alert when "
+        "more than 1% of pages produce no chunks, instead of only when the run fails. "
+        "Actions: I write the parser change today, Priya reviews it tomorrow morning, and "
+        "Tomasz adds the alert rule to the monitoring repository before Friday.",
+    ),
+    (
+        "assistant",
+        "That is a good set of decisions. Two suggestions for the parser change: add one "
+        "page in the new template to the parser's test fixtures, so the selector cannot "
+        "silently regress the next time the wiki team changes a template, and make the "
+        "test assert a chunk count rather than only the absence of errors. For the alert, "
+        "keep the 1% threshold in the alert rule in the monitoring repository rather than "
+        "in the pipeline's code, so it can be tuned without a deploy, and include the "
+        "first few failing page paths in the alert text so the person on call can start "
+        "from them.",
+    ),
+    (
+        "user",
+        "Next topic: the search team wants to try a larger embedding model next quarter, "
+        "1,024 dimensions instead of 384. That means re-embedding all 4,180 pages, roughly "
+        "61,000 chunks, and the vectors take about 2.7 times the space. They would like to "
+        "compare answer quality on the old and the new vectors for two weeks before "
+        "deciding, and they cannot accept any search downtime during the switch. The "
+        "nightly run has to keep working throughout, since the handbook changes every day.",
+    ),
+    (
+        "assistant",
+        "Then treat the re-embedding as a backfill next to the live data rather than a "
+        "migration in place. Add a second vector column with its own index, fill it in "
+        "batches outside the nightly run, and let the nightly run write both columns for "
+        "new and changed pages, so the new vectors never fall behind. During the two-week "
+        "comparison the search team can query either column. When they decide, switch "
+        "reads to the new column, keep the old one for a week in case of a rollback, and "
+        "then drop it. Search never sees a half-filled index that way, and there is no "
+        "downtime at any step.",
+    ),
+    (
+        "user",
+        "One more gap before I write all this up: the ingest pipeline has no owner listed in "
+        "the on-call runbook. Last night's alert went to a shared channel that nobody "
+        "watches at night, which is why we only noticed at 09:30. The runbook entry still "
+        "names the contractor who built the first version, and he left in the spring.",
+    ),
+    (
+        "assistant",
+        "That one is worth fixing today, before the write-up, because it is the reason a "
+        "47-minute run went unnoticed for seven hours. Name an owner and a backup in the "
+        "runbook entry for the ingest pipeline, route its alerts to them directly rather "
+        "than to the shared channel, and replace the contractor's name everywhere it still "
+        "appears, including the escalation list. It also helps to add a short section on "
+        "the failure modes you saw last night, the rate limit and the template change, "
+        "with the first thing to check for each, so whoever is on call at night does not "
+        "have to rediscover them.",
+    ),
+]
+
+#: The demo's summary budget, small so the summary visibly condenses; the
+#: builder's default is a quarter of the window budget (500 tokens).
+SUMMARY_TOKENS = 160
+
+FOLLOW_UP = "And who looks after it?"
 
 FACTS = [
     ("Dana owns the ingest pipeline of the handbook project", "user", "fact", 0.8),
@@ -144,13 +300,59 @@ async def run_demo(args: argparse.Namespace) -> int:
                 f"{item.score:>8.4f}  {mem.content}"
             )
 
-        _rule("context for the next turn (no model: nothing leaves the machine)")
-        context = await manager.context_builder().build(owner, "and who looks after ingest?")
-        print(f"  window   : {len(context.messages)} turns, last {context.messages[-1].content!r}")
-        print(f"  summary  : {context.summary or '(none yet: the session is short)'}")
-        print(f"  query    : {context.standalone_query!r} (rewritten: {context.rewritten})")
+        _rule("the conversation goes on")
+        for role, text in LATER:
+            m = await manager.append(owner, ConversationMessage(role=role, content=text))  # type: ignore[arg-type]
+            print(f"  #{m.id:<4} {m.role:<9} {textwrap.shorten(text, 66, placeholder=' ...')}")
+
+        _rule("context for the next turn: window, summary, rewrite, recall")
+        from harbor_pg.context.summarizer import frontier_of
+        from harbor_pg.llm.extractive import ExtractiveSummarizer
+
+        policy = manager.policy
+        builder = manager.context_builder(
+            model=_ScriptedRewriteModel(),  # rewrites only: the summarizer writes the summary
+            summarizer=ExtractiveSummarizer(max_tokens=SUMMARY_TOKENS),
+            background=manager.background_summarizer(),  # no model either
+        )
+        print(
+            f"  (summary: the extractive no-model summarizer, budget {SUMMARY_TOKENS} tokens;"
+            " rewrite: a scripted stand-in model, not an LLM; nothing leaves the machine)"
+        )
+        context = await builder.build(owner, FOLLOW_UP)
+        window = context.messages
+        if window:
+            print(
+                f"  window   : {len(window)} turns (#{window[0].id}-#{window[-1].id}), "
+                f"last {textwrap.shorten(window[-1].content, 50, placeholder=' ...')!r}"
+            )
+        if context.summary:
+            summaries = manager.long_term
+            assert isinstance(summaries, SummaryStore)
+            stored = await summaries.load_summary(owner)
+            folded = sorted(int(i) for i in stored.source_message_ids) if stored else []
+            covers = f" of messages #{folded[0]}-#{frontier_of(stored)}" if folded else ""
+            print(
+                f"  summary  : rolling summary{covers}, refreshed this turn:"
+                f" {'yes' if context.summary_refreshed else 'no'} (the window outgrew its"
+                f" trigger, {policy.summary_trigger_fraction} x {policy.recent_max_tokens}"
+                f" = {policy.summary_trigger_tokens} tokens)"
+            )
+            for line in context.summary.splitlines():
+                print(textwrap.fill(line, 100, initial_indent=" " * 13, subsequent_indent=" " * 15))
+        else:
+            print("  summary  : (none: the window is still within its summary trigger)")
+        print(f"  question : {context.question!r}")
+        wanted = ", ".join(t.value for t in context.wanted_types) or "none"
+        by = ", by the scripted model" if context.rewritten else ""
+        print(
+            f"  query    : {context.standalone_query!r}"
+            f" (rewritten: {context.rewritten}{by}; wanted types: {wanted})"
+        )
         for mem in context.recalled:
             print(f"  recalled : [{mem.scope.value}] {mem.content}")
+        if context.degraded:
+            print(f"  degraded : {', '.join(context.degraded)} (see the warnings above)")
 
         _rule("extraction: facts from the conversation, then a contradiction")
         from harbor_pg.extraction.extractor import MemoryExtractor

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -115,6 +116,23 @@ def test_cli_up_and_status_start_and_reuse_the_embedded_server(tmp_path: Path) -
         assert "relev recency import   score  content" in demo.stdout
         assert "Dana owns the ingest pipeline of the handbook project" in demo.stdout
         assert "recalled : [user] Dana owns the ingest pipeline" in demo.stdout
+        # the context of a follow-up turn: a rolling summary of the older turns (the
+        # extractive no-model one, default policy) and a rewritten standalone query
+        assert "rewrite: a scripted stand-in model" in demo.stdout
+        summary = re.search(
+            r"summary  : rolling summary of messages #(\d+)-#(\d+), refreshed this turn: yes"
+            r".*\n {13}(?:User|Assistant): (.+)",
+            demo.stdout,
+        )
+        assert summary is not None, demo.stdout
+        assert int(summary.group(1)) < int(summary.group(2))
+        assert "406 were retried" in demo.stdout.split("summary  :")[1].split("question :")[0]
+        assert "question : 'And who looks after it?'" in demo.stdout
+        assert (
+            "query    : 'Who looks after the ingest pipeline of the handbook project?' "
+            "(rewritten: True, by the scripted model; wanted types: fact)"
+        ) in demo.stdout
+        assert "degraded :" not in demo.stdout
         # extraction, supersession, and an as-of recall on both sides of the change
         assert "extracted  : [user] Dana lives in Berlin" in demo.stdout
         assert "supersedes : [user] Dana lives in Lisbon" in demo.stdout
@@ -127,7 +145,7 @@ def test_cli_up_and_status_start_and_reuse_the_embedded_server(tmp_path: Path) -
             text=True,
             timeout=120,
         )
-        assert "short-term 7" in again.stdout
+        assert "short-term 17" in again.stdout  # 5 + 10 turns, then 2 for extraction
     finally:
         _stop(tmp_path / "data" / "pgdata")
 
