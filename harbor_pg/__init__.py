@@ -1,5 +1,6 @@
 """harbor-pg: scope-aware memory for LLM chat and agent applications, in PostgreSQL."""
 
+from harbor_pg.chat_history import HarborChatMessageHistory
 from harbor_pg.context.builder import MemoryContextBuilder
 from harbor_pg.context.recall import MemoryRecall, RecalledMemory, recalled_entity_ids
 from harbor_pg.context.result import MemoryContext
@@ -34,6 +35,7 @@ __all__ = [
     "Embedder",
     "EmbedderError",
     "EraseReceipt",
+    "HarborChatMessageHistory",
     "HashingEmbedder",
     "InMemoryLongTermStore",
     "InMemoryShortTermStore",

@@ -267,10 +267,17 @@ class MemoryManager:
     ) -> ConversationMessage:
         """Append one turn (a ConversationMessage, a dict, or a LangChain message)."""
         store = self._short()
+        message = self._turn(owner, turn)
+        return await store.append(owner, message)
+
+    def _turn(
+        self, owner: MemoryOwner, turn: ConversationMessage | dict[str, Any] | Any
+    ) -> ConversationMessage:
+        """``turn`` validated for ``owner``'s session (raises before anything is written)."""
         message = _to_message(turn)
         self._check_content(message.content, "turn content")
         owner.require_scope(MemoryScope.SESSION)
-        return await store.append(owner, message)
+        return message
 
     async def recent(
         self, owner: MemoryOwner, limit: int | None = None
@@ -282,10 +289,13 @@ class MemoryManager:
         """
         store = self._short()
         owner.require_scope(MemoryScope.SESSION)
+        return await store.recent(owner, self._recent_limit(limit))
+
+    def _recent_limit(self, limit: int | None) -> int:
         n = self.config.max_session_turns if limit is None else limit
         if n < 0:
             raise MemoryValidationError("limit must be >= 0")
-        return await store.recent(owner, min(n, self.config.max_session_turns))
+        return min(n, self.config.max_session_turns)
 
     async def clear(self, owner: MemoryOwner) -> int:
         """Delete the owner's session turns; returns how many."""

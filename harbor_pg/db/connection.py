@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any, NoReturn
 
 import psycopg
 from psycopg import AsyncConnection, errors
@@ -17,7 +18,6 @@ from harbor_pg.db.sqlfiles import query
 from harbor_pg.errors import (
     MemoryConfigurationError,
     MemoryDatabaseError,
-    MemoryError,
     MemoryScopeError,
     MemoryValidationError,
 )
@@ -28,27 +28,37 @@ __all__ = ["Connection", "Database", "wrap_db_errors"]
 log = logging.getLogger("harbor_pg")
 
 Connection = AsyncConnection[dict[str, Any]]
+SyncConnection = psycopg.Connection[dict[str, Any]]
 
 _BEGIN = psycopg.sql.SQL("begin")
 _COMMIT = psycopg.sql.SQL("commit")
 
 
+def _set_role(row: dict[str, Any] | None, target: str) -> psycopg.sql.Composed | None:
+    """The SET ROLE a login needs to act as ``target`` (None: none needed).
+
+    A privileged login (superuser / BYPASSRLS) would skip the policies: it must
+    switch to the target role, or it is refused.
+    """
+    assert row is not None
+    if row["current_user"] == target:
+        return None
+    if row["is_member"]:
+        return psycopg.sql.SQL("set role {}").format(psycopg.sql.Identifier(target))
+    if row["privileged"]:
+        raise MemoryConfigurationError(
+            f"login {row['current_user']!r} bypasses row-level security and cannot "
+            f"switch to {target!r}: connect as {target} or a role bound to an identity"
+        )
+    return None
+
+
 def _role_switcher(target: str) -> Callable[[Connection], Any]:
     async def configure(conn: Connection) -> None:
-        # a privileged login (superuser / BYPASSRLS) would skip the policies:
-        # switch to the target role, or refuse to run
         row = await (await conn.execute(query("login_role"), {"target": target})).fetchone()
-        assert row is not None
-        if row["current_user"] != target:
-            if row["is_member"]:
-                await conn.execute(
-                    psycopg.sql.SQL("set role {}").format(psycopg.sql.Identifier(target))
-                )
-            elif row["privileged"]:
-                raise MemoryConfigurationError(
-                    f"login {row['current_user']!r} bypasses row-level security and cannot "
-                    f"switch to {target!r}: connect as {target} or a role bound to an identity"
-                )
+        statement = _set_role(row, target)
+        if statement is not None:
+            await conn.execute(statement)
         await conn.commit()
 
     return configure
@@ -83,6 +93,7 @@ class Database:
             name="harbor-app",
         )
         self._admin_pool: AsyncConnectionPool[Connection] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         if admin_url:
             self._admin_pool = AsyncConnectionPool(
                 admin_url,
@@ -107,6 +118,12 @@ class Database:
             raise MemoryConfigurationError(describe_connect_error(self.app_url, exc)) from None
         if self._admin_pool is not None:
             await self._admin_pool.open(wait=False)
+        self._loop = asyncio.get_running_loop()
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop the pools were opened on (they work only on it)."""
+        return self._loop
 
     async def close(self) -> None:
         """Close the pools."""
@@ -186,6 +203,30 @@ class Database:
                 with contextlib.suppress(psycopg.Error):
                     await conn.set_autocommit(False)
 
+    @contextlib.contextmanager
+    def sync_transaction(self, owner: MemoryOwner) -> Iterator[SyncConnection]:
+        """A short-lived synchronous connection of its own (not from the pool),
+        inside one transaction with ``owner``'s identity set; closed afterwards.
+
+        For synchronous callers that cannot use the async pools: no event loop
+        runs the pools, or the caller is inside the loop that does (blocking it
+        while waiting on the pool would deadlock). It blocks the calling thread
+        for a connection setup and the statement.
+        """
+        with (
+            _wrap_sync(),
+            psycopg.connect(self.app_url, row_factory=dict_row, connect_timeout=10) as conn,
+        ):
+            statement = _set_role(
+                conn.execute(query("login_role"), {"target": APP_ROLE}).fetchone(), APP_ROLE
+            )
+            if statement is not None:
+                conn.execute(statement)
+            conn.commit()
+            with conn.transaction():
+                conn.execute(query("set_identity"), identity_params(owner))
+                yield conn
+
     @contextlib.asynccontextmanager
     async def autocommit(self) -> AsyncIterator[Connection]:
         """A pooled connection in autocommit mode, for single-statement calls
@@ -215,23 +256,35 @@ async def wrap_db_errors() -> AsyncIterator[None]:
     """Turn driver errors into harbor errors, keyed on SQLSTATE and constraint."""
     try:
         yield
-    except MemoryError:
-        raise
-    except errors.InsufficientPrivilege as exc:
-        raise MemoryScopeError(f"not permitted: {_first_line(exc)}") from None
-    except (
-        errors.CheckViolation,
-        errors.NotNullViolation,
-        errors.InvalidParameterValue,
-        errors.InvalidTextRepresentation,
-        errors.DataException,
-        errors.ProgramLimitExceeded,
-    ) as exc:
-        raise MemoryValidationError(f"rejected by the database: {_first_line(exc)}") from None
-    except psycopg.OperationalError as exc:
-        raise MemoryDatabaseError(f"database unavailable: {redact(_first_line(exc))}") from None
     except psycopg.Error as exc:
-        raise MemoryDatabaseError(f"database error: {_first_line(exc)}") from exc
+        _raise_harbor_error(exc)
+
+
+@contextlib.contextmanager
+def _wrap_sync() -> Iterator[None]:
+    """:func:`wrap_db_errors` for synchronous code."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        _raise_harbor_error(exc)
+
+
+def _raise_harbor_error(exc: psycopg.Error) -> NoReturn:
+    if isinstance(exc, errors.InsufficientPrivilege):
+        raise MemoryScopeError(f"not permitted: {_first_line(exc)}") from None
+    if isinstance(
+        exc,
+        errors.CheckViolation
+        | errors.NotNullViolation
+        | errors.InvalidParameterValue
+        | errors.InvalidTextRepresentation
+        | errors.DataException
+        | errors.ProgramLimitExceeded,
+    ):
+        raise MemoryValidationError(f"rejected by the database: {_first_line(exc)}") from None
+    if isinstance(exc, psycopg.OperationalError):
+        raise MemoryDatabaseError(f"database unavailable: {redact(_first_line(exc))}") from None
+    raise MemoryDatabaseError(f"database error: {_first_line(exc)}") from exc
 
 
 def _first_line(exc: BaseException) -> str:

@@ -44,6 +44,23 @@ def _timestamp(value: Any) -> Any:
     return value
 
 
+def _append_params(owner: MemoryOwner, message: ConversationMessage) -> dict[str, Any]:
+    from harbor_pg.context.tokens import approximate_tokens
+
+    return {
+        **session_key(owner),
+        "project_id": owner.project_id or "",
+        "principal_id": owner.principal_id or "",
+        "role": message.role,
+        "content": message.content,
+        "name": message.name,
+        "tool_calls": Jsonb(message.tool_calls),
+        "tool_call_id": message.tool_call_id,
+        "metadata": Jsonb(message.metadata),
+        "token_estimate": approximate_tokens(message.content),
+    }
+
+
 class PostgresShortTermStore:
     """Conversation turns kept in ``harbor.messages`` under row-level security."""
 
@@ -51,24 +68,36 @@ class PostgresShortTermStore:
         self.db = db
 
     async def append(self, owner: MemoryOwner, message: ConversationMessage) -> ConversationMessage:
-        from harbor_pg.context.tokens import approximate_tokens
-
-        params = {
-            **session_key(owner),
-            "project_id": owner.project_id or "",
-            "principal_id": owner.principal_id or "",
-            "role": message.role,
-            "content": message.content,
-            "name": message.name,
-            "tool_calls": Jsonb(message.tool_calls),
-            "tool_call_id": message.tool_call_id,
-            "metadata": Jsonb(message.metadata),
-            "token_estimate": approximate_tokens(message.content),
-        }
+        params = _append_params(owner, message)
         async with self.db.transaction(owner) as conn:
             row = await (await conn.execute(query("append_message"), params)).fetchone()
         assert row is not None
         return message.model_copy(update={"id": row["id"], "created_at": row["created_at"]})
+
+    # -- synchronous twins, each on a short-lived connection of its own ----------------
+    # (for HarborChatMessageHistory's sync members when the async pool cannot be used)
+
+    def append_sync(self, owner: MemoryOwner, message: ConversationMessage) -> ConversationMessage:
+        """:meth:`append` without an event loop (see :meth:`Database.sync_transaction`)."""
+        params = _append_params(owner, message)
+        with self.db.sync_transaction(owner) as conn:
+            row = conn.execute(query("append_message"), params).fetchone()
+        assert row is not None
+        return message.model_copy(update={"id": row["id"], "created_at": row["created_at"]})
+
+    def recent_sync(self, owner: MemoryOwner, limit: int) -> list[ConversationMessage]:
+        """:meth:`recent` without an event loop."""
+        session_key(owner)
+        with self.db.sync_transaction(owner) as conn:
+            rows = conn.execute(
+                query("recent_turns"), {**identity_params(owner), "limit": limit}
+            ).fetchall()
+        return [message_from_row(r) for r in rows]
+
+    def clear_sync(self, owner: MemoryOwner) -> int:
+        """:meth:`clear` without an event loop."""
+        with self.db.sync_transaction(owner) as conn:
+            return conn.execute(query("clear_messages"), session_key(owner)).rowcount
 
     async def recent(self, owner: MemoryOwner, limit: int) -> list[ConversationMessage]:
         session_key(owner)  # the owner must address a session
