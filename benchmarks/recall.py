@@ -44,7 +44,7 @@ from psycopg.types.enum import EnumInfo, register_enum
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import kept_server, machine, pct, private_server, restart_with, with_params
 
-from harbor_pg.context.recall import RecallRequest, fetch_recall
+from harbor_pg.context.recall import RecallRequest, recall_in_one_round_trip
 from harbor_pg.db import migrate, server
 from harbor_pg.db.connection import Database
 from harbor_pg.owner import MemoryOwner, MemoryScope
@@ -194,13 +194,12 @@ async def measure(app_url: str, qs: list[tuple[str, str, Any]], top_k: int) -> d
     short = 0
     # warm up: the driver prepares the statement after five executions
     for tenant, text, v in qs[:10]:
-        async with db.transaction(owner_of(tenant), pipeline=True) as conn:
-            await fetch_recall(conn, request_for(text, v, top_k))
+        await recall_in_one_round_trip(db, owner_of(tenant), request_for(text, v, top_k))
     for tenant, text, v in qs:
         owner = owner_of(tenant)
         t = time.perf_counter()
-        async with db.transaction(owner, pipeline=True) as conn:
-            got = await fetch_recall(conn, request_for(text, v, top_k))
+        # what MemoryRecall does: one transaction with the identity, one round trip
+        got = await recall_in_one_round_trip(db, owner, request_for(text, v, top_k))
         lat.append(time.perf_counter() - t)
         counts.append(len(got))
     # completeness of the dense candidates (what the HNSW walk or the exact

@@ -49,6 +49,8 @@ from harbor_pg.tiers.long_term import PostgresLongTermStore, memory_from_row
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
 
+    from harbor_pg.db.connection import Database
+
 __all__ = [
     "MemoryRecall",
     "RecallRequest",
@@ -379,11 +381,19 @@ async def fetch_recall(conn: AsyncConnection[Any], request: RecallRequest) -> li
     return [recalled_from_row(r) for r in await cur.fetchall()]
 
 
+async def recall_in_one_round_trip(
+    db: Database, owner: MemoryOwner, request: RecallRequest
+) -> list[RecalledMemory]:
+    """Run ``harbor.recall()`` as ``owner`` in a transaction of its own, in one
+    round trip (BEGIN, the identity, the call and COMMIT are sent together)."""
+    rows = await db.fetch_in_one_round_trip(owner, sql_query("recall"), recall_params(request))
+    return [recalled_from_row(r) for r in rows]
+
+
 async def _postgres_recall(
     store: PostgresLongTermStore, owner: MemoryOwner, request: RecallRequest
 ) -> list[RecalledMemory]:
-    async with store.db.transaction(owner, pipeline=True) as conn:
-        return await fetch_recall(conn, request)
+    return await recall_in_one_round_trip(store.db, owner, request)
 
 
 async def _generic_recall(

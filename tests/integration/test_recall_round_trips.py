@@ -1,0 +1,48 @@
+"""MemoryRecall in one database round trip, counted on the wire (not timed)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest_asyncio
+
+from harbor_pg.context.recall import MemoryRecall
+from harbor_pg.db.connection import Database
+from harbor_pg.embedders.hashing import HashingEmbedder
+from harbor_pg.manager import MemoryManager
+from harbor_pg.owner import MemoryOwner
+from harbor_pg.records import Memory
+from tests.conftest import PgDatabase
+from tests.roundtrips import RoundTripProxy
+
+ALICE = MemoryOwner(tenant_id="t1", principal_id="alice", session_id="s1")
+
+
+@pytest_asyncio.fixture
+async def counted(fresh_db: PgDatabase) -> AsyncIterator[tuple[Database, RoundTripProxy]]:
+    proxy = RoundTripProxy(fresh_db.app_url)
+    await proxy.start()
+    db = Database(
+        proxy.proxied(fresh_db.app_url), proxy.proxied(fresh_db.admin_url), min_size=1, max_size=1
+    )
+    await db.open()
+    try:
+        yield db, proxy
+    finally:
+        await db.close()
+        await proxy.stop()
+
+
+async def test_hybrid_recall_is_one_round_trip(counted: tuple[Database, RoundTripProxy]) -> None:
+    db, proxy = counted
+    manager = MemoryManager.from_database(db, embedder=HashingEmbedder())
+    await manager.save(ALICE, Memory(content="Alice works on the ingest pipeline"))
+    await manager.save(ALICE, Memory(content="Bob reviews the billing service"))
+    recaller = manager.recaller()
+    assert isinstance(recaller, MemoryRecall)
+    for _ in range(8):  # both sides of psycopg preparing the statement on its fifth use
+        proxy.reset()
+        scored = await recaller.recall_scored(ALICE, "who works on ingest?")
+        assert proxy.flights == 1
+        assert scored[0].memory.content == "Alice works on the ingest pipeline"
+        assert scored[0].dense_rank == 1 and scored[0].lexical_rank == 1
