@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
@@ -43,6 +44,8 @@ from harbor_pg.tiers.base import (
     RetentionReceipt,
     SaveResult,
     ShortTermStore,
+    SummaryLeaseStore,
+    SummaryStore,
     WorkingStore,
 )
 from harbor_pg.tiers.in_process import (
@@ -82,6 +85,21 @@ class MemoryManagerConfig(BaseModel):
     recent_limit: int = Field(default=12, ge=0)
     #: memories a snapshot recalls
     snapshot_top_k: int = Field(default=6, ge=0, le=1000)
+    #: after each append, summarise the session in the background once it is due
+    #: (MemoryPolicy.summarise_after_turns, summary_cooldown_seconds)
+    summarise_in_background: bool = True
+
+
+class _Background:
+    """Background-summary state shared by a manager and the clones :meth:`bound_to` makes."""
+
+    def __init__(self) -> None:
+        #: SessionSummarizer per (model, policy)
+        self.summarizers: dict[tuple[int, int], Any] = {}
+        #: due checks scheduled by append, running or waiting
+        self.tasks: set[asyncio.Task[None]] = set()
+        #: sessions with a check in flight -> another append arrived meanwhile
+        self.pending: dict[tuple[str, str | None, str | None], bool] = {}
 
 
 @dataclass(frozen=True)
@@ -116,6 +134,7 @@ class MemoryManager:
         database: Database | None = None,
         embedder: Embedder | None = None,
         policy: MemoryPolicy | None = None,
+        summary_model: Any = None,
     ) -> None:
         self.short_term = short_term
         self.working = working
@@ -127,8 +146,11 @@ class MemoryManager:
         self.embedder = embedder
         #: recall settings (scopes, top_k, weights, budget); see MemoryPolicy
         self.policy = policy or MemoryPolicy()
+        #: writes background session summaries (a MemoryModel or LangChain chat model;
+        #: None: the extractive summary, nothing leaves the machine)
+        self.summary_model = summary_model
         self._owns_database = False
-        self._summarizers: dict[tuple[int, int], Any] = {}
+        self._background = _Background()
 
     # -- construction -------------------------------------------------------------
 
@@ -144,6 +166,7 @@ class MemoryManager:
         embedder: Embedder | None = None,
         embeddings: bool = True,
         policy: MemoryPolicy | None = None,
+        summary_model: Any = None,
     ) -> MemoryManager:
         """A manager with every tier, ready to use.
 
@@ -164,6 +187,7 @@ class MemoryManager:
                 config=config,
                 caller=caller,
                 policy=policy,
+                summary_model=summary_model,
             )
         if embedder is None and embeddings:
             from harbor_pg.embedders import default_embedder
@@ -178,7 +202,12 @@ class MemoryManager:
         db = Database(info.app_url, info.admin_url)
         await db.open()
         manager = cls.from_database(
-            db, config=config, caller=caller, embedder=embedder, policy=policy
+            db,
+            config=config,
+            caller=caller,
+            embedder=embedder,
+            policy=policy,
+            summary_model=summary_model,
         )
         manager._owns_database = True
         return manager
@@ -192,6 +221,7 @@ class MemoryManager:
         caller: MemoryOwner | None = None,
         embedder: Embedder | None = None,
         policy: MemoryPolicy | None = None,
+        summary_model: Any = None,
     ) -> MemoryManager:
         """Every tier backed by ``db`` (an open :class:`Database`)."""
         return cls(
@@ -203,6 +233,7 @@ class MemoryManager:
             database=db,
             embedder=embedder,
             policy=policy,
+            summary_model=summary_model,
         )
 
     def bound_to(self, caller: MemoryOwner) -> MemoryManager:
@@ -216,15 +247,24 @@ class MemoryManager:
             database=self.database,
             embedder=self.embedder,
             policy=self.policy,
+            summary_model=self.summary_model,
         )
+        clone._background = self._background  # one set of background summaries to drain
         return clone
 
     async def close(self) -> None:
         """Wait for background summaries, then close the database pools this manager opened."""
-        for summarizer in list(self._summarizers.values()):
-            await summarizer.drain()
+        await self.drain()
         if self._owns_database and self.database is not None:
             await self.database.close()
+
+    async def drain(self) -> None:
+        """Wait until every background summary scheduled so far has finished."""
+        background = self._background
+        while background.tasks:
+            await asyncio.gather(*list(background.tasks), return_exceptions=True)
+        for summarizer in list(background.summarizers.values()):
+            await summarizer.drain()
 
     async def __aenter__(self) -> MemoryManager:
         return self
@@ -265,10 +305,17 @@ class MemoryManager:
     async def append(
         self, owner: MemoryOwner, turn: ConversationMessage | dict[str, Any] | Any
     ) -> ConversationMessage:
-        """Append one turn (a ConversationMessage, a dict, or a LangChain message)."""
+        """Append one turn (a ConversationMessage, a dict, or a LangChain message).
+
+        Once the session is due a summary (``summarise_after_turns`` new turns,
+        the cooldown passed; see :meth:`background_summarizer`) it is summarised
+        in the background. Append never waits for that and never fails for it.
+        """
         store = self._short()
         message = self._turn(owner, turn)
-        return await store.append(owner, message)
+        stored = await store.append(owner, message)
+        self._schedule_summary(owner)
+        return stored
 
     def _turn(
         self, owner: MemoryOwner, turn: ConversationMessage | dict[str, Any] | Any
@@ -520,15 +567,16 @@ class MemoryManager:
     ) -> Any:
         """The manager's :class:`~harbor_pg.context.summarizer.SessionSummarizer`.
 
-        Builders from :meth:`context_builder` schedule it after each turn: once
-        a session has ``summarise_after_turns`` new turns it is summarised in
-        the background, one worker at a time (a lease row in the database,
-        with the cooldown). :meth:`close` waits for running summaries.
+        :meth:`append` (with ``model=summary_model``) and builders from
+        :meth:`context_builder` schedule it after each turn: once a session has
+        ``summarise_after_turns`` new turns it is summarised in the background,
+        one worker at a time (a lease row in the database, with the cooldown).
+        :meth:`close` waits for running summaries.
         """
         from harbor_pg.context.summarizer import SessionSummarizer
 
         key = (id(model), id(policy or self.policy))
-        found = self._summarizers.get(key)
+        found = self._background.summarizers.get(key)
         if found is None:
             found = SessionSummarizer(
                 policy=policy or self.policy,
@@ -536,8 +584,66 @@ class MemoryManager:
                 memories=self._long(),  # type: ignore[arg-type]
                 model=model,
             )
-            self._summarizers[key] = found
+            self._background.summarizers[key] = found
         return found
+
+    def _schedule_summary(self, owner: MemoryOwner) -> None:
+        """After an append: check in the background whether the session is due a summary.
+
+        At most one check per session is in flight; an append that arrives
+        meanwhile makes it look once more when done. Never raises.
+        """
+        try:
+            if (
+                not self.config.summarise_in_background
+                or not self.policy.enabled
+                or owner.principal_id is None
+                or not isinstance(self.short_term, SummaryLeaseStore)
+                or not isinstance(self.long_term, SummaryStore)
+            ):
+                return
+            key = (owner.tenant_id, owner.user_id, owner.session_id)
+            background = self._background
+            if key in background.pending:
+                background.pending[key] = True
+                return
+            loop = asyncio.get_running_loop()
+            background.pending[key] = False
+            task = loop.create_task(
+                self._summarise_when_due(owner, key), name=f"harbor-summary:{owner.session_id}"
+            )
+            background.tasks.add(task)
+            task.add_done_callback(background.tasks.discard)
+        except Exception as exc:
+            log.warning("background summary not scheduled (%s)", exc)
+
+    async def _summarise_when_due(
+        self, owner: MemoryOwner, key: tuple[str, str | None, str | None]
+    ) -> None:
+        background = self._background
+        try:
+            while True:
+                background.pending[key] = False
+                try:
+                    await self._summarise_if_due(owner)
+                except Exception as exc:
+                    log.warning("background summary failed (%s)", exc)
+                if not background.pending.get(key):
+                    return
+        finally:
+            background.pending.pop(key, None)
+
+    async def _summarise_if_due(self, owner: MemoryOwner) -> None:
+        policy = self.policy
+        # a read first: an append that finds nothing due writes nothing (no lease row)
+        due = getattr(self.short_term, "summary_due", None)
+        if due is not None and not await due(
+            owner,
+            min_turns=policy.summarise_after_turns,
+            cooldown_seconds=policy.summary_cooldown_seconds,
+        ):
+            return
+        await self.background_summarizer(model=self.summary_model).maybe_summarise(owner)
 
     async def extract_memories(
         self,

@@ -123,6 +123,23 @@ class InMemoryShortTermStore:
             self._principals.pop(turn.id or 0, None)
         return len(gone)
 
+    async def summary_due(
+        self, owner: MemoryOwner, *, min_turns: int, cooldown_seconds: float
+    ) -> bool:
+        """Whether :meth:`acquire_summary_lease` would succeed now; changes nothing."""
+        key = self._key(owner)
+        turns = len(self._turns.get(key, []))
+        state = self._sessions.get(key)
+        now = time.monotonic()
+        return turns >= min_turns and (
+            state is None
+            or (
+                (state.lease_until is None or state.lease_until <= now)
+                and (state.summarised_at is None or state.summarised_at <= now - cooldown_seconds)
+                and (turns < state.turns_at_summary or turns - state.turns_at_summary >= min_turns)
+            )
+        )
+
     async def acquire_summary_lease(
         self,
         owner: MemoryOwner,

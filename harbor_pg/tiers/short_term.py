@@ -132,6 +132,18 @@ class PostgresShortTermStore:
             cur = await conn.execute(query("clear_messages"), session_key(owner))
             return cur.rowcount
 
+    async def summary_due(
+        self, owner: MemoryOwner, *, min_turns: int, cooldown_seconds: float
+    ) -> bool:
+        """Whether :meth:`acquire_summary_lease` would succeed now; reads only (one round trip)."""
+        params = {
+            **session_key(owner),
+            "min_turns": min_turns,
+            "cooldown_seconds": cooldown_seconds,
+        }
+        [row] = await self.db.fetch_in_one_round_trip(owner, query("summary_due"), params)
+        return bool(row["due"])
+
     async def acquire_summary_lease(
         self,
         owner: MemoryOwner,

@@ -35,3 +35,27 @@ select count(*) as n from harbor.messages m
 delete from harbor.messages m
  where m.tenant_id = %(tenant_id)s::text and m.user_id = %(user_id)s::text
    and m.session_id = %(session_id)s::text
+
+-- name: summary_due
+-- Read-only: whether the session is due a background summary, by the same rules as
+-- context_acquire_summary_lease (enough turns, no live lease, cooldown passed, enough new
+-- turns since the last summary). Checked after each append, so an append that finds
+-- nothing due writes nothing; the lease statement stays the one that decides.
+with turns as (
+    select count(*) as n from harbor.messages m
+     where m.tenant_id = %(tenant_id)s::text and m.user_id = %(user_id)s::text
+       and m.session_id = %(session_id)s::text
+)
+select t.n >= %(min_turns)s::bigint
+       and (s.session_id is null
+            or ((s.summary_lease_until is null
+                 or s.summary_lease_until <= pg_catalog.clock_timestamp())
+                and (s.summarised_at is null
+                     or s.summarised_at <= pg_catalog.clock_timestamp()
+                            - make_interval(secs => %(cooldown_seconds)s::double precision))
+                and (t.n < s.turns_at_summary
+                     or t.n - s.turns_at_summary >= %(min_turns)s::bigint))) as due
+  from turns t
+  left join harbor.session_state s
+    on s.tenant_id = %(tenant_id)s::text and s.user_id = %(user_id)s::text
+   and s.session_id = %(session_id)s::text

@@ -9,7 +9,7 @@ import pytest
 from harbor_pg.db.connection import Database
 from harbor_pg.embedders.hashing import HashingEmbedder
 from harbor_pg.errors import MemoryConfigurationError
-from harbor_pg.manager import MemoryManager
+from harbor_pg.manager import MemoryManager, MemoryManagerConfig
 from harbor_pg.owner import MemoryOwner
 from harbor_pg.records import ConversationMessage
 
@@ -65,7 +65,11 @@ async def test_builders_summarise_sessions_in_the_background(database: Database)
     from harbor_pg.policy import MemoryPolicy
 
     policy = MemoryPolicy(summarise_after_turns=6, summary_cooldown_seconds=0)
-    manager = MemoryManager.from_database(database, policy=policy)
+    # appends schedule summaries too (tests/integration/test_append_summaries.py): off here,
+    # so only the builder's scheduling is exercised
+    manager = MemoryManager.from_database(
+        database, policy=policy, config=MemoryManagerConfig(summarise_in_background=False)
+    )
     for i in range(16):
         role = "user" if i % 2 == 0 else "assistant"
         text = f"turn {i}: we talked about the budget review number {i}"
