@@ -63,8 +63,9 @@ def untrusted_notice(*elements: str) -> str:
 
 
 _SECRETS_RULE = (
-    "Never record secrets: passwords, API keys, access tokens, private keys, credentials, "
-    "connection strings with passwords, or anything similar, not even partially."
+    "Never record secrets: passwords, passphrases, PINs and access codes, answers to "
+    "security questions, API keys, access tokens, private keys, credentials, connection "
+    "strings with passwords, or anything similar, not even partially."
 )
 
 _MessageLike = BaseMessage | ConversationMessage
