@@ -313,8 +313,25 @@ class MemoryManager:
         """
         store = self._short()
         message = self._turn(owner, turn)
-        stored = await store.append(owner, message)
-        self._schedule_summary(owner)
+        if not self._summarises(owner):
+            return await store.append(owner, message)
+        policy = self.policy
+        checking = getattr(store, "append_and_check_summary", None)
+        if checking is None:
+            stored = await store.append(owner, message)
+            self._schedule_summary(owner, known_due=False)
+            return stored
+        # the due check rides in the append's own statement: no extra round trip, and
+        # nothing is scheduled (or written) unless a summary is due
+        result: tuple[ConversationMessage, bool] = await checking(
+            owner,
+            message,
+            min_turns=policy.summarise_after_turns,
+            cooldown_seconds=policy.summary_cooldown_seconds,
+        )
+        stored, due = result
+        if due:
+            self._schedule_summary(owner, known_due=True)
         return stored
 
     def _turn(
@@ -587,21 +604,24 @@ class MemoryManager:
             self._background.summarizers[key] = found
         return found
 
-    def _schedule_summary(self, owner: MemoryOwner) -> None:
-        """After an append: check in the background whether the session is due a summary.
+    def _summarises(self, owner: MemoryOwner) -> bool:
+        """Whether appends for ``owner`` may schedule background summaries."""
+        return (
+            self.config.summarise_in_background
+            and self.policy.enabled
+            and owner.principal_id is not None
+            and isinstance(self.short_term, SummaryLeaseStore)
+            and isinstance(self.long_term, SummaryStore)
+        )
 
-        At most one check per session is in flight; an append that arrives
-        meanwhile makes it look once more when done. Never raises.
+    def _schedule_summary(self, owner: MemoryOwner, *, known_due: bool) -> None:
+        """After an append: summarise the session in the background if it is due.
+
+        ``known_due``: the append found it due already; otherwise a read-only
+        check comes first. At most one task per session is in flight; an append
+        that arrives meanwhile makes it check once more when done. Never raises.
         """
         try:
-            if (
-                not self.config.summarise_in_background
-                or not self.policy.enabled
-                or owner.principal_id is None
-                or not isinstance(self.short_term, SummaryLeaseStore)
-                or not isinstance(self.long_term, SummaryStore)
-            ):
-                return
             key = (owner.tenant_id, owner.user_id, owner.session_id)
             background = self._background
             if key in background.pending:
@@ -610,7 +630,8 @@ class MemoryManager:
             loop = asyncio.get_running_loop()
             background.pending[key] = False
             task = loop.create_task(
-                self._summarise_when_due(owner, key), name=f"harbor-summary:{owner.session_id}"
+                self._summarise_when_due(owner, key, checked=known_due),
+                name=f"harbor-summary:{owner.session_id}",
             )
             background.tasks.add(task)
             task.add_done_callback(background.tasks.discard)
@@ -618,25 +639,26 @@ class MemoryManager:
             log.warning("background summary not scheduled (%s)", exc)
 
     async def _summarise_when_due(
-        self, owner: MemoryOwner, key: tuple[str, str | None, str | None]
+        self, owner: MemoryOwner, key: tuple[str, str | None, str | None], *, checked: bool
     ) -> None:
         background = self._background
         try:
             while True:
                 background.pending[key] = False
                 try:
-                    await self._summarise_if_due(owner)
+                    await self._summarise_if_due(owner, checked=checked)
                 except Exception as exc:
                     log.warning("background summary failed (%s)", exc)
                 if not background.pending.get(key):
                     return
+                checked = False  # appends arrived meanwhile: look again
         finally:
             background.pending.pop(key, None)
 
-    async def _summarise_if_due(self, owner: MemoryOwner) -> None:
+    async def _summarise_if_due(self, owner: MemoryOwner, *, checked: bool) -> None:
         policy = self.policy
         # a read first: an append that finds nothing due writes nothing (no lease row)
-        due = getattr(self.short_term, "summary_due", None)
+        due = None if checked else getattr(self.short_term, "summary_due", None)
         if due is not None and not await due(
             owner,
             min_turns=policy.summarise_after_turns,

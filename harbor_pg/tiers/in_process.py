@@ -123,6 +123,19 @@ class InMemoryShortTermStore:
             self._principals.pop(turn.id or 0, None)
         return len(gone)
 
+    async def append_and_check_summary(
+        self,
+        owner: MemoryOwner,
+        message: ConversationMessage,
+        *,
+        min_turns: int,
+        cooldown_seconds: float,
+    ) -> tuple[ConversationMessage, bool]:
+        """:meth:`append`, and whether the session is now due a background summary."""
+        stored = await self.append(owner, message)
+        due = await self.summary_due(owner, min_turns=min_turns, cooldown_seconds=cooldown_seconds)
+        return stored, due
+
     async def summary_due(
         self, owner: MemoryOwner, *, min_turns: int, cooldown_seconds: float
     ) -> bool:

@@ -74,6 +74,29 @@ class PostgresShortTermStore:
         assert row is not None
         return message.model_copy(update={"id": row["id"], "created_at": row["created_at"]})
 
+    async def append_and_check_summary(
+        self,
+        owner: MemoryOwner,
+        message: ConversationMessage,
+        *,
+        min_turns: int,
+        cooldown_seconds: float,
+    ) -> tuple[ConversationMessage, bool]:
+        """:meth:`append`, and whether the session is now due a background summary
+        (:meth:`summary_due`'s rules, read in the same statement: no extra round trip)."""
+        params = {
+            **_append_params(owner, message),
+            "min_turns": min_turns,
+            "cooldown_seconds": cooldown_seconds,
+        }
+        async with self.db.transaction(owner) as conn:
+            row = await (
+                await conn.execute(query("append_message_check_summary"), params)
+            ).fetchone()
+        assert row is not None
+        stored = message.model_copy(update={"id": row["id"], "created_at": row["created_at"]})
+        return stored, bool(row["summary_due"])
+
     # -- synchronous twins, each on a short-lived connection of its own ----------------
     # (for HarborChatMessageHistory's sync members when the async pool cannot be used)
 

@@ -23,8 +23,9 @@ from harbor_pg.manager import MemoryManager, MemoryManagerConfig
 from harbor_pg.owner import MemoryOwner
 from harbor_pg.policy import MemoryPolicy
 from harbor_pg.records import ConversationMessage
-from harbor_pg.tiers.in_process import InMemoryLongTermStore
+from harbor_pg.tiers.in_process import InMemoryLongTermStore, InMemoryShortTermStore
 from harbor_pg.tiers.long_term import PostgresLongTermStore
+from harbor_pg.tiers.short_term import PostgresShortTermStore
 from tests.conftest import PgDatabase
 from tests.unit.test_builder_support import ScriptedModel, exchange
 
@@ -143,20 +144,96 @@ async def test_a_failing_summary_logs_a_warning_and_append_goes_on(
     assert len(await manager.recent(OWNER)) == 6
 
 
-async def test_a_failing_due_check_is_a_warning_too(
+async def test_a_crashing_summariser_is_a_warning_too(
     database: Database, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     manager = MemoryManager.from_database(database, policy=MemoryPolicy(summarise_after_turns=2))
 
-    async def broken(*args: object, **kwargs: object) -> bool:
-        raise RuntimeError("due check exploded")
+    class Exploding:
+        async def maybe_summarise(self, owner: MemoryOwner) -> bool:
+            raise RuntimeError("summariser exploded")
 
-    monkeypatch.setattr(manager.short_term, "summary_due", broken)
+    monkeypatch.setattr(manager, "background_summarizer", lambda **kw: Exploding())
     with caplog.at_level(logging.WARNING, logger="harbor_pg"):
-        stored = await manager.append(OWNER, ConversationMessage(role="user", content="hi"))
+        for text in ("hi", "hello"):
+            stored = await manager.append(OWNER, ConversationMessage(role="user", content=text))
+            assert stored.id is not None
         await manager.drain()
-    assert stored.id is not None
-    assert any("due check exploded" in r.getMessage() for r in caplog.records)
+    assert any(
+        r.levelno == logging.WARNING and "summariser exploded" in r.getMessage()
+        for r in caplog.records
+    )
+
+
+async def test_appends_during_a_running_summary_look_again_with_a_read(
+    database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    slow = ScriptedModel(delay=0.3)
+    manager = MemoryManager.from_database(
+        database,
+        policy=MemoryPolicy(summarise_after_turns=6, summary_keep_messages=2),
+        summary_model=slow,
+    )
+    assert manager.short_term is not None
+    reads: list[bool] = []
+    original = manager.short_term.summary_due  # type: ignore[attr-defined]
+
+    async def counted(owner: MemoryOwner, **kwargs: Any) -> bool:
+        reads.append(await original(owner, **kwargs))
+        return reads[-1]
+
+    monkeypatch.setattr(manager.short_term, "summary_due", counted)
+    await append_all(manager, exchange(3, words=10))  # the sixth turn starts the summary
+    await append_all(manager, exchange(2, words=10))  # four more while it runs
+    await manager.drain()
+    assert slow.count("summary") == 1
+    assert reads == [False]  # one look afterwards (cooling down), not one per append
+
+
+async def test_due_check_agrees_with_the_lease_postgres(database: Database) -> None:
+    await due_check_agrees_with_the_lease(PostgresShortTermStore(database))
+
+
+async def test_due_check_agrees_with_the_lease_in_process() -> None:
+    await due_check_agrees_with_the_lease(InMemoryShortTermStore())
+
+
+async def due_check_agrees_with_the_lease(store: Any) -> None:
+    """summary_due and the due flag of append_and_check_summary say yes exactly when the
+    lease would be granted."""
+    rules = {"min_turns": 4, "cooldown_seconds": 0.5}
+
+    async def append(n: int) -> bool:
+        due = False
+        for turn in exchange(n, words=3):
+            _, due = await store.append_and_check_summary(OWNER, turn, **rules)
+        return due
+
+    async def due() -> bool:
+        return bool(await store.summary_due(OWNER, **rules))
+
+    async def lease() -> Any:
+        return await store.acquire_summary_lease(OWNER, lease_seconds=0.3, **rules)
+
+    assert await append(1) is False and await due() is False  # 2 turns
+    assert await lease() is None
+    assert await append(1) is True and await due() is True  # 4 turns
+    held = await lease()
+    assert held is not None
+    assert await due() is False  # leased
+    assert await append(1) is False  # 6 turns, still leased
+    assert await store.finish_summary_lease(OWNER, held, turns_at_summary=held.turns)
+    assert await append(2) is False and await due() is False  # 10 turns, cooling down
+    assert await lease() is None
+    await asyncio.sleep(0.6)
+    assert await due() is True  # 10 - 4 >= 4 and the cooldown is over
+    held = await lease()
+    assert held is not None
+    assert await store.finish_summary_lease(OWNER, held, turns_at_summary=10)
+    await asyncio.sleep(0.6)
+    assert await append(1) is False and await due() is False  # 12 - 10 < 4
+    assert await lease() is None
+    assert await append(1) is True  # 14 - 10 >= 4
 
 
 async def test_two_workers_appending_to_one_session_summarise_it_once(
