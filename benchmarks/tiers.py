@@ -6,7 +6,9 @@ Builds the data with server-side generate_series (as the superuser), then
 times, through MemoryManager as the application role with row-level security
 on and the identity set per transaction:
   * recent(owner, 12) on random sessions,
-  * append(owner, turn) on random sessions,
+  * append(owner, turn) on random sessions summarised just now (the due check
+    runs, no summary starts), and on sessions due a summary (each append
+    starts a background summary that shares the loop and the pool),
   * snapshot(owner, query=..., recent_limit=12) with the long-term table filled.
 """
 
@@ -89,6 +91,18 @@ def build(su: str, turns: int, sessions: int, memories: int) -> None:
             {"tenants": TENANTS, "sessions": sessions, "memories": memories, "words": words},
         )
         print(f"built {memories:,} memories in {time.perf_counter() - t1:.1f}s", flush=True)
+        # steady state for the odd sessions: summarised just now, so an append there runs
+        # the due check and starts nothing; the even ones (100 turns, never summarised)
+        # are due, so an append there also starts a background summary
+        c.execute(
+            """
+            insert into harbor.session_state (tenant_id, user_id, session_id, summarised_at,
+                                              turns_at_summary)
+            select 't' || (s %% %(tenants)s), 'u' || s, 's' || s, now(), %(per)s
+              from generate_series(1, %(sessions)s, 2) s
+        """,
+            {"tenants": TENANTS, "sessions": sessions, "per": per_session},
+        )
         c.execute("vacuum analyze harbor.messages")
         c.execute("vacuum analyze harbor.memories")
 
@@ -99,13 +113,20 @@ async def measure(app_url: str, sessions: int, n: int) -> dict[str, list[float]]
     manager = MemoryManager.from_database(db)
     rng = random.Random(7)
 
-    def owner() -> MemoryOwner:
+    def owner(parity: int | None = None) -> MemoryOwner:
         s = rng.randint(1, sessions)
+        if parity is not None and s % 2 != parity:
+            s = s + 1 if s < sessions else s - 1
         return MemoryOwner(
             tenant_id=f"t{s % TENANTS}", principal_id=f"u{s}", session_id=f"s{s}", run_id="r1"
         )
 
-    out: dict[str, list[float]] = {"recent": [], "append": [], "snapshot": []}
+    out: dict[str, list[float]] = {
+        "recent": [],
+        "append": [],
+        "append, summary due": [],
+        "snapshot": [],
+    }
     for _ in range(50):  # warm up the pool and the driver's prepared statements
         await manager.recent(owner(), 12)
         await manager.snapshot(owner(), query="deploy pipeline", recent_limit=12)
@@ -116,10 +137,19 @@ async def measure(app_url: str, sessions: int, n: int) -> dict[str, list[float]]
         out["recent"].append(time.perf_counter() - t)
         assert len(got) == 12
     for i in range(n):
-        o = owner()
+        o = owner(parity=1)  # summarised just now: the due check says no
         t = time.perf_counter()
         await manager.append(o, ConversationMessage(role="user", content=f"benchmark turn {i}"))
         out["append"].append(time.perf_counter() - t)
+    await manager.drain()
+    for i in range(n):
+        # never summarised, 100 turns: this append starts a background summary, which
+        # then shares the event loop and the two-connection pool with the next appends
+        o = owner(parity=0)
+        t = time.perf_counter()
+        await manager.append(o, ConversationMessage(role="user", content=f"benchmark turn {i}"))
+        out["append, summary due"].append(time.perf_counter() - t)
+    await manager.drain()
     for _ in range(n):
         o = owner()
         t = time.perf_counter()
@@ -150,7 +180,7 @@ def main() -> None:
         f"memories, {TENANTS} tenants"
     )
     for name, values in res.items():
-        print(f"{name:9s} {summary_ms(values)}")
+        print(f"{name:20s} {summary_ms(values)}")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from harbor_pg.context.tokens import approximate_tokens
 from harbor_pg.errors import MemoryConfigurationError
 
 __all__ = ["ExtractiveSummarizer"]
@@ -42,7 +43,7 @@ _STOPWORDS = frozenset(_STOPWORD_TEXT.split())
 
 def _approximate_tokens(text: str) -> int:
     """Rough token count: four ASCII characters a token, non-ASCII characters one each."""
-    ascii_chars = sum(1 for ch in text if ord(ch) < 128)
+    ascii_chars = len(text.encode("ascii", "ignore"))
     return math.ceil(ascii_chars / 4) + (len(text) - ascii_chars)
 
 
@@ -181,13 +182,22 @@ class ExtractiveSummarizer:
             (s for s in sentences if s.score > 0),
             key=lambda s: (-s.score, -s.unit, s.order),
         )
+        # Adding a sentence lengthens the rendering by at least the sentence and a
+        # separator, so under the built-in measures it adds at least its own measure
+        # minus one (token estimates round up): a sentence past that bound cannot fit
+        # and is skipped without rendering (rendering each trial made this quadratic).
+        bounded = measure is len or measure is _approximate_tokens or measure is approximate_tokens
         chosen: list[_Sentence] = []
+        used = 0
         for candidate in ranked:
+            if bounded and measure(candidate.text) - 1 > budget - used:
+                continue
             if any(_overlap(candidate.words, kept.words) >= 0.6 for kept in chosen):
                 continue
             trial = [*chosen, candidate]
-            if measure(_render(units, trial)) <= budget:
-                chosen = trial
+            size = measure(_render(units, trial))
+            if size <= budget:
+                chosen, used = trial, size
         return _render(units, chosen)
 
     async def asummarize(
