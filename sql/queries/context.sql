@@ -18,7 +18,10 @@ select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, 
  limit 1
 
 -- name: context_insert_summary
--- Create the session summary under its deterministic id; nothing if the id is taken.
+-- Create the session summary under its deterministic id; nothing if the id is taken, or if
+-- a concurrent writer just created the same summary text (no conflict target, so the
+-- exclusion constraint on owner + content hash is an arbiter too: two builders folding the
+-- same turns at once produce the same text, and the loser must see a lost race, not an error).
 insert into harbor.memories (tenant_id, id, scope, project_id, user_id, session_id, run_id,
                              principal_id, memory_type, importance, content, content_hash,
                              entity_ids, source, sensitivity, source_session_id,
@@ -27,7 +30,7 @@ values (%(tenant_id)s::text, %(id)s::text, 'session', '', %(user_id)s::text,
         %(session_id)s::text, '', %(principal_id)s::text, 'summary', %(importance)s::real,
         %(content)s::text, %(content_hash)s::text, '{}', 'summary', 'none',
         %(session_id)s::text, %(source_message_ids)s::text[], %(metadata)s::jsonb)
-on conflict (tenant_id, id) do nothing
+on conflict do nothing
 returning id
 
 -- name: context_summary_id_visible
