@@ -53,8 +53,10 @@ end;
 -- Approximate tokens, as harbor_pg.context.tokens.approximate_tokens: ASCII at
 -- about four characters per token, every other character one token.
 create or replace function harbor.approximate_tokens(t text) returns integer
-    language sql immutable security invoker parallel safe strict
-return case when t = '' then 0
+    language sql immutable security invoker parallel safe
+-- not STRICT: a strict SQL function with a CASE body is never inlined
+return case when t is null then null
+            when t = '' then 0
             -- all ASCII (one byte per character): no regular expression needed
             when pg_catalog.octet_length(t) = pg_catalog.length(t)
             then greatest(1, ceil(pg_catalog.length(t) / 4.0)::integer)
@@ -119,9 +121,9 @@ begin
         -- plan would otherwise pick, re-reading the owner's vectors per memory
         return query
             with ev as materialized (
-                -- a memory with a context has two vectors: the nearer one counts
-                select e.tenant_id, e.memory_id, e.scope, e.project_id, e.user_id, e.session_id,
-                       e.run_id, min(e.embedding operator(public.<=>) p_embedding) as dist
+                -- distances only (the owner-key join is the visibility test)
+                select e.tenant_id, e.memory_id,
+                       e.embedding operator(public.<=>) p_embedding as dist
                   from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user, v_session, v_run) k
                   join harbor.memory_embeddings e
                     on e.tenant_id = k.tenant_id and e.model_id = p_model_id
@@ -129,24 +131,27 @@ begin
                    and e.project_id = k.project_id and e.session_id = k.session_id
                    and e.run_id = k.run_id
                  where e.dims = v_dims
-                 group by e.tenant_id, e.memory_id, e.scope, e.project_id, e.user_id,
-                          e.session_id, e.run_id
                  order by dist, e.memory_id)
             select c.tenant_id, c.memory_id,
                    (rank() over (order by c.dist))::integer,
                    1 - c.dist
-              from (select ev.tenant_id, ev.memory_id, ev.dist
-                      from ev
-                      join harbor.memories m on m.tenant_id = ev.tenant_id and m.id = ev.memory_id
-                     -- only the primary key may find the row (the vector's copied
-                     -- owner key was checked above; hydration checks the row again)
-                     where coalesce(m.valid operator(pg_catalog.@>) p_as_of, false)
-                       and m.memory_type <> 'summary'
-                       and coalesce(m.scope = any (p_scopes), false)
-                       and harbor._visible(ev.scope, ev.tenant_id, ev.project_id, ev.user_id,
-                                           ev.session_id, ev.run_id, v_tenant, v_project,
-                                           v_user, v_session, v_run)
-                     order by ev.dist, ev.memory_id
+              from (select w.tenant_id, w.memory_id, min(w.dist) as dist
+                      -- a memory with a context has two vectors and the nearer counts:
+                      -- the nearest 2 x p_limit valid vectors hold the nearer vector of
+                      -- each of the nearest p_limit valid memories
+                      from (select ev.tenant_id, ev.memory_id, ev.dist
+                              from ev
+                              join harbor.memories m
+                                on m.tenant_id = ev.tenant_id and m.id = ev.memory_id
+                             -- only the primary key may find the row (hydration
+                             -- checks the row again)
+                             where coalesce(m.valid operator(pg_catalog.@>) p_as_of, false)
+                               and m.memory_type <> 'summary'
+                               and coalesce(m.scope = any (p_scopes), false)
+                             order by ev.dist, ev.memory_id
+                             limit 2 * p_limit) w
+                     group by w.tenant_id, w.memory_id
+                     order by dist, w.memory_id
                      limit p_limit) c;
         return;
     end if;
@@ -457,21 +462,24 @@ begin
                     else pg_catalog.power(0.5::double precision,
                         greatest(extract(epoch from (v_as_of - lower(m.valid))), 0)::double precision
                         / 3600.0 / recall.recency_half_life_hours) end as recency,
-               coalesce(recall.entity_weight, 0) * (
+               case when coalesce(cardinality(recall.anchor_entity_ids), 0) = 0
+                         or coalesce(recall.entity_weight, 0) = 0 then 0::double precision
+                    else recall.entity_weight * (
                    select count(*) from (select distinct e from unnest(m.entity_ids) e) x
-                    where x.e = any (coalesce(recall.anchor_entity_ids, '{}')))::double precision
-                   / greatest(1, cardinality(m.entity_ids)) as entity,
+                    where x.e = any (recall.anchor_entity_ids))::double precision
+                   / greatest(1, cardinality(m.entity_ids)) end as entity,
                case when m.memory_type = any (coalesce(recall.wanted_types, '{}'))
                     then coalesce(recall.type_weight, 0) else 0 end::double precision as type_boost,
                case m.scope when 'run' then 0 when 'session' then 1 when 'user' then 2
                             when 'project' then 3 when 'tenant' then 4 else 5 end as breadth
           from candidates c
-          -- one primary-key probe per candidate: the probe names only the id (the
-          -- policy supplies the tenant), and OFFSET 0 keeps the candidate's tenant
-          -- test outside it; with both tenant tests inside, the planner multiplies
-          -- them into a one-row estimate and scans the caller's rows per candidate
+          -- one primary-key probe per candidate on (tenant, id); OFFSET 0 keeps the
+          -- probe a subquery of its own: joined plainly, the planner multiplies the
+          -- policy's tenant test and the join's into a one-row estimate and scans the
+          -- caller's rows per candidate (47 ms)
           cross join lateral (
-              select m1.* from harbor.memories m1 where m1.id = c.memory_id offset 0) m
+              select m1.* from harbor.memories m1
+               where m1.tenant_id = c.tenant_id and m1.id = c.memory_id offset 0) m
          where m.tenant_id = c.tenant_id
            and coalesce(m.valid operator(pg_catalog.@>) v_as_of, false)
            and m.memory_type <> 'summary'
