@@ -79,6 +79,19 @@ create index working_state_expires_idx on harbor.working_state (expires_at)
     where expires_at is not null;
 
 -- Long-term tier: add-only memories with validity intervals.
+-- The narrow part of a memory's dedup key, as one injective text (each field
+-- length-prefixed). The exclusion constraint below compares it as one GiST
+-- column: with the owner columns spelled out one by one, the planner took the
+-- constraint's GiST index for the owner-key lookups of recall (2.4 ms against
+-- 0.9 ms through the B-tree owner index for a 1,000-row owner at 1,000,000 rows).
+create function harbor.memory_dedup_key(project_id text, user_id text, session_id text,
+                                        run_id text, content_hash text) returns text
+    language sql immutable parallel safe
+return pg_catalog.length(project_id) || ':' || project_id || ';'
+    || pg_catalog.length(user_id) || ':' || user_id || ';'
+    || pg_catalog.length(session_id) || ':' || session_id || ';'
+    || pg_catalog.length(run_id) || ':' || run_id || ';' || content_hash;
+
 create table harbor.memories (
     tenant_id          text not null,
     id                 text not null default (pg_catalog.gen_random_uuid())::text,
@@ -129,8 +142,9 @@ create table harbor.memories (
     -- dedup under concurrent writers: two currently valid rows with the same
     -- owner key and content hash cannot coexist
     constraint memories_no_duplicate_valid exclude using gist (
-        tenant_id with =, scope with =, project_id with =, user_id with =,
-        session_id with =, run_id with =, content_hash with =, valid with &&),
+        tenant_id with =, scope with =,
+        (harbor.memory_dedup_key(project_id, user_id, session_id, run_id, content_hash)) with =,
+        valid with &&),
     constraint memories_superseded_by_fkey foreign key (tenant_id, superseded_by)
         references harbor.memories (tenant_id, id) on delete set null (superseded_by)
 );
