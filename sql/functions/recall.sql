@@ -473,13 +473,13 @@ begin
                case m.scope when 'run' then 0 when 'session' then 1 when 'user' then 2
                             when 'project' then 3 when 'tenant' then 4 else 5 end as breadth
           from candidates c
-          -- one primary-key probe per candidate on (tenant, id); OFFSET 0 keeps the
-          -- probe a subquery of its own: joined plainly, the planner multiplies the
-          -- policy's tenant test and the join's into a one-row estimate and scans the
-          -- caller's rows per candidate (47 ms)
+          -- one primary-key probe per candidate: the probe names only the id (the
+          -- policy supplies the tenant), and OFFSET 0 keeps the candidate's tenant
+          -- test outside it; with both tenant tests inside, the planner multiplies
+          -- them into a one-row estimate and scans the caller's rows per candidate
+          -- (measured: 6.3 s for a 100,000-row owner, each probe reading all of them)
           cross join lateral (
-              select m1.* from harbor.memories m1
-               where m1.tenant_id = c.tenant_id and m1.id = c.memory_id offset 0) m
+              select m1.* from harbor.memories m1 where m1.id = c.memory_id offset 0) m
          where m.tenant_id = c.tenant_id
            and coalesce(m.valid operator(pg_catalog.@>) v_as_of, false)
            and m.memory_type <> 'summary'
