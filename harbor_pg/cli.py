@@ -27,6 +27,37 @@ def _server(args: argparse.Namespace) -> Any:
     )
 
 
+def as_url(conninfo: str) -> str:
+    """A ``postgresql://`` URL for a connection string (a URL is returned as it is).
+
+    The embedded server listens on a Unix socket, which goes in the ``host``
+    query parameter: ``postgresql://harbor_app@/harbor?host=/path/to/pgdata``.
+    """
+    if "://" in conninfo:
+        return conninfo
+    from urllib.parse import quote, urlencode
+
+    from psycopg.conninfo import conninfo_to_dict
+
+    params = {k: str(v) for k, v in conninfo_to_dict(conninfo).items() if v is not None}
+    user = quote(params.pop("user", ""), safe="")
+    password = params.pop("password", None)
+    userinfo = f"{user}:{quote(password, safe='')}@" if password else (f"{user}@" if user else "")
+    host = params.pop("host", "")
+    port = params.pop("port", "")
+    netloc = ""
+    if host and not host.startswith("/") and "," not in host:
+        netloc = host + (f":{port}" if port else "")
+    else:
+        if host:
+            params["host"] = host
+        if port:
+            params["port"] = port
+    dbname = quote(params.pop("dbname", ""), safe="")
+    query = f"?{urlencode(params)}" if params else ""
+    return f"postgresql://{userinfo}{netloc}/{dbname}{query}"
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     """Start the embedded server (or check HARBOR_DATABASE_URL), migrate, print the URL."""
     from harbor_pg.db import migrate, server
@@ -37,8 +68,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     took = time.perf_counter() - t0
     where = f"embedded server in {info.embedded}" if info.embedded else "external server"
     print(f"harbor-pg is up ({where}, schema at {migrate.head_revision()}, {took:.2f}s)")
-    print(f"application URL: {server.redact(info.app_url)}")
-    print(f"elevated URL:    {server.redact(info.admin_url)}")
+    print(f"application URL: {server.redact(as_url(info.app_url))}")
+    print(f"elevated URL:    {server.redact(as_url(info.admin_url))}")
     print("connect with psql and run: select harbor.set_identity('tenant', principal_id => 'me');")
     return 0
 
