@@ -44,15 +44,24 @@ def test_cannot_read_others_memories(attacker: Conn, column: str, value: str) ->
     assert rows == []
 
 
-@pytest.mark.parametrize("table", ["memories", "memory_embeddings", "messages", "working_state"])
-def test_filters_in_sql_cannot_widen(attacker: Conn, table: str) -> None:
-    # an OR that is always true, a cross join, a subquery: the policy still applies
+TABLES = ["memories", "memory_embeddings", "messages", "working_state"]
+
+
+@pytest.mark.parametrize("table", TABLES)
+def test_always_true_filter_cannot_widen(attacker: Conn, table: str) -> None:
+    # an OR that is always true: the policy still applies, nothing beyond it comes back
     n_all = attacker.execute(f"select count(*) from harbor.{table} where true or false").fetchone()
+    assert n_all is not None
+    assert n_all == attacker.execute(f"select count(*) from harbor.{table}").fetchone()
+
+
+@pytest.mark.parametrize("table", TABLES)
+def test_subquery_filter_cannot_widen(attacker: Conn, table: str) -> None:
+    # a subquery naming another tenant: the policy still applies
     n_sub = attacker.execute(
         f"select count(*) from harbor.{table} where tenant_id in (select 't2')"
     ).fetchone()
     assert n_sub == (0,)
-    assert n_all is not None
 
 
 def test_cannot_read_other_sessions_messages(attacker: Conn) -> None:
@@ -68,7 +77,7 @@ def test_cannot_read_others_embeddings(attacker: Conn) -> None:
     assert n == (6,)
 
 
-def test_cannot_read_through_harbor_functions(attacker: Conn) -> None:
+def test_only_candidate_functions_are_security_definers(attacker: Conn) -> None:
     # every set-returning or row-reading function in the schema runs as the invoker
     rows = attacker.execute(
         "select p.proname from pg_proc p where p.pronamespace = 'harbor'::regnamespace"
@@ -76,16 +85,22 @@ def test_cannot_read_through_harbor_functions(attacker: Conn) -> None:
     ).fetchall()
     definers = {r[0] for r in rows}
     assert definers <= {"_dense_candidates", "_lexical_candidates"}, definers
+
+
+def test_cannot_erase_others_rows(attacker: Conn) -> None:
     with pytest.raises(errors.InsufficientPrivilege):
         attacker.execute("select * from harbor.erase(user_id => 'u2')")
 
 
-def test_cannot_update_others_rows(attacker: Conn) -> None:
+def test_cannot_update_others_memories(attacker: Conn) -> None:
     cur = attacker.execute(
         "update harbor.memories set valid = tstzrange(lower(valid), now())"
         " where content like 'secret:%%'"
     )
     assert cur.rowcount == 0
+
+
+def test_cannot_update_working_state(attacker: Conn) -> None:
     # working state is written as new versions only: no UPDATE at all
     with pytest.raises(errors.InsufficientPrivilege):
         attacker.execute(
@@ -93,12 +108,17 @@ def test_cannot_update_others_rows(attacker: Conn) -> None:
         )
 
 
-def test_cannot_delete_others_rows(attacker: Conn) -> None:
-    cur = attacker.execute("delete from harbor.memories where content like 'secret:%%'")
-    assert cur.rowcount == 0
-    cur = attacker.execute("delete from harbor.working_state where state->>'tag' <> 'mine'")
-    assert cur.rowcount == 0
-    cur = attacker.execute("delete from harbor.memory_embeddings where tenant_id = 't2'")
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "delete from harbor.memories where content like 'secret:%%'",
+        "delete from harbor.working_state where state->>'tag' <> 'mine'",
+        "delete from harbor.memory_embeddings where tenant_id = 't2'",
+    ],
+    ids=["memories", "working_state", "memory_embeddings"],
+)
+def test_cannot_delete_others_rows(attacker: Conn, sql: str) -> None:
+    cur = attacker.execute(sql)
     assert cur.rowcount == 0
 
 
@@ -125,16 +145,39 @@ def test_cannot_insert_forged_owner(
         )
 
 
-def test_cannot_insert_forged_message_or_state(attacker: Conn) -> None:
+@pytest.mark.parametrize(
+    ("tenant", "user", "session"),
+    [("t1", "u2", "s1"), ("t2", "u1", "s1"), ("t1", "u1", "s2")],
+    ids=["other-user", "other-tenant", "other-session"],
+)
+def test_cannot_insert_forged_message(attacker: Conn, tenant: str, user: str, session: str) -> None:
     with pytest.raises(errors.InsufficientPrivilege):
         attacker.execute(
             "insert into harbor.messages (tenant_id, user_id, session_id, role, content)"
-            " values ('t1', 'u2', 's1', 'user', 'forged')"
+            " values (%s, %s, %s, 'user', 'forged')",
+            (tenant, user, session),
         )
+
+
+@pytest.mark.parametrize(
+    ("tenant", "project", "user", "session", "run"),
+    [
+        ("t1", "p1", "u1", "s1", "r9"),
+        ("t2", "p1", "u1", "s1", "r1"),
+        ("t1", "p2", "u1", "s1", "r1"),
+        ("t1", "p1", "u2", "s1", "r1"),
+        ("t1", "p1", "u1", "s2", "r1"),
+    ],
+    ids=["other-run", "other-tenant", "other-project", "other-user", "other-session"],
+)
+def test_cannot_insert_forged_working_state(
+    attacker: Conn, tenant: str, project: str, user: str, session: str, run: str
+) -> None:
     with pytest.raises(errors.InsufficientPrivilege):
         attacker.execute(
             "insert into harbor.working_state (tenant_id, project_id, user_id, session_id, run_id)"
-            " values ('t1', 'p1', 'u1', 's1', 'r9')"
+            " values (%s, %s, %s, %s, %s)",
+            (tenant, project, user, session, run),
         )
 
 
@@ -148,14 +191,20 @@ def test_cannot_insert_wider_scope_with_narrow_key(attacker: Conn) -> None:
         )
 
 
-@pytest.mark.parametrize(("scope", "tenant"), [("tenant", "t1"), ("global", "")])
-def test_cannot_write_tenant_or_global(attacker: Conn, scope: str, tenant: str) -> None:
+@pytest.mark.parametrize(
+    ("scope", "tenant"), [("tenant", "t1"), ("global", "")], ids=["tenant", "global"]
+)
+def test_cannot_insert_tenant_or_global(attacker: Conn, scope: str, tenant: str) -> None:
     with pytest.raises(errors.InsufficientPrivilege):
         attacker.execute(
             "insert into harbor.memories (tenant_id, scope, content, content_hash)"
             " values (%s, %s, 'wide', repeat('d', 64))",
             (tenant, scope),
         )
+
+
+@pytest.mark.parametrize("scope", ["tenant", "global"])
+def test_cannot_update_tenant_or_global(attacker: Conn, scope: str) -> None:
     cur = attacker.execute(
         "update harbor.memories set valid = tstzrange(lower(valid), now()) where scope = %s",
         (scope,),
@@ -168,15 +217,38 @@ def test_cannot_change_content_of_own_memory(attacker: Conn) -> None:
         attacker.execute("update harbor.memories set content = 'rewritten' where scope = 'user'")
 
 
-def test_bound_role_cannot_take_another_identity(seeded: Any) -> None:
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "select harbor.set_identity('t2')",
+        "select harbor.set_identity('t1', principal_id => 'u2')",
+    ],
+    ids=["other-tenant", "other-user"],
+)
+def test_bound_role_cannot_set_another_identity(seeded: Any, sql: str) -> None:
+    with (
+        psycopg.connect(seeded.url_for(BOUND_ROLE), autocommit=True) as conn,
+        pytest.raises(errors.InsufficientPrivilege),
+    ):
+        conn.execute(sql)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        [("tenant_id", "t2")],
+        [("user_id", "u2")],
+        [("tenant_id", "t2"), ("user_id", "u2")],
+    ],
+    ids=["tenant", "user", "tenant-and-user"],
+)
+def test_bound_role_ignores_raw_identity_settings(
+    seeded: Any, settings: list[tuple[str, str]]
+) -> None:
+    # raw settings are ignored: the binding wins
     with psycopg.connect(seeded.url_for(BOUND_ROLE), autocommit=True) as conn:
-        with pytest.raises(errors.InsufficientPrivilege):
-            conn.execute("select harbor.set_identity('t2')")
-        with pytest.raises(errors.InsufficientPrivilege):
-            conn.execute("select harbor.set_identity('t1', principal_id => 'u2')")
-        # raw settings are ignored: the binding wins
-        conn.execute("select set_config('harbor.tenant_id', 't2', false)")
-        conn.execute("select set_config('harbor.user_id', 'u2', false)")
+        for name, value in settings:
+            conn.execute("select set_config(%s, %s, false)", (f"harbor.{name}", value))
         rows = contents(conn, "select content from harbor.memories")
         assert rows and all(r.startswith("mine:") for r in rows), rows
 
@@ -187,13 +259,13 @@ def test_cannot_set_role_to_escape(attacker: Conn, role: str) -> None:
         attacker.execute(f"set role {role}")
 
 
-def test_reset_role_keeps_the_binding(seeded: Any) -> None:
+@pytest.mark.parametrize("reset", [False, True], ids=["set-role-app", "then-reset-role"])
+def test_set_or_reset_role_keeps_the_binding(seeded: Any, reset: bool) -> None:
     with psycopg.connect(seeded.url_for(BOUND_ROLE), autocommit=True) as conn:
         conn.execute("set role harbor_app")  # allowed: it is a member
         conn.execute("select set_config('harbor.tenant_id', 't2', false)")
-        rows = contents(conn, "select content from harbor.memories")
-        assert rows and all(r.startswith("mine:") for r in rows), rows
-        conn.execute("reset role")
+        if reset:
+            conn.execute("reset role")
         rows = contents(conn, "select content from harbor.memories")
         assert rows and all(r.startswith("mine:") for r in rows), rows
 
@@ -209,56 +281,85 @@ def test_cannot_truncate(attacker: Conn, table: str) -> None:
 def test_cannot_disable_row_security(attacker: Conn) -> None:
     with pytest.raises(errors.InsufficientPrivilege):
         attacker.execute("alter table harbor.memories disable row level security")
+
+
+def test_row_security_off_refuses_to_read(attacker: Conn) -> None:
     attacker.execute("set row_security = off")
     with pytest.raises(errors.InsufficientPrivilege):
         attacker.execute("select count(*) from harbor.memories")
 
 
-def test_cannot_shadow_harbor_functions_via_search_path(attacker: Conn) -> None:
+def test_cannot_create_shadowing_function_in_public(attacker: Conn) -> None:
     with pytest.raises(errors.InsufficientPrivilege):
         attacker.execute(
             "create function public.current_setting(text, boolean) returns text"
             " language sql as $$ select 't2' $$"
         )
+
+
+def test_cannot_create_schema_for_shadowing(attacker: Conn) -> None:
     with pytest.raises(errors.InsufficientPrivilege):
         attacker.execute("create schema evil")
+
+
+PG_TEMP_SHADOWS = {
+    "current_setting": "create function pg_temp.current_setting(text, boolean) returns text"
+    " language sql as $$ select 't2' $$",
+    "caller_tenant": "create function pg_temp.caller_tenant() returns text"
+    " language sql as $$ select 't2' $$",
+}
+
+
+@pytest.mark.parametrize(
+    "shadowed",
+    [["current_setting"], ["caller_tenant"], ["current_setting", "caller_tenant"]],
+    ids=["current_setting", "caller_tenant", "both"],
+)
+def test_cannot_shadow_harbor_functions_via_pg_temp(attacker: Conn, shadowed: list[str]) -> None:
     # temporary objects: pg_temp is never searched for functions, and harbor's
     # functions pin their search_path or were parsed at creation
-    attacker.execute(
-        "create function pg_temp.current_setting(text, boolean) returns text"
-        " language sql as $$ select 't2' $$"
-    )
-    attacker.execute(
-        "create function pg_temp.caller_tenant() returns text language sql as $$ select 't2' $$"
-    )
+    for name in shadowed:
+        attacker.execute(PG_TEMP_SHADOWS[name])
     attacker.execute("set search_path = pg_temp, harbor, public")
     rows = contents(attacker, "select content from memories")
     assert rows and all(r.startswith("mine:") for r in rows), rows
 
 
-def test_cannot_bind_roles_or_read_bindings(attacker: Conn) -> None:
+def test_cannot_bind_roles(attacker: Conn) -> None:
     with pytest.raises(errors.InsufficientPrivilege):
         attacker.execute("select harbor.bind_role('harbor_app', 't2')")
+
+
+def test_cannot_read_others_bindings(attacker: Conn) -> None:
     assert attacker.execute(
         "select count(*) from harbor.role_bindings where role_name <> %s", (BOUND_ROLE,)
     ).fetchone() == (0,)
 
 
-def test_no_identity_sees_only_global(seeded: Any) -> None:
+@pytest.mark.parametrize(
+    ("table", "expected"),
+    [("memories", ["mine: global fact"]), ("messages", [])],
+    ids=["memories", "messages"],
+)
+def test_no_identity_sees_only_global(seeded: Any, table: str, expected: list[str]) -> None:
     with psycopg.connect(seeded.url_for("harbor_app"), autocommit=True) as conn:
-        rows = contents(conn, "select content from harbor.memories")
-        assert rows == ["mine: global fact"]
-        assert contents(conn, "select content from harbor.messages") == []
+        assert contents(conn, f"select content from harbor.{table}") == expected
 
 
-def test_bound_role_cannot_read_through_recent_turns(seeded: Any) -> None:
+@pytest.mark.parametrize(
+    "args",
+    [("t2", None, "u1", None, "s1", None), ("t1", None, "u2", None, "s1", None)],
+    ids=["other-tenant", "other-user"],
+)
+def test_bound_role_cannot_read_through_recent_turns(
+    seeded: Any, args: tuple[str | None, ...]
+) -> None:
     # harbor.recent_turns sets the identity it is given, but a binding wins
     with psycopg.connect(seeded.url_for(BOUND_ROLE), autocommit=True) as conn:
-        for args in [("t2", None, "u1", None, "s1", None), ("t1", None, "u2", None, "s1", None)]:
-            rows = conn.execute(
-                "select content from harbor.recent_turns(%s, %s, %s, %s, %s, %s, 50)", args
-            ).fetchall()
-            assert rows == []
+        rows = conn.execute(
+            "select content from harbor.recent_turns(%s, %s, %s, %s, %s, %s, 50)", args
+        ).fetchall()
+        assert rows == []
 
 
 # -- harbor.recall() as an attacker ---------------------------------------------------
@@ -333,21 +434,27 @@ def test_recall_returns_nothing_of_another_user_or_tenant(victims: Any, attacker
     assert_no_victim_rows(recall_rows(attacker))
 
 
-def test_recall_as_a_bound_role_ignores_spoofed_settings(victims: Any) -> None:
+@pytest.mark.parametrize(
+    ("tenant", "user", "set_role"),
+    [("t2", "u1", False), ("t1", "u2", False), ("t2", "u2", False), ("t2", "u2", True)],
+    ids=["t2-u1", "t1-u2", "t2-u2", "t2-u2-then-set-role-app"],
+)
+def test_recall_as_a_bound_role_ignores_spoofed_settings(
+    victims: Any, tenant: str, user: str, set_role: bool
+) -> None:
     with psycopg.connect(victims.url_for(BOUND_ROLE), autocommit=True) as conn:
-        for tenant, user in [("t2", "u1"), ("t1", "u2"), ("t2", "u2")]:
-            for name, value in [
-                ("tenant_id", tenant),
-                ("user_id", user),
-                ("principal_id", user),
-                ("project_id", "p1"),
-                ("session_id", "s1"),
-                ("run_id", "r1"),
-            ]:
-                conn.execute("select set_config(%s, %s, false)", (f"harbor.{name}", value))
-            assert_no_victim_rows(recall_rows(conn))
-        # and after SET ROLE to the role it inherits from
-        conn.execute("set role harbor_app")
+        for name, value in [
+            ("tenant_id", tenant),
+            ("user_id", user),
+            ("principal_id", user),
+            ("project_id", "p1"),
+            ("session_id", "s1"),
+            ("run_id", "r1"),
+        ]:
+            conn.execute("select set_config(%s, %s, false)", (f"harbor.{name}", value))
+        if set_role:
+            # and after SET ROLE to the role it inherits from
+            conn.execute("set role harbor_app")
         assert_no_victim_rows(recall_rows(conn))
 
 

@@ -10,7 +10,7 @@ row-level security on the same connection: the id sets must be equal.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -116,18 +116,19 @@ def _dense_ids(conn: Conn, exact_limit: int) -> set[str]:
     return {r[0] for r in rows}
 
 
-def _all_paths(conn: Conn) -> dict[str, set[str]]:
-    return {
-        "lexical scan": _lexical_ids(conn, 5000),
-        "lexical index": _lexical_ids(conn, 0),
-        "dense exact": _dense_ids(conn, 5000),
-        "dense hnsw": _dense_ids(conn, 0),
-    }
+# each code path of each SECURITY DEFINER function is its own test
+PATHS: dict[str, Callable[[Conn], set[str]]] = {
+    "lexical-scan": lambda conn: _lexical_ids(conn, 5000),
+    "lexical-index": lambda conn: _lexical_ids(conn, 0),
+    "dense-exact": lambda conn: _dense_ids(conn, 5000),
+    "dense-hnsw": lambda conn: _dense_ids(conn, 0),
+}
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("identity", IDENTITIES, ids=lambda i: "/".join(x or "-" for x in i))
 def test_candidates_equal_policy_rows_for_every_identity(
-    recall_db: PgDatabase, identity: tuple[str | None, ...]
+    recall_db: PgDatabase, identity: tuple[str | None, ...], path: str
 ) -> None:
     tenant, project, principal, session, run = identity
     with psycopg.connect(recall_db.app_url, autocommit=True) as conn:
@@ -137,19 +138,21 @@ def test_candidates_equal_policy_rows_for_every_identity(
         )
         expected = _visible_ids(conn)
         assert expected, "every identity sees at least the global memory"
-        for path, got in _all_paths(conn).items():
-            assert got == expected, path
+        assert PATHS[path](conn) == expected
 
 
-def test_no_identity_sees_only_global(recall_db: PgDatabase) -> None:
+@pytest.mark.parametrize("path", PATHS)
+def test_no_identity_sees_only_global(recall_db: PgDatabase, path: str) -> None:
     with psycopg.connect(recall_db.app_url, autocommit=True) as conn:
         expected = _visible_ids(conn)
         assert len(expected) == 1
-        for path, got in _all_paths(conn).items():
-            assert got == expected, path
+        assert PATHS[path](conn) == expected
 
 
-def test_set_role_to_a_bound_role_cannot_be_spoofed_by_settings(recall_db: PgDatabase) -> None:
+@pytest.mark.parametrize("path", PATHS)
+def test_set_role_to_a_bound_role_cannot_be_spoofed_by_settings(
+    recall_db: PgDatabase, path: str
+) -> None:
     """SET ROLE to a bound role: inside the definer functions the binding still wins."""
     with psycopg.connect(recall_db.url_for(LOGIN_ROLE), autocommit=True) as conn:
         conn.execute(f"set role {BOUND_ROLE}")
@@ -157,17 +160,16 @@ def test_set_role_to_a_bound_role_cannot_be_spoofed_by_settings(recall_db: PgDat
             conn.execute("select set_config(%s, %s, false)", (f"harbor.{name}", value))
         expected = _visible_ids(conn)
         assert all(not c.startswith("secret") for c in _contents(conn, expected))
-        for path, got in _all_paths(conn).items():
-            assert got == expected, path
+        assert PATHS[path](conn) == expected
 
 
-def test_bound_login_role_ignores_a_foreign_identity(recall_db: PgDatabase) -> None:
+@pytest.mark.parametrize("path", PATHS)
+def test_bound_login_role_ignores_a_foreign_identity(recall_db: PgDatabase, path: str) -> None:
     with psycopg.connect(recall_db.url_for(LOGIN_ROLE), autocommit=True) as conn:
         # unbound login role: settings decide, exactly as for the policies
         conn.execute("select harbor.set_identity('t2', principal_id => 'u1')")
         expected = _visible_ids(conn)
-        for path, got in _all_paths(conn).items():
-            assert got == expected, path
+        assert PATHS[path](conn) == expected
 
 
 def test_candidate_functions_are_definers_owned_by_the_search_role(recall_db: PgDatabase) -> None:

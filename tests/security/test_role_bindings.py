@@ -101,14 +101,21 @@ def test_other_roles_and_rebinding_after_unbind_still_work(roles: PgDatabase) ->
     assert _bound_tenant(roles, ROLE) == "t2"
 
 
-def test_admin_still_writes_only_its_own_tenants_bindings(roles: PgDatabase) -> None:
+def test_admin_cannot_delete_another_tenants_bindings(roles: PgDatabase) -> None:
     # reading every tenant's bindings (for the check) does not widen what it may change
     with _admin(roles, "t1") as conn:
         conn.execute("select harbor.bind_role(%s, 't1')", (ROLE,))
     with _admin(roles, "t2") as conn:
         assert conn.execute("delete from harbor.role_bindings").rowcount == 0
-        with pytest.raises(errors.InsufficientPrivilege):
-            conn.execute("select harbor.bind_role(%s, 't1')", (OTHER,))
+    assert _bindings(roles) == [("t1", ROLE, None)]
+
+
+def test_admin_cannot_bind_in_another_tenant(roles: PgDatabase) -> None:
+    # reading every tenant's bindings (for the check) does not widen what it may change
+    with _admin(roles, "t1") as conn:
+        conn.execute("select harbor.bind_role(%s, 't1')", (ROLE,))
+    with _admin(roles, "t2") as conn, pytest.raises(errors.InsufficientPrivilege):
+        conn.execute("select harbor.bind_role(%s, 't1')", (OTHER,))
     assert _bindings(roles) == [("t1", ROLE, None)]
 
 
