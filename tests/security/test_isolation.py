@@ -111,6 +111,20 @@ def test_cannot_update_working_state(attacker: Conn) -> None:
 @pytest.mark.parametrize(
     "sql",
     [
+        "update harbor.messages set content = 'overwritten' where content like 'secret:%%'",
+        "update harbor.memory_embeddings set model_id = 'forged' where tenant_id = 't2'",
+    ],
+    ids=["messages", "memory_embeddings"],
+)
+def test_cannot_update_turns_or_vectors(attacker: Conn, sql: str) -> None:
+    # turns and vectors are never updated in place: the application role has no UPDATE
+    with pytest.raises(errors.InsufficientPrivilege):
+        attacker.execute(sql)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
         "delete from harbor.memories where content like 'secret:%%'",
         "delete from harbor.working_state where state->>'tag' <> 'mine'",
         "delete from harbor.memory_embeddings where tenant_id = 't2'",
