@@ -33,3 +33,40 @@ begin
          order by n.id;
 end
 $$;
+
+-- Whether the caller's session is due a background summary, by the rules of
+-- context_acquire_summary_lease (enough turns, no live lease, cooldown passed,
+-- enough new turns since the last summary). A read: finding nothing due writes
+-- nothing, and the lease statement stays the one that decides. The session's
+-- turns are counted only when lease and cooldown allow a summary, and at most
+-- min_turns of them before the first. p_unseen: turns the caller's statement
+-- has written that its snapshot does not show yet (1 inside an append).
+create or replace function harbor.summary_due(
+    p_tenant text, p_user text, p_session text, p_min_turns bigint,
+    p_cooldown_seconds double precision, p_unseen integer default 0
+) returns boolean
+    language sql stable security invoker
+    set search_path to pg_catalog, pg_temp
+as $$
+    select case
+             when s.session_id is null then
+               (select count(*) + p_unseen
+                  from (select 1 from harbor.messages m
+                         where m.tenant_id = p_tenant and m.user_id = p_user
+                           and m.session_id = p_session
+                         limit p_min_turns) first_turns) >= p_min_turns
+             when s.summary_lease_until > clock_timestamp()
+                  or s.summarised_at > clock_timestamp()
+                         - make_interval(secs => p_cooldown_seconds) then false
+             else
+               (select c.n >= p_min_turns
+                       and (c.n < s.turns_at_summary
+                            or c.n - s.turns_at_summary >= p_min_turns)
+                  from (select count(*) + p_unseen as n from harbor.messages m
+                         where m.tenant_id = p_tenant and m.user_id = p_user
+                           and m.session_id = p_session) c)
+           end
+      from (select) one
+      left join harbor.session_state s
+        on s.tenant_id = p_tenant and s.user_id = p_user and s.session_id = p_session
+$$;
