@@ -69,9 +69,7 @@ class PostgresShortTermStore:
 
     async def append(self, owner: MemoryOwner, message: ConversationMessage) -> ConversationMessage:
         params = _append_params(owner, message)
-        async with self.db.transaction(owner) as conn:
-            row = await (await conn.execute(query("append_message"), params)).fetchone()
-        assert row is not None
+        [row] = await self.db.fetch_in_one_round_trip(owner, query("append_message"), params)
         return message.model_copy(update={"id": row["id"], "created_at": row["created_at"]})
 
     async def append_and_check_summary(
@@ -89,11 +87,9 @@ class PostgresShortTermStore:
             "min_turns": min_turns,
             "cooldown_seconds": cooldown_seconds,
         }
-        async with self.db.transaction(owner) as conn:
-            row = await (
-                await conn.execute(query("append_message_check_summary"), params)
-            ).fetchone()
-        assert row is not None
+        [row] = await self.db.fetch_in_one_round_trip(
+            owner, query("append_message_check_summary"), params
+        )
         stored = message.model_copy(update={"id": row["id"], "created_at": row["created_at"]})
         return stored, bool(row["summary_due"])
 
