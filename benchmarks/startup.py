@@ -29,6 +29,7 @@ t0 = time.perf_counter()
 from pathlib import Path
 from harbor_pg.db import server, migrate
 import psycopg
+t_imported = time.perf_counter()
 data = Path(sys.argv[1])
 info = server.resolve_server(data_dir=data)
 t_started = time.perf_counter()
@@ -40,7 +41,8 @@ if sys.argv[2] == "migrate":
 with psycopg.connect(info.app_url) as c:
     c.execute("select 1").fetchone()
 t_query = time.perf_counter()
-print(json.dumps({"start_to_query": t_query - t0, "start": t_started - t0, "migrate": migrated}))
+print(json.dumps({"start_to_query": t_query - t0, "imports": t_imported - t0,
+                  "server": t_started - t_imported, "migrate": migrated}))
 """
 
 
@@ -55,12 +57,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runs", type=int, default=5)
     args = ap.parse_args()
-    first, restart, migr = [], [], []
+    first, restart, migr, imports, srv = [], [], [], [], []
     for i in range(args.runs):
         data = Path(tempfile.mkdtemp(prefix="harbor-start-"))
         r1 = run(data, "migrate")
         first.append(r1["start_to_query"])
         migr.append(r1["migrate"])
+        imports.append(r1["imports"])
+        srv.append(r1["server"])
         stop_server(data / "pgdata")
         r2 = run(data, "none")
         restart.append(r2["start_to_query"])
@@ -68,7 +72,8 @@ def main() -> None:
         shutil.rmtree(data, ignore_errors=True)
         print(
             f"run {i + 1}/{args.runs}: first start+migrate {r1['start_to_query']:.2f}s "
-            f"(migrate {r1['migrate']:.2f}s), restart {r2['start_to_query']:.2f}s",
+            f"(imports {r1['imports']:.2f}s, server start+bootstrap {r1['server']:.2f}s, "
+            f"migrate {r1['migrate']:.2f}s), restart {r2['start_to_query']:.2f}s",
             flush=True,
         )
     med = statistics.median
@@ -76,6 +81,10 @@ def main() -> None:
     print(
         f"cold start, new data dir, to first query (incl. initdb, bootstrap, migrate, "
         f"Python imports): median {med(first):.2f}s"
+    )
+    print(
+        f"  of which: Python imports {med(imports):.2f}s, initdb + server start + "
+        f"bootstrap {med(srv):.2f}s, migrate {med(migr):.2f}s (medians)"
     )
     print(f"cold start, existing stopped data dir, to first query: median {med(restart):.2f}s")
     print(f"migration of an empty database to head: median {med(migr):.3f}s")

@@ -1,6 +1,7 @@
 """harbor-pg: scope-aware memory for LLM chat and agent applications, in PostgreSQL."""
 
-from harbor_pg.chat_history import HarborChatMessageHistory
+from typing import TYPE_CHECKING, Any
+
 from harbor_pg.context.builder import MemoryContextBuilder
 from harbor_pg.context.recall import MemoryRecall, RecalledMemory, recalled_entity_ids
 from harbor_pg.context.result import MemoryContext
@@ -71,3 +72,16 @@ __all__ = [
     "scope_owner_fields",
 ]
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from harbor_pg.chat_history import HarborChatMessageHistory
+
+
+def __getattr__(name: str) -> Any:
+    # LangChain's chat-history base class imports its tracing stack (about
+    # 0.3 s), so the adapter is loaded on first use rather than with the package.
+    if name == "HarborChatMessageHistory":
+        from harbor_pg.chat_history import HarborChatMessageHistory
+
+        return HarborChatMessageHistory
+    raise AttributeError(f"module 'harbor_pg' has no attribute {name!r}")

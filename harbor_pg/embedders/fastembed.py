@@ -11,8 +11,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from harbor_pg.embedders.base import EmbedderError
 
 __all__ = [
@@ -278,6 +276,8 @@ class FastEmbedEmbedder:
             raise EmbedderError(
                 f"{self._model_id} failed to embed: {type(exc).__name__}: {exc}"
             ) from None
+        import numpy as np  # loaded with the model; kept out of ``import harbor_pg``
+
         matrix = np.asarray(rows, dtype=np.float64)
         if matrix.shape != (len(texts), self._dimensions):
             raise EmbedderError(

@@ -47,9 +47,8 @@ import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
 from pydantic import BaseModel
 
@@ -74,6 +73,9 @@ from harbor_pg.owner import MemoryOwner, MemoryScope
 from harbor_pg.policy import MemoryPolicy
 from harbor_pg.records import ConversationMessage, Memory, MemoryType, content_hash
 from harbor_pg.tiers.base import ExtractionStore, ShortTermStore
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
 
 __all__ = [
     "DEFAULT_MAX_FACTS",

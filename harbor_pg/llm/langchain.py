@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, ValidationError
 
@@ -20,7 +20,24 @@ from harbor_pg.llm.base import (
 
 __all__ = ["LangChainModel", "as_memory_model"]
 
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+
 T = TypeVar("T", bound=BaseModel)
+
+# ``langchain_core.language_models`` pulls in tracing and langsmith (about 0.3 s
+# of import). It is imported only when a LangChain model is actually used.
+_CHAT_MODELS_MODULE = "langchain_core.language_models.chat_models"
+
+
+def _is_chat_model(obj: object) -> bool:
+    """``isinstance(obj, BaseChatModel)`` without importing LangChain's model stack.
+
+    An instance of a ``BaseChatModel`` cannot exist before its module is
+    imported, so when the module is absent the answer is no.
+    """
+    module = sys.modules.get(_CHAT_MODELS_MODULE)
+    return module is not None and isinstance(obj, module.BaseChatModel)
 
 
 def _has_structured_output(chat_model: BaseChatModel) -> bool:
@@ -29,6 +46,8 @@ def _has_structured_output(chat_model: BaseChatModel) -> bool:
     The base implementation is built on ``bind_tools`` and raises
     ``NotImplementedError`` when a model overrides neither.
     """
+    from langchain_core.language_models import BaseChatModel
+
     cls = type(chat_model)
     return (
         cls.with_structured_output is not BaseChatModel.with_structured_output
@@ -73,7 +92,7 @@ class LangChainModel:
         timeout: float | None = None,
         structured_method: str | None = None,
     ) -> None:
-        if not isinstance(chat_model, BaseChatModel):
+        if not _is_chat_model(chat_model):
             raise MemoryConfigurationError(
                 "LangChainModel needs a langchain_core BaseChatModel, "
                 f"got {type(chat_model).__name__}"
@@ -181,8 +200,8 @@ def as_memory_model(model: MemoryModel | BaseChatModel | None) -> MemoryModel | 
     """
     if model is None:
         return None
-    if isinstance(model, BaseChatModel):
-        return LangChainModel(model)
+    if _is_chat_model(model):
+        return LangChainModel(model)  # type: ignore[arg-type]
     if isinstance(model, MemoryModel):
         return model
     raise MemoryConfigurationError(
