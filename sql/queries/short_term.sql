@@ -10,7 +10,7 @@ returning id, created_at
 
 -- name: append_message_check_summary
 -- append_message, and in the same statement whether the session is now due a background
--- summary (harbor.summary_due, the new turn counted). A read: nothing is
+-- summary (harbor.summary_due_rows, the new turn counted). A read: nothing is
 -- written for the summary here, and the lease statement stays the one that decides.
 with appended as (
     insert into harbor.messages (tenant_id, user_id, session_id, project_id, principal_id,
@@ -22,12 +22,13 @@ with appended as (
             %(metadata)s::jsonb, %(token_estimate)s::integer)
     returning id, created_at
 )
--- the statement's snapshot does not include the row it inserts: one unseen turn
-select a.id, a.created_at,
-       harbor.summary_due(%(tenant_id)s::text, %(user_id)s::text, %(session_id)s::text,
-                          %(min_turns)s::bigint, %(cooldown_seconds)s::double precision,
-                          1) as summary_due
+-- the statement's snapshot does not include the row it inserts: one unseen turn.
+-- harbor.summary_due_rows() is inlined here (called from FROM), not called per row.
+select a.id, a.created_at, d.due as summary_due
   from appended a
+ cross join harbor.summary_due_rows(%(tenant_id)s::text, %(user_id)s::text,
+                                    %(session_id)s::text, %(min_turns)s::bigint,
+                                    %(cooldown_seconds)s::double precision, 1) d
 
 -- name: recent_turns
 -- The newest turns of a session in one statement that also sets the identity.

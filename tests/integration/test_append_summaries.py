@@ -286,3 +286,41 @@ async def test_in_process_stores_summarise_after_append_too() -> None:
     await append_all(manager, exchange(1, words=10))
     await manager.close()
     assert await manager.long_term.load_summary(OWNER) is not None
+
+
+def test_the_append_statement_inlines_the_due_rule(fresh_db: PgDatabase) -> None:
+    """The due rule rides in the INSERT as part of its plan, not as a function the
+    executor calls for the row (that call cost each append about 0.6 ms)."""
+    from psycopg.types.json import Jsonb
+
+    from harbor_pg.db.sqlfiles import query
+
+    params = {
+        "tenant_id": "t1",
+        "user_id": "alice",
+        "session_id": "s1",
+        "project_id": "",
+        "principal_id": "alice",
+        "role": "user",
+        "content": "hello",
+        "name": None,
+        "tool_calls": Jsonb([]),
+        "tool_call_id": None,
+        "metadata": Jsonb({}),
+        "token_estimate": 2,
+        "min_turns": 20,
+        "cooldown_seconds": 60.0,
+    }
+    with psycopg.connect(fresh_db.app_url) as conn:
+        conn.execute(
+            "select harbor.set_identity('t1', principal_id => 'alice', session_id => 's1')"
+        )
+        plan = "\n".join(
+            row[0]
+            for row in conn.execute(
+                "explain (verbose, costs off) " + query("append_message_check_summary"), params
+            )
+        )
+        conn.rollback()
+    assert "summary_due" not in plan, plan
+    assert "session_state" in plan, plan
