@@ -138,6 +138,12 @@ def _vector_params(vector: _Vector | None) -> dict[str, Any]:
     return {"model_id": vector.model_id, "dims": vector.dims, "embedding": vector.literal}
 
 
+def _restatement(row: dict[str, Any]) -> FactResult:
+    """The gate's verdict: the fact restates ``restatement_of``; nothing was written."""
+    nearest = NearestMemory(str(row["restatement_of"]), float(row["restatement_similarity"]))
+    return FactResult(memory=None, created=False, restatement_of=nearest)
+
+
 def _fact_params(owner: MemoryOwner, memory: Memory) -> dict[str, Any]:
     """``memory_params`` for the extraction writes, which only touch the caller's own scopes."""
     if memory.scope in ELEVATED_SCOPES:
@@ -396,35 +402,48 @@ class PostgresLongTermStore:
         dedup_threshold: float | None = None,
         replaces: str | None = None,
     ) -> FactResult:
-        """Similarity gate, then supersede or insert, in one transaction (ExtractionStore).
+        """Similarity gate, then supersede or insert (ExtractionStore).
 
-        Three round trips in all (identity + gate, write, commit), one WAL
-        flush per fact.
+        The gate and the write are one statement, sent with BEGIN, the identity
+        and COMMIT in one round trip: one WAL flush per fact. Only a rare outcome
+        costs a second trip: a fact whose content is already currently valid
+        (the duplicate is read back), or a replaced memory that is gone (the fact
+        is then inserted as new, gated again).
         """
         params = _fact_params(owner, memory)
         vector = _Vector.of(embedding, model_id)
-        async with self.db.transaction(owner, pipeline=True) as conn:
-            if vector is not None and dedup_threshold is not None:
-                excluded = [replaces] if replaces else []
-                nearest = await self._nearest_in(conn, owner, memory.scope, vector, excluded)
-                if nearest is not None and nearest.similarity >= dedup_threshold:
-                    return FactResult(memory=None, created=False, restatement_of=nearest)
-            if replaces is not None:
-                result = await self._supersede_in(conn, params, vector, replaces)
-                if result is not None:
+        gated = vector is not None and dedup_threshold is not None
+        write = {
+            **params,
+            **_vector_params(vector),
+            "dedup_threshold": dedup_threshold if gated else None,
+            "exclude_ids": [replaces] if replaces else [],
+        }
+        if replaces is not None:
+            [row] = await self.db.fetch_in_one_round_trip(
+                owner, query("extraction_gate_supersede_memory"), {**write, "replaces": replaces}
+            )
+            if row["restatement_of"] is not None:
+                return _restatement(row)
+            if row["found"]:
+                if row["id"] is not None:
                     return FactResult(
-                        memory=result.memory,
-                        created=result.created,
-                        superseded=replaces if result.created else None,
+                        memory=memory_from_row(row), created=True, superseded=replaces
                     )
-            row = await (
-                await conn.execute(
-                    query("extraction_insert_memory"), {**params, **_vector_params(vector)}
-                )
-            ).fetchone()
-            if row is not None:
-                return FactResult(memory=memory_from_row(row), created=True)
-            return FactResult(memory=await self._duplicate_in(conn, params), created=False)
+                return FactResult(memory=await self._duplicate(owner, params), created=False)
+        [row] = await self.db.fetch_in_one_round_trip(
+            owner, query("extraction_gate_insert_memory"), write
+        )
+        if row["restatement_of"] is not None:
+            return _restatement(row)
+        if row["id"] is not None:
+            return FactResult(memory=memory_from_row(row), created=True)
+        return FactResult(memory=await self._duplicate(owner, params), created=False)
+
+    async def _duplicate(self, owner: MemoryOwner, params: dict[str, Any]) -> Memory:
+        """:meth:`_duplicate_in` in a transaction of its own."""
+        async with self.db.transaction(owner) as conn:
+            return await self._duplicate_in(conn, params)
 
     @staticmethod
     async def _nearest_in(

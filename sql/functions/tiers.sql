@@ -95,3 +95,44 @@ as $$
       from harbor.summary_due_rows(p_tenant, p_user, p_session, p_min_turns,
                                    p_cooldown_seconds, p_unseen) d
 $$;
+
+-- The owner's most similar currently valid memory in one scope (fact extraction's
+-- similarity gate): exact cosine similarity over the vectors of one model and
+-- dimension, through the owner indexes (not HNSW). The owner's current memory ids
+-- are collected first and matched with = any(array): a join made the planner
+-- filter the whole tenant's rows under the policies. An SQL-standard body without
+-- SET, so the planner inlines it into the statement that calls it from FROM (the
+-- gate rides in the same statement as the write it guards).
+create or replace function harbor.nearest_current_memory(
+    p_tenant text, p_scope harbor.memory_scope, p_project text, p_user text,
+    p_session text, p_run text, p_model_id text, p_dims integer,
+    p_embedding public.vector, p_exclude_ids text[]
+) returns table (memory_id text, similarity double precision)
+    language sql stable security invoker
+begin atomic
+    select e.memory_id,
+           1 operator(pg_catalog.-) (e.embedding operator(public.<=>) p_embedding)
+      from harbor.memory_embeddings e
+     where e.tenant_id operator(pg_catalog.=) p_tenant
+       and e.model_id operator(pg_catalog.=) p_model_id
+       and e.memory_id operator(pg_catalog.=) any (array(
+           select m.id from harbor.memories m
+            where m.tenant_id operator(pg_catalog.=) p_tenant
+              and m.scope operator(pg_catalog.=) p_scope
+              and m.user_id operator(pg_catalog.=) p_user
+              and m.project_id operator(pg_catalog.=) p_project
+              and m.session_id operator(pg_catalog.=) p_session
+              and m.run_id operator(pg_catalog.=) p_run
+              and m.memory_type operator(pg_catalog.<>) 'summary'
+              and pg_catalog.upper_inf(m.valid)
+              and pg_catalog.lower(m.valid) operator(pg_catalog.<=) pg_catalog.now()
+              and m.id operator(pg_catalog.<>) all (p_exclude_ids)))
+       and e.scope operator(pg_catalog.=) p_scope
+       and e.user_id operator(pg_catalog.=) p_user
+       and e.project_id operator(pg_catalog.=) p_project
+       and e.session_id operator(pg_catalog.=) p_session
+       and e.run_id operator(pg_catalog.=) p_run
+       and e.dims operator(pg_catalog.=) p_dims
+     order by e.embedding operator(public.<=>) p_embedding, e.memory_id
+     limit 1;
+end;
