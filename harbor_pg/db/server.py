@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote
 
 import psycopg
 from psycopg import conninfo
@@ -69,29 +69,22 @@ class ServerInfo:
 
 def redact(url: str) -> str:
     """``url`` with any password replaced by ``***`` (URL or key=value form)."""
-    if "://" in url:
-        try:
-            parts = urlsplit(url)
-            password = parts.password
-        except ValueError:  # not a URL urllib can split (e.g. an unbalanced '[')
-            url = _USERINFO.sub(r"\1***@", url)
-        else:
-            if password is not None:
-                netloc = parts.netloc.replace(f":{password}@", ":***@", 1)
-                url = urlunsplit(parts._replace(netloc=netloc))
-    return _KV_PASSWORD.sub(r"\1***", url)
+    return _KV_PASSWORD.sub(r"\1***", _URL_USERINFO.sub(r"\1***@", url))
 
 
 _KV_PASSWORD = re.compile(r"(password\s*=\s*)('[^']*'|\S+)", re.IGNORECASE)
-# user:password@ in a URL or in anything that looks like one
+# scheme://user:password@ -- the password runs to the last '@' of the token, so
+# one with an unencoded '/', ':' or '@' in it is covered too (urllib would split
+# it at the '/' and report only the part before it)
+_URL_USERINFO = re.compile(r"([A-Za-z][\w+.-]*://[^\s:/@]*:)(\S*)@")
+# user:password@ in anything that looks like a URL's user part (driver messages)
 _USERINFO = re.compile(r"((?:^|[\s\"'/])[^\s\"'/:@]*:)[^\s\"'/@]*@")
 
 
 def _passwords(url: str) -> list[str]:
     found: list[str] = []
-    with contextlib.suppress(ValueError):
-        if "://" in url and urlsplit(url).password:
-            found.append(str(urlsplit(url).password))
+    for m in _URL_USERINFO.finditer(url):
+        found += [m.group(2), unquote(m.group(2))]
     for m in _KV_PASSWORD.finditer(url):
         found.append(m.group(2).strip("'"))
     return [p for p in found if p]
@@ -106,7 +99,9 @@ def scrub(text: str, *urls: str | None) -> str:
         text = text.replace(url, redact(url))
         for password in _passwords(url):
             text = text.replace(password, "***")
-    return _KV_PASSWORD.sub(r"\1***", _USERINFO.sub(r"\1***@", text))
+    return _KV_PASSWORD.sub(
+        r"\1***", _USERINFO.sub(r"\1***@", _URL_USERINFO.sub(r"\1***@", text))
+    )
 
 
 def check_url(url: str, what: str = "the database URL") -> None:

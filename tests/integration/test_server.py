@@ -24,6 +24,33 @@ def test_redact_hides_passwords() -> None:
 
 
 @pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://bob:pa/ss@db:5432/x",  # an unencoded '/' (urllib splits there)
+        "postgresql://bob:pa@ss@db:5432/x",  # an unencoded '@'
+        "postgresql://bob:pa:ss@db:5432/x",  # an unencoded ':'
+        "postgresql://bob:pa%2Fss@db:5432/x",  # percent-encoded
+    ],
+)
+def test_redact_hides_passwords_with_reserved_characters(url: str) -> None:
+    assert server.redact(url) == "postgresql://bob:***@db:5432/x"
+    message = f"connection to {url} failed; password was pa/ss pa@ss pa:ss pa%2Fss"
+    scrubbed = server.scrub(message, url)
+    password = url.split("bob:", 1)[1].rsplit("@", 1)[0]
+    assert password not in scrubbed
+    assert "postgresql://bob:***@db:5432/x" in scrubbed
+
+
+def test_redact_leaves_urls_without_a_password_alone() -> None:
+    for url in (
+        "postgresql://bob@db:5432/x",
+        "postgresql://db:5432/x",
+        "postgresql://[::1]:5432/x",
+    ):
+        assert server.redact(url) == url
+
+
+@pytest.mark.parametrize(
     ("found", "message"),
     [
         ({"btree_gist": "1.8"}, "does not have the pgvector extension"),
