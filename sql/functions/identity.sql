@@ -175,6 +175,23 @@ begin
                   hint = 'A role can be bound in one tenant only: unbind it there first '
                          '(harbor.unbind_role as that tenant''s administrator), or bind another role.';
     end if;
+    if exists (select 1 from harbor.role_bindings b
+                where b.role_name = bind_role.role_name
+                  and b.tenant_id = bind_role.tenant_id) then
+        -- the same binding again is a no-op; a different one in the same tenant
+        -- would change what the role sees, so it must be unbound first
+        if exists (select 1 from harbor.role_bindings b
+                    where b.role_name = bind_role.role_name
+                      and b.tenant_id = bind_role.tenant_id
+                      and b.project_id is not distinct from bind_role.project_id
+                      and b.user_id is not distinct from bind_role.user_id) then
+            return;
+        end if;
+        raise exception 'harbor.bind_role: role % is already bound in tenant % with another identity',
+                bind_role.role_name, bind_role.tenant_id
+            using errcode = '23505',
+                  hint = 'Unbind it first (harbor.unbind_role), then bind it again.';
+    end if;
     insert into harbor.role_bindings (tenant_id, role_name, project_id, user_id)
     values (bind_role.tenant_id, bind_role.role_name, bind_role.project_id, bind_role.user_id);
 end

@@ -147,3 +147,18 @@ def test_concurrent_binds_in_two_tenants_take_turns(roles: PgDatabase) -> None:
         second.close()
     assert len(outcome) == 1 and isinstance(outcome[0], errors.UniqueViolation), outcome
     assert _bindings(roles) == [("t1", ROLE, None)]
+
+
+def test_binding_the_same_role_again_in_its_tenant(roles: PgDatabase) -> None:
+    """The same binding twice is a no-op; a different one in the same tenant is
+    refused with a clear message (it would change what the role sees)."""
+    with _admin(roles, "t1") as conn:
+        conn.execute("select harbor.bind_role(%s, 't1', user_id => 'u1')", (ROLE,))
+        conn.execute("select harbor.bind_role(%s, 't1', user_id => 'u1')", (ROLE,))
+        with pytest.raises(errors.UniqueViolation) as info:
+            conn.execute("select harbor.bind_role(%s, 't1', user_id => 'u2')", (ROLE,))
+        assert info.value.diag.message_primary == (
+            f"harbor.bind_role: role {ROLE} is already bound in tenant t1 with another identity"
+        )
+        assert "unbind_role" in (info.value.diag.message_hint or "")
+    assert _bindings(roles) == [("t1", ROLE, "u1")]
