@@ -16,9 +16,14 @@ import asyncio
 import contextlib
 import os
 import tempfile
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from psycopg import conninfo
+
+if TYPE_CHECKING:
+    from harbor_pg.db.connection import Database
 
 
 @dataclass
@@ -107,3 +112,21 @@ class RoundTripProxy:
         with contextlib.suppress(OSError):
             os.unlink(os.path.join(self._dir, ".s.PGSQL.5432"))
             os.rmdir(self._dir)
+
+
+@contextlib.asynccontextmanager
+async def counted_database(
+    app_url: str, admin_url: str
+) -> AsyncIterator[tuple[Database, RoundTripProxy]]:
+    """A one-connection :class:`Database` whose traffic goes through a proxy that counts it."""
+    from harbor_pg.db.connection import Database
+
+    proxy = RoundTripProxy(app_url)
+    await proxy.start()
+    db = Database(proxy.proxied(app_url), proxy.proxied(admin_url), min_size=1, max_size=1)
+    await db.open()
+    try:
+        yield db, proxy
+    finally:
+        await db.close()
+        await proxy.stop()

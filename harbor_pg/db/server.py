@@ -99,9 +99,7 @@ def scrub(text: str, *urls: str | None) -> str:
         text = text.replace(url, redact(url))
         for password in _passwords(url):
             text = text.replace(password, "***")
-    return _KV_PASSWORD.sub(
-        r"\1***", _USERINFO.sub(r"\1***@", _URL_USERINFO.sub(r"\1***@", text))
-    )
+    return _KV_PASSWORD.sub(r"\1***", _USERINFO.sub(r"\1***@", _URL_USERINFO.sub(r"\1***@", text)))
 
 
 def check_url(url: str, what: str = "the database URL") -> None:

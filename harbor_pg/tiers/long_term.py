@@ -421,7 +421,7 @@ class PostgresLongTermStore:
         }
         if replaces is not None:
             [row] = await self.db.fetch_in_one_round_trip(
-                owner, query("extraction_gate_supersede_memory"), {**write, "replaces": replaces}
+                owner, query("extraction_supersede_memory"), {**write, "replaces": replaces}
             )
             if row["restatement_of"] is not None:
                 return _restatement(row)
@@ -432,7 +432,7 @@ class PostgresLongTermStore:
                     )
                 return FactResult(memory=await self._duplicate(owner, params), created=False)
         [row] = await self.db.fetch_in_one_round_trip(
-            owner, query("extraction_gate_insert_memory"), write
+            owner, query("extraction_insert_memory"), write
         )
         if row["restatement_of"] is not None:
             return _restatement(row)
@@ -472,7 +472,13 @@ class PostgresLongTermStore:
         row = await (
             await conn.execute(
                 query("extraction_supersede_memory"),
-                {**params, **_vector_params(vector), "replaces": memory_id},
+                {
+                    **params,
+                    **_vector_params(vector),
+                    "replaces": memory_id,
+                    "dedup_threshold": None,  # no similarity gate
+                    "exclude_ids": [],
+                },
             )
         ).fetchone()
         assert row is not None

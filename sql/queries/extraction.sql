@@ -43,107 +43,13 @@ select n.memory_id, n.similarity
                                      %(exclude_ids)s::text[]) n
 
 -- name: extraction_insert_memory
--- Insert a memory valid from now() (or valid_from) and, when an embedding is given, its vector,
--- in one statement; returns the new row, or no row when a currently valid duplicate exists
--- (the exclusion constraint: the content-hash gate, also under concurrent writers).
-with inserted as (
-    insert into harbor.memories (tenant_id, id, scope, project_id, user_id, session_id, run_id,
-                                 principal_id, memory_type, importance, content, content_hash,
-                                 context, entity_ids, source, sensitivity, source_session_id,
-                                 source_message_ids, metadata, valid)
-    values (%(tenant_id)s::text, coalesce(%(id)s::text, (pg_catalog.gen_random_uuid())::text),
-            %(scope)s::harbor.memory_scope, %(project_id)s::text, %(user_id)s::text,
-            %(session_id)s::text, %(run_id)s::text, %(principal_id)s::text,
-            %(memory_type)s::harbor.memory_type, %(importance)s::real, %(content)s::text,
-            %(content_hash)s::text, %(context)s::text, %(entity_ids)s::text[], %(source)s::text,
-            %(sensitivity)s::harbor.sensitivity, %(source_session_id)s::text,
-            %(source_message_ids)s::text[], %(metadata)s::jsonb,
-            tstzrange(coalesce(%(valid_from)s::timestamptz, pg_catalog.now()), null, '[)'))
-    on conflict do nothing
-    returning *
-), embedded as (
-    insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims, embedding, scope,
-                                          project_id, user_id, session_id, run_id)
-    select i.tenant_id, i.id, %(model_id)s::text, %(dims)s::integer,
-           %(embedding)s::public.vector, i.scope, i.project_id, i.user_id, i.session_id,
-           i.run_id
-      from inserted i
-     where %(embedding)s::text is not null
-)
-select i.id, i.tenant_id, i.scope::text as scope, i.project_id, i.principal_id, i.user_id,
-       i.session_id, i.run_id, i.memory_type::text as memory_type, i.content, i.content_hash,
-       i.importance, i.entity_ids, i.source, i.sensitivity::text as sensitivity,
-       lower(i.valid) as valid_from, upper(i.valid) as invalid_at, i.superseded_by,
-       i.source_session_id, i.source_message_ids, i.metadata, i.context, i.created_at,
-       i.updated_at
-  from inserted i
-
--- name: extraction_supersede_memory
--- In one statement: lock the replaced memory (currently valid, not yet superseded, same scope
--- and owner key as the successor), insert the successor valid from now() with its vector (when
--- given), close the old interval at now() and link it. A concurrent superseder that won the
--- lock first makes the re-checked lock find nothing, so nothing is written (found = false). A
--- successor whose content is already currently valid inserts nothing and closes nothing
--- (found, id null). Always one row: found, then the successor's columns.
-with target as (
-    select m.tenant_id, m.id
-      from harbor.memories m
-     where m.tenant_id = %(tenant_id)s::text and m.id = %(replaces)s::text
-       and m.scope = %(scope)s::harbor.memory_scope and m.project_id = %(project_id)s::text
-       and m.user_id = %(user_id)s::text and m.session_id = %(session_id)s::text
-       and m.run_id = %(run_id)s::text
-       and m.memory_type <> 'summary'
-       and m.superseded_by is null
-       and upper_inf(m.valid) and lower(m.valid) < pg_catalog.now()
-       for update
-), inserted as (
-    insert into harbor.memories (tenant_id, id, scope, project_id, user_id, session_id, run_id,
-                                 principal_id, memory_type, importance, content, content_hash,
-                                 context, entity_ids, source, sensitivity, source_session_id,
-                                 source_message_ids, metadata, valid)
-    select %(tenant_id)s::text, coalesce(%(id)s::text, (pg_catalog.gen_random_uuid())::text),
-           %(scope)s::harbor.memory_scope, %(project_id)s::text, %(user_id)s::text,
-           %(session_id)s::text, %(run_id)s::text, %(principal_id)s::text,
-           %(memory_type)s::harbor.memory_type, %(importance)s::real, %(content)s::text,
-           %(content_hash)s::text, %(context)s::text, %(entity_ids)s::text[], %(source)s::text,
-           %(sensitivity)s::harbor.sensitivity, %(source_session_id)s::text,
-           %(source_message_ids)s::text[], %(metadata)s::jsonb,
-           tstzrange(pg_catalog.now(), null, '[)')
-      from target
-    on conflict do nothing
-    returning *
-), embedded as (
-    insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims, embedding, scope,
-                                          project_id, user_id, session_id, run_id)
-    select i.tenant_id, i.id, %(model_id)s::text, %(dims)s::integer,
-           %(embedding)s::public.vector, i.scope, i.project_id, i.user_id, i.session_id,
-           i.run_id
-      from inserted i
-     where %(embedding)s::text is not null
-), closed as (
-    update harbor.memories m
-       set valid = tstzrange(lower(m.valid), pg_catalog.now(), '[)'),
-           superseded_by = i.id
-      from target t, inserted i
-     where m.tenant_id = t.tenant_id and m.id = t.id
-    returning m.id
-)
-select exists (select 1 from target) as found, (select c.id from closed c) as closed_id,
-       i.id, i.tenant_id, i.scope::text as scope, i.project_id, i.principal_id, i.user_id,
-       i.session_id, i.run_id, i.memory_type::text as memory_type, i.content, i.content_hash,
-       i.importance, i.entity_ids, i.source, i.sensitivity::text as sensitivity,
-       lower(i.valid) as valid_from, upper(i.valid) as invalid_at, i.superseded_by,
-       i.source_session_id, i.source_message_ids, i.metadata, i.context, i.created_at,
-       i.updated_at
-  from (select) one
-  left join inserted i on true
-
--- name: extraction_gate_insert_memory
--- The similarity gate and extraction_insert_memory in one statement (one round trip for a
--- fact): when the owner already has a currently valid memory at least dedup_threshold
--- similar, nothing is written and that memory comes back as restatement_of; otherwise
--- the memory (and its vector) is inserted unless a currently valid duplicate exists (the
--- exclusion constraint: then no id comes back). Always one row.
+-- Insert a memory valid from now() (or valid_from) and, when an embedding is given, its
+-- vector, behind the similarity gate, in one statement (one round trip for a fact): when
+-- the owner already has a currently valid memory at least dedup_threshold similar (a NULL
+-- threshold: no gate), nothing is written and that memory comes back as restatement_of;
+-- otherwise the row is inserted unless a currently valid duplicate exists (the exclusion
+-- constraint, the content-hash gate, also under concurrent writers: then no id comes
+-- back). Always one row.
 with gate as (
     -- the similarity gate: the nearest currently valid memory, when it is at least
     -- dedup_threshold similar (no gate without a threshold or a vector)
@@ -192,10 +98,10 @@ select g.memory_id as restatement_of, g.similarity as restatement_similarity,
   left join gate g on true
   left join inserted i on true
 
--- name: extraction_gate_supersede_memory
--- The similarity gate (excluding the replaced memory) and extraction_supersede_memory in one
--- statement: when the gate finds a memory at least dedup_threshold similar, nothing is
--- locked or written and it comes back as restatement_of (found is then false).
+-- name: extraction_supersede_memory
+-- Behind the similarity gate (excluding the replaced memory; a NULL dedup_threshold: no
+-- gate): when the gate finds a memory at least dedup_threshold similar, nothing is locked
+-- or written and it comes back as restatement_of (found is then false). Otherwise:
 -- In one statement: lock the replaced memory (currently valid, not yet superseded, same scope
 -- and owner key as the successor), insert the successor valid from now() with its vector (when
 -- given), close the old interval at now() and link it. A concurrent superseder that won the

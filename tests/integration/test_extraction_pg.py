@@ -51,7 +51,14 @@ ALICE_RUN = MemoryOwner(
 )
 EMBEDDER = HashingEmbedder()
 MODEL_ID = EMBEDDER.model_id
-NO_VECTOR = {"model_id": None, "dims": None, "embedding": None}
+# no vector, and so no similarity gate (the write statements take both)
+NO_VECTOR = {
+    "model_id": None,
+    "dims": None,
+    "embedding": None,
+    "dedup_threshold": None,
+    "exclude_ids": [],
+}
 
 
 def vec(text: str) -> list[float]:

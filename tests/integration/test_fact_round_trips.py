@@ -15,7 +15,7 @@ from harbor_pg.owner import MemoryOwner, MemoryScope
 from harbor_pg.records import Memory
 from harbor_pg.tiers.long_term import PostgresLongTermStore
 from tests.conftest import PgDatabase
-from tests.roundtrips import RoundTripProxy
+from tests.roundtrips import RoundTripProxy, counted_database
 
 ALICE = MemoryOwner(tenant_id="t1", principal_id="alice", session_id="s1")
 EMBEDDER = HashingEmbedder()
@@ -23,17 +23,8 @@ EMBEDDER = HashingEmbedder()
 
 @pytest_asyncio.fixture
 async def counted(fresh_db: PgDatabase) -> AsyncIterator[tuple[Database, RoundTripProxy]]:
-    proxy = RoundTripProxy(fresh_db.app_url)
-    await proxy.start()
-    db = Database(
-        proxy.proxied(fresh_db.app_url), proxy.proxied(fresh_db.admin_url), min_size=1, max_size=1
-    )
-    await db.open()
-    try:
-        yield db, proxy
-    finally:
-        await db.close()
-        await proxy.stop()
+    async with counted_database(fresh_db.app_url, fresh_db.admin_url) as pair:
+        yield pair
 
 
 async def _fact(
@@ -105,7 +96,7 @@ def test_the_gate_is_inlined_into_the_write(fresh_db: PgDatabase) -> None:
     }
     with psycopg.connect(fresh_db.app_url) as conn:
         conn.execute("select harbor.set_identity('t1', principal_id => 'alice')")
-        for name in ("extraction_gate_insert_memory", "extraction_gate_supersede_memory"):
+        for name in ("extraction_insert_memory", "extraction_supersede_memory"):
             plan = "\n".join(
                 row[0]
                 for row in conn.execute("explain (verbose, costs off) " + query(name), params)

@@ -13,24 +13,15 @@ from harbor_pg.manager import MemoryManager
 from harbor_pg.owner import MemoryOwner
 from harbor_pg.records import Memory
 from tests.conftest import PgDatabase
-from tests.roundtrips import RoundTripProxy
+from tests.roundtrips import RoundTripProxy, counted_database
 
 ALICE = MemoryOwner(tenant_id="t1", principal_id="alice", session_id="s1")
 
 
 @pytest_asyncio.fixture
 async def counted(fresh_db: PgDatabase) -> AsyncIterator[tuple[Database, RoundTripProxy]]:
-    proxy = RoundTripProxy(fresh_db.app_url)
-    await proxy.start()
-    db = Database(
-        proxy.proxied(fresh_db.app_url), proxy.proxied(fresh_db.admin_url), min_size=1, max_size=1
-    )
-    await db.open()
-    try:
-        yield db, proxy
-    finally:
-        await db.close()
-        await proxy.stop()
+    async with counted_database(fresh_db.app_url, fresh_db.admin_url) as pair:
+        yield pair
 
 
 async def test_hybrid_recall_is_one_round_trip(counted: tuple[Database, RoundTripProxy]) -> None:
