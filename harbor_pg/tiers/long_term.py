@@ -307,13 +307,10 @@ class PostgresLongTermStore:
         )
 
     async def get(self, owner: MemoryOwner, memory_id: str) -> Memory | None:
-        async with self.db.transaction(owner, pipeline=True) as conn:
-            row = await (
-                await conn.execute(
-                    query("get_memory"), {"tenant_id": owner.tenant_id, "id": memory_id}
-                )
-            ).fetchone()
-        return memory_from_row(row) if row else None
+        rows = await self.db.fetch_in_one_round_trip(
+            owner, query("get_memory"), {"tenant_id": owner.tenant_id, "id": memory_id}
+        )
+        return memory_from_row(rows[0]) if rows else None
 
     async def search(
         self,
@@ -325,18 +322,16 @@ class PostgresLongTermStore:
     ) -> list[Memory]:
         if not query_text.strip():
             return []
-        async with self.db.transaction(owner) as conn:
-            rows = await (
-                await conn.execute(
-                    query("search_memories"),
-                    {
-                        "tenant_id": owner.tenant_id,
-                        "query": query_text[:20000],
-                        "as_of": as_of,
-                        "limit": limit,
-                    },
-                )
-            ).fetchall()
+        rows = await self.db.fetch_in_one_round_trip(
+            owner,
+            query("search_memories"),
+            {
+                "tenant_id": owner.tenant_id,
+                "query": query_text[:20000],
+                "as_of": as_of,
+                "limit": limit,
+            },
+        )
         return [memory_from_row(r) for r in rows]
 
     # -- extraction (ExtractionStore) ------------------------------------------------
@@ -348,10 +343,9 @@ class PostgresLongTermStore:
         params = current_memories_params(owner, scopes, limit)
         if params is None:
             return []
-        async with self.db.transaction(owner, pipeline=True) as conn:
-            rows = await (
-                await conn.execute(query("extraction_current_memories"), params)
-            ).fetchall()
+        rows = await self.db.fetch_in_one_round_trip(
+            owner, query("extraction_current_memories"), params
+        )
         return [memory_from_row(r) for r in rows]
 
     async def nearest_in_scope(
@@ -512,9 +506,8 @@ class PostgresLongTermStore:
     async def load_summary(self, owner: MemoryOwner) -> Memory | None:
         """The newest valid SESSION/SUMMARY memory of ``owner``'s session (see SummaryStore)."""
         key = owner.key(MemoryScope.SESSION)
-        async with self.db.transaction(owner, pipeline=True) as conn:
-            row = await (await conn.execute(query("context_load_summary"), key)).fetchone()
-        return memory_from_row(row) if row else None
+        rows = await self.db.fetch_in_one_round_trip(owner, query("context_load_summary"), key)
+        return memory_from_row(rows[0]) if rows else None
 
     async def save_summary(
         self, owner: MemoryOwner, memory: Memory, *, expected_frontier: int | None

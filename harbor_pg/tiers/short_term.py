@@ -137,14 +137,14 @@ class PostgresShortTermStore:
             "before_id": before_id,
             "limit": limit,
         }
-        async with self.db.transaction(owner) as conn:
-            rows = await (await conn.execute(query("messages_after"), params)).fetchall()
+        rows = await self.db.fetch_in_one_round_trip(owner, query("messages_after"), params)
         return [message_from_row(r) for r in rows]
 
     async def count(self, owner: MemoryOwner) -> int:
-        async with self.db.transaction(owner) as conn:
-            row = await (await conn.execute(query("count_messages"), session_key(owner))).fetchone()
-        return int(row["n"]) if row else 0
+        rows = await self.db.fetch_in_one_round_trip(
+            owner, query("count_messages"), session_key(owner)
+        )
+        return int(rows[0]["n"]) if rows else 0
 
     async def clear(self, owner: MemoryOwner) -> int:
         async with self.db.transaction(owner) as conn:
@@ -178,12 +178,12 @@ class PostgresShortTermStore:
             "cooldown_seconds": cooldown_seconds,
             "lease_seconds": lease_seconds,
         }
-        async with self.db.transaction(owner) as conn:
-            row = await (
-                await conn.execute(query("context_acquire_summary_lease"), params)
-            ).fetchone()
-        if row is None:
+        rows = await self.db.fetch_in_one_round_trip(
+            owner, query("context_acquire_summary_lease"), params
+        )
+        if not rows:
             return None
+        row = rows[0]
         return SummaryLease(
             token=row["summary_lease_until"].isoformat(),
             turns=int(row["turns"]),
@@ -199,8 +199,7 @@ class PostgresShortTermStore:
             "lease_until": lease.token,
             "turns_at_summary": turns_at_summary,
         }
-        async with self.db.transaction(owner) as conn:
-            row = await (
-                await conn.execute(query("context_finish_summary_lease"), params)
-            ).fetchone()
-        return row is not None
+        rows = await self.db.fetch_in_one_round_trip(
+            owner, query("context_finish_summary_lease"), params
+        )
+        return bool(rows)

@@ -32,9 +32,8 @@ class PostgresWorkingStore:
         self.db = db
 
     async def get(self, owner: MemoryOwner) -> dict[str, Any]:
-        async with self.db.transaction(owner, pipeline=True) as conn:
-            row = await (await conn.execute(query("scratch"), run_key(owner))).fetchone()
-        return dict(row["state"]) if row else {}
+        rows = await self.db.fetch_in_one_round_trip(owner, query("scratch"), run_key(owner))
+        return dict(rows[0]["state"]) if rows else {}
 
     async def update(
         self, owner: MemoryOwner, state: dict[str, Any], ttl_seconds: float | None
