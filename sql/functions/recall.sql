@@ -122,7 +122,7 @@ begin
         return query
             with ev as materialized (
                 -- distances only (the owner-key join is the visibility test)
-                select e.tenant_id, e.memory_id,
+                select e.tenant_id, e.memory_id, e.with_context,
                        e.embedding operator(public.<=>) p_embedding as dist
                   from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user, v_session, v_run) k
                   join harbor.memory_embeddings e
@@ -137,8 +137,10 @@ begin
                    1 - c.dist
               from (select w.tenant_id, w.memory_id, min(w.dist) as dist
                       -- a memory with a context has two vectors and the nearer counts:
-                      -- the nearest 2 x p_limit valid vectors hold the nearer vector of
-                      -- each of the nearest p_limit valid memories
+                      -- the nearest p_limit + C valid vectors, C the context vectors
+                      -- among them all (at most p_limit), hold the nearer vector of each
+                      -- of the nearest p_limit valid memories (at most C of those
+                      -- vectors are a second vector of a memory already counted)
                       from (select ev.tenant_id, ev.memory_id, ev.dist
                               from ev
                               join harbor.memories m
@@ -149,7 +151,9 @@ begin
                                and m.memory_type <> 'summary'
                                and coalesce(m.scope = any (p_scopes), false)
                              order by ev.dist, ev.memory_id
-                             limit 2 * p_limit) w
+                             limit p_limit + least(p_limit, (select count(*)::integer
+                                                               from ev x
+                                                              where x.with_context))) w
                      group by w.tenant_id, w.memory_id
                      order by dist, w.memory_id
                      limit p_limit) c;

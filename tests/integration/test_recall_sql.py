@@ -474,3 +474,56 @@ def test_hydration_probes_each_candidate_by_key_not_the_owners_rows(fresh_db: Pg
             # the legs read the owner's matching rows a few times; a probe per
             # candidate over the owner's rows would read about 100 x 50,000
             assert read["n"] < 10 * big, read
+
+
+def test_few_context_vectors_near_the_query_still_give_top_k_distinct_memories(
+    fresh_db: PgDatabase,
+) -> None:
+    """The exact scan reads the nearest top_k + C vectors (C: the caller's context
+    vectors, at most top_k). When the few two-vector memories hold the very nearest
+    vectors, both of theirs, the distinct memories must still be the exact top_k."""
+    rng = random.Random(21)
+
+    def unit(v: list[float]) -> list[float]:
+        norm = math.sqrt(sum(x * x for x in v))
+        return [x / norm for x in v]
+
+    def literal(v: list[float]) -> str:
+        return "[" + ",".join(f"{x:.6f}" for x in v) + "]"
+
+    q = unit([rng.gauss(0, 1) for _ in range(384)])
+
+    def near(scale: float) -> list[float]:
+        return unit([a + rng.gauss(0, scale) for a in q])
+
+    views: dict[str, list[list[float]]] = {}
+    with psycopg.connect(fresh_db.superuser_url, autocommit=True) as su:
+        for i in range(200):
+            (memory_id,) = su.execute(
+                "insert into harbor.memories (tenant_id, scope, user_id, content, content_hash)"
+                " values ('t1', 'user', 'u1', %s, md5(%s) || md5(%s)) returning id",
+                (f"memory {i}", str(i), f"x{i}"),
+            ).fetchone() or ("",)
+            # three memories with a context, both of their vectors nearest of all
+            views[memory_id] = [near(0.01), near(0.01)] if i < 3 else [near(0.2 + i / 100)]
+            for with_context, v in enumerate(views[memory_id]):
+                su.execute(
+                    "insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims,"
+                    " embedding, scope, user_id, with_context) values ('t1', %s, 'm384', 384,"
+                    " %s::vector, 'user', 'u1', %s)",
+                    (memory_id, literal(v), bool(with_context)),
+                )
+        su.execute("analyze harbor.memory_embeddings")
+    nearest = {
+        mid: max(sum(a * b for a, b in zip(q, v, strict=True)) for v in vs)
+        for mid, vs in views.items()
+    }
+    expected = sorted(nearest, key=lambda m: -nearest[m])[:10]
+    with psycopg.connect(fresh_db.app_url, autocommit=True) as app:
+        app.execute("select harbor.set_identity('t1', principal_id => 'u1')")
+        got = app.execute(
+            "select memory_id from harbor._dense_candidates(%s::vector, 'm384', '{user}',"
+            " now(), 10) order by dense_rank, memory_id",
+            (literal(q),),
+        ).fetchall()
+    assert [r[0] for r in got] == expected
