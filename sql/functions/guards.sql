@@ -31,3 +31,33 @@ $$;
 create or replace trigger memories_add_only
     before update on harbor.memories
     for each row execute function harbor._memories_add_only();
+
+-- A database role is bound in one tenant at most (harbor._binding() looks a role
+-- up by name alone). harbor.bind_role() checks this with a clear message; this
+-- trigger holds the rule for every other writer too (harbor_admin inserting into
+-- role_bindings directly, a superuser), under the same per-role advisory lock.
+-- role_bindings is keyed by (tenant_id, role_name) for Citus, so no unique index
+-- on role_name alone can say it.
+create or replace function harbor._role_binding_one_tenant() returns trigger
+    language plpgsql security invoker
+    set search_path to pg_catalog, pg_temp
+as $$
+begin
+    perform pg_advisory_xact_lock(
+        hashtextextended('harbor.bind_role:' || new.role_name::text, 0));
+    if exists (select 1 from harbor.role_bindings b
+                where b.role_name = new.role_name
+                  and b.tenant_id is distinct from new.tenant_id) then
+        raise exception 'harbor.bind_role: role % is already bound in another tenant',
+                new.role_name
+            using errcode = '23505',
+                  hint = 'A role can be bound in one tenant only: unbind it there first '
+                         '(harbor.unbind_role as that tenant''s administrator), or bind another role.';
+    end if;
+    return new;
+end
+$$;
+
+create or replace trigger role_bindings_one_tenant
+    before insert or update of tenant_id, role_name on harbor.role_bindings
+    for each row execute function harbor._role_binding_one_tenant();

@@ -162,3 +162,27 @@ def test_binding_the_same_role_again_in_its_tenant(roles: PgDatabase) -> None:
         )
         assert "unbind_role" in (info.value.diag.message_hint or "")
     assert _bindings(roles) == [("t1", ROLE, "u1")]
+
+
+def test_a_direct_insert_cannot_bind_a_role_in_a_second_tenant(roles: PgDatabase) -> None:
+    """The one-tenant rule holds for writers that skip harbor.bind_role (a trigger)."""
+    with _admin(roles, "t1") as conn:
+        conn.execute("select harbor.bind_role(%s, 't1')", (ROLE,))
+    with _admin(roles, "t2") as conn, pytest.raises(errors.UniqueViolation, match=REFUSED):
+        conn.execute(
+            "insert into harbor.role_bindings (tenant_id, role_name) values ('t2', %s)", (ROLE,)
+        )
+    with (
+        psycopg.connect(roles.superuser_url, autocommit=True) as conn,
+        pytest.raises(errors.UniqueViolation, match=REFUSED),
+    ):
+        conn.execute(
+            "insert into harbor.role_bindings (tenant_id, role_name) values ('t3', %s)", (ROLE,)
+        )
+    # a direct insert of a role bound nowhere is still the admin's to make
+    with _admin(roles, "t2") as conn:
+        conn.execute(
+            "insert into harbor.role_bindings (tenant_id, role_name) values ('t2', %s)", (OTHER,)
+        )
+    assert _bindings(roles) == [("t1", ROLE, None), ("t2", OTHER, None)]
+    assert _bound_tenant(roles, ROLE) == "t1"
