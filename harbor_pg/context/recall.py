@@ -38,6 +38,7 @@ from harbor_pg.context.ranking import (
 )
 from harbor_pg.context.tokens import TokenCounter, approximate_tokens
 from harbor_pg.db.sqlfiles import query as sql_query
+from harbor_pg.db.vectors import PgVector
 from harbor_pg.embedders.base import Embedder, EmbedderError, normalize_vector
 from harbor_pg.errors import MemoryConfigurationError
 from harbor_pg.owner import MemoryOwner, MemoryScope
@@ -317,7 +318,7 @@ def recall_params(request: RecallRequest) -> dict[str, Any]:
     vector = request.embedding
     return {
         "query": request.query,
-        "embedding": None if vector is None else "[" + ",".join(repr(x) for x in vector) + "]",
+        "embedding": None if vector is None else PgVector(vector),
         "model_id": request.model_id,
         "scopes": [s.value for s in request.scopes],
         "top_k": request.top_k,

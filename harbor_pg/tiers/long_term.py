@@ -12,6 +12,7 @@ from psycopg.types.json import Jsonb
 
 from harbor_pg.db.connection import Connection, Database
 from harbor_pg.db.sqlfiles import query
+from harbor_pg.db.vectors import PgVector
 from harbor_pg.errors import MemoryScopeError, MemoryValidationError
 from harbor_pg.owner import MemoryOwner, MemoryScope
 from harbor_pg.records import Memory, MemoryType, content_hash
@@ -120,7 +121,7 @@ class _Vector:
 
     model_id: str
     dims: int
-    literal: str
+    param: PgVector
 
     @classmethod
     def of(cls, embedding: Sequence[float] | None, model_id: str | None) -> _Vector | None:
@@ -129,13 +130,13 @@ class _Vector:
         values = check_vector(embedding)
         if not model_id:
             raise MemoryValidationError("an embedding needs the model_id that produced it")
-        return cls(model_id, len(values), vector_literal(values))
+        return cls(model_id, len(values), PgVector(values))
 
 
 def _vector_params(vector: _Vector | None) -> dict[str, Any]:
     if vector is None:
         return {"model_id": None, "dims": None, "embedding": None}
-    return {"model_id": vector.model_id, "dims": vector.dims, "embedding": vector.literal}
+    return {"model_id": vector.model_id, "dims": vector.dims, "embedding": vector.param}
 
 
 def _restatement(row: dict[str, Any]) -> FactResult:
@@ -301,7 +302,7 @@ class PostgresLongTermStore:
                 "memory_id": memory_id,
                 "model_id": model_id,
                 "dims": len(vector),
-                "embedding": "[" + ",".join(repr(x) for x in vector) + "]",
+                "embedding": PgVector(vector),
                 "with_context": with_context,
             },
         )
@@ -452,7 +453,7 @@ class PostgresLongTermStore:
             "scope": scope.value,
             "model_id": vector.model_id,
             "dims": vector.dims,
-            "embedding": vector.literal,
+            "embedding": vector.param,
             "exclude_ids": list(exclude_ids),
         }
         row = await (await conn.execute(query("extraction_nearest_memory"), params)).fetchone()

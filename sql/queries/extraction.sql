@@ -85,7 +85,7 @@ with gate as (
            %(embedding)s::public.vector, i.scope, i.project_id, i.user_id, i.session_id,
            i.run_id
       from inserted i
-     where %(embedding)s::text is not null
+     where %(embedding)s::public.vector is not null
 )
 select g.memory_id as restatement_of, g.similarity as restatement_similarity,
        i.id, i.tenant_id, i.scope::text as scope, i.project_id, i.principal_id, i.user_id,
@@ -155,7 +155,7 @@ with gate as (
            %(embedding)s::public.vector, i.scope, i.project_id, i.user_id, i.session_id,
            i.run_id
       from inserted i
-     where %(embedding)s::text is not null
+     where %(embedding)s::public.vector is not null
 ), closed as (
     update harbor.memories m
        set valid = tstzrange(lower(m.valid), pg_catalog.now(), '[)'),
