@@ -164,17 +164,10 @@ create or replace function harbor.bind_role(
     set search_path to pg_catalog, pg_temp
 as $$
 begin
+    -- a role bound in another tenant is refused by the role_bindings_one_tenant
+    -- trigger (guards.sql) when the row is inserted, under this same lock
     perform pg_advisory_xact_lock(
         hashtextextended('harbor.bind_role:' || bind_role.role_name::text, 0));
-    if exists (select 1 from harbor.role_bindings b
-                where b.role_name = bind_role.role_name
-                  and b.tenant_id is distinct from bind_role.tenant_id) then
-        raise exception 'harbor.bind_role: role % is already bound in another tenant',
-                bind_role.role_name
-            using errcode = '23505',
-                  hint = 'A role can be bound in one tenant only: unbind it there first '
-                         '(harbor.unbind_role as that tenant''s administrator), or bind another role.';
-    end if;
     if exists (select 1 from harbor.role_bindings b
                 where b.role_name = bind_role.role_name
                   and b.tenant_id = bind_role.tenant_id) then

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -16,6 +16,35 @@ from tests.conftest import PgDatabase
 
 Conn = psycopg.Connection[Any]
 Row = dict[str, Any]
+
+
+def _literal(v: list[float]) -> str:
+    return "[" + ",".join(f"{x:.6f}" for x in v) + "]"
+
+
+def _store_views(
+    db: PgDatabase, n: int, views_of: Callable[[int], list[list[float]]]
+) -> dict[str, list[list[float]]]:
+    """n USER memories of u1 in t1, the i-th with the vectors views_of(i) (the second,
+    if any, as its context vector); returns the vectors by memory id."""
+    views: dict[str, list[list[float]]] = {}
+    with psycopg.connect(db.superuser_url, autocommit=True) as su:
+        for i in range(n):
+            (memory_id,) = su.execute(
+                "insert into harbor.memories (tenant_id, scope, user_id, content, content_hash)"
+                " values ('t1', 'user', 'u1', %s, md5(%s) || md5(%s)) returning id",
+                (f"memory {i}", str(i), f"x{i}"),
+            ).fetchone() or ("",)
+            views[memory_id] = views_of(i)
+            for with_context, v in enumerate(views[memory_id]):
+                su.execute(
+                    "insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims,"
+                    " embedding, scope, user_id, with_context) values ('t1', %s, 'm384', 384,"
+                    " %s::vector, 'user', 'u1', %s)",
+                    (memory_id, _literal(v), bool(with_context)),
+                )
+        su.execute("analyze harbor.memory_embeddings")
+    return views
 
 
 def _hash(n: int) -> str:
@@ -367,26 +396,7 @@ def test_two_vectors_of_one_memory_count_once_at_the_nearer_on_both_paths(
         norm = math.sqrt(sum(x * x for x in v))
         return [x / norm for x in v]
 
-    def literal(v: list[float]) -> str:
-        return "[" + ",".join(f"{x:.6f}" for x in v) + "]"
-
-    views: dict[str, list[list[float]]] = {}
-    with psycopg.connect(fresh_db.superuser_url, autocommit=True) as su:
-        for i in range(600):
-            (memory_id,) = su.execute(
-                "insert into harbor.memories (tenant_id, scope, user_id, content, content_hash)"
-                " values ('t1', 'user', 'u1', %s, md5(%s) || md5(%s)) returning id",
-                (f"memory {i}", str(i), f"x{i}"),
-            ).fetchone() or ("",)
-            views[memory_id] = [vec()] + ([vec()] if i % 2 == 0 else [])
-            for with_context, v in enumerate(views[memory_id]):
-                su.execute(
-                    "insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims,"
-                    " embedding, scope, user_id, with_context) values ('t1', %s, 'm384', 384,"
-                    " %s::vector, 'user', 'u1', %s)",
-                    (memory_id, literal(v), bool(with_context)),
-                )
-        su.execute("analyze harbor.memory_embeddings")
+    views = _store_views(fresh_db, 600, lambda i: [vec()] + ([vec()] if i % 2 == 0 else []))
     with psycopg.connect(fresh_db.app_url, autocommit=True) as app:
         app.execute("select harbor.set_identity('t1', principal_id => 'u1')")
         for _ in range(5):
@@ -401,7 +411,7 @@ def test_two_vectors_of_one_memory_count_once_at_the_nearer_on_both_paths(
                 " '{user}', now(), 25, %s) order by dense_rank"
             )
             for exact_limit in (5000, 100):  # exact scan, then the HNSW walk
-                got = app.execute(sql, (literal(q), exact_limit)).fetchall()
+                got = app.execute(sql, (_literal(q), exact_limit)).fetchall()
                 ids = [r[0] for r in got]
                 assert len(ids) == len(set(ids)) == 25
                 for memory_id, similarity in got:
@@ -488,32 +498,15 @@ def test_few_context_vectors_near_the_query_still_give_top_k_distinct_memories(
         norm = math.sqrt(sum(x * x for x in v))
         return [x / norm for x in v]
 
-    def literal(v: list[float]) -> str:
-        return "[" + ",".join(f"{x:.6f}" for x in v) + "]"
-
     q = unit([rng.gauss(0, 1) for _ in range(384)])
 
     def near(scale: float) -> list[float]:
         return unit([a + rng.gauss(0, scale) for a in q])
 
-    views: dict[str, list[list[float]]] = {}
-    with psycopg.connect(fresh_db.superuser_url, autocommit=True) as su:
-        for i in range(200):
-            (memory_id,) = su.execute(
-                "insert into harbor.memories (tenant_id, scope, user_id, content, content_hash)"
-                " values ('t1', 'user', 'u1', %s, md5(%s) || md5(%s)) returning id",
-                (f"memory {i}", str(i), f"x{i}"),
-            ).fetchone() or ("",)
-            # three memories with a context, both of their vectors nearest of all
-            views[memory_id] = [near(0.01), near(0.01)] if i < 3 else [near(0.2 + i / 100)]
-            for with_context, v in enumerate(views[memory_id]):
-                su.execute(
-                    "insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims,"
-                    " embedding, scope, user_id, with_context) values ('t1', %s, 'm384', 384,"
-                    " %s::vector, 'user', 'u1', %s)",
-                    (memory_id, literal(v), bool(with_context)),
-                )
-        su.execute("analyze harbor.memory_embeddings")
+    # three memories with a context, both of their vectors nearest of all
+    views = _store_views(
+        fresh_db, 200, lambda i: [near(0.01), near(0.01)] if i < 3 else [near(0.2 + i / 100)]
+    )
     nearest = {
         mid: max(sum(a * b for a, b in zip(q, v, strict=True)) for v in vs)
         for mid, vs in views.items()
@@ -524,6 +517,6 @@ def test_few_context_vectors_near_the_query_still_give_top_k_distinct_memories(
         got = app.execute(
             "select memory_id from harbor._dense_candidates(%s::vector, 'm384', '{user}',"
             " now(), 10) order by dense_rank, memory_id",
-            (literal(q),),
+            (_literal(q),),
         ).fetchall()
     assert [r[0] for r in got] == expected
