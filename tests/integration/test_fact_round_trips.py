@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import psycopg
-import pytest_asyncio
 from psycopg.types.json import Jsonb
 
 from harbor_pg.db.connection import Database
@@ -15,16 +12,10 @@ from harbor_pg.owner import MemoryOwner, MemoryScope
 from harbor_pg.records import Memory
 from harbor_pg.tiers.long_term import PostgresLongTermStore
 from tests.conftest import PgDatabase
-from tests.roundtrips import RoundTripProxy, counted_database
+from tests.roundtrips import RoundTripProxy
 
 ALICE = MemoryOwner(tenant_id="t1", principal_id="alice", session_id="s1")
 EMBEDDER = HashingEmbedder()
-
-
-@pytest_asyncio.fixture
-async def counted(fresh_db: PgDatabase) -> AsyncIterator[tuple[Database, RoundTripProxy]]:
-    async with counted_database(fresh_db.app_url, fresh_db.admin_url) as pair:
-        yield pair
 
 
 async def _fact(

@@ -2,26 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest_asyncio
-
 from harbor_pg.context.recall import MemoryRecall
 from harbor_pg.db.connection import Database
 from harbor_pg.embedders.hashing import HashingEmbedder
 from harbor_pg.manager import MemoryManager
 from harbor_pg.owner import MemoryOwner
 from harbor_pg.records import Memory
-from tests.conftest import PgDatabase
-from tests.roundtrips import RoundTripProxy, counted_database
+from tests.roundtrips import RoundTripProxy
 
 ALICE = MemoryOwner(tenant_id="t1", principal_id="alice", session_id="s1")
-
-
-@pytest_asyncio.fixture
-async def counted(fresh_db: PgDatabase) -> AsyncIterator[tuple[Database, RoundTripProxy]]:
-    async with counted_database(fresh_db.app_url, fresh_db.admin_url) as pair:
-        yield pair
 
 
 async def test_hybrid_recall_is_one_round_trip(counted: tuple[Database, RoundTripProxy]) -> None:

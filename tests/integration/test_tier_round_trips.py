@@ -2,26 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest_asyncio
-
 from harbor_pg.db.connection import Database
 from harbor_pg.manager import MemoryManager
 from harbor_pg.owner import MemoryOwner
 from harbor_pg.records import ConversationMessage, Memory
 from harbor_pg.tiers.long_term import PostgresLongTermStore
 from harbor_pg.tiers.short_term import PostgresShortTermStore
-from tests.conftest import PgDatabase
-from tests.roundtrips import RoundTripProxy, counted_database
+from tests.roundtrips import RoundTripProxy
 
 ALICE = MemoryOwner(tenant_id="t1", principal_id="alice", session_id="s1", run_id="r1")
-
-
-@pytest_asyncio.fixture
-async def counted(fresh_db: PgDatabase) -> AsyncIterator[tuple[Database, RoundTripProxy]]:
-    async with counted_database(fresh_db.app_url, fresh_db.admin_url) as pair:
-        yield pair
 
 
 async def test_reads_are_one_round_trip_each(counted: tuple[Database, RoundTripProxy]) -> None:
