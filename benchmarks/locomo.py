@@ -44,7 +44,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine, private_server, with_params
 
-from harbor_pg.context.recall import MemoryRecall, RecallRequest, fetch_recall
+from harbor_pg.context.recall import MemoryRecall, RecallRequest, recall_in_one_round_trip
 from harbor_pg.db import migrate, server
 from harbor_pg.db.connection import Database
 from harbor_pg.embedders.fastembed import FastEmbedEmbedder
@@ -200,8 +200,7 @@ async def run(args: argparse.Namespace, su: str) -> None:
 
 
 async def _recall(db: Database, owner: MemoryOwner, request: RecallRequest) -> list[str]:
-    async with db.transaction(owner, pipeline=True) as conn:
-        items = await fetch_recall(conn, request)
+    items = await recall_in_one_round_trip(db, owner, request)
     return [item.memory.id for item in items if item.memory.id is not None]
 
 

@@ -48,8 +48,6 @@ from harbor_pg.tiers.base import LongTermStore
 from harbor_pg.tiers.long_term import PostgresLongTermStore, memory_from_row
 
 if TYPE_CHECKING:
-    from psycopg import AsyncConnection
-
     from harbor_pg.db.connection import Database
 
 __all__ = [
@@ -374,12 +372,6 @@ def recalled_from_row(row: dict[str, Any], *, typed: bool = True) -> RecalledMem
         lexical_score=row["lexical_score"],
         substring_match=bool(row["substring_match"]),
     )
-
-
-async def fetch_recall(conn: AsyncConnection[Any], request: RecallRequest) -> list[RecalledMemory]:
-    """Run ``harbor.recall()`` on ``conn`` (the identity must already be set)."""
-    cur = await conn.execute(sql_query("recall"), recall_params(request))
-    return [recalled_from_row(r) for r in await cur.fetchall()]
 
 
 async def recall_in_one_round_trip(

@@ -140,17 +140,14 @@ class Database:
 
     @contextlib.asynccontextmanager
     async def transaction(
-        self, owner: MemoryOwner | None, *, admin: bool = False, pipeline: bool = False
+        self, owner: MemoryOwner | None, *, admin: bool = False
     ) -> AsyncIterator[Connection]:
         """A connection inside one transaction, with ``owner``'s identity set.
 
         ``admin=True`` runs as the elevated role (TENANT/GLOBAL writes,
-        erasure, retention). ``pipeline=True`` sends the identity and the
-        caller's statements together, but psycopg still syncs after its
-        implicit BEGIN and a fetch flushes before COMMIT, so a read costs
-        several round trips; :meth:`fetch_in_one_round_trip` is the one-flight
-        path. Row counts arrive only at the next sync. Database errors come out
-        as harbor errors.
+        erasure, retention). Each statement is a round trip of its own; a unit
+        of work that is one statement goes through :meth:`fetch_in_one_round_trip`
+        instead. Database errors come out as harbor errors.
         """
         pool = self._pool
         if admin:
@@ -160,17 +157,10 @@ class Database:
                     "(HARBOR_ADMIN_DATABASE_URL)"
                 )
             pool = self._admin_pool
-        async with wrap_db_errors(), pool.connection() as conn:
-            if pipeline:
-                async with conn.pipeline(), conn.transaction():
-                    if owner is not None:
-                        await conn.execute(query("set_identity"), identity_params(owner))
-                    yield conn
-            else:
-                async with conn.transaction():
-                    if owner is not None:
-                        await conn.execute(query("set_identity"), identity_params(owner))
-                    yield conn
+        async with wrap_db_errors(), pool.connection() as conn, conn.transaction():
+            if owner is not None:
+                await conn.execute(query("set_identity"), identity_params(owner))
+            yield conn
 
     async def fetch_in_one_round_trip(
         self, owner: MemoryOwner, statement: str, params: dict[str, Any] | None = None

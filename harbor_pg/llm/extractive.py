@@ -41,12 +41,6 @@ _STOPWORD_TEXT = """
 _STOPWORDS = frozenset(_STOPWORD_TEXT.split())
 
 
-def _approximate_tokens(text: str) -> int:
-    """Rough token count: four ASCII characters a token, non-ASCII characters one each."""
-    ascii_chars = len(text.encode("ascii", "ignore"))
-    return math.ceil(ascii_chars / 4) + (len(text) - ascii_chars)
-
-
 def _role_and_text(message: object) -> tuple[str | None, str]:
     """Read (role, text) from a harbor-pg/pydantic message, a mapping or a LangChain message."""
     if isinstance(message, Mapping):
@@ -138,7 +132,7 @@ class ExtractiveSummarizer:
         self.recency_weight = recency_weight
         self.max_sentence_chars = max_sentence_chars
         self.roles = frozenset(roles)
-        self.token_counter: Callable[[str], int] = token_counter or _approximate_tokens
+        self.token_counter: Callable[[str], int] = token_counter or approximate_tokens
 
     def __repr__(self) -> str:
         budget = (
@@ -186,7 +180,7 @@ class ExtractiveSummarizer:
         # separator, so under the built-in measures it adds at least its own measure
         # minus one (token estimates round up): a sentence past that bound cannot fit
         # and is skipped without rendering (rendering each trial made this quadratic).
-        bounded = measure is len or measure is _approximate_tokens or measure is approximate_tokens
+        bounded = measure is len or measure is approximate_tokens
         chosen: list[_Sentence] = []
         used = 0
         for candidate in ranked:

@@ -365,8 +365,19 @@ class PostgresLongTermStore:
         """
         vector = _Vector.of(embedding, model_id)
         assert vector is not None
-        async with self.db.transaction(owner, pipeline=True) as conn:
-            return await self._nearest_in(conn, owner, MemoryScope(scope), vector, exclude_ids)
+        scope = MemoryScope(scope)
+        params = {
+            **owner.key(scope),
+            "scope": scope.value,
+            **_vector_params(vector),
+            "exclude_ids": list(exclude_ids),
+        }
+        rows = await self.db.fetch_in_one_round_trip(
+            owner, query("extraction_nearest_memory"), params
+        )
+        if not rows:
+            return None
+        return NearestMemory(str(rows[0]["memory_id"]), float(rows[0]["similarity"]))
 
     async def supersede(
         self,
@@ -383,9 +394,17 @@ class PostgresLongTermStore:
         the caller's own scopes (PROJECT, USER, SESSION, RUN) can be superseded.
         """
         params = _fact_params(owner, memory)
-        vector = _Vector.of(embedding, model_id)
-        async with self.db.transaction(owner, pipeline=True) as conn:
-            return await self._supersede_in(conn, params, vector, memory_id)
+        write = {
+            **params,
+            **_vector_params(_Vector.of(embedding, model_id)),
+            "replaces": memory_id,
+            "dedup_threshold": None,  # no similarity gate
+            "exclude_ids": [],
+        }
+        [row] = await self.db.fetch_in_one_round_trip(
+            owner, query("extraction_supersede_memory"), write
+        )
+        return await self._superseded(owner, params, row)
 
     async def add_fact(
         self,
@@ -420,12 +439,13 @@ class PostgresLongTermStore:
             )
             if row["restatement_of"] is not None:
                 return _restatement(row)
-            if row["found"]:
-                if row["id"] is not None:
-                    return FactResult(
-                        memory=memory_from_row(row), created=True, superseded=replaces
-                    )
-                return FactResult(memory=await self._duplicate(owner, params), created=False)
+            result = await self._superseded(owner, params, row)
+            if result is not None:
+                return FactResult(
+                    memory=result.memory,
+                    created=result.created,
+                    superseded=replaces if result.created else None,
+                )
         [row] = await self.db.fetch_in_one_round_trip(
             owner, query("extraction_insert_memory"), write
         )
@@ -440,48 +460,17 @@ class PostgresLongTermStore:
         async with self.db.transaction(owner) as conn:
             return await self._duplicate_in(conn, params)
 
-    @staticmethod
-    async def _nearest_in(
-        conn: Connection,
-        owner: MemoryOwner,
-        scope: MemoryScope,
-        vector: _Vector,
-        exclude_ids: Sequence[str],
-    ) -> NearestMemory | None:
-        params = {
-            **owner.key(scope),
-            "scope": scope.value,
-            "model_id": vector.model_id,
-            "dims": vector.dims,
-            "embedding": vector.param,
-            "exclude_ids": list(exclude_ids),
-        }
-        row = await (await conn.execute(query("extraction_nearest_memory"), params)).fetchone()
-        if row is None:
-            return None
-        return NearestMemory(str(row["memory_id"]), float(row["similarity"]))
-
-    async def _supersede_in(
-        self, conn: Connection, params: dict[str, Any], vector: _Vector | None, memory_id: str
+    async def _superseded(
+        self, owner: MemoryOwner, params: dict[str, Any], row: dict[str, Any]
     ) -> SaveResult | None:
-        row = await (
-            await conn.execute(
-                query("extraction_supersede_memory"),
-                {
-                    **params,
-                    **_vector_params(vector),
-                    "replaces": memory_id,
-                    "dedup_threshold": None,  # no similarity gate
-                    "exclude_ids": [],
-                },
-            )
-        ).fetchone()
-        assert row is not None
+        """What ``extraction_supersede_memory`` did: None when the replaced memory was
+        not there to supersede; otherwise the successor, or the currently valid row
+        with the same content when the successor was a duplicate."""
         if not row["found"]:
             return None
         if row["id"] is not None:
             return SaveResult(memory=memory_from_row(row), created=True)
-        return SaveResult(memory=await self._duplicate_in(conn, params), created=False)
+        return SaveResult(memory=await self._duplicate(owner, params), created=False)
 
     @staticmethod
     async def _duplicate_in(conn: Connection, params: dict[str, Any]) -> Memory:

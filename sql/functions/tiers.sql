@@ -45,8 +45,8 @@ $$;
 -- The rule is written once, as a one-row set-returning function with an
 -- SQL-standard body and no SET clause, so the planner inlines it into the
 -- statement that calls it from FROM (the append statement does): a function
--- called through the executor cost the append about 0.6 ms. harbor.summary_due()
--- is the scalar form of the same rule.
+-- called through the executor cost the append about 0.6 ms. The read-only due
+-- check (short_term.sql, summary_due) calls it the same way.
 create or replace function harbor.summary_due_rows(
     p_tenant text, p_user text, p_session text, p_min_turns bigint,
     p_cooldown_seconds double precision, p_unseen integer default 0
@@ -84,17 +84,8 @@ begin atomic
        and s.session_id operator(pg_catalog.=) p_session;
 end;
 
-create or replace function harbor.summary_due(
-    p_tenant text, p_user text, p_session text, p_min_turns bigint,
-    p_cooldown_seconds double precision, p_unseen integer default 0
-) returns boolean
-    language sql stable security invoker
-    set search_path to pg_catalog, pg_temp
-as $$
-    select d.due
-      from harbor.summary_due_rows(p_tenant, p_user, p_session, p_min_turns,
-                                   p_cooldown_seconds, p_unseen) d
-$$;
+-- (the scalar wrapper of earlier versions: both statements call the rule from FROM)
+drop function if exists harbor.summary_due(text, text, text, bigint, double precision, integer);
 
 -- The owner's most similar currently valid memory in one scope (fact extraction's
 -- similarity gate): exact cosine similarity over the vectors of one model and

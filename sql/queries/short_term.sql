@@ -59,6 +59,9 @@ delete from harbor.messages m
    and m.session_id = %(session_id)s::text
 
 -- name: summary_due
--- Read-only: whether the caller's session is due a background summary (harbor.summary_due).
-select harbor.summary_due(%(tenant_id)s::text, %(user_id)s::text, %(session_id)s::text,
-                          %(min_turns)s::bigint, %(cooldown_seconds)s::double precision) as due
+-- Read-only: whether the caller's session is due a background summary
+-- (harbor.summary_due_rows, inlined here as in the append statement).
+select d.due
+  from harbor.summary_due_rows(%(tenant_id)s::text, %(user_id)s::text, %(session_id)s::text,
+                               %(min_turns)s::bigint,
+                               %(cooldown_seconds)s::double precision) d
