@@ -65,6 +65,31 @@ return case when t is null then null
     + (pg_catalog.length(t)
        - pg_catalog.length(pg_catalog.regexp_replace(t, '[^\x01-\x7f]', '', 'g')))) end;
 
+-- Tokens of a memory's rendered recall line, '[<hash12>] <content>' with the
+-- content's whitespace runs collapsed to one space (as
+-- harbor_pg.context.ranking.render_recalled), by harbor.approximate_tokens.
+-- regexp_replace() starts a new matcher per match (about 25 us for an
+-- eight-word memory: most of the ranking step), so the common case, ASCII
+-- with single spaces and no other whitespace, skips it: collapsing cannot
+-- change that text beyond btrim(), and all-ASCII text is four characters a
+-- token. Not STRICT and argument-only, so it is inlined into the ranking.
+create or replace function harbor.recall_line_tokens(content_hash text, content text)
+    returns integer
+    language sql immutable security invoker parallel safe
+return case
+    when pg_catalog.octet_length(content) = pg_catalog.length(content)
+         and pg_catalog.octet_length(content_hash) = pg_catalog.length(content_hash)
+         and pg_catalog.strpos(content, '  ') = 0
+         and pg_catalog.strpos(content, E'\t') = 0
+         and pg_catalog.strpos(content, E'\n') = 0
+         and pg_catalog.strpos(content, E'\r') = 0
+         and pg_catalog.strpos(content, E'\f') = 0
+         and pg_catalog.strpos(content, pg_catalog.chr(11)) = 0
+    then greatest(1, ceil((3 + pg_catalog.length(left(content_hash, 12))
+                           + pg_catalog.length(pg_catalog.btrim(content))) / 4.0)::integer)
+    else harbor.approximate_tokens('[' || left(content_hash, 12) || '] '
+             || pg_catalog.regexp_replace(pg_catalog.btrim(content), '\s+', ' ', 'g')) end;
+
 -- Dense candidates: the p_limit nearest memories by cosine distance (a memory
 -- saved with a context has a vector of its content and one of context plus
 -- content; the nearer counts) among the caller's visible rows of one model, valid at p_as_of, of the given scopes,
@@ -499,8 +524,7 @@ begin
           from final f
     ), ranked as (
         select d.*, row_number() over (order by d.score desc, d.breadth, d.id) as pos,
-               harbor.approximate_tokens('[' || left(d.content_hash, 12) || '] '
-                   || pg_catalog.regexp_replace(btrim(d.content), '\s+', ' ', 'g')) as tok
+               harbor.recall_line_tokens(d.content_hash, d.content) as tok
           from deduped d
          where d.copy = 1
          order by d.score desc, d.breadth, d.id

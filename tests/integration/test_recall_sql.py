@@ -441,6 +441,45 @@ def test_sql_token_estimate_matches_python(conns: tuple[Conn, Conn], text: str) 
     assert row["n"] == approximate_tokens(text)
 
 
+_LINE_CASES = [
+    "Standup moved to ten",
+    "  padded with spaces  ",
+    "two  spaces",
+    "tab\there",
+    "new\nline and\r\nwindows",
+    "form\ffeed and \x0b vertical tab",
+    "trailing tab\t",
+    "x",
+    "abcdefghijklmnopqrstuvwxyz",
+    "naïve café",
+    "東京で会議",
+    "mix 東京  and\tascii 🙂",
+    "em\u2003space",
+]
+
+
+@pytest.mark.parametrize("content", _LINE_CASES)
+def test_recall_line_tokens_match_the_collapsed_rendering(
+    conns: tuple[Conn, Conn], content: str
+) -> None:
+    """The regex-free fast path gives what collapsing with regexp_replace gives, and
+    (for the whitespace Python and PostgreSQL agree on) what Python renders."""
+    from harbor_pg.context.tokens import approximate_tokens
+
+    _su, app = conns
+    digest = "0123456789abcdef" * 4
+    row = app.execute(
+        "select harbor.recall_line_tokens(%(h)s, %(c)s) as fast,"
+        " harbor.approximate_tokens('[' || left(%(h)s, 12) || '] '"
+        " || regexp_replace(btrim(%(c)s), '\\s+', ' ', 'g')) as slow",
+        {"h": digest, "c": content},
+    ).fetchone()
+    assert row is not None
+    assert row["fast"] == row["slow"]
+    if content.isascii():
+        assert row["fast"] == approximate_tokens(f"[{digest[:12]}] {' '.join(content.split())}")
+
+
 def test_hydration_probes_each_candidate_by_key_not_the_owners_rows(fresh_db: PgDatabase) -> None:
     """Rows read for one recall stay near the candidate count, not candidates x owner rows.
 
