@@ -1,0 +1,100 @@
+"""Rows of harbor.recall() become the same objects whichever way they are built."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from harbor_pg.context.recall import _MEMORY_FIELDS, _stored_memory, recalled_from_row
+from harbor_pg.owner import MemoryScope
+from harbor_pg.records import Memory, MemoryType, Sensitivity
+
+
+def _row(**overrides: Any) -> dict[str, Any]:
+    when = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
+    row: dict[str, Any] = {
+        "rank": 1,
+        "id": "m-1",
+        "tenant_id": "t1",
+        "scope": "user",
+        "project_id": "",
+        "principal_id": "u1",
+        "user_id": "u1",
+        "session_id": "",
+        "run_id": "",
+        "memory_type": "preference",
+        "content": "Prefers window seats",
+        "content_hash": "ab" * 32,
+        "importance": 0.75,
+        "entity_ids": ["person:u1"],
+        "source": "extracted",
+        "sensitivity": "none",
+        "valid_from": when,
+        "invalid_at": None,
+        "superseded_by": None,
+        "source_session_id": "s1",
+        "source_message_ids": ["1", "2"],
+        "metadata": {"k": [1, 2]},
+        "context": None,
+        "created_at": when,
+        "updated_at": when,
+        "dense_rank": 2,
+        "similarity": 0.8,
+        "lexical_rank": None,
+        "lexical_score": None,
+        "substring_match": False,
+        "relevance": 0.03,
+        "recency": 0.9,
+        "entity": 0.0,
+        "type_boost": 0.5,
+        "score": 0.1,
+        "tokens": 9,
+    }
+    row.update(overrides)
+    return row
+
+
+def _constructed(row: dict[str, Any]) -> Memory:
+    data = {k: row[k] for k in _MEMORY_FIELDS if k in row}
+    data["scope"] = MemoryScope(data["scope"])
+    data["memory_type"] = MemoryType(data["memory_type"])
+    data["sensitivity"] = Sensitivity(data["sensitivity"])
+    data["importance"] = float(data["importance"])
+    data["entity_ids"] = list(data["entity_ids"])
+    data["source_message_ids"] = list(data["source_message_ids"])
+    data["metadata"] = dict(data["metadata"])
+    return Memory.model_construct(**data)
+
+
+def test_a_full_row_builds_what_model_construct_builds() -> None:
+    row = _row()
+    fast, reference = _stored_memory(row), _constructed(row)
+    assert fast == reference
+    assert fast.model_fields_set == reference.model_fields_set == set(Memory.model_fields)
+    assert fast.model_dump() == reference.model_dump()
+    assert list(fast.model_dump()) == list(Memory.model_fields)
+    assert fast.scope is MemoryScope.USER and fast.memory_type is MemoryType.PREFERENCE
+    # a real model: frozen, copyable, validatable again
+    with pytest.raises(ValueError):
+        fast.content = "changed"  # type: ignore[misc]
+    assert fast.model_copy(update={"importance": 0.1}).importance == 0.1
+    assert Memory.model_validate(fast.model_dump()) == fast
+    # the row's lists are copies: changing the row later changes nothing
+    row["entity_ids"].append("x")
+    assert fast.entity_ids == ["person:u1"]
+
+
+def test_a_row_missing_fields_takes_the_defaults() -> None:
+    row = _row()
+    del row["context"], row["metadata"]
+    memory = _stored_memory(row)
+    assert memory.context is None and memory.metadata == {}
+    assert "context" not in memory.model_fields_set
+
+
+def test_recalled_from_row_carries_the_signals() -> None:
+    got = recalled_from_row(_row())
+    assert got.memory.id == "m-1" and got.rank == 1 and got.tokens == 9
+    assert got.dense_rank == 2 and got.lexical_rank is None and got.type_boost == 0.5
