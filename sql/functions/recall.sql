@@ -92,18 +92,34 @@ return case
 
 -- Dense candidates: the p_limit nearest memories by cosine distance (a memory
 -- saved with a context has a vector of its content and one of context plus
--- content; the nearer counts) among the caller's visible rows of one model, valid at p_as_of, of the given scopes,
--- never rolling summaries. When the caller sees at most p_exact_limit vectors
--- of that model, or at most 2% of all vectors, it scans them exactly (through
--- the owner-key index); otherwise it walks the HNSW index with an iterative
--- scan and the visibility filter. At 2% or more of the rows passing the
--- filter, the walk meets enough of them long before its scan limit, so a
--- filter never starves the result, and a small owner never pays for a graph
--- walk over everyone else's rows.
+-- content; the nearer counts) among the caller's visible rows of one model,
+-- valid at p_as_of, of the given scopes, never rolling summaries. Each comes
+-- with the columns the ranking reads (read anyway by the validity probe), so
+-- that harbor.recall() hydrates only the memories it returns.
+-- When the caller sees at most p_exact_limit vectors of that model, or at most
+-- 2% of all vectors, it scans them exactly (through the owner-key index);
+-- otherwise it walks the HNSW index with an iterative scan and the visibility
+-- filter. At 2% or more of the rows passing the filter, the walk meets enough
+-- of them long before its scan limit, so a filter never starves the result,
+-- and a small owner never pays for a graph walk over everyone else's rows.
+do $$
+begin
+    -- the result columns grew (ranking columns): a replaced function cannot change them
+    if exists (select 1 from pg_catalog.pg_proc
+                where oid = to_regprocedure('harbor._dense_candidates(public.vector, text,'
+                                            ' harbor.memory_scope[], timestamptz, integer, integer)')
+                  and pg_catalog.pg_get_function_result(oid) not like '%content_hash%') then
+        drop function harbor._dense_candidates(public.vector, text, harbor.memory_scope[],
+                                               timestamptz, integer, integer);
+    end if;
+end
+$$;
 create or replace function harbor._dense_candidates(
     p_embedding public.vector, p_model_id text, p_scopes harbor.memory_scope[],
     p_as_of timestamptz, p_limit integer, p_exact_limit integer default 5000
-) returns table (tenant_id text, memory_id text, dense_rank integer, similarity double precision)
+) returns table (tenant_id text, memory_id text, dense_rank integer, similarity double precision,
+                 scope harbor.memory_scope, memory_type harbor.memory_type, importance real,
+                 valid_from timestamptz, content_hash text, entity_ids text[])
     language plpgsql stable security definer
     set search_path to pg_catalog, pg_temp
     set plan_cache_mode to force_generic_plan
@@ -118,6 +134,8 @@ declare
     v_dims    integer := public.vector_dims(p_embedding);
     v_seen    integer;
     v_limit   integer;
+    v_window  integer;
+    v_rows    bigint;
     v_scan    text;
     v_ef      text;
     v_tuples  text;
@@ -141,47 +159,72 @@ begin
         return;
     end if;
     if v_seen <= v_limit or v_dims not in (384, 1536) then
-        -- the caller's vectors first (owner-key index), then each candidate's
-        -- memory by primary key: never the other way round, which a generic
-        -- plan would otherwise pick, re-reading the owner's vectors per memory
-        return query
-            with ev as materialized (
-                -- distances only (the owner-key join is the visibility test)
-                select e.tenant_id, e.memory_id, e.with_context,
-                       e.embedding operator(public.<=>) p_embedding as dist
-                  from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user, v_session, v_run) k
-                  join harbor.memory_embeddings e
-                    on e.tenant_id = k.tenant_id and e.model_id = p_model_id
-                   and e.scope = k.scope and e.user_id = k.user_id
-                   and e.project_id = k.project_id and e.session_id = k.session_id
-                   and e.run_id = k.run_id
-                 where e.dims = v_dims
-                 order by dist, e.memory_id)
-            select c.tenant_id, c.memory_id,
-                   (rank() over (order by c.dist))::integer,
-                   1 - c.dist
-              from (select w.tenant_id, w.memory_id, min(w.dist) as dist
-                      -- a memory with a context has two vectors and the nearer counts:
-                      -- the nearest p_limit + C valid vectors, C the context vectors
-                      -- among them all (at most p_limit), hold the nearer vector of each
-                      -- of the nearest p_limit valid memories (at most C of those
-                      -- vectors are a second vector of a memory already counted)
-                      from (select ev.tenant_id, ev.memory_id, ev.dist
-                              from ev
-                              join harbor.memories m
-                                on m.tenant_id = ev.tenant_id and m.id = ev.memory_id
-                             -- only the primary key may find the row (hydration
-                             -- checks the row again)
-                             where coalesce(m.valid operator(pg_catalog.@>) p_as_of, false)
-                               and m.memory_type <> 'summary'
-                               and coalesce(m.scope = any (p_scopes), false)
-                             order by ev.dist, ev.memory_id
-                             limit p_limit + least(p_limit, (select count(*)::integer
-                                                               from ev x
-                                                              where x.with_context))) w
-                     group by w.tenant_id, w.memory_id
-                     order by dist, w.memory_id
-                     limit p_limit) c;
+        -- The caller's vectors by distance (owner-key index; the owner-key join
+        -- is the visibility test), first only the nearest v_window of them (a
+        -- bounded sort), then each one's memory by primary key in that order
+        -- until enough valid ones are found: never the other way round, which
+        -- a generic plan would otherwise pick, re-reading the owner's vectors
+        -- per memory. A memory with a context has two vectors and the nearer
+        -- counts: the nearest p_limit + C valid vectors, C the context vectors
+        -- in the window (at most p_limit), hold the nearer vector of each of
+        -- the nearest p_limit valid memories (at most C of those vectors are
+        -- a second vector of a memory already counted). When the window holds
+        -- fewer valid vectors than that (superseded memories crowd it), the
+        -- statement returns nothing and runs again over all the caller's vectors.
+        v_window := least(v_seen, 2 * p_limit + 64);
+        loop
+            return query
+                with win as materialized (
+                    select e.tenant_id, e.memory_id, e.with_context,
+                           e.embedding operator(public.<=>) p_embedding as dist
+                      from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user, v_session,
+                                               v_run) k
+                      join harbor.memory_embeddings e
+                        on e.tenant_id = k.tenant_id and e.model_id = p_model_id
+                       and e.scope = k.scope and e.user_id = k.user_id
+                       and e.project_id = k.project_id and e.session_id = k.session_id
+                       and e.run_id = k.run_id
+                     where e.dims = v_dims
+                     order by dist, e.memory_id
+                     limit v_window
+                ), wanted as (
+                    select p_limit + least(p_limit, count(*) filter (where win.with_context))::integer
+                           as n
+                      from win
+                ), near as materialized (
+                    select win.tenant_id, win.memory_id, win.dist, m.scope, m.memory_type,
+                           m.importance, lower(m.valid) as valid_from, m.content_hash, m.entity_ids
+                      from win
+                      join harbor.memories m
+                        on m.tenant_id = win.tenant_id and m.id = win.memory_id
+                     -- only the primary key may find the row
+                     where coalesce(m.valid operator(pg_catalog.@>) p_as_of, false)
+                       and m.memory_type <> 'summary'
+                       and coalesce(m.scope = any (p_scopes), false)
+                     order by win.dist, win.memory_id
+                     limit (select wanted.n from wanted)
+                )
+                select c.tenant_id, c.memory_id, (rank() over (order by c.dist))::integer,
+                       1 - c.dist, c.scope, c.memory_type, c.importance, c.valid_from,
+                       c.content_hash, c.entity_ids
+                  from (select w.tenant_id, w.memory_id, min(w.dist) as dist,
+                               any_value(w.scope) as scope,
+                               any_value(w.memory_type) as memory_type,
+                               any_value(w.importance) as importance,
+                               any_value(w.valid_from) as valid_from,
+                               any_value(w.content_hash) as content_hash,
+                               any_value(w.entity_ids) as entity_ids
+                          from near w
+                         -- every vector was in the window, or it held enough valid ones
+                         where v_window >= v_seen
+                            or (select count(*) from near) >= (select wanted.n from wanted)
+                         group by w.tenant_id, w.memory_id
+                         order by dist, w.memory_id
+                         limit p_limit) c;
+            get diagnostics v_rows = row_count;
+            exit when v_rows > 0 or v_window >= v_seen;
+            v_window := v_seen;
+        end loop;
         return;
     end if;
     -- many visible rows: the HNSW index of this dimension (an expression index,
@@ -204,9 +247,16 @@ begin
     -- (twice the rows: a memory with a context has two vectors, the nearer counts)
     return query execute pg_catalog.format($q$
         select c.tenant_id, c.memory_id,
-               (rank() over (order by c.dist))::integer, 1 - c.dist
-          from (select w.tenant_id, w.memory_id, min(w.dist) as dist
-                  from (select e.tenant_id, e.memory_id,
+               (rank() over (order by c.dist))::integer, 1 - c.dist,
+               c.scope, c.memory_type, c.importance, c.valid_from, c.content_hash, c.entity_ids
+          from (select w.tenant_id, w.memory_id, min(w.dist) as dist,
+                       any_value(w.scope) as scope, any_value(w.memory_type) as memory_type,
+                       any_value(w.importance) as importance,
+                       any_value(w.valid_from) as valid_from,
+                       any_value(w.content_hash) as content_hash,
+                       any_value(w.entity_ids) as entity_ids
+                  from (select e.tenant_id, e.memory_id, m.scope, m.memory_type, m.importance,
+                               lower(m.valid) as valid_from, m.content_hash, m.entity_ids,
                                (e.embedding::public.vector(%1$s)) operator(public.<=>)
                                    ($1::public.vector(%1$s)) as dist
                           from harbor.memory_embeddings e
@@ -380,7 +430,8 @@ $$;
 -- Results are deduplicated by content_hash (highest score wins; ties toward
 -- the narrower scope), capped at top_k, then cut at the first memory that
 -- would push the rendered block ('[<hash12>] <content>' per line) past
--- token_budget, so they are always a prefix of the ranking.
+-- token_budget, so they are always a prefix of the ranking. Candidates are
+-- ranked on the columns the legs carry; only the top_k are read in full.
 -- Without an embedding the lexical leg alone ranks; when it finds nothing, a
 -- case-insensitive substring match on the query supplies flat relevance.
 create or replace function harbor.recall(
@@ -450,69 +501,74 @@ begin
     v_n := greatest(coalesce(recall.candidates, 0), 4 * recall.top_k, 50);
     return query
     with dense as (
-        select d.tenant_id, d.memory_id, d.dense_rank, d.similarity
+        select d.*
           from harbor._dense_candidates(recall.query_embedding, recall.model_id, recall.scopes,
-                                        v_as_of, v_n) d
+                                          v_as_of, v_n) d
          where recall.min_similarity is null or d.similarity >= recall.min_similarity
     ), lexical as (
         select l.tenant_id, l.memory_id, l.lexical_rank, l.lexical_score
           from harbor._lexical_candidates(v_query, recall.scopes, v_as_of, v_n) l
          where btrim(v_query) <> ''
-    ), fused as (
+    ), fused as materialized (
         select coalesce(d.tenant_id, l.tenant_id) as tenant_id,
                coalesce(d.memory_id, l.memory_id) as memory_id,
                d.dense_rank, d.similarity, l.lexical_rank, l.lexical_score, false as substring_match,
                coalesce(recall.dense_weight / (recall.rrf_k + d.dense_rank), 0)
                  + coalesce(recall.lexical_weight / (recall.rrf_k + l.lexical_rank), 0)
-                 as relevance
+                 as relevance,
+               d.scope, d.memory_type, d.importance, d.valid_from, d.content_hash, d.entity_ids
           from dense d full join lexical l
             on l.tenant_id = d.tenant_id and l.memory_id = d.memory_id
-    ), substring_leg as (
-        select m.tenant_id, m.id as memory_id, null::integer, null::double precision,
-               null::integer, null::double precision, true, 1.0 / (recall.rrf_k + 1)
-          from harbor.memories m
-         where recall.query_embedding is null
-           and not exists (select 1 from fused)
-           and btrim(v_query) <> ''
-           and m.tenant_id = any (array['', harbor.caller_tenant()])
-           and m.scope = any (recall.scopes)
-           and m.valid operator(pg_catalog.@>) v_as_of
-           and m.memory_type <> 'summary'
-           and pg_catalog.strpos(pg_catalog.lower(m.content),
-                                 pg_catalog.lower(btrim(left(v_query, 1000)))) > 0
-         limit v_n
     ), candidates as (
-        select * from fused union all select * from substring_leg
+        -- the dense leg carries the ranking columns of its rows
+        select f.* from fused f where f.content_hash is not null
+        union all
+        -- lexical-only candidates: one primary-key probe each (as in hydrated below)
+        select f.tenant_id, f.memory_id, f.dense_rank, f.similarity, f.lexical_rank,
+               f.lexical_score, f.substring_match, f.relevance,
+               m.scope, m.memory_type, m.importance, lower(m.valid), m.content_hash, m.entity_ids
+          from fused f
+          cross join lateral (
+              select m1.* from harbor.memories m1 where m1.id = f.memory_id offset 0) m
+         where f.content_hash is null
+           and m.tenant_id = f.tenant_id
+           and coalesce(m.valid operator(pg_catalog.@>) v_as_of, false)
+           and m.memory_type <> 'summary'
+           and m.scope = any (recall.scopes)
+        union all
+        -- the substring fallback: no embedding and nothing matched the words
+        (select m.tenant_id, m.id, null::integer, null::double precision,
+                null::integer, null::double precision, true, 1.0 / (recall.rrf_k + 1),
+                m.scope, m.memory_type, m.importance, lower(m.valid), m.content_hash,
+                m.entity_ids
+           from harbor.memories m
+          where recall.query_embedding is null
+            and not exists (select 1 from fused)
+            and btrim(v_query) <> ''
+            and m.tenant_id = any (array['', harbor.caller_tenant()])
+            and m.scope = any (recall.scopes)
+            and m.valid operator(pg_catalog.@>) v_as_of
+            and m.memory_type <> 'summary'
+            and pg_catalog.strpos(pg_catalog.lower(m.content),
+                                  pg_catalog.lower(btrim(left(v_query, 1000)))) > 0
+          limit v_n)
     ), scored as (
-        -- hydration as the invoker: the policies filter again here
-        select m.*, c.dense_rank, c.similarity, c.lexical_rank, c.lexical_score,
-               c.substring_match, c.relevance::double precision as relevance,
+        select c.*,
                case when recall.recency_half_life_hours is null then 0::double precision
                     else pg_catalog.power(0.5::double precision,
-                        greatest(extract(epoch from (v_as_of - lower(m.valid))), 0)::double precision
+                        greatest(extract(epoch from (v_as_of - c.valid_from)), 0)::double precision
                         / 3600.0 / recall.recency_half_life_hours) end as recency,
                case when coalesce(cardinality(recall.anchor_entity_ids), 0) = 0
                          or coalesce(recall.entity_weight, 0) = 0 then 0::double precision
                     else recall.entity_weight * (
-                   select count(*) from (select distinct e from unnest(m.entity_ids) e) x
+                   select count(*) from (select distinct e from unnest(c.entity_ids) e) x
                     where x.e = any (recall.anchor_entity_ids))::double precision
-                   / greatest(1, cardinality(m.entity_ids)) end as entity,
-               case when m.memory_type = any (coalesce(recall.wanted_types, '{}'))
+                   / greatest(1, cardinality(c.entity_ids)) end as entity,
+               case when c.memory_type = any (coalesce(recall.wanted_types, '{}'))
                     then coalesce(recall.type_weight, 0) else 0 end::double precision as type_boost,
-               case m.scope when 'run' then 0 when 'session' then 1 when 'user' then 2
+               case c.scope when 'run' then 0 when 'session' then 1 when 'user' then 2
                             when 'project' then 3 when 'tenant' then 4 else 5 end as breadth
           from candidates c
-          -- one primary-key probe per candidate: the probe names only the id (the
-          -- policy supplies the tenant), and OFFSET 0 keeps the candidate's tenant
-          -- test outside it; with both tenant tests inside, the planner multiplies
-          -- them into a one-row estimate and scans the caller's rows per candidate
-          -- (measured: 6.3 s for a 100,000-row owner, each probe reading all of them)
-          cross join lateral (
-              select m1.* from harbor.memories m1 where m1.id = c.memory_id offset 0) m
-         where m.tenant_id = c.tenant_id
-           and coalesce(m.valid operator(pg_catalog.@>) v_as_of, false)
-           and m.memory_type <> 'summary'
-           and m.scope = any (recall.scopes)
     ), final as (
         select s.*,
                s.relevance * (1 + s.recency) * (1 + s.importance) * (1 + s.entity)
@@ -520,18 +576,36 @@ begin
           from scored s
     ), deduped as (
         select f.*, row_number() over (partition by f.content_hash
-                                       order by f.score desc, f.breadth, f.id) as copy
+                                       order by f.score desc, f.breadth, f.memory_id) as copy
           from final f
     ), ranked as (
-        select d.*, row_number() over (order by d.score desc, d.breadth, d.id) as pos,
-               harbor.recall_line_tokens(d.content_hash, d.content) as tok
+        select d.*, row_number() over (order by d.score desc, d.breadth, d.memory_id) as pos
           from deduped d
          where d.copy = 1
-         order by d.score desc, d.breadth, d.id
+         order by d.score desc, d.breadth, d.memory_id
          limit recall.top_k
-    ), budgeted as (
-        select r.*, sum(r.tok) over (order by r.pos) as cumulative
+    ), hydrated as (
+        -- the returned memories in full, read as the invoker: the policies filter
+        -- again here. One primary-key probe per memory: the probe names only the
+        -- id (the policy supplies the tenant), and OFFSET 0 keeps the candidate's
+        -- tenant test outside it; with both tenant tests inside, the planner
+        -- multiplies them into a one-row estimate and scans the caller's rows per
+        -- candidate (measured: 6.3 s for a 100,000-row owner, each probe reading
+        -- all of them)
+        select m.*, r.dense_rank, r.similarity, r.lexical_rank, r.lexical_score,
+               r.substring_match, r.relevance::double precision as relevance, r.recency,
+               r.entity, r.type_boost, r.score, r.pos,
+               harbor.recall_line_tokens(m.content_hash, m.content) as tok
           from ranked r
+          cross join lateral (
+              select m1.* from harbor.memories m1 where m1.id = r.memory_id offset 0) m
+         where m.tenant_id = r.tenant_id
+           and coalesce(m.valid operator(pg_catalog.@>) v_as_of, false)
+           and m.memory_type <> 'summary'
+           and m.scope = any (recall.scopes)
+    ), budgeted as (
+        select h.*, sum(h.tok) over (order by h.pos) as cumulative
+          from hydrated h
     )
     select b.pos::integer, b.id, b.tenant_id, b.scope::text, b.project_id, b.principal_id,
            b.user_id, b.session_id, b.run_id, b.memory_type::text, b.content, b.content_hash,

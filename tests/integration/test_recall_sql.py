@@ -384,6 +384,43 @@ def test_dense_index_path_matches_an_exact_scan(fresh_db: PgDatabase) -> None:
             assert owners == [("t1",)]
 
 
+def test_exact_dense_path_looks_past_a_window_crowded_by_superseded_memories(
+    fresh_db: PgDatabase,
+) -> None:
+    """The exact scan first probes only the nearest vectors (2 x limit + 64 of them);
+    when superseded memories fill that window it scans every vector of the caller
+    again, so the result is still the nearest valid memories."""
+    rng = random.Random(13)
+
+    def vec() -> list[float]:
+        v = [rng.gauss(0, 1) for _ in range(384)]
+        norm = math.sqrt(sum(x * x for x in v))
+        return [x / norm for x in v]
+
+    views = _store_views(fresh_db, 400, lambda i: [vec()])
+    q = vec()
+    similarity = {
+        mid: sum(a * b for a, b in zip(q, vs[0], strict=True)) for mid, vs in views.items()
+    }
+    by_distance = sorted(similarity, key=lambda m: -similarity[m])
+    sql = (
+        "select memory_id from harbor._dense_candidates(%s::vector, 'm384', '{user}', now(),"
+        " 25, 5000) order by dense_rank"
+    )
+    with psycopg.connect(fresh_db.app_url, autocommit=True) as app:
+        app.execute("select harbor.set_identity('t1', principal_id => 'u1')")
+        assert [r[0] for r in app.execute(sql, (_literal(q),)).fetchall()] == by_distance[:25]
+        for closed in (60, 300):  # part of the window, then more than all of it
+            with psycopg.connect(fresh_db.superuser_url, autocommit=True) as su:
+                su.execute(
+                    "update harbor.memories set valid = tstzrange(lower(valid), now())"
+                    " where id = any(%s) and upper_inf(valid)",
+                    (by_distance[:closed],),
+                )
+            got = [r[0] for r in app.execute(sql, (_literal(q),)).fetchall()]
+            assert got == by_distance[closed : closed + 25]
+
+
 def test_two_vectors_of_one_memory_count_once_at_the_nearer_on_both_paths(
     fresh_db: PgDatabase,
 ) -> None:

@@ -141,6 +141,40 @@ def test_candidates_equal_policy_rows_for_every_identity(
         assert PATHS[path](conn) == expected
 
 
+_RANKING_COLUMNS = "scope::text, memory_type::text, importance, content_hash, entity_ids"
+
+
+@pytest.mark.parametrize("exact_limit", [5000, 0], ids=["dense-exact", "dense-hnsw"])
+@pytest.mark.parametrize("identity", IDENTITIES, ids=lambda i: "/".join(x or "-" for x in i))
+def test_dense_ranking_columns_are_the_policy_rows_columns(
+    recall_db: PgDatabase, identity: tuple[str | None, ...], exact_limit: int
+) -> None:
+    """The columns the dense leg carries for ranking are those a plain SELECT under
+    the policies reads for the same rows, and nothing of any other row."""
+    tenant, project, principal, session, run = identity
+    with psycopg.connect(recall_db.app_url, autocommit=True) as conn:
+        conn.execute(
+            "select harbor.set_identity(%s, %s, %s, null, %s, %s)",
+            (tenant, project, principal, session, run),
+        )
+        expected = {
+            r[0]: r[1:]
+            for r in conn.execute(
+                f"select id, {_RANKING_COLUMNS}, lower(valid) from harbor.memories"
+                " where valid @> now() and memory_type <> 'summary'"
+            ).fetchall()
+        }
+        got = {
+            r[0]: r[1:]
+            for r in conn.execute(
+                f"select memory_id, {_RANKING_COLUMNS}, valid_from"
+                " from harbor._dense_candidates(%s::vector, 'm384', %s, now(), 1000, %s)",
+                (_vector(random.Random(11)), ALL_SCOPES, exact_limit),
+            ).fetchall()
+        }
+    assert got == expected
+
+
 @pytest.mark.parametrize("path", PATHS)
 def test_no_identity_sees_only_global(recall_db: PgDatabase, path: str) -> None:
     with psycopg.connect(recall_db.app_url, autocommit=True) as conn:
