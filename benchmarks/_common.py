@@ -115,8 +115,13 @@ def restart_with(su: str, pgdata: Path, shared_buffers: str) -> None:
         c.execute("create extension if not exists pg_prewarm")
         relations = c.execute(
             "select c.oid::regclass::text from pg_class c"
+            " left join pg_am a on a.oid = c.relam"
             " where c.relnamespace = 'harbor'::regnamespace and c.relkind in ('r', 'i')"
             "   and c.relname like 'memor%%'"
+            # the graph indexes serve only owners above the exact-scan limit: with them
+            # (1.5 GB at 1,000,000 vectors) the heaps no longer fit a few GB of buffers
+            "   and a.amname is distinct from 'hnsw'"
+            " order by pg_relation_size(c.oid)"
         ).fetchall()
         for (relation,) in relations:
             c.execute("select pg_prewarm(%s)", (relation,))
