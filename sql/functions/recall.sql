@@ -389,13 +389,17 @@ create or replace function harbor._bm25(
     set search_path to pg_catalog, pg_temp
 as $$
     with docs as (
-        select d.tenant_id, d.id, d.doc, greatest(length(d.doc), 1)::double precision as dl
+        -- each document's query terms only: marked with weight A (the stored
+        -- vectors carry no weights, and every lexeme has positions), then kept,
+        -- in C, instead of a row per lexeme of the document (3x faster when
+        -- hundreds of conversation turns match: LoCoMo, 193 questions)
+        select d.tenant_id, d.id, greatest(length(d.doc), 1)::double precision as dl,
+               ts_filter(setweight(d.doc, 'A', p_terms), '{a}') as terms
           from unnest(p_tenants, p_ids, p_docs) d(tenant_id, id, doc)
     ), postings as (
         select docs.tenant_id, docs.id, docs.dl, u.lexeme,
                coalesce(cardinality(u.positions), 1)::double precision as tf
-          from docs, unnest(docs.doc) u
-         where u.lexeme = any (p_terms)
+          from docs, unnest(docs.terms) u
     ), df as (
         select p.lexeme, count(*)::double precision as n from postings p group by p.lexeme
     ), avgdl as (

@@ -478,6 +478,65 @@ def test_sql_token_estimate_matches_python(conns: tuple[Conn, Conn], text: str) 
     assert row["n"] == approximate_tokens(text)
 
 
+def test_bm25_scores_match_a_reference_computation(conns: tuple[Conn, Conn]) -> None:
+    """harbor._bm25 (k1 1.2, b 0.75) against BM25 computed here from each document's
+    lexemes and positions: repeated terms, documents of different lengths, and terms
+    only some documents hold."""
+    _su, app = conns
+    texts = [
+        "Melanie painted a sunrise over the lake, then painted the lake again",
+        "The lake trip was cancelled",
+        "Caroline went to a support group meeting about painting",
+        "Painting, painting and more painting: the sunrise series grows",
+        "Nothing in common here",
+    ]
+    query = "when did melanie paint the lake at sunrise"
+    terms = app.execute(
+        "select tsvector_to_array(to_tsvector('english', %s)) as t", (query,)
+    ).fetchone()["t"]
+    docs = []
+    for text in texts:
+        lexemes = {
+            r["lexeme"]: r["n"]
+            for r in app.execute(
+                "select lexeme, cardinality(positions) as n"
+                " from unnest(to_tsvector('english', %s))",
+                (text,),
+            ).fetchall()
+        }
+        docs.append(lexemes)
+    matched = [i for i, d in enumerate(docs) if set(d) & set(terms)]
+    total = 40.0
+    avgdl = max(sum(len(docs[i]) for i in matched) / len(matched), 1)
+    df = {t: sum(1 for i in matched if t in docs[i]) for t in terms}
+    expected = {}
+    for i in matched:
+        dl = max(len(docs[i]), 1)
+        expected[f"m{i}"] = sum(
+            math.log(1 + (max(total, df[t]) - df[t] + 0.5) / (df[t] + 0.5))
+            * docs[i][t]
+            * 2.2
+            / (docs[i][t] + 1.2 * (0.25 + 0.75 * dl / avgdl))
+            for t in terms
+            if t in docs[i]
+        )
+    rows = app.execute(
+        "select memory_id, lexical_rank, lexical_score from harbor._bm25(%s, %s, 10,"
+        " %s, %s, array(select to_tsvector('english', t) from unnest(%s::text[]) t))",
+        (
+            terms,
+            total,
+            ["t1"] * len(matched),
+            [f"m{i}" for i in matched],
+            [texts[i] for i in matched],
+        ),
+    ).fetchall()
+    assert {r["memory_id"]: r["lexical_score"] for r in rows} == pytest.approx(expected)
+    ranked = sorted(expected, key=lambda m: -expected[m])
+    assert [r["memory_id"] for r in rows] == ranked
+    assert [r["lexical_rank"] for r in rows] == list(range(1, len(ranked) + 1))
+
+
 _LINE_CASES = [
     "Standup moved to ten",
     "  padded with spaces  ",
