@@ -9,7 +9,7 @@ import pytest
 
 from harbor_pg.context.recall import _MEMORY_FIELDS, _stored_memory, recalled_from_row
 from harbor_pg.owner import MemoryScope
-from harbor_pg.records import Memory, MemoryType, Sensitivity
+from harbor_pg.records import Memory, MemoryType
 
 
 def _row(**overrides: Any) -> dict[str, Any]:
@@ -57,15 +57,9 @@ def _row(**overrides: Any) -> dict[str, Any]:
 
 
 def _constructed(row: dict[str, Any]) -> Memory:
-    data = {k: row[k] for k in _MEMORY_FIELDS if k in row}
-    data["scope"] = MemoryScope(data["scope"])
-    data["memory_type"] = MemoryType(data["memory_type"])
-    data["sensitivity"] = Sensitivity(data["sensitivity"])
-    data["importance"] = float(data["importance"])
-    data["entity_ids"] = list(data["entity_ids"])
-    data["source_message_ids"] = list(data["source_message_ids"])
-    data["metadata"] = dict(data["metadata"])
-    return Memory.model_construct(**data)
+    """The reference: the row validated by pydantic, then built by model_construct."""
+    validated = Memory.model_validate({k: row[k] for k in _MEMORY_FIELDS if k in row})
+    return Memory.model_construct(**dict(validated))
 
 
 def test_a_full_row_builds_what_model_construct_builds() -> None:
