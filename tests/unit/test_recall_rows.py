@@ -7,7 +7,12 @@ from typing import Any
 
 import pytest
 
-from harbor_pg.context.recall import _MEMORY_FIELDS, _stored_memory, recalled_from_row
+from harbor_pg.context.recall import (
+    _MEMORY_FIELDS,
+    _PLAIN_MEMORY,
+    _stored_memory,
+    recalled_from_row,
+)
 from harbor_pg.owner import MemoryScope
 from harbor_pg.records import Memory, MemoryType
 
@@ -63,6 +68,7 @@ def _constructed(row: dict[str, Any]) -> Memory:
 
 
 def test_a_full_row_builds_what_model_construct_builds() -> None:
+    assert _PLAIN_MEMORY, "Memory has a post-init hook or private attributes: the shortcut is off"
     row = _row()
     fast, reference = _stored_memory(row), _constructed(row)
     assert fast == reference
