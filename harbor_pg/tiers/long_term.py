@@ -455,11 +455,6 @@ class PostgresLongTermStore:
             return FactResult(memory=memory_from_row(row), created=True)
         return FactResult(memory=await self._duplicate(owner, params), created=False)
 
-    async def _duplicate(self, owner: MemoryOwner, params: dict[str, Any]) -> Memory:
-        """:meth:`_duplicate_in` in a transaction of its own."""
-        async with self.db.transaction(owner) as conn:
-            return await self._duplicate_in(conn, params)
-
     async def _superseded(
         self, owner: MemoryOwner, params: dict[str, Any], row: dict[str, Any]
     ) -> SaveResult | None:
@@ -472,17 +467,19 @@ class PostgresLongTermStore:
             return SaveResult(memory=memory_from_row(row), created=True)
         return SaveResult(memory=await self._duplicate(owner, params), created=False)
 
-    @staticmethod
-    async def _duplicate_in(conn: Connection, params: dict[str, Any]) -> Memory:
+    async def _duplicate(self, owner: MemoryOwner, params: dict[str, Any]) -> Memory:
         """The currently valid row an insert collided with (same owner key and hash)."""
-        dup = await (await conn.execute(query("find_current_duplicate"), params)).fetchone()
-        if dup is None:  # pragma: no cover - the conflict was with a row we cannot see
-            raise MemoryValidationError("a conflicting memory exists that this caller cannot see")
-        row = await (
-            await conn.execute(
-                query("get_memory"), {"tenant_id": params["tenant_id"], "id": dup["id"]}
-            )
-        ).fetchone()
+        async with self.db.transaction(owner) as conn:
+            dup = await (await conn.execute(query("find_current_duplicate"), params)).fetchone()
+            if dup is None:  # pragma: no cover - the conflict was with a row we cannot see
+                raise MemoryValidationError(
+                    "a conflicting memory exists that this caller cannot see"
+                )
+            row = await (
+                await conn.execute(
+                    query("get_memory"), {"tenant_id": params["tenant_id"], "id": dup["id"]}
+                )
+            ).fetchone()
         assert row is not None
         return memory_from_row(row)
 
