@@ -21,8 +21,9 @@ repository raises      WARNING, no candidates for that scope
 from __future__ import annotations
 
 import logging
+import operator
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -336,18 +337,37 @@ def recall_params(request: RecallRequest) -> dict[str, Any]:
 
 
 _MEMORY_FIELDS = tuple(Memory.model_fields)
+_memory_values = operator.itemgetter(*_MEMORY_FIELDS)
 _set_attribute = object.__setattr__
 # the shortcut below is model_construct for a model with no post-init hook and no
 # private attributes; should Memory gain either, model_construct does the work again
 _PLAIN_MEMORY = Memory.__pydantic_post_init__ is None and not Memory.__private_attributes__
+# enum members by value: a dict lookup instead of the Enum call (0.9 us each)
+_SCOPES = {m.value: m for m in MemoryScope}
+_TYPES = {m.value: m for m in MemoryType}
+_SENSITIVITIES = {m.value: m for m in Sensitivity}
+_RECALLED_FIELDS = frozenset(f.name for f in fields(RecalledMemory))
+# RecalledMemory is a frozen dataclass without __post_init__ or slots: its
+# __init__ only stores the fields, one object.__setattr__ each
+_PLAIN_RECALLED = not hasattr(RecalledMemory, "__post_init__") and not hasattr(
+    RecalledMemory, "__slots__"
+)
+
+
+def _member(members: dict[str, Any], enum: Any, value: Any) -> Any:
+    found = members.get(value)
+    return enum(value) if found is None else found  # the Enum call raises for a stranger
 
 
 def _stored_memory(row: dict[str, Any]) -> Memory:
     """A Memory from a typed database row, without re-validating what the database checked."""
-    data = {k: row[k] for k in _MEMORY_FIELDS if k in row}
-    data["scope"] = MemoryScope(data["scope"])
-    data["memory_type"] = MemoryType(data["memory_type"])
-    data["sensitivity"] = Sensitivity(data["sensitivity"])
+    try:
+        data = dict(zip(_MEMORY_FIELDS, _memory_values(row), strict=True))
+    except KeyError:
+        data = {k: row[k] for k in _MEMORY_FIELDS if k in row}
+    data["scope"] = _member(_SCOPES, MemoryScope, data["scope"])
+    data["memory_type"] = _member(_TYPES, MemoryType, data["memory_type"])
+    data["sensitivity"] = _member(_SENSITIVITIES, Sensitivity, data["sensitivity"])
     data["importance"] = float(data["importance"])
     data["entity_ids"] = list(data.get("entity_ids") or [])
     data["source_message_ids"] = list(data.get("source_message_ids") or [])
@@ -371,21 +391,27 @@ def recalled_from_row(row: dict[str, Any], *, typed: bool = True) -> RecalledMem
     ``typed=False`` for rows that went through JSON (timestamps as text), which
     are validated field by field.
     """
-    return RecalledMemory(
-        memory=_stored_memory(row) if typed else memory_from_row(row),
-        rank=int(row["rank"]),
-        relevance=float(row["relevance"]),
-        recency=float(row["recency"]),
-        entity=float(row["entity"]),
-        type_boost=float(row["type_boost"]),
-        score=float(row["score"]),
-        tokens=int(row["tokens"]),
-        dense_rank=row["dense_rank"],
-        similarity=row["similarity"],
-        lexical_rank=row["lexical_rank"],
-        lexical_score=row["lexical_score"],
-        substring_match=bool(row["substring_match"]),
-    )
+    values = {
+        "memory": _stored_memory(row) if typed else memory_from_row(row),
+        "rank": int(row["rank"]),
+        "relevance": float(row["relevance"]),
+        "recency": float(row["recency"]),
+        "entity": float(row["entity"]),
+        "type_boost": float(row["type_boost"]),
+        "score": float(row["score"]),
+        "tokens": int(row["tokens"]),
+        "dense_rank": row["dense_rank"],
+        "similarity": row["similarity"],
+        "lexical_rank": row["lexical_rank"],
+        "lexical_score": row["lexical_score"],
+        "substring_match": bool(row["substring_match"]),
+    }
+    if not _PLAIN_RECALLED or values.keys() != _RECALLED_FIELDS:
+        return RecalledMemory(**values)
+    # what the dataclass __init__ stores, in one step (5.7 -> 1 us a memory)
+    item = RecalledMemory.__new__(RecalledMemory)
+    _set_attribute(item, "__dict__", values)
+    return item
 
 
 async def recall_in_one_round_trip(

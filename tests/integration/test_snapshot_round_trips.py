@@ -69,7 +69,7 @@ async def test_a_failing_statement_rolls_back_and_frees_the_connection(
     await manager.append(ALICE, ConversationMessage(role="user", content="hello"))
     proxy.reset()
     with pytest.raises(MemoryDatabaseError, match="division by zero"):
-        # the identity is set, then the statement fails: COMMIT is skipped by the server
+        # the identity is set, then the statement fails: the sync rolls both back
         await counted.fetch_in_one_round_trip(ALICE, "select 1 / 0 as boom")
     # the one pooled connection is usable again, outside any transaction
     snap = await manager.snapshot(ALICE)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import FrozenInstanceError, replace
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
+from harbor_pg.context.ranking import RecalledMemory
 from harbor_pg.context.recall import (
     _MEMORY_FIELDS,
     _PLAIN_MEMORY,
@@ -98,3 +100,35 @@ def test_recalled_from_row_carries_the_signals() -> None:
     got = recalled_from_row(_row())
     assert got.memory.id == "m-1" and got.rank == 1 and got.tokens == 9
     assert got.dense_rank == 2 and got.lexical_rank is None and got.type_boost == 0.5
+
+
+def test_recalled_from_row_builds_what_the_dataclass_builds() -> None:
+    row = _row(lexical_rank=3, lexical_score=1.5)
+    got = recalled_from_row(row)
+    reference = RecalledMemory(
+        memory=_constructed(row),
+        rank=1,
+        relevance=0.03,
+        recency=0.9,
+        entity=0.0,
+        type_boost=0.5,
+        score=0.1,
+        tokens=9,
+        dense_rank=2,
+        similarity=0.8,
+        lexical_rank=3,
+        lexical_score=1.5,
+        substring_match=False,
+    )
+    assert got == reference
+    assert vars(got) == vars(reference)
+    assert replace(got, rank=2).rank == 2
+    with pytest.raises(FrozenInstanceError):
+        got.rank = 5  # type: ignore[misc]
+
+
+def test_unknown_enum_values_are_refused() -> None:
+    with pytest.raises(ValueError):
+        _stored_memory(_row(scope="galaxy"))
+    with pytest.raises(ValueError):
+        _stored_memory(_row(memory_type="rumour"))
