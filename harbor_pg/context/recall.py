@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -365,6 +365,10 @@ def _stored_memory(row: dict[str, Any]) -> Memory:
         data = dict(zip(_MEMORY_FIELDS, _memory_values(row), strict=True))
     except KeyError:
         data = {k: row[k] for k in _MEMORY_FIELDS if k in row}
+    return _memory_of(data)
+
+
+def _memory_of(data: dict[str, Any]) -> Memory:
     data["scope"] = _member(_SCOPES, MemoryScope, data["scope"])
     data["memory_type"] = _member(_TYPES, MemoryType, data["memory_type"])
     data["sensitivity"] = _member(_SENSITIVITIES, Sensitivity, data["sensitivity"])
@@ -391,20 +395,59 @@ def recalled_from_row(row: dict[str, Any], *, typed: bool = True) -> RecalledMem
     ``typed=False`` for rows that went through JSON (timestamps as text), which
     are validated field by field.
     """
+    return _recalled(
+        _stored_memory(row) if typed else memory_from_row(row),
+        row["rank"],
+        row["relevance"],
+        row["recency"],
+        row["entity"],
+        row["type_boost"],
+        row["score"],
+        row["tokens"],
+        row["dense_rank"],
+        row["similarity"],
+        row["lexical_rank"],
+        row["lexical_score"],
+        row["substring_match"],
+    )
+
+
+# harbor.recall()'s signal columns, in _recalled()'s argument order
+_SIGNALS = (
+    "rank", "relevance", "recency", "entity", "type_boost", "score", "tokens",
+    "dense_rank", "similarity", "lexical_rank", "lexical_score", "substring_match",
+)  # fmt: skip
+
+
+def _recalled(
+    memory: Memory,
+    rank: Any,
+    relevance: Any,
+    recency: Any,
+    entity: Any,
+    type_boost: Any,
+    score: Any,
+    tokens: Any,
+    dense_rank: Any,
+    similarity: Any,
+    lexical_rank: Any,
+    lexical_score: Any,
+    substring_match: Any,
+) -> RecalledMemory:
     values = {
-        "memory": _stored_memory(row) if typed else memory_from_row(row),
-        "rank": int(row["rank"]),
-        "relevance": float(row["relevance"]),
-        "recency": float(row["recency"]),
-        "entity": float(row["entity"]),
-        "type_boost": float(row["type_boost"]),
-        "score": float(row["score"]),
-        "tokens": int(row["tokens"]),
-        "dense_rank": row["dense_rank"],
-        "similarity": row["similarity"],
-        "lexical_rank": row["lexical_rank"],
-        "lexical_score": row["lexical_score"],
-        "substring_match": bool(row["substring_match"]),
+        "memory": memory,
+        "rank": int(rank),
+        "relevance": float(relevance),
+        "recency": float(recency),
+        "entity": float(entity),
+        "type_boost": float(type_boost),
+        "score": float(score),
+        "tokens": int(tokens),
+        "dense_rank": dense_rank,
+        "similarity": similarity,
+        "lexical_rank": lexical_rank,
+        "lexical_score": lexical_score,
+        "substring_match": bool(substring_match),
     }
     if not _PLAIN_RECALLED or values.keys() != _RECALLED_FIELDS:
         return RecalledMemory(**values)
@@ -414,13 +457,31 @@ def recalled_from_row(row: dict[str, Any], *, typed: bool = True) -> RecalledMem
     return item
 
 
+def recalled_rows(cursor: Any) -> Callable[[Sequence[Any]], RecalledMemory]:
+    """A psycopg row factory: each row of ``harbor.recall()`` straight into a
+    :class:`RecalledMemory`, by column position (no dict per row)."""
+    names = [c.name for c in cursor.description or ()]
+    missing = [n for n in (*_MEMORY_FIELDS, *_SIGNALS) if n not in names]
+    if missing:
+        raise MemoryConfigurationError(f"recall rows lack the columns {missing}")
+    memory_values = operator.itemgetter(*(names.index(n) for n in _MEMORY_FIELDS))
+    signal_values = operator.itemgetter(*(names.index(n) for n in _SIGNALS))
+
+    def make(values: Sequence[Any]) -> RecalledMemory:
+        memory = _memory_of(dict(zip(_MEMORY_FIELDS, memory_values(values), strict=True)))
+        return _recalled(memory, *signal_values(values))
+
+    return make
+
+
 async def recall_in_one_round_trip(
     db: Database, owner: MemoryOwner, request: RecallRequest
 ) -> list[RecalledMemory]:
     """Run ``harbor.recall()`` as ``owner`` in a transaction of its own, in one
     round trip (BEGIN, the identity, the call and COMMIT are sent together)."""
-    rows = await db.fetch_in_one_round_trip(owner, sql_query("recall"), recall_params(request))
-    return [recalled_from_row(r) for r in rows]
+    return await db.fetch_rows_in_one_round_trip(
+        owner, sql_query("recall"), recall_params(request), recalled_rows
+    )
 
 
 async def _postgres_recall(

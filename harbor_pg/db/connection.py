@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import psycopg
 from psycopg import AsyncConnection, errors
-from psycopg.rows import dict_row
+from psycopg.rows import AsyncRowFactory, dict_row
+from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool
 
 from harbor_pg.db.server import ADMIN_ROLE, APP_ROLE, describe_connect_error, redact
@@ -50,8 +52,19 @@ def _set_role(row: dict[str, Any] | None, target: str) -> psycopg.sql.Composed |
     return None
 
 
+Row = TypeVar("Row")
+
+
+def _json_loads(data: str | bytes) -> Any:
+    # most metadata is empty: skip the parser for it (a new dict each time)
+    if data == b"{}" or data == "{}":
+        return {}
+    return json.loads(data)
+
+
 def _role_switcher(target: str) -> Callable[[Connection], Any]:
     async def configure(conn: Connection) -> None:
+        set_json_loads(_json_loads, conn)
         row = await (await conn.execute(query("login_role"), {"target": target})).fetchone()
         statement = _set_role(row, target)
         if statement is not None:
@@ -163,7 +176,19 @@ class Database:
         self, owner: MemoryOwner, statement: str, params: dict[str, Any] | None = None
     ) -> list[dict[str, Any]]:
         """Run one statement in its own transaction with ``owner``'s identity set,
-        in one round trip; return its rows.
+        in one round trip; return its rows as dicts (see :meth:`fetch_rows_in_one_round_trip`).
+        """
+        return await self.fetch_rows_in_one_round_trip(owner, statement, params, dict_row)
+
+    async def fetch_rows_in_one_round_trip(
+        self,
+        owner: MemoryOwner,
+        statement: str,
+        params: dict[str, Any] | None,
+        row_factory: AsyncRowFactory[Row],
+    ) -> list[Row]:
+        """Run one statement in its own transaction with ``owner``'s identity set,
+        in one round trip; return its rows as ``row_factory`` builds them.
 
         The identity, the statement and the pipeline sync are all written before
         the first wait for the server. In the extended protocol, statements sent
@@ -183,7 +208,8 @@ class Database:
                 # leaving the pipeline block sends the sync and reads every result
                 async with conn.pipeline():
                     await conn.execute(query("set_identity"), identity_params(owner))
-                    cur = await conn.execute(statement, params)
+                    cur = conn.cursor(row_factory=row_factory)
+                    await cur.execute(statement, params)
                 return await cur.fetchall()
             finally:
                 if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:

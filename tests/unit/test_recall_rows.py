@@ -14,7 +14,9 @@ from harbor_pg.context.recall import (
     _PLAIN_MEMORY,
     _stored_memory,
     recalled_from_row,
+    recalled_rows,
 )
+from harbor_pg.errors import MemoryConfigurationError
 from harbor_pg.owner import MemoryScope
 from harbor_pg.records import Memory, MemoryType
 
@@ -132,3 +134,29 @@ def test_unknown_enum_values_are_refused() -> None:
         _stored_memory(_row(scope="galaxy"))
     with pytest.raises(ValueError):
         _stored_memory(_row(memory_type="rumour"))
+
+
+class _Column:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+class _Cursor:
+    def __init__(self, names: list[str]) -> None:
+        self.description = [_Column(n) for n in names]
+
+
+def test_the_positional_row_factory_builds_what_the_dict_path_builds() -> None:
+    row = _row(metadata={}, entity_ids=[], lexical_rank=4, lexical_score=2.0)
+    # columns in another order than the dict's: positions come from the cursor
+    names = sorted(row)
+    make = recalled_rows(_Cursor(names))
+    got = make(tuple(row[n] for n in names))
+    assert got == recalled_from_row(row)
+    assert vars(got.memory) == vars(recalled_from_row(row).memory)
+
+
+def test_the_positional_row_factory_refuses_rows_without_a_field() -> None:
+    names = [n for n in _row() if n != "score"]
+    with pytest.raises(MemoryConfigurationError, match="score"):
+        recalled_rows(_Cursor(names))
