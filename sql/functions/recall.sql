@@ -284,16 +284,43 @@ begin
 end
 $$;
 
+-- The columns the ranking reads, carried by each candidate leg for its rows.
+do $$
+begin
+    if to_regtype('harbor._ranking_columns') is null then
+        create type harbor._ranking_columns as (
+            scope harbor.memory_scope, memory_type harbor.memory_type, importance real,
+            valid_from timestamptz, content_hash text, entity_ids text[]);
+    end if;
+end
+$$;
+
 -- Lexical candidates: memories matching ANY query term (OR semantics), ranked
 -- by BM25 (k1 = 1.2, b = 0.75) computed over the matching rows, among the
 -- caller's visible rows valid at p_as_of, of the given scopes, never rolling
 -- summaries. A small visible set is scanned through the owner-key index; a
--- large one goes through the GIN index on the text.
+-- large one goes through the GIN index on the text. Like the dense leg, each
+-- comes with the columns the ranking reads (from the row the match was tested
+-- on), so that harbor.recall() reads no candidate twice.
+do $$
+begin
+    -- the result columns grew (ranking columns): a replaced function cannot change them
+    if exists (select 1 from pg_catalog.pg_proc
+                where oid = to_regprocedure('harbor._lexical_candidates(text,'
+                                            ' harbor.memory_scope[], timestamptz, integer, integer)')
+                  and pg_catalog.pg_get_function_result(oid) not like '%content_hash%') then
+        drop function harbor._lexical_candidates(text, harbor.memory_scope[], timestamptz,
+                                                 integer, integer);
+    end if;
+end
+$$;
 create or replace function harbor._lexical_candidates(
     p_query text, p_scopes harbor.memory_scope[], p_as_of timestamptz, p_limit integer,
     p_scan_limit integer default 2000
 ) returns table (tenant_id text, memory_id text, lexical_rank integer,
-                 lexical_score double precision)
+                 lexical_score double precision,
+                 scope harbor.memory_scope, memory_type harbor.memory_type, importance real,
+                 valid_from timestamptz, content_hash text, entity_ids text[])
     language plpgsql stable security definer
     set search_path to pg_catalog, pg_temp
     set plan_cache_mode to force_generic_plan
@@ -312,6 +339,7 @@ declare
     v_tenants text[];
     v_ids     text[];
     v_docs    tsvector[];
+    v_cols    harbor._ranking_columns[];
 begin
     if p_query is null or coalesce(p_limit, 0) < 1 then
         return;
@@ -329,9 +357,13 @@ begin
     select count(*),
            array_agg(o.tenant_id) filter (where o.hit),
            array_agg(o.id) filter (where o.hit),
-           array_agg(o.fts) filter (where o.hit)
-      into v_seen, v_tenants, v_ids, v_docs
-      from (select m.tenant_id, m.id, m.fts,
+           array_agg(o.fts) filter (where o.hit),
+           -- built for matches only (a filtered aggregate skips its argument)
+           array_agg(row(o.scope, o.memory_type, o.importance, lower(o.valid), o.content_hash,
+                         o.entity_ids)::harbor._ranking_columns) filter (where o.hit)
+      into v_seen, v_tenants, v_ids, v_docs, v_cols
+      from (select m.tenant_id, m.id, m.fts, m.scope, m.memory_type, m.importance, m.valid,
+                   m.content_hash, m.entity_ids,
                    coalesce(m.fts operator(pg_catalog.@@) v_tsq, false)
                    and coalesce(m.valid operator(pg_catalog.@>) p_as_of, false)
                    and m.memory_type <> 'summary'
@@ -348,7 +380,16 @@ begin
         return;
     end if;
     if v_seen <= p_scan_limit then
-        return query select * from harbor._bm25(v_terms, v_seen, p_limit, v_tenants, v_ids, v_docs);
+        -- each ranked match with its columns (ids are unique within a tenant; a
+        -- composite array unnests into its fields)
+        return query
+            select b.tenant_id, b.memory_id, b.lexical_rank, b.lexical_score, h.scope,
+                   h.memory_type, h.importance, h.valid_from, h.content_hash, h.entity_ids
+              from harbor._bm25(v_terms, v_seen, p_limit, v_tenants, v_ids, v_docs) b
+              join unnest(v_tenants, v_ids, v_cols)
+                   h(tenant_id, id, scope, memory_type, importance, valid_from, content_hash,
+                     entity_ids)
+                on h.tenant_id = b.tenant_id and h.id = b.memory_id;
         return;
     end if;
     select greatest(c.reltuples, v_seen) into v_total
@@ -357,7 +398,8 @@ begin
     -- plans once per call; a cached generic plan cannot judge their rarity)
     return query execute $q$
         with matched as materialized (
-            select m.tenant_id, m.id, m.fts
+            select m.tenant_id, m.id, m.fts, m.scope, m.memory_type, m.importance,
+                   lower(m.valid) as valid_from, m.content_hash, m.entity_ids
               from harbor.memories m
              where m.fts operator(pg_catalog.@@) $1
                and m.tenant_id = any (array['', $2])
@@ -366,10 +408,13 @@ begin
                and m.memory_type <> 'summary'
                and harbor._visible(m.scope, m.tenant_id, m.project_id, m.user_id,
                                    m.session_id, m.run_id, $2, $5, $6, $7, $8))
-        select * from harbor._bm25($9, $10, $11,
-                                   (select array_agg(x.tenant_id) from matched x),
-                                   (select array_agg(x.id) from matched x),
-                                   (select array_agg(x.fts) from matched x)) $q$
+        select b.tenant_id, b.memory_id, b.lexical_rank, b.lexical_score, x.scope,
+               x.memory_type, x.importance, x.valid_from, x.content_hash, x.entity_ids
+          from harbor._bm25($9, $10, $11,
+                            (select array_agg(x.tenant_id) from matched x),
+                            (select array_agg(x.id) from matched x),
+                            (select array_agg(x.fts) from matched x)) b
+          join matched x on x.tenant_id = b.tenant_id and x.id = b.memory_id $q$
         using v_tsq, v_tenant, p_scopes, p_as_of, v_project, v_user, v_session, v_run,
               v_terms, v_total, p_limit;
 end
@@ -510,35 +555,27 @@ begin
                                           v_as_of, v_n) d
          where recall.min_similarity is null or d.similarity >= recall.min_similarity
     ), lexical as (
-        select l.tenant_id, l.memory_id, l.lexical_rank, l.lexical_score
+        select l.*
           from harbor._lexical_candidates(v_query, recall.scopes, v_as_of, v_n) l
          where btrim(v_query) <> ''
     ), fused as materialized (
+        -- both legs carry the ranking columns of their rows (the same row's)
         select coalesce(d.tenant_id, l.tenant_id) as tenant_id,
                coalesce(d.memory_id, l.memory_id) as memory_id,
                d.dense_rank, d.similarity, l.lexical_rank, l.lexical_score, false as substring_match,
                coalesce(recall.dense_weight / (recall.rrf_k + d.dense_rank), 0)
                  + coalesce(recall.lexical_weight / (recall.rrf_k + l.lexical_rank), 0)
                  as relevance,
-               d.scope, d.memory_type, d.importance, d.valid_from, d.content_hash, d.entity_ids
+               coalesce(d.scope, l.scope) as scope,
+               coalesce(d.memory_type, l.memory_type) as memory_type,
+               coalesce(d.importance, l.importance) as importance,
+               coalesce(d.valid_from, l.valid_from) as valid_from,
+               coalesce(d.content_hash, l.content_hash) as content_hash,
+               case when d.memory_id is null then l.entity_ids else d.entity_ids end as entity_ids
           from dense d full join lexical l
             on l.tenant_id = d.tenant_id and l.memory_id = d.memory_id
     ), candidates as (
-        -- the dense leg carries the ranking columns of its rows
-        select f.* from fused f where f.content_hash is not null
-        union all
-        -- lexical-only candidates: one primary-key probe each (as in hydrated below)
-        select f.tenant_id, f.memory_id, f.dense_rank, f.similarity, f.lexical_rank,
-               f.lexical_score, f.substring_match, f.relevance,
-               m.scope, m.memory_type, m.importance, lower(m.valid), m.content_hash, m.entity_ids
-          from fused f
-          cross join lateral (
-              select m1.* from harbor.memories m1 where m1.id = f.memory_id offset 0) m
-         where f.content_hash is null
-           and m.tenant_id = f.tenant_id
-           and coalesce(m.valid operator(pg_catalog.@>) v_as_of, false)
-           and m.memory_type <> 'summary'
-           and m.scope = any (recall.scopes)
+        select f.* from fused f
         union all
         -- the substring fallback: no embedding and nothing matched the words
         (select m.tenant_id, m.id, null::integer, null::double precision,

@@ -36,10 +36,26 @@ def recall_db(module_db: PgDatabase) -> Iterator[PgDatabase]:
     rng = random.Random(3)
     with psycopg.connect(module_db.superuser_url, autocommit=True) as conn:
         for i, (t, scope, p, u, s, r, content) in enumerate(MEMORIES):
+            # distinct ranking columns per row: a leg that mixed rows up would show
             conn.execute(
                 "insert into harbor.memories (tenant_id, scope, project_id, user_id, session_id,"
-                " run_id, content, content_hash) values (%s,%s,%s,%s,%s,%s,%s,%s)",
-                (t, scope, p, u, s, r, content + " shared words", f"{i:064x}"),
+                " run_id, content, content_hash, importance, entity_ids, memory_type, valid)"
+                " values (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,"
+                " tstzrange(now() - %s * interval '1 hour', null))",
+                (
+                    t,
+                    scope,
+                    p,
+                    u,
+                    s,
+                    r,
+                    content + " shared words",
+                    f"{i:064x}",
+                    (i % 10) / 10,
+                    [f"e{i}-{k}" for k in range(i % 3)],
+                    ("fact", "preference", "episode")[i % 3],
+                    i + 1,
+                ),
             )
         # a closed (superseded) row and a rolling summary: never candidates now
         conn.execute(
@@ -144,14 +160,29 @@ def test_candidates_equal_policy_rows_for_every_identity(
 _RANKING_COLUMNS = "scope::text, memory_type::text, importance, content_hash, entity_ids"
 
 
-@pytest.mark.parametrize("exact_limit", [5000, 0], ids=["dense-exact", "dense-hnsw"])
+_CARRYING = {
+    "dense-exact": (
+        "harbor._dense_candidates(%s::vector, 'm384', %s, now(), 1000, 5000)",
+        lambda: _vector(random.Random(11)),
+    ),
+    "dense-hnsw": (
+        "harbor._dense_candidates(%s::vector, 'm384', %s, now(), 1000, 0)",
+        lambda: _vector(random.Random(11)),
+    ),
+    "lexical-scan": ("harbor._lexical_candidates(%s, %s, now(), 1000, 5000)", lambda: "shared"),
+    "lexical-index": ("harbor._lexical_candidates(%s, %s, now(), 1000, 0)", lambda: "shared"),
+}
+
+
+@pytest.mark.parametrize("path", _CARRYING)
 @pytest.mark.parametrize("identity", IDENTITIES, ids=lambda i: "/".join(x or "-" for x in i))
-def test_dense_ranking_columns_are_the_policy_rows_columns(
-    recall_db: PgDatabase, identity: tuple[str | None, ...], exact_limit: int
+def test_ranking_columns_are_the_policy_rows_columns(
+    recall_db: PgDatabase, identity: tuple[str | None, ...], path: str
 ) -> None:
-    """The columns the dense leg carries for ranking are those a plain SELECT under
+    """The columns each leg carries for ranking are those a plain SELECT under
     the policies reads for the same rows, and nothing of any other row."""
     tenant, project, principal, session, run = identity
+    call, probe = _CARRYING[path]
     with psycopg.connect(recall_db.app_url, autocommit=True) as conn:
         conn.execute(
             "select harbor.set_identity(%s, %s, %s, null, %s, %s)",
@@ -167,11 +198,11 @@ def test_dense_ranking_columns_are_the_policy_rows_columns(
         got = {
             r[0]: r[1:]
             for r in conn.execute(
-                f"select memory_id, {_RANKING_COLUMNS}, valid_from"
-                " from harbor._dense_candidates(%s::vector, 'm384', %s, now(), 1000, %s)",
-                (_vector(random.Random(11)), ALL_SCOPES, exact_limit),
+                f"select memory_id, {_RANKING_COLUMNS}, valid_from from {call}",
+                (probe(), ALL_SCOPES),
             ).fetchall()
         }
+    # every visible memory holds "shared": both legs return all of them
     assert got == expected
 
 
