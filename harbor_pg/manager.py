@@ -815,7 +815,7 @@ class MemoryManager:
             "recall": request is not None,
             **recall_params(request or _NO_RECALL),
         }
-        # BEGIN, identity, the statement and COMMIT in one flight: one round trip
+        # the identity and the statement in one flight and one transaction: one round trip
         try:
             [row] = await self.database.fetch_in_one_round_trip(owner, query("snapshot"), params)
         except Exception as exc:

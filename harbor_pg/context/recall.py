@@ -478,7 +478,7 @@ async def recall_in_one_round_trip(
     db: Database, owner: MemoryOwner, request: RecallRequest
 ) -> list[RecalledMemory]:
     """Run ``harbor.recall()`` as ``owner`` in a transaction of its own, in one
-    round trip (BEGIN, the identity, the call and COMMIT are sent together)."""
+    round trip (the identity and the call are sent together and share a transaction)."""
     return await db.fetch_rows_in_one_round_trip(
         owner, sql_query("recall"), recall_params(request), recalled_rows
     )

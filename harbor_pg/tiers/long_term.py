@@ -418,8 +418,8 @@ class PostgresLongTermStore:
     ) -> FactResult:
         """Similarity gate, then supersede or insert (ExtractionStore).
 
-        The gate and the write are one statement, sent with BEGIN, the identity
-        and COMMIT in one round trip: one WAL flush per fact. Only a rare outcome
+        The gate and the write are one statement, sent with the identity in one
+        round trip and one transaction: one WAL flush per fact. Only a rare outcome
         costs a second trip: a fact whose content is already currently valid
         (the duplicate is read back), or a replaced memory that is gone (the fact
         is then inserted as new, gated again).
