@@ -1,0 +1,227 @@
+"""Old and new recall SQL side by side on one server: an A/B that survives the VM's phases.
+
+    python benchmarks/recall_ab.py --ref COMMIT --data-dir DIR [--size 1000000]
+                                   [--queries 400] [--seed 11]
+
+Whole benchmark runs of ``recall.py`` on this 2-core VM differ by up to 3 ms
+between consecutive runs of the same code, far more than most changes are
+worth. This script compares two versions of the recall SQL inside one server
+and one connection instead, question by question:
+
+* the kept set ``DIR/uniform-SIZE`` (built by ``recall.py --data-dir DIR``)
+  gets the current SQL (migrate), then the recall functions of ``COMMIT``'s
+  ``sql/functions/recall.sql`` under other names (``harbor.recall_ab``,
+  ``harbor._dense_candidates_ab``, ``harbor._lexical_candidates_ab``,
+  ``harbor._bm25_ab``; the candidate functions owned by ``harbor_search`` as
+  the originals). The helpers they call (identity, keys, token counts) are the
+  current ones, so a ``COMMIT`` whose recall needs other helpers cannot be
+  compared this way;
+* each question (random tenants, top_k 25, one fixed ``as_of`` for both) is
+  answered by both versions in alternating order, through the library's
+  one-round-trip path on one pooled connection;
+* it prints each side's p50 as the client sees it, the median of the paired
+  differences, each side's mean time inside the server (``track_functions``),
+  and how many answers were identical (ids, ranks, scores to 12 digits).
+
+``--ref HEAD`` compares the current SQL with itself: the noise floor. The
+``_ab`` functions and the ``track_functions`` setting are removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import statistics
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import kept_server, machine, with_params
+from recall import owner_of, queries, request_for
+
+from harbor_pg.context.recall import recall_params
+from harbor_pg.db import migrate
+from harbor_pg.db.connection import Database
+from harbor_pg.db.sqlfiles import query as sql_query
+
+ROOT = Path(__file__).resolve().parent.parent
+# the functions that make up recall, and which of them run as harbor_search
+RENAMED = ("recall", "_dense_candidates", "_lexical_candidates", "_bm25")
+DEFINERS = ("_dense_candidates_ab", "_lexical_candidates_ab")
+
+
+def old_functions(ref: str) -> str:
+    """``ref``'s recall functions, renamed with the suffix ``_ab``."""
+    try:
+        text = subprocess.run(
+            ["git", "show", f"{ref}:sql/functions/recall.sql"],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    except subprocess.CalledProcessError as exc:
+        raise SystemExit(
+            f"cannot read sql/functions/recall.sql at {ref}: {exc.stderr.strip()}"
+        ) from None
+    out = []
+    for name in RENAMED:
+        start = text.find(f"create or replace function harbor.{name}(")
+        if start < 0:
+            raise SystemExit(f"{ref}'s recall.sql has no harbor.{name}()")
+        end = text.index("\n$$;", start) + len("\n$$;")
+        out.append(text[start:end])
+    body = "\n\n".join(out)
+    for name in RENAMED:
+        body = body.replace(f"harbor.{name}(", f"harbor.{name}_ab(")
+    # harbor.recall() names its parameters recall.<name>
+    return re.sub(r"\brecall\.(?=[a-z_]+)", "recall_ab.", body)
+
+
+def install(owner_url: str, su_url: str, sql: str) -> list[str]:
+    """Create the ``_ab`` functions; return their signatures."""
+    with psycopg.connect(owner_url, autocommit=True) as conn:
+        drop_ab(conn)
+        conn.execute(sql)
+        signatures = [
+            r[0]
+            for r in conn.execute(
+                "select p.oid::regprocedure::text from pg_proc p"
+                " where p.pronamespace = 'harbor'::regnamespace and p.proname = any (%s)",
+                ([f"{n}_ab" for n in RENAMED],),
+            ).fetchall()
+        ]
+        conn.execute("grant create on schema harbor to harbor_search")
+        try:
+            for sig in signatures:
+                conn.execute(f"grant execute on function {sig} to harbor_app")
+                if sig.split("(")[0].removeprefix("harbor.") in DEFINERS:
+                    conn.execute(f"alter function {sig} owner to harbor_search")
+        finally:
+            conn.execute("revoke create on schema harbor from harbor_search")
+    with psycopg.connect(su_url, autocommit=True) as conn:
+        conn.execute("alter system set track_functions = 'pl'")
+        conn.execute("select pg_reload_conf()")
+    return signatures
+
+
+def drop_ab(conn: psycopg.Connection[Any]) -> None:
+    for (sig,) in conn.execute(
+        "select p.oid::regprocedure::text from pg_proc p"
+        " where p.pronamespace = 'harbor'::regnamespace and p.proname = any (%s)",
+        ([f"{n}_ab" for n in RENAMED],),
+    ).fetchall():
+        conn.execute(f"drop function {sig}")
+
+
+async def server_times(db: Database, su_db_url: str) -> dict[str, tuple[int, float]]:
+    # the measuring backend reports its function statistics at the end of its
+    # next transaction (otherwise at most once a second, or when idle)
+    async with db.autocommit() as conn:
+        await conn.execute("select pg_catalog.pg_stat_force_next_flush()")
+    await asyncio.sleep(0.2)
+    with psycopg.connect(su_db_url, autocommit=True) as conn:
+        return {
+            r[0]: (int(r[1]), float(r[2]))
+            for r in conn.execute(
+                "select funcname, calls, total_time from pg_stat_user_functions"
+                " where schemaname = 'harbor' and funcname in ('recall', 'recall_ab')"
+            ).fetchall()
+        }
+
+
+async def compare(app_url: str, su_db_url: str, qs: list[tuple[str, str, Any]]) -> None:
+    new_sql = sql_query("recall")
+    old_sql = new_sql.replace("from harbor.recall(", "from harbor.recall_ab(")
+    if old_sql.count("harbor.recall_ab(") != 1:
+        raise SystemExit(
+            "the recall query no longer reads 'from harbor.recall(': update this script"
+        )
+    db = Database(app_url, min_size=1, max_size=1)
+    await db.open()
+    try:
+        # past psycopg's prepare threshold on both statements
+        for tenant, text, vector in qs[:10]:
+            params = recall_params(request_for(text, vector, 25))
+            for sql in (new_sql, old_sql):
+                await db.fetch_in_one_round_trip(owner_of(tenant), sql, params)
+        before = await server_times(db, su_db_url)
+        lat: dict[str, list[float]] = {"old": [], "new": []}
+        same = 0
+        for i, (tenant, text, vector) in enumerate(qs):
+            params = recall_params(request_for(text, vector, 25))
+            params["as_of"] = datetime.now(UTC)
+            got: dict[str, list[tuple[Any, ...]]] = {}
+            for side in ("old", "new") if i % 2 else ("new", "old"):
+                t0 = time.perf_counter()
+                rows = await db.fetch_in_one_round_trip(
+                    owner_of(tenant), old_sql if side == "old" else new_sql, params
+                )
+                lat[side].append(time.perf_counter() - t0)
+                got[side] = [
+                    (r["id"], r["rank"], round(r["score"], 12), r["dense_rank"], r["lexical_rank"])
+                    for r in rows
+                ]
+            same += got["old"] == got["new"]
+            if (i + 1) % 100 == 0:
+                print(f"  {i + 1}/{len(qs)} questions", flush=True)
+        after = await server_times(db, su_db_url)
+    finally:
+        await db.close()
+
+    def inside(name: str) -> str:
+        calls = after.get(name, (0, 0.0))[0] - before.get(name, (0, 0.0))[0]
+        total = after.get(name, (0, 0.0))[1] - before.get(name, (0, 0.0))[1]
+        return f"{total / calls:.3f} ms over {calls} calls" if calls else "not reported"
+
+    diffs = sorted(o - n for o, n in zip(lat["old"], lat["new"], strict=True))
+    print(
+        f"client p50: old {statistics.median(lat['old']) * 1000:.3f} ms,"
+        f" new {statistics.median(lat['new']) * 1000:.3f} ms;"
+        f" paired old - new: median {statistics.median(diffs) * 1000:+.3f} ms"
+    )
+    print(f"inside the server (mean): old {inside('recall_ab')}, new {inside('recall')}")
+    print(f"identical answers: {same} of {len(qs)}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ref", required=True, help="the commit whose recall SQL is 'old'")
+    ap.add_argument("--data-dir", type=Path, required=True, help="as given to recall.py")
+    ap.add_argument("--size", type=int, default=1_000_000)
+    ap.add_argument("--queries", type=int, default=400)
+    ap.add_argument("--seed", type=int, default=11)
+    args = ap.parse_args()
+    base = args.data_dir / f"uniform-{args.size}"
+    if not (base / "built.json").exists():
+        raise SystemExit(f"no kept set at {base}: build it with recall.py --data-dir")
+    sql = old_functions(args.ref)
+    print(f"machine: {machine()}")
+    print(f"old: {args.ref}'s recall SQL; new: this checkout's; set {base}", flush=True)
+    with kept_server(base) as (su, _):
+        owner_url = with_params(su, dbname="harbor", user="harbor_owner")
+        su_db_url = with_params(su, dbname="harbor")
+        migrate.upgrade(owner_url)
+        install(owner_url, su, sql)
+        try:
+            counts = [(f"t{i}", args.size // 1000) for i in range(1000)]
+            qs = queries(args.queries, counts, seed=args.seed)
+            asyncio.run(compare(with_params(su, dbname="harbor", user="harbor_app"), su_db_url, qs))
+        finally:
+            with psycopg.connect(owner_url, autocommit=True) as conn:
+                drop_ab(conn)
+            with psycopg.connect(su, autocommit=True) as conn:
+                conn.execute("alter system reset track_functions")
+                conn.execute("select pg_reload_conf()")
+
+
+if __name__ == "__main__":
+    main()
