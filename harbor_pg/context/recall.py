@@ -346,11 +346,18 @@ _PLAIN_MEMORY = Memory.__pydantic_post_init__ is None and not Memory.__private_a
 _SCOPES = {m.value: m for m in MemoryScope}
 _TYPES = {m.value: m for m in MemoryType}
 _SENSITIVITIES = {m.value: m for m in Sensitivity}
-_RECALLED_FIELDS = frozenset(f.name for f in fields(RecalledMemory))
-# RecalledMemory is a frozen dataclass without __post_init__ or slots: its
-# __init__ only stores the fields, one object.__setattr__ each
-_PLAIN_RECALLED = not hasattr(RecalledMemory, "__post_init__") and not hasattr(
-    RecalledMemory, "__slots__"
+# harbor.recall()'s signal columns, in _recalled()'s argument order
+_SIGNALS = (
+    "rank", "relevance", "recency", "entity", "type_boost", "score", "tokens",
+    "dense_rank", "similarity", "lexical_rank", "lexical_score", "substring_match",
+)  # fmt: skip
+# RecalledMemory is a frozen dataclass without __post_init__ or slots whose
+# fields are the memory and these signals: its __init__ only stores them, one
+# object.__setattr__ each, so _recalled() may store them in one step
+_PLAIN_RECALLED = (
+    not hasattr(RecalledMemory, "__post_init__")
+    and not hasattr(RecalledMemory, "__slots__")
+    and {f.name for f in fields(RecalledMemory)} == {"memory", *_SIGNALS}
 )
 
 
@@ -395,28 +402,8 @@ def recalled_from_row(row: dict[str, Any], *, typed: bool = True) -> RecalledMem
     ``typed=False`` for rows that went through JSON (timestamps as text), which
     are validated field by field.
     """
-    return _recalled(
-        _stored_memory(row) if typed else memory_from_row(row),
-        row["rank"],
-        row["relevance"],
-        row["recency"],
-        row["entity"],
-        row["type_boost"],
-        row["score"],
-        row["tokens"],
-        row["dense_rank"],
-        row["similarity"],
-        row["lexical_rank"],
-        row["lexical_score"],
-        row["substring_match"],
-    )
-
-
-# harbor.recall()'s signal columns, in _recalled()'s argument order
-_SIGNALS = (
-    "rank", "relevance", "recency", "entity", "type_boost", "score", "tokens",
-    "dense_rank", "similarity", "lexical_rank", "lexical_score", "substring_match",
-)  # fmt: skip
+    memory = _stored_memory(row) if typed else memory_from_row(row)
+    return _recalled(memory, *(row[name] for name in _SIGNALS))
 
 
 def _recalled(
@@ -449,7 +436,7 @@ def _recalled(
         "lexical_score": lexical_score,
         "substring_match": bool(substring_match),
     }
-    if not _PLAIN_RECALLED or values.keys() != _RECALLED_FIELDS:
+    if not _PLAIN_RECALLED:
         return RecalledMemory(**values)
     # what the dataclass __init__ stores, in one step (5.7 -> 1 us a memory)
     item = RecalledMemory.__new__(RecalledMemory)

@@ -103,15 +103,21 @@ return case
 -- of them long before its scan limit, so a filter never starves the result,
 -- and a small owner never pays for a graph walk over everyone else's rows.
 do $$
+declare
+    v_fn regprocedure;
 begin
-    -- the result columns grew (ranking columns): a replaced function cannot change them
-    if exists (select 1 from pg_catalog.pg_proc
-                where oid = to_regprocedure('harbor._dense_candidates(public.vector, text,'
-                                            ' harbor.memory_scope[], timestamptz, integer, integer)')
-                  and pg_catalog.pg_get_function_result(oid) not like '%content_hash%') then
-        drop function harbor._dense_candidates(public.vector, text, harbor.memory_scope[],
-                                               timestamptz, integer, integer);
-    end if;
+    -- both candidate functions' result columns grew (the ranking columns): a
+    -- replaced function cannot change them, so an older one is dropped first
+    foreach v_fn in array array[
+        to_regprocedure('harbor._dense_candidates(public.vector, text, harbor.memory_scope[],'
+                        ' timestamptz, integer, integer)'),
+        to_regprocedure('harbor._lexical_candidates(text, harbor.memory_scope[], timestamptz,'
+                        ' integer, integer)')] loop
+        if v_fn is not null
+           and pg_catalog.pg_get_function_result(v_fn) not like '%content_hash%' then
+            execute pg_catalog.format('drop function %s', v_fn);
+        end if;
+    end loop;
 end
 $$;
 create or replace function harbor._dense_candidates(
@@ -302,18 +308,6 @@ $$;
 -- large one goes through the GIN index on the text. Like the dense leg, each
 -- comes with the columns the ranking reads (from the row the match was tested
 -- on), so that harbor.recall() reads no candidate twice.
-do $$
-begin
-    -- the result columns grew (ranking columns): a replaced function cannot change them
-    if exists (select 1 from pg_catalog.pg_proc
-                where oid = to_regprocedure('harbor._lexical_candidates(text,'
-                                            ' harbor.memory_scope[], timestamptz, integer, integer)')
-                  and pg_catalog.pg_get_function_result(oid) not like '%content_hash%') then
-        drop function harbor._lexical_candidates(text, harbor.memory_scope[], timestamptz,
-                                                 integer, integer);
-    end if;
-end
-$$;
 create or replace function harbor._lexical_candidates(
     p_query text, p_scopes harbor.memory_scope[], p_as_of timestamptz, p_limit integer,
     p_scan_limit integer default 2000
