@@ -2,13 +2,16 @@
 
     python benchmarks/recall.py [--sizes 10000,100000,1000000] [--skewed 100000]
                                 [--queries 300] [--top-k 25] [--data-dir DIR]
+                                [--order tenant|interleaved] [--shared-buffers SIZE]
 
 For each size: a fresh embedded server, memories of 1,000 tenants (one user
 each, USER scope) with 384-dimension vectors drawn around 200 topic centres
 and text from per-topic vocabularies, written with binary COPY; then the
 HNSW, GIN and B-tree indexes are built and the table analysed. The skewed set
 puts ``--skewed`` memories in one tenant among 999 small ones (``--skewed``
-more memories over them).
+more memories over them). ``--order interleaved`` writes the same rows round
+robin over the tenants instead of a tenant at a time, so that each owner's
+rows are spread over the table as a live service with many users leaves them.
 
 Then, as ``harbor_app`` under row-level security with the identity set per
 transaction and query embeddings precomputed, on connections that have
@@ -33,6 +36,7 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -71,14 +75,63 @@ def centres() -> np.ndarray:
     return c / np.linalg.norm(c, axis=1, keepdims=True)
 
 
-def build(su: str, counts: list[tuple[str, int]]) -> float:
-    """Write memories and embeddings for (tenant, count) pairs; returns seconds."""
-    t0 = time.perf_counter()
+def rows_of(counts: list[tuple[str, int]]) -> Iterator[list[tuple[tuple[Any, ...], Any]]]:
+    """Per tenant, in tenant order: (memory row, vector) pairs, the same data whatever the
+    order they are later written in."""
     vocab = vocabulary()
     cen = centres()
     rng = np.random.default_rng(RNG_SEED + 1)
+    for tenant, n in counts:
+        topics = rng.integers(0, TOPICS, n)
+        noise = rng.standard_normal((n, DIMS)).astype(np.float32) * 0.08
+        vecs = cen[topics] + noise
+        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+        rows = []
+        for i in range(n):
+            words = vocab[topics[i]]
+            text = " ".join(words[j] for j in rng.integers(0, WORDS_PER_TOPIC, 8))
+            memory = (
+                tenant,
+                f"{tenant}-{i}",
+                "user",
+                f"u-{tenant}",
+                text,
+                hashlib.sha256(f"{tenant}-{i}".encode()).hexdigest(),
+                (i % 10) / 10,
+            )
+            rows.append((memory, vecs[i]))
+        yield rows
+
+
+def batches(
+    counts: list[tuple[str, int]], order: str
+) -> Iterator[list[tuple[tuple[Any, ...], Any]]]:
+    """Rows to write, one transaction per batch: a tenant at a time (``tenant``: each
+    owner's rows end up side by side in the table), or round robin over the tenants
+    (``interleaved``: row i of every tenant, then row i + 1, as a live service with many
+    users writes them, so each owner's rows are spread over the whole table)."""
+    if order == "tenant":
+        yield from rows_of(counts)
+        return
+    per_tenant = list(rows_of(counts))
+    longest = max(len(rows) for rows in per_tenant)
+    step = max(1, 10_000 // max(1, len(per_tenant)))
+    for start in range(0, longest, step):
+        yield [
+            row
+            for i in range(start, min(start + step, longest))
+            for rows in per_tenant
+            if i < len(rows)
+            for row in (rows[i],)
+        ]
+
+
+def build(su: str, counts: list[tuple[str, int]], order: str = "tenant") -> float:
+    """Write memories and embeddings for (tenant, count) pairs; returns seconds."""
+    t0 = time.perf_counter()
     total = sum(n for _, n in counts)
     done = 0
+    step = max(1, total // 10)
     with psycopg.connect(with_params(su, dbname="harbor"), autocommit=True) as conn:
         register_vector(conn)
         conn.execute("set maintenance_work_mem = '3GB'")
@@ -92,30 +145,14 @@ def build(su: str, counts: list[tuple[str, int]]) -> float:
         )
         conn.execute("drop index harbor.memory_embeddings_hnsw_384")
         conn.execute("drop index harbor.memories_fts_idx")
-        for tenant, n in counts:
-            topics = rng.integers(0, TOPICS, n)
-            noise = rng.standard_normal((n, DIMS)).astype(np.float32) * 0.08
-            vecs = cen[topics] + noise
-            vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+        for batch in batches(counts, order):
             with conn.transaction():
                 with conn.cursor().copy(
                     "copy harbor.memories (tenant_id, id, scope, user_id, content, content_hash,"
                     " importance) from stdin"
                 ) as copy:
-                    for i in range(n):
-                        words = vocab[topics[i]]
-                        text = " ".join(words[j] for j in rng.integers(0, WORDS_PER_TOPIC, 8))
-                        copy.write_row(
-                            (
-                                tenant,
-                                f"{tenant}-{i}",
-                                "user",
-                                f"u-{tenant}",
-                                text,
-                                hashlib.sha256(f"{tenant}-{i}".encode()).hexdigest(),
-                                (i % 10) / 10,
-                            )
-                        )
+                    for memory, _vec in batch:
+                        copy.write_row(memory)
                 with conn.cursor().copy(
                     "copy harbor.memory_embeddings (tenant_id, memory_id, model_id, dims,"
                     " embedding, scope, user_id) from stdin with (format binary)"
@@ -123,20 +160,12 @@ def build(su: str, counts: list[tuple[str, int]]) -> float:
                     copy.set_types(
                         ["text", "text", "text", "int4", "vector", "harbor.memory_scope", "text"]
                     )
-                    for i in range(n):
+                    for memory, vec in batch:
                         copy.write_row(
-                            (
-                                tenant,
-                                f"{tenant}-{i}",
-                                "bench",
-                                DIMS,
-                                vecs[i],
-                                user_scope,
-                                f"u-{tenant}",
-                            )
+                            (memory[0], memory[1], "bench", DIMS, vec, user_scope, memory[3])
                         )
-            done += n
-            if len(counts) < 50 or done % max(1, total // 10) < n:
+            before, done = done, done + len(batch)
+            if len(counts) < 50 or done // step > before // step:
                 print(
                     f"  wrote {done:,}/{total:,} memories ({time.perf_counter() - t0:.0f}s)",
                     flush=True,
@@ -328,7 +357,7 @@ def run_size(
         else:
             server.bootstrap(su)
             migrate.upgrade(with_params(su, dbname="harbor", user="harbor_owner"))
-            secs = build(su, counts)
+            secs = build(su, counts, args.order)
             print(f"  built in {secs:.0f}s", flush=True)
             if kept:
                 marker.write_text(json.dumps({"seconds": secs, "counts": len(counts)}))
@@ -365,6 +394,14 @@ def main() -> None:
     ap.add_argument("--top-k", type=int, default=25)
     ap.add_argument("--plans", action="store_true", help="print EXPLAIN at the largest size")
     ap.add_argument(
+        "--order",
+        choices=("tenant", "interleaved"),
+        default="tenant",
+        help="the order the data is written in: a tenant at a time (each owner's rows side by"
+        " side on disk) or interleaved, round robin over the tenants (each owner's rows spread"
+        " over the table, as a live service writes them); default: %(default)s",
+    )
+    ap.add_argument(
         "--shared-buffers",
         help="restart each server with this much shared memory (e.g. 4GB) and prewarm the"
         " memory tables; default: the embedded server's 128MB",
@@ -378,14 +415,16 @@ def main() -> None:
     args = ap.parse_args()
     print(f"machine: {machine()}")
     sizes = [int(s) for s in args.sizes.split(",") if s]
+    # the kept data sets of the two orders live side by side under --data-dir
+    order = "" if args.order == "tenant" else " interleaved"
     for size in sizes:
         per, extra = divmod(size, TENANTS)
         counts = [(f"t{i}", per + (1 if i < extra else 0)) for i in range(TENANTS)]
-        run_size(f"uniform {size:,}", counts, args, ["*"], args.plans and size == max(sizes))
+        run_size(f"uniform {size:,}{order}", counts, args, ["*"], args.plans and size == max(sizes))
     if args.skewed:
         small = args.skewed // (TENANTS - 1)
         counts = [("big", args.skewed)] + [(f"t{i}", small) for i in range(1, TENANTS)]
-        run_size("skewed", counts, args, ["big", "*"], args.plans)
+        run_size(f"skewed{order}", counts, args, ["big", "*"], args.plans)
 
 
 if __name__ == "__main__":
