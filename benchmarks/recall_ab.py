@@ -1,14 +1,15 @@
 """Old and new recall SQL side by side on one server: an A/B that survives the VM's phases.
 
     python benchmarks/recall_ab.py --ref COMMIT --data-dir DIR [--size 1000000]
-                                   [--queries 400] [--seed 11]
+                                   [--queries 400] [--seed 11] [--order tenant|interleaved]
 
 Whole benchmark runs of ``recall.py`` on this 2-core VM differ by up to 3 ms
 between consecutive runs of the same code, far more than most changes are
 worth. This script compares two versions of the recall SQL inside one server
 and one connection instead, question by question:
 
-* the kept set ``DIR/uniform-SIZE`` (built by ``recall.py --data-dir DIR``)
+* the kept set ``DIR/uniform-SIZE`` (built by ``recall.py --data-dir DIR``;
+  ``DIR/uniform-SIZE-interleaved`` with ``--order interleaved``)
   gets the current SQL (migrate), then the recall functions of ``COMMIT``'s
   ``sql/functions/recall.sql`` under other names (``harbor.recall_ab``,
   ``harbor._dense_candidates_ab``, ``harbor._lexical_candidates_ab``,
@@ -199,8 +200,15 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=1_000_000)
     ap.add_argument("--queries", type=int, default=400)
     ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument(
+        "--order",
+        choices=("tenant", "interleaved"),
+        default="tenant",
+        help="which kept set: as given to recall.py --order (default: %(default)s)",
+    )
     args = ap.parse_args()
-    base = args.data_dir / f"uniform-{args.size}"
+    suffix = "" if args.order == "tenant" else "-interleaved"
+    base = args.data_dir / f"uniform-{args.size}{suffix}"
     if not (base / "built.json").exists():
         raise SystemExit(f"no kept set at {base}: build it with recall.py --data-dir")
     sql = old_functions(args.ref)

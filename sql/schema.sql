@@ -155,6 +155,35 @@ create index memories_current_idx
     on harbor.memories (tenant_id, user_id, scope) where upper_inf(valid);
 create index memories_fts_idx on harbor.memories using gin (fts);
 create index memories_entities_idx on harbor.memories using gin (entity_ids);
+-- The lexical leg reads every row of an owner (up to 2,000). A live service
+-- writes many owners' rows in turn, so one owner's rows lie on as many heap
+-- pages as it has rows; a B-tree keeps them side by side in key order. This
+-- one carries what the leg reads (text vector, ranking columns), so an owner's
+-- rows come from a few leaf pages without visiting the heap. A B-tree entry
+-- holds at most 2,704 bytes: rows whose entry might not fit go to the second
+-- index, and the leg reads both.
+create function harbor.lexical_entry_fits(tenant_id text, project_id text, user_id text,
+                                          session_id text, run_id text, id text,
+                                          fts tsvector, entity_ids text[]) returns boolean
+    language sql immutable parallel safe
+-- an upper bound on the entry's size: a text vector is stored in at most its text
+-- form plus 4 bytes a lexeme, a text array in at most its text form plus 8 bytes an
+-- element; 256 bytes cover the headers, the fixed-size columns and the padding
+return 256 + pg_catalog.octet_length(tenant_id) + pg_catalog.octet_length(project_id)
+       + pg_catalog.octet_length(user_id) + pg_catalog.octet_length(session_id)
+       + pg_catalog.octet_length(run_id) + pg_catalog.octet_length(id)
+       + pg_catalog.octet_length(fts::text) + 4 * pg_catalog.length(fts)
+       + pg_catalog.octet_length(entity_ids::text) + 8 * pg_catalog.cardinality(entity_ids)
+       <= 2000;
+create index memories_lexical_idx
+    on harbor.memories (tenant_id, scope, user_id, project_id, session_id, run_id)
+    include (id, fts, memory_type, importance, valid, content_hash, entity_ids)
+    where harbor.lexical_entry_fits(tenant_id, project_id, user_id, session_id, run_id, id,
+                                    fts, entity_ids);
+create index memories_lexical_rest_idx
+    on harbor.memories (tenant_id, scope, user_id, project_id, session_id, run_id)
+    where not harbor.lexical_entry_fits(tenant_id, project_id, user_id, session_id, run_id,
+                                        id, fts, entity_ids);
 
 -- Embeddings: one or two rows per (memory, model). The owner key is copied from the
 -- memory so the candidate search can filter by visibility without a join;
@@ -181,6 +210,30 @@ create table harbor.memory_embeddings (
 );
 create index memory_embeddings_owner_idx
     on harbor.memory_embeddings (tenant_id, model_id, scope, user_id, project_id, session_id, run_id);
+-- The exact dense scan reads all of an owner's vectors; as for the lexical leg,
+-- a B-tree holding the vectors keeps one owner's side by side however the
+-- writes interleave. Only 384-dimension vectors (1,544 bytes) fit an entry,
+-- with owner keys of at most 900 bytes; the others go to the second index.
+create function harbor.vector_entry_fits(dims integer, tenant_id text, model_id text,
+                                         project_id text, user_id text, session_id text,
+                                         run_id text, memory_id text) returns boolean
+    language sql immutable parallel safe
+return dims = 384
+       and pg_catalog.octet_length(tenant_id) + pg_catalog.octet_length(model_id)
+           + pg_catalog.octet_length(project_id) + pg_catalog.octet_length(user_id)
+           + pg_catalog.octet_length(session_id) + pg_catalog.octet_length(run_id)
+           + pg_catalog.octet_length(memory_id) <= 900;
+create index memory_embeddings_vectors_idx
+    on harbor.memory_embeddings (tenant_id, model_id, scope, user_id, project_id, session_id,
+                                 run_id)
+    include (memory_id, with_context, embedding)
+    where harbor.vector_entry_fits(dims, tenant_id, model_id, project_id, user_id, session_id,
+                                   run_id, memory_id);
+create index memory_embeddings_vectors_rest_idx
+    on harbor.memory_embeddings (tenant_id, model_id, scope, user_id, project_id, session_id,
+                                 run_id)
+    where not harbor.vector_entry_fits(dims, tenant_id, model_id, project_id, user_id,
+                                       session_id, run_id, memory_id);
 -- HNSW per common dimension (expression indexes: the column itself is untyped
 -- so one table serves every model). 384: MiniLM / bge-small; 1536: OpenAI.
 create index memory_embeddings_hnsw_384 on harbor.memory_embeddings

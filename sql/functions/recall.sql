@@ -181,17 +181,40 @@ begin
         loop
             return query
                 with win as materialized (
-                    select e.tenant_id, e.memory_id, e.with_context,
-                           e.embedding operator(public.<=>) p_embedding as dist
-                      from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user, v_session,
-                                               v_run) k
-                      join harbor.memory_embeddings e
-                        on e.tenant_id = k.tenant_id and e.model_id = p_model_id
-                       and e.scope = k.scope and e.user_id = k.user_id
-                       and e.project_id = k.project_id and e.session_id = k.session_id
-                       and e.run_id = k.run_id
-                     where e.dims = v_dims
-                     order by dist, e.memory_id
+                    select w.tenant_id, w.memory_id, w.with_context, w.dist
+                      from (-- 384-dimension vectors from the index that holds them (an
+                            -- owner's side by side), without visiting the table
+                            select e.tenant_id, e.memory_id, e.with_context,
+                                   e.embedding operator(public.<=>) p_embedding as dist
+                              from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user,
+                                                       v_session, v_run) k
+                              join harbor.memory_embeddings e
+                                on e.tenant_id = k.tenant_id and e.model_id = p_model_id
+                               and e.scope = k.scope and e.user_id = k.user_id
+                               and e.project_id = k.project_id
+                               and e.session_id = k.session_id and e.run_id = k.run_id
+                             where harbor.vector_entry_fits(e.dims, e.tenant_id, e.model_id,
+                                                            e.project_id, e.user_id,
+                                                            e.session_id, e.run_id,
+                                                            e.memory_id)
+                               and v_dims = 384
+                            union all
+                            -- every other vector of this dimension
+                            select e.tenant_id, e.memory_id, e.with_context,
+                                   e.embedding operator(public.<=>) p_embedding
+                              from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user,
+                                                       v_session, v_run) k
+                              join harbor.memory_embeddings e
+                                on e.tenant_id = k.tenant_id and e.model_id = p_model_id
+                               and e.scope = k.scope and e.user_id = k.user_id
+                               and e.project_id = k.project_id
+                               and e.session_id = k.session_id and e.run_id = k.run_id
+                             where not harbor.vector_entry_fits(e.dims, e.tenant_id,
+                                                                e.model_id, e.project_id,
+                                                                e.user_id, e.session_id,
+                                                                e.run_id, e.memory_id)
+                               and e.dims = v_dims) w
+                     order by w.dist, w.memory_id
                      limit v_window
                 ), wanted as (
                     select p_limit + least(p_limit, count(*) filter (where win.with_context))::integer
@@ -364,11 +387,34 @@ begin
                    and harbor._visible(m.scope, m.tenant_id, m.project_id, m.user_id,
                                        m.session_id, m.run_id, v_tenant, v_project,
                                        v_user, v_session, v_run) as hit
-              from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user, v_session, v_run) k
-              join harbor.memories m
-                on m.tenant_id = k.tenant_id and m.scope = k.scope and m.user_id = k.user_id
-               and m.project_id = k.project_id and m.session_id = k.session_id
-               and m.run_id = k.run_id
+              from (-- the owner's rows from the index that carries what is read here
+                    -- (side by side, without visiting the table), then those whose
+                    -- entry would not fit that index
+                    select m.tenant_id, m.id, m.fts, m.scope, m.memory_type, m.importance,
+                           m.valid, m.content_hash, m.entity_ids, m.project_id, m.user_id,
+                           m.session_id, m.run_id
+                      from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user,
+                                               v_session, v_run) k
+                      join harbor.memories m
+                        on m.tenant_id = k.tenant_id and m.scope = k.scope
+                       and m.user_id = k.user_id and m.project_id = k.project_id
+                       and m.session_id = k.session_id and m.run_id = k.run_id
+                     where harbor.lexical_entry_fits(m.tenant_id, m.project_id, m.user_id,
+                                                     m.session_id, m.run_id, m.id, m.fts,
+                                                     m.entity_ids)
+                    union all
+                    select m.tenant_id, m.id, m.fts, m.scope, m.memory_type, m.importance,
+                           m.valid, m.content_hash, m.entity_ids, m.project_id, m.user_id,
+                           m.session_id, m.run_id
+                      from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user,
+                                               v_session, v_run) k
+                      join harbor.memories m
+                        on m.tenant_id = k.tenant_id and m.scope = k.scope
+                       and m.user_id = k.user_id and m.project_id = k.project_id
+                       and m.session_id = k.session_id and m.run_id = k.run_id
+                     where not harbor.lexical_entry_fits(m.tenant_id, m.project_id,
+                                                         m.user_id, m.session_id, m.run_id,
+                                                         m.id, m.fts, m.entity_ids)) m
              limit p_scan_limit + 1) o;
     if v_seen = 0 then
         return;

@@ -189,6 +189,76 @@ def test_lexical_leg_uses_or_semantics(conns: tuple[Conn, Conn]) -> None:
     assert all(r["dense_rank"] is None for r in rows)
 
 
+def test_memories_too_large_for_the_lexical_index_are_still_matched(
+    conns: tuple[Conn, Conn],
+) -> None:
+    """The lexical leg reads an owner's rows from a covering index; a row whose
+    entry might not fit it (a long text) sits in the second index and is read too."""
+    su, app = conns
+    words = " ".join(f"w{i}x" for i in range(600))
+    _insert(su, 1, f"Melanie painted a sunrise over the lake {words}")
+    _insert(su, 2, "Caroline went to a support group")
+    fits = dict(
+        su.execute(
+            "select content like 'Melanie%%', harbor.lexical_entry_fits(tenant_id, project_id,"
+            " user_id, session_id, run_id, id, fts, entity_ids) from harbor.memories"
+        ).fetchall()
+    )
+    assert fits == {True: False, False: True}  # one row in each index
+    rows = recall(app, "When did Melanie paint a sunrise and what did Caroline research?")
+    assert [r["content"][:9] for r in rows] == ["Melanie p", "Caroline "]
+    assert [r["lexical_rank"] for r in rows] == [1, 2]
+
+
+def test_exact_dense_scan_reads_vectors_from_both_owner_indexes(fresh_db: PgDatabase) -> None:
+    """384-dimension vectors are read from the index that holds them; a vector whose
+    entry would be too large there (a long memory id) is in the second index, and the
+    exact scan ranks both together."""
+    rng = random.Random(21)
+
+    def vec() -> list[float]:
+        v = [rng.gauss(0, 1) for _ in range(384)]
+        norm = math.sqrt(sum(x * x for x in v))
+        return [x / norm for x in v]
+
+    vectors: dict[str, list[float]] = {}
+    with psycopg.connect(fresh_db.superuser_url, autocommit=True) as su:
+        for i in range(120):
+            memory_id = f"m{i}-" + ("x" * 900 if i % 3 == 0 else "")
+            vectors[memory_id] = vec()
+            su.execute(
+                "insert into harbor.memories (tenant_id, id, scope, user_id, content, content_hash)"
+                " values ('t1', %s, 'user', 'u1', %s, md5(%s) || md5(%s))",
+                (memory_id, f"memory {i}", str(i), f"y{i}"),
+            )
+            su.execute(
+                "insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims,"
+                " embedding, scope, user_id) values ('t1', %s, 'm384', 384, %s::vector, 'user',"
+                " 'u1')",
+                (memory_id, _literal(vectors[memory_id])),
+            )
+        su.execute("analyze harbor.memory_embeddings")
+        split = su.execute(
+            "select harbor.vector_entry_fits(dims, tenant_id, model_id, project_id, user_id,"
+            " session_id, run_id, memory_id), count(*) from harbor.memory_embeddings group by 1"
+        ).fetchall()
+        assert sorted(split) == [(False, 40), (True, 80)]
+    with psycopg.connect(fresh_db.app_url, autocommit=True) as app:
+        app.execute("select harbor.set_identity('t1', principal_id => 'u1')")
+        for _ in range(3):
+            q = vec()
+            similarity = {
+                m: sum(a * b for a, b in zip(q, v, strict=True)) for m, v in vectors.items()
+            }
+            expected = sorted(similarity, key=lambda m: -similarity[m])[:30]
+            got = app.execute(
+                "select memory_id from harbor._dense_candidates(%s::vector, 'm384', '{user}',"
+                " now(), 30) order by dense_rank",
+                (_literal(q),),
+            ).fetchall()
+            assert [r[0] for r in got] == expected
+
+
 def test_entity_and_type_boosts_only_rerank(conns: tuple[Conn, Conn]) -> None:
     su, app = conns
     for i in range(6):
