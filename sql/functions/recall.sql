@@ -97,7 +97,7 @@ return case
 -- with the columns the ranking reads (read anyway by the validity probe), so
 -- that harbor.recall() hydrates only the memories it returns.
 -- When the caller sees at most p_exact_limit vectors of that model, or at most
--- 2% of all vectors, it scans them exactly (through the owner-key index);
+-- 2% of all vectors, it scans them exactly (from the owner-keyed covering index);
 -- otherwise it walks the HNSW index with an iterative scan and the visibility
 -- filter. At 2% or more of the rows passing the filter, the walk meets enough
 -- of them long before its scan limit, so a filter never starves the result,
@@ -165,7 +165,7 @@ begin
         return;
     end if;
     if v_seen <= v_limit or v_dims not in (384, 1536) then
-        -- The caller's vectors by distance (owner-key index; the owner-key join
+        -- The caller's vectors by distance (owner-keyed indexes; the owner-key join
         -- is the visibility test), first only the nearest v_window of them (a
         -- bounded sort), then each one's memory by primary key in that order
         -- until enough valid ones are found: never the other way round, which
@@ -327,7 +327,7 @@ $$;
 -- Lexical candidates: memories matching ANY query term (OR semantics), ranked
 -- by BM25 (k1 = 1.2, b = 0.75) computed over the matching rows, among the
 -- caller's visible rows valid at p_as_of, of the given scopes, never rolling
--- summaries. A small visible set is scanned through the owner-key index; a
+-- summaries. A small visible set is scanned through the owner-keyed indexes; a
 -- large one goes through the GIN index on the text. Like the dense leg, each
 -- comes with the columns the ranking reads (from the row the match was tested
 -- on), so that harbor.recall() reads no candidate twice.
@@ -366,7 +366,7 @@ begin
         return;
     end if;
     v_tsq := harbor.or_tsquery(p_query);
-    -- one pass over the caller's rows (owner-key index, at most p_scan_limit + 1
+    -- one pass over the caller's rows (owner-keyed indexes, at most p_scan_limit + 1
     -- of them): how many there are (the collection size for BM25, and whether
     -- to scan at all) and which match. coalesce(): the text test is a filter
     -- on these rows, never the tenant-wide GIN index (a cached plan cannot know
