@@ -47,6 +47,13 @@ def _store_views(
     return views
 
 
+def _unit(rng: random.Random) -> list[float]:
+    """A random 384-dimension unit vector."""
+    v = [rng.gauss(0, 1) for _ in range(384)]
+    norm = math.sqrt(sum(x * x for x in v))
+    return [x / norm for x in v]
+
+
 def _hash(n: int) -> str:
     return f"{n:064x}"
 
@@ -215,17 +222,11 @@ def test_exact_dense_scan_reads_vectors_from_both_owner_indexes(fresh_db: PgData
     entry would be too large there (a long memory id) is in the second index, and the
     exact scan ranks both together."""
     rng = random.Random(21)
-
-    def vec() -> list[float]:
-        v = [rng.gauss(0, 1) for _ in range(384)]
-        norm = math.sqrt(sum(x * x for x in v))
-        return [x / norm for x in v]
-
     vectors: dict[str, list[float]] = {}
     with psycopg.connect(fresh_db.superuser_url, autocommit=True) as su:
         for i in range(120):
             memory_id = f"m{i}-" + ("x" * 900 if i % 3 == 0 else "")
-            vectors[memory_id] = vec()
+            vectors[memory_id] = _unit(rng)
             su.execute(
                 "insert into harbor.memories (tenant_id, id, scope, user_id, content, content_hash)"
                 " values ('t1', %s, 'user', 'u1', %s, md5(%s) || md5(%s))",
@@ -246,7 +247,7 @@ def test_exact_dense_scan_reads_vectors_from_both_owner_indexes(fresh_db: PgData
     with psycopg.connect(fresh_db.app_url, autocommit=True) as app:
         app.execute("select harbor.set_identity('t1', principal_id => 'u1')")
         for _ in range(3):
-            q = vec()
+            q = _unit(rng)
             similarity = {
                 m: sum(a * b for a, b in zip(q, v, strict=True)) for m, v in vectors.items()
             }
@@ -461,14 +462,8 @@ def test_exact_dense_path_looks_past_a_window_crowded_by_superseded_memories(
     when superseded memories fill that window it scans every vector of the caller
     again, so the result is still the nearest valid memories."""
     rng = random.Random(13)
-
-    def vec() -> list[float]:
-        v = [rng.gauss(0, 1) for _ in range(384)]
-        norm = math.sqrt(sum(x * x for x in v))
-        return [x / norm for x in v]
-
-    views = _store_views(fresh_db, 400, lambda i: [vec()])
-    q = vec()
+    views = _store_views(fresh_db, 400, lambda i: [_unit(rng)])
+    q = _unit(rng)
     similarity = {
         mid: sum(a * b for a, b in zip(q, vs[0], strict=True)) for mid, vs in views.items()
     }
@@ -497,17 +492,13 @@ def test_two_vectors_of_one_memory_count_once_at_the_nearer_on_both_paths(
     """A memory with a context has two vectors; the exact scan and the HNSW walk both
     return it once, at the similarity of its nearer vector."""
     rng = random.Random(9)
-
-    def vec() -> list[float]:
-        v = [rng.gauss(0, 1) for _ in range(384)]
-        norm = math.sqrt(sum(x * x for x in v))
-        return [x / norm for x in v]
-
-    views = _store_views(fresh_db, 600, lambda i: [vec()] + ([vec()] if i % 2 == 0 else []))
+    views = _store_views(
+        fresh_db, 600, lambda i: [_unit(rng)] + ([_unit(rng)] if i % 2 == 0 else [])
+    )
     with psycopg.connect(fresh_db.app_url, autocommit=True) as app:
         app.execute("select harbor.set_identity('t1', principal_id => 'u1')")
         for _ in range(5):
-            q = vec()
+            q = _unit(rng)
             nearest = {
                 mid: max(sum(a * b for a, b in zip(q, v, strict=True)) for v in vs)
                 for mid, vs in views.items()
