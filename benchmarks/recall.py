@@ -9,9 +9,13 @@ each, USER scope) with 384-dimension vectors drawn around 200 topic centres
 and text from per-topic vocabularies, written with binary COPY; then the
 HNSW, GIN and B-tree indexes are built and the table analysed. The skewed set
 puts ``--skewed`` memories in one tenant among 999 small ones (``--skewed``
-more memories over them). ``--order interleaved`` writes the same rows round
-robin over the tenants instead of a tenant at a time, so that each owner's
-rows are spread over the table as a live service with many users leaves them.
+more memories over them). The rows are written round robin over the tenants
+(row i of every tenant, then row i + 1), so that each owner's rows are spread
+over the table as a live service with many users leaves them; ``--order
+tenant`` writes them a tenant at a time instead, each owner's rows side by
+side (the order of the figures before session 7 in RESULTS.md: faster, and
+not what a live service sees). The kept sets of the two orders live side by
+side under ``--data-dir`` (``uniform-SIZE`` and ``uniform-SIZE-interleaved``).
 
 Then, as ``harbor_app`` under row-level security with the identity set per
 transaction and query embeddings precomputed, on connections that have
@@ -143,8 +147,17 @@ def build(su: str, counts: list[tuple[str, int]], order: str = "tenant") -> floa
             if "USER" in scope_info.enum.__members__
             else scope_info.enum["user"]
         )
-        conn.execute("drop index harbor.memory_embeddings_hnsw_384")
-        conn.execute("drop index harbor.memories_fts_idx")
+        # dropped for the load and built again afterwards as the schema defines them
+        rebuilt = ("memory_embeddings_hnsw_384", "memories_fts_idx")
+        definitions = dict(
+            conn.execute(
+                "select indexname, indexdef from pg_indexes"
+                " where schemaname = 'harbor' and indexname = any (%s)",
+                (list(rebuilt),),
+            ).fetchall()
+        )
+        for name in rebuilt:
+            conn.execute(f"drop index harbor.{name}")
         for batch in batches(counts, order):
             with conn.transaction():
                 with conn.cursor().copy(
@@ -171,12 +184,9 @@ def build(su: str, counts: list[tuple[str, int]], order: str = "tenant") -> floa
                     flush=True,
                 )
         t1 = time.perf_counter()
-        conn.execute(
-            "create index memory_embeddings_hnsw_384 on harbor.memory_embeddings using hnsw"
-            " ((embedding::public.vector(384)) public.vector_cosine_ops) where dims = 384"
-        )
+        conn.execute(definitions["memory_embeddings_hnsw_384"])
         print(f"  HNSW index built in {time.perf_counter() - t1:.0f}s", flush=True)
-        conn.execute("create index memories_fts_idx on harbor.memories using gin (fts)")
+        conn.execute(definitions["memories_fts_idx"])
         conn.execute("vacuum analyze harbor.memories")
         conn.execute("vacuum analyze harbor.memory_embeddings")
     return time.perf_counter() - t0
@@ -396,10 +406,10 @@ def main() -> None:
     ap.add_argument(
         "--order",
         choices=("tenant", "interleaved"),
-        default="tenant",
-        help="the order the data is written in: a tenant at a time (each owner's rows side by"
-        " side on disk) or interleaved, round robin over the tenants (each owner's rows spread"
-        " over the table, as a live service writes them); default: %(default)s",
+        default="interleaved",
+        help="the order the data is written in: interleaved, round robin over the tenants (each"
+        " owner's rows spread over the table, as a live service writes them), or a tenant at a"
+        " time (each owner's rows side by side on disk); default: %(default)s",
     )
     ap.add_argument(
         "--shared-buffers",

@@ -8,8 +8,8 @@ between consecutive runs of the same code, far more than most changes are
 worth. This script compares two versions of the recall SQL inside one server
 and one connection instead, question by question:
 
-* the kept set ``DIR/uniform-SIZE`` (built by ``recall.py --data-dir DIR``;
-  ``DIR/uniform-SIZE-interleaved`` with ``--order interleaved``)
+* the kept set ``DIR/uniform-SIZE-interleaved`` (built by ``recall.py
+  --data-dir DIR``; ``DIR/uniform-SIZE`` with ``--order tenant``)
   gets the current SQL (migrate), then the recall functions of ``COMMIT``'s
   ``sql/functions/recall.sql`` under other names (``harbor.recall_ab``,
   ``harbor._dense_candidates_ab``, ``harbor._lexical_candidates_ab``,
@@ -203,7 +203,7 @@ def main() -> None:
     ap.add_argument(
         "--order",
         choices=("tenant", "interleaved"),
-        default="tenant",
+        default="interleaved",
         help="which kept set: as given to recall.py --order (default: %(default)s)",
     )
     args = ap.parse_args()
