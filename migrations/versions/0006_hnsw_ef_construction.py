@@ -13,10 +13,13 @@ the same query time. The same rows written one owner at a time had given 99.2%
 with 64 (benchmarks/RESULTS.md, session 7).
 
 The build takes about 1.5 times as long: 108 s instead of 73 s for 200,000
-vectors on two cores, so a store of 1,000,000 384-dimension vectors needs about
-12 minutes for this migration. It runs in the migration's transaction, and
-dropping the old index locks the vector table: recall and vector writes wait
-until the migration commits.
+vectors on two cores with maintenance_work_mem at 3 GB. With the server's
+default 64 MB the graph does not fit in memory and the build is far slower:
+this migration took about 7 minutes for 200,000 vectors and more than 20 for
+1,000,000. Raise maintenance_work_mem for the migrating role on a large store
+first. The build runs in the migration's transaction, and dropping the old index
+locks the vector table: recall and vector writes wait until the migration
+commits.
 """
 
 from alembic import op
