@@ -122,15 +122,14 @@ def batches(
     step = max(1, 10_000 // max(1, len(per_tenant)))
     for start in range(0, longest, step):
         yield [
-            row
+            rows[i]
             for i in range(start, min(start + step, longest))
             for rows in per_tenant
             if i < len(rows)
-            for row in (rows[i],)
         ]
 
 
-def build(su: str, counts: list[tuple[str, int]], order: str = "tenant") -> float:
+def build(su: str, counts: list[tuple[str, int]], order: str) -> float:
     """Write memories and embeddings for (tenant, count) pairs; returns seconds."""
     t0 = time.perf_counter()
     total = sum(n for _, n in counts)
@@ -347,6 +346,16 @@ def explain(su: str, tenant: str, text: str, v: Any) -> None:
                 print("    " + note.replace("\n", "\n    "))
 
 
+def set_label(kind: str, order: str) -> str:
+    """A data set's name in the output (``uniform 1,000,000 interleaved``); ``kept_dir``
+    turns it into the directory under ``--data-dir``."""
+    return kind if order == "tenant" else f"{kind} interleaved"
+
+
+def kept_dir(data_dir: Path, label: str) -> Path:
+    return data_dir / label.replace(" ", "-").replace(",", "")
+
+
 def run_size(
     label: str,
     counts: list[tuple[str, int]],
@@ -356,7 +365,7 @@ def run_size(
 ) -> None:
     total = sum(n for _, n in counts)
     print(f"\n== {label}: {total:,} memories, {len(counts)} tenants ==", flush=True)
-    kept = args.data_dir / label.replace(" ", "-").replace(",", "") if args.data_dir else None
+    kept = kept_dir(args.data_dir, label) if args.data_dir else None
     with kept_server(kept) if kept else private_server() as (su, base):
         marker = base / "built.json"
         if marker.exists():
@@ -425,16 +434,15 @@ def main() -> None:
     args = ap.parse_args()
     print(f"machine: {machine()}")
     sizes = [int(s) for s in args.sizes.split(",") if s]
-    # the kept data sets of the two orders live side by side under --data-dir
-    order = "" if args.order == "tenant" else " interleaved"
     for size in sizes:
         per, extra = divmod(size, TENANTS)
         counts = [(f"t{i}", per + (1 if i < extra else 0)) for i in range(TENANTS)]
-        run_size(f"uniform {size:,}{order}", counts, args, ["*"], args.plans and size == max(sizes))
+        label = set_label(f"uniform {size:,}", args.order)
+        run_size(label, counts, args, ["*"], args.plans and size == max(sizes))
     if args.skewed:
         small = args.skewed // (TENANTS - 1)
         counts = [("big", args.skewed)] + [(f"t{i}", small) for i in range(1, TENANTS)]
-        run_size(f"skewed{order}", counts, args, ["big", "*"], args.plans)
+        run_size(set_label("skewed", args.order), counts, args, ["big", "*"], args.plans)
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import kept_server, machine, with_params
-from recall import owner_of, queries, request_for
+from recall import kept_dir, owner_of, queries, request_for, set_label
 
 from harbor_pg.context.recall import recall_params
 from harbor_pg.db import migrate
@@ -207,8 +207,7 @@ def main() -> None:
         help="which kept set: as given to recall.py --order (default: %(default)s)",
     )
     args = ap.parse_args()
-    suffix = "" if args.order == "tenant" else "-interleaved"
-    base = args.data_dir / f"uniform-{args.size}{suffix}"
+    base = kept_dir(args.data_dir, set_label(f"uniform {args.size:,}", args.order))
     if not (base / "built.json").exists():
         raise SystemExit(f"no kept set at {base}: build it with recall.py --data-dir")
     sql = old_functions(args.ref)
