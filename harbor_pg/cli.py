@@ -58,13 +58,18 @@ def as_url(conninfo: str) -> str:
     return f"postgresql://{userinfo}{netloc}/{dbname}{query}"
 
 
+def _to_stderr(line: str) -> None:
+    """Progress of a long migration step, on stderr (stdout stays the result)."""
+    print(line, file=sys.stderr, flush=True)
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     """Start the embedded server (or check HARBOR_DATABASE_URL), migrate, print the URL."""
     from harbor_pg.db import migrate, server
 
     t0 = time.perf_counter()
     info = _server(args)
-    migrate.upgrade(info.owner_url)
+    migrate.upgrade(info.owner_url, progress=_to_stderr)
     took = time.perf_counter() - t0
     where = f"embedded server in {info.embedded}" if info.embedded else "external server"
     print(f"harbor-pg is up ({where}, schema at {migrate.head_revision()}, {took:.2f}s)")
@@ -81,9 +86,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     info = _server(args)
     before = migrate.current_revision(info.owner_url)
     if args.revision in ("base",) or (args.revision != "head" and args.downgrade):
-        migrate.downgrade(info.owner_url, args.revision)
+        migrate.downgrade(info.owner_url, args.revision, progress=_to_stderr)
     else:
-        migrate.upgrade(info.owner_url, args.revision)
+        migrate.upgrade(info.owner_url, args.revision, progress=_to_stderr)
     after = migrate.current_revision(info.owner_url)
     print(f"schema revision: {before or 'none'} -> {after or 'none'}")
     return 0

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+import logging
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from importlib import resources
 from typing import Any
@@ -21,6 +23,11 @@ from harbor_pg.db.sqlfiles import query
 from harbor_pg.errors import MemoryConfigurationError, MemoryDatabaseError
 
 __all__ = ["alembic_config", "current_revision", "downgrade", "head_revision", "upgrade"]
+
+log = logging.getLogger(__name__)
+
+#: Seconds between two progress reports of a running migration.
+PROGRESS_INTERVAL = 10.0
 
 
 def _sqlalchemy_url(url: str) -> str:
@@ -41,23 +48,105 @@ def alembic_config(owner_url: str) -> Config:
     return cfg
 
 
-def upgrade(owner_url: str, revision: str = "head") -> None:
+def upgrade(
+    owner_url: str,
+    revision: str = "head",
+    *,
+    progress: Callable[[str], None] | None = log.info,
+    progress_interval: float = PROGRESS_INTERVAL,
+) -> None:
     """Migrate the database to ``revision`` (default: the newest).
+
+    Some steps rebuild an index over every stored vector (minutes for a
+    million). While one runs, ``progress`` gets a line every
+    ``progress_interval`` seconds saying how far it has got (by default the
+    ``harbor_pg.db.migrate`` logger at INFO; ``None`` for silence). A
+    migration that ends sooner reports nothing and opens no extra connection.
 
     Raises :class:`MemoryConfigurationError` when the login may not migrate
     or the database lacks an extension, :class:`MemoryDatabaseError` for any
     other database failure; never a driver traceback, never the password.
     """
     _require_owner(owner_url, "migrate the schema")
-    with _migration_errors(owner_url, revision):
+    with (
+        _migration_errors(owner_url, revision),
+        _index_progress(owner_url, progress, progress_interval),
+    ):
         command.upgrade(alembic_config(owner_url), revision)
 
 
-def downgrade(owner_url: str, revision: str = "base") -> None:
-    """Migrate the database down to ``revision`` (default: nothing left)."""
+def downgrade(
+    owner_url: str,
+    revision: str = "base",
+    *,
+    progress: Callable[[str], None] | None = log.info,
+    progress_interval: float = PROGRESS_INTERVAL,
+) -> None:
+    """Migrate the database down to ``revision`` (default: nothing left),
+    reporting long index builds as :func:`upgrade` does."""
     _require_owner(owner_url, "migrate the schema")
-    with _migration_errors(owner_url, revision):
+    with (
+        _migration_errors(owner_url, revision),
+        _index_progress(owner_url, progress, progress_interval),
+    ):
         command.downgrade(alembic_config(owner_url), revision)
+
+
+@contextmanager
+def _index_progress(
+    url: str, report: Callable[[str], None] | None, interval: float
+) -> Iterator[None]:
+    """While the body runs, report the index builds on harbor tables every
+    ``interval`` seconds, from a thread with a connection of its own (opened at
+    the first report). Reporting is best effort: a failure stops it quietly
+    and never reaches the migration."""
+    if report is None or interval <= 0:
+        yield
+        return
+    done = threading.Event()
+
+    def poll() -> None:
+        conn: psycopg.Connection[dict[str, Any]] | None = None
+        try:
+            while not done.wait(interval):
+                if conn is None:
+                    conn = psycopg.connect(
+                        url, autocommit=True, connect_timeout=10, row_factory=dict_row
+                    )
+                for row in conn.execute(query("index_build_progress")).fetchall():
+                    if not done.is_set():
+                        report(describe_index_progress(row))
+        except Exception as exc:  # progress must never fail a migration
+            log.debug("migration progress reporting stopped: %s", scrub(_first_line(exc), url))
+        finally:
+            if conn is not None:
+                conn.close()
+
+    thread = threading.Thread(target=poll, name="harbor-migrate-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=15)
+
+
+def describe_index_progress(row: Mapping[str, Any]) -> str:
+    """One line for a row of ``pg_stat_progress_create_index`` (query
+    ``index_build_progress``): what is built on which table, the phase, how
+    much is done and for how long."""
+    amount = ""
+    if row.get("blocks_total"):
+        done, total = int(row["blocks_done"] or 0), int(row["blocks_total"])
+        amount = f", {done:,} of {total:,} blocks ({100 * done // total}%)"
+    elif row.get("tuples_total"):
+        done, total = int(row["tuples_done"] or 0), int(row["tuples_total"])
+        amount = f", {done:,} of {total:,} rows ({100 * done // total}%)"
+    minutes, seconds = divmod(max(int(row.get("seconds") or 0), 0), 60)
+    return (
+        f"migrating: {str(row['command']).lower()} on {row['table_name']}: {row['phase']}"
+        f"{amount}, {minutes} min {seconds:02d} s so far"
+    )
 
 
 @contextmanager

@@ -34,3 +34,16 @@ select current_user as login,
 -- name: schema_revision
 -- The Alembic revision the harbor schema is at.
 select version_num from public.harbor_alembic_version
+
+-- name: index_build_progress
+-- Index builds running on harbor tables in this database (the long steps of a migration), with how far each has got.
+select p.relid::regclass::text as table_name, p.command, p.phase,
+       p.blocks_done, p.blocks_total, p.tuples_done, p.tuples_total,
+       extract(epoch from pg_catalog.now() - a.query_start)::integer as seconds
+  from pg_catalog.pg_stat_progress_create_index p
+  join pg_catalog.pg_stat_activity a on a.pid = p.pid
+ where p.datname = pg_catalog.current_database()
+   and p.pid <> pg_catalog.pg_backend_pid()
+   and p.relid in (select c.oid from pg_catalog.pg_class c
+                    where c.relnamespace = pg_catalog.to_regnamespace('harbor'))
+ order by p.pid
