@@ -42,19 +42,25 @@ def test_a_row_of_the_progress_view_reads_as_one_line() -> None:
     )
 
 
-def test_an_index_build_on_a_harbor_table_is_reported(fresh_db: PgDatabase) -> None:
-    with psycopg.connect(fresh_db.superuser_url, autocommit=True) as conn:
+def _build_watched(db: PgDatabase, table: str) -> tuple[list[str], float]:
+    """Build an index on a new 600,000-row ``table`` while progress is reported
+    every 0.05 s; return the reports and how long the build took."""
+    lines: list[str] = []
+    with psycopg.connect(db.superuser_url, autocommit=True) as conn:
         conn.execute(
-            "create table harbor.progress_probe as"
-            " select md5(g::text) as t from generate_series(1, 600000) g"
+            f"create table {table} as select md5(g::text) as t from generate_series(1, 600000) g"
         )
-        lines: list[str] = []
         started = time.perf_counter()
-        with migrate._index_progress(fresh_db.superuser_url, lines.append, 0.05):
-            conn.execute("create index progress_probe_t_idx on harbor.progress_probe (t)")
+        with migrate._index_progress(db.superuser_url, lines.append, 0.05):
+            conn.execute(f"create index on {table} (t)")
         took = time.perf_counter() - started
-        conn.execute("drop table harbor.progress_probe")
+        conn.execute(f"drop table {table}")
     assert took > 0.2, f"the build took {took:.2f}s: too quick to be seen"
+    return lines, took
+
+
+def test_an_index_build_on_a_harbor_table_is_reported(fresh_db: PgDatabase) -> None:
+    lines, _took = _build_watched(fresh_db, "harbor.progress_probe")
     assert lines, "no report during the build"
     assert all(
         line.startswith("migrating: create index on harbor.progress_probe: ") for line in lines
@@ -71,18 +77,7 @@ def test_a_quick_migration_reports_nothing_and_does_not_wait(fresh_db: PgDatabas
 
 
 def test_index_builds_elsewhere_are_not_reported(fresh_db: PgDatabase) -> None:
-    with psycopg.connect(fresh_db.superuser_url, autocommit=True) as conn:
-        conn.execute(
-            "create table public.not_ours as"
-            " select md5(g::text) as t from generate_series(1, 600000) g"
-        )
-        lines: list[str] = []
-        started = time.perf_counter()
-        with migrate._index_progress(fresh_db.superuser_url, lines.append, 0.05):
-            conn.execute("create index not_ours_t_idx on public.not_ours (t)")
-        took = time.perf_counter() - started
-        conn.execute("drop table public.not_ours")
-    assert took > 0.2, f"the build took {took:.2f}s: too quick to tell"
+    lines, _took = _build_watched(fresh_db, "public.not_ours")
     assert lines == []
 
 
