@@ -67,12 +67,7 @@ def upgrade(
     or the database lacks an extension, :class:`MemoryDatabaseError` for any
     other database failure; never a driver traceback, never the password.
     """
-    _require_owner(owner_url, "migrate the schema")
-    with (
-        _migration_errors(owner_url, revision),
-        _index_progress(owner_url, progress, progress_interval),
-    ):
-        command.upgrade(alembic_config(owner_url), revision)
+    _run(command.upgrade, owner_url, revision, progress, progress_interval)
 
 
 def downgrade(
@@ -84,12 +79,24 @@ def downgrade(
 ) -> None:
     """Migrate the database down to ``revision`` (default: nothing left),
     reporting long index builds as :func:`upgrade` does."""
+    _run(command.downgrade, owner_url, revision, progress, progress_interval)
+
+
+def _run(
+    step: Callable[[Config, str], None],
+    owner_url: str,
+    revision: str,
+    progress: Callable[[str], None] | None,
+    progress_interval: float,
+) -> None:
+    """One Alembic command as the schema owner: errors as harbor errors, long
+    index builds reported."""
     _require_owner(owner_url, "migrate the schema")
     with (
         _migration_errors(owner_url, revision),
         _index_progress(owner_url, progress, progress_interval),
     ):
-        command.downgrade(alembic_config(owner_url), revision)
+        step(alembic_config(owner_url), revision)
 
 
 @contextmanager
