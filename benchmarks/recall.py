@@ -17,11 +17,16 @@ side (the order of the figures before session 7 in RESULTS.md: faster, and
 not what a live service sees). The kept sets of the two orders live side by
 side under ``--data-dir`` (``uniform-SIZE`` and ``uniform-SIZE-interleaved``).
 
-Then, as ``harbor_app`` under row-level security with the identity set per
+Servers start as harbor-pg starts its embedded one (shared buffers sized to
+the machine, ``HARBOR_SHARED_BUFFERS`` to choose). Then, as ``harbor_app``
+under row-level security with the identity set per
 transaction and query embeddings precomputed, on connections that have
 already switched to prepared statements (psycopg prepares after five runs):
 
-* p50 / p95 / p99 of one ``harbor.recall()`` call (hybrid, top_k 25);
+* p50 / p95 / p99 of one ``harbor.recall()`` call (hybrid, top_k 25), as the
+  questions come (each owner's pages read into shared buffers for the first
+  time since the server started), and again after one other question to every
+  owner (the steady state of a service whose buffers hold its owners);
 * the same question answered the naive way (fetch every visible memory with
   its vector, rank in Python with numpy), as the ratio to beat;
 * completeness: how many of top_k came back, and the overlap of the dense
@@ -223,10 +228,20 @@ def request_for(text: str, vector: Any, top_k: int) -> RecallRequest:
     )
 
 
-async def measure(app_url: str, qs: list[tuple[str, str, Any]], top_k: int) -> dict[str, Any]:
+async def measure(
+    app_url: str,
+    qs: list[tuple[str, str, Any]],
+    top_k: int,
+    warm: list[tuple[str, str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Latency of ``qs`` as they come (each owner's pages read in for the first
+    time since the server started, unless another question touched them), then,
+    given ``warm`` (other questions), after those have been asked: the steady
+    state of a service whose shared buffers hold the owners it serves."""
     db = Database(app_url, min_size=1, max_size=1)
     await db.open()
     lat: list[float] = []
+    steady: list[float] = []
     counts: list[int] = []
     overlaps: list[float] = []
     short = 0
@@ -240,6 +255,13 @@ async def measure(app_url: str, qs: list[tuple[str, str, Any]], top_k: int) -> d
         got = await recall_in_one_round_trip(db, owner, request_for(text, v, top_k))
         lat.append(time.perf_counter() - t)
         counts.append(len(got))
+    if warm is not None:
+        for tenant, text, v in warm:
+            await recall_in_one_round_trip(db, owner_of(tenant), request_for(text, v, top_k))
+        for tenant, text, v in qs:
+            t = time.perf_counter()
+            await recall_in_one_round_trip(db, owner_of(tenant), request_for(text, v, top_k))
+            steady.append(time.perf_counter() - t)
     # completeness of the dense candidates (what the HNSW walk or the exact
     # scan hands to the ranking) against an exact scan of the same visible rows
     for tenant, _text, v in qs[: min(len(qs), 100)]:
@@ -263,7 +285,7 @@ async def measure(app_url: str, qs: list[tuple[str, str, Any]], top_k: int) -> d
             short += 1
         overlaps.append(len(set(dense) & set(exact)) / max(1, len(exact)))
     await db.close()
-    return {"lat": lat, "counts": counts, "overlap": overlaps, "short": short}
+    return {"lat": lat, "steady": steady, "counts": counts, "overlap": overlaps, "short": short}
 
 
 def naive(app_url: str, qs: list[tuple[str, str, Any]], top_k: int, n: int) -> list[float]:
@@ -382,11 +404,19 @@ def run_size(
                 marker.write_text(json.dumps({"seconds": secs, "counts": len(counts)}))
         if args.shared_buffers:
             restart_with(su, base / "pgdata", args.shared_buffers)
+            # a kept set starts with harbor-pg's own size again next time
+            with psycopg.connect(su, autocommit=True) as c:
+                c.execute("alter system reset shared_buffers")
         app = with_params(su, dbname="harbor", user="harbor_app")
         for name in probe:
             chosen = [c for c in counts if c[0] == name] if name != "*" else counts
             qs = queries(args.queries, chosen, seed=hash(name) & 0xFFFF)
-            res = asyncio.run(measure(app, qs, args.top_k))
+            # one other question for every owner of the probe
+            warm = [
+                (chosen[i][0], text, v)
+                for i, (_, text, v) in enumerate(queries(len(chosen), chosen, seed=7))
+            ]
+            res = asyncio.run(measure(app, qs, args.top_k, warm))
             nv = naive(app, qs, args.top_k, 5 if name != "*" else 30)
             ms = [x * 1000 for x in res["lat"]]
             p50 = statistics.median(ms)
@@ -399,6 +429,13 @@ def run_size(
                 f"/{args.top_k} on average, min {min(res['counts'])}; dense overlap with exact"
                 f" {100 * statistics.mean(res['overlap']):.1f}% (min"
                 f" {100 * min(res['overlap']):.0f}%), short results {res['short']}",
+                flush=True,
+            )
+            st = [x * 1000 for x in res["steady"]]
+            print(
+                f"  {who}, steady state (after one question to each of its"
+                f" {len(warm):,} owners): harbor.recall p50 {statistics.median(st):.2f} ms,"
+                f" p95 {pct(st, 95):.2f} ms, p99 {pct(st, 99):.2f} ms",
                 flush=True,
             )
             if show_plans:
@@ -422,8 +459,9 @@ def main() -> None:
     )
     ap.add_argument(
         "--shared-buffers",
-        help="restart each server with this much shared memory (e.g. 4GB) and prewarm the"
-        " memory tables; default: the embedded server's 128MB",
+        help="restart each server with this much shared memory (e.g. 4GB, set with ALTER SYSTEM"
+        " and reset after the run) and prewarm the memory tables; default: what harbor-pg gives"
+        " the embedded server (a quarter of the memory, at most 8GB; HARBOR_SHARED_BUFFERS)",
     )
     ap.add_argument(
         "--data-dir",
