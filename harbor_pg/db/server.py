@@ -285,7 +285,9 @@ def embedded_server(pgdata: Path, *, cleanup_mode: str | None = None) -> Any:
             ) from None
         log.warning(
             "the embedded PostgreSQL did not start with shared_buffers %s (%s); "
-            "starting it with the server's default (128MB) instead",
+            "starting it with the server's default (128MB) instead (set "
+            + SHARED_BUFFERS_ENV
+            + " to choose a size)",
             settings["shared_buffers"],
             reason,
         )
@@ -307,7 +309,16 @@ def _start(pgdata: Path, settings: dict[str, str], cleanup_mode: str | None) -> 
             # server in one constructor: the settings go in between
             def ensure_pgdata_inited(self) -> None:
                 super().ensure_pgdata_inited()
-                write_embedded_settings(self.pgdata, settings)
+                try:
+                    write_embedded_settings(self.pgdata, settings)
+                except OSError as exc:
+                    # a data directory we may not write: it starts as it was
+                    log.warning(
+                        "cannot write the embedded server's settings in %s (%s); "
+                        "it starts with the settings it has",
+                        self.pgdata,
+                        exc,
+                    )
 
         pgdata = pgdata.expanduser().resolve()
         pgdata.mkdir(parents=True, exist_ok=True)

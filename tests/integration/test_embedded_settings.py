@@ -23,7 +23,11 @@ from pathlib import Path
 logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
 from harbor_pg.db import server
 from harbor_pg.errors import MemoryConfigurationError
-if len(sys.argv) > 2:  # the automatic size, replaced by one the server refuses
+if len(sys.argv) > 2 and sys.argv[2] == "unwritable":
+    def refuse(pgdata, settings):
+        raise PermissionError(13, "Permission denied", str(pgdata / "harbor.conf"))
+    server.write_embedded_settings = refuse
+elif len(sys.argv) > 2:  # the automatic size, replaced by one the server refuses
     server._memory_bytes = lambda: None
     server.embedded_settings = lambda: {"shared_buffers": sys.argv[2]}
 try:
@@ -118,3 +122,15 @@ def test_an_automatic_size_the_server_refuses_falls_back_to_the_default(data_dir
     assert "WARNING the embedded PostgreSQL did not start with shared_buffers 100TB" in out
     assert "starting it with the server's default (128MB) instead" in out
     assert _shared_buffers(url) == "128MB"
+
+
+def test_a_data_directory_it_cannot_write_starts_with_the_settings_it_has(
+    data_dir: Path,
+) -> None:
+    url = _start(data_dir, "256MB").splitlines()[0]
+    _stop(data_dir / "pgdata")
+    out = _start(data_dir, "384MB", refused="unwritable")
+    assert "WARNING cannot write the embedded server's settings in " in out
+    assert "Permission denied" in out and "it starts with the settings it has" in out
+    assert out.splitlines()[0] == url
+    assert _shared_buffers(url) == "256MB"
