@@ -113,6 +113,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         f" ({'embedded in ' + str(info.embedded) if info.embedded else server.redact(url)})"
     )
     print(f"pgvector: {versions.get('vector_version') or 'not installed in this database'}")
+    print(
+        f"memory:   shared_buffers {versions.get('shared_buffers', '?')},"
+        f" database {versions.get('database_size', '?')} on disk"
+    )
     state = "up to date" if current == head else f"behind (newest is {head}; run harbor-pg migrate)"
     print(f"schema:   {current or 'not migrated'} - {state}")
     if current is None:

