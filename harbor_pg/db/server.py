@@ -11,7 +11,8 @@ its memory or of the container's limit, between 128 MB and 8 GB;
 ``HARBOR_SHARED_BUFFERS`` chooses another size). They are written to
 ``harbor.conf`` in the data directory each time harbor-pg starts the server, so
 they apply from the first start of a new data directory and, for one created
-before, from its next start. ``ALTER SYSTEM`` settings override that file.
+before, from its next start. ``ALTER SYSTEM`` settings override that file;
+edits to ``postgresql.conf`` do not (the file is included at its end).
 """
 
 from __future__ import annotations
