@@ -87,7 +87,7 @@ class RecallRequest:
     token_budget: int | None = None
     embedding: list[float] | None = None
     model_id: str | None = None
-    #: candidates per leg (None: max(4 x top_k, 50))
+    #: candidates per leg (None: max(2 x top_k, 50))
     candidates: int | None = None
 
 
@@ -487,7 +487,7 @@ async def _generic_recall(
     for scope in request.scopes:
         try:
             found = await store.search(
-                owner.narrowed(scope), request.query, limit=max(50, 4 * request.top_k), as_of=as_of
+                owner.narrowed(scope), request.query, limit=max(50, 2 * request.top_k), as_of=as_of
             )
         except Exception as exc:
             log.warning(
