@@ -503,6 +503,33 @@ as $$
      limit p_limit
 $$;
 
+-- Substring matches, recall()'s fallback when there is no embedding and no
+-- word of the query matched: the caller's memories (an invoker's read, so the
+-- row-level security policies apply) valid at p_as_of, of the given scopes,
+-- never rolling summaries, whose content contains the query, case-insensitively.
+-- A function of its own, not inlined (the SET clauses), so that recall()'s
+-- statement does not start this scan on every call: the call sits under a
+-- one-time filter and runs only when the fallback applies.
+create or replace function harbor._substring_matches(
+    p_query text, p_scopes harbor.memory_scope[], p_as_of timestamptz, p_limit integer
+) returns table (tenant_id text, memory_id text, scope harbor.memory_scope,
+                 memory_type harbor.memory_type, importance real, valid_from timestamptz,
+                 content_hash text, entity_ids text[])
+    language sql stable security invoker parallel safe
+    set search_path to pg_catalog, pg_temp
+    set plan_cache_mode to force_generic_plan
+as $$
+    select m.tenant_id, m.id, m.scope, m.memory_type, m.importance, lower(m.valid),
+           m.content_hash, m.entity_ids
+      from harbor.memories m
+     where m.tenant_id = any (array['', harbor.caller_tenant()])
+       and m.scope = any (p_scopes)
+       and m.valid operator(pg_catalog.@>) p_as_of
+       and m.memory_type <> 'summary'
+       and strpos(lower(m.content), lower(btrim(left(p_query, 1000)))) > 0
+     limit p_limit
+$$;
+
 -- Ranked recall for the caller (the identity set with harbor.set_identity()),
 -- under row-level security. Every signal is a column:
 --   dense_rank / similarity   nearest-neighbour rank and cosine similarity
@@ -623,22 +650,16 @@ begin
     ), candidates as (
         select f.* from fused f
         union all
-        -- the substring fallback: no embedding and nothing matched the words
-        (select m.tenant_id, m.id, null::integer, null::double precision,
-                null::integer, null::double precision, true, 1.0 / (recall.rrf_k + 1),
-                m.scope, m.memory_type, m.importance, lower(m.valid), m.content_hash,
-                m.entity_ids
-           from harbor.memories m
-          where recall.query_embedding is null
-            and not exists (select 1 from fused)
-            and btrim(v_query) <> ''
-            and m.tenant_id = any (array['', harbor.caller_tenant()])
-            and m.scope = any (recall.scopes)
-            and m.valid operator(pg_catalog.@>) v_as_of
-            and m.memory_type <> 'summary'
-            and pg_catalog.strpos(pg_catalog.lower(m.content),
-                                  pg_catalog.lower(btrim(left(v_query, 1000)))) > 0
-          limit v_n)
+        -- the substring fallback: no embedding and nothing matched the words (a
+        -- one-time filter: the function runs only then)
+        select s.tenant_id, s.memory_id, null::integer, null::double precision,
+               null::integer, null::double precision, true,
+               1::double precision / (recall.rrf_k + 1),
+               s.scope, s.memory_type, s.importance, s.valid_from, s.content_hash, s.entity_ids
+          from harbor._substring_matches(v_query, recall.scopes, v_as_of, v_n) s
+         where recall.query_embedding is null
+           and btrim(v_query) <> ''
+           and not exists (select 1 from fused)
     ), scored as (
         select c.*,
                case when recall.recency_half_life_hours is null then 0::double precision

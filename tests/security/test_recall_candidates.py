@@ -251,6 +251,41 @@ def test_candidate_functions_are_definers_owned_by_the_search_role(recall_db: Pg
         assert "search_path=pg_catalog, pg_temp" in config
 
 
+@pytest.mark.parametrize("identity", IDENTITIES, ids=lambda i: "/".join(x or "-" for x in i))
+def test_substring_fallback_returns_exactly_the_policy_rows(
+    recall_db: PgDatabase, identity: tuple[str | None, ...]
+) -> None:
+    """recall() without an embedding, for text that is no word of any memory but a
+    substring of every one: the fallback returns what the policies allow, no more."""
+    tenant, project, principal, session, run = identity
+    with psycopg.connect(recall_db.app_url, autocommit=True) as conn:
+        conn.execute(
+            "select harbor.set_identity(%s, %s, %s, null, %s, %s)",
+            (tenant, project, principal, session, run),
+        )
+        expected = _visible_ids(conn)
+        rows = conn.execute(
+            "select id, substring_match from harbor.recall('ared wor', scopes => %s,"
+            " top_k => 1000)",
+            (ALL_SCOPES,),
+        ).fetchall()
+    assert rows and all(match for _id, match in rows)
+    assert {r[0] for r in rows} == expected
+
+
+def test_substring_fallback_reads_as_the_invoker(recall_db: PgDatabase) -> None:
+    """The fallback's own function reads under the caller's policies: never a definer."""
+    with psycopg.connect(recall_db.superuser_url) as conn:
+        row = conn.execute(
+            "select pg_get_userbyid(p.proowner), p.prosecdef from pg_proc p"
+            " where p.oid = 'harbor._substring_matches'::regproc"
+        ).fetchone()
+    assert row is not None
+    owner, definer = row
+    assert not definer
+    assert owner != "harbor_search"
+
+
 def _contents(conn: Conn, ids: set[str]) -> list[str]:
     rows = conn.execute("select content from harbor.memories where id = any(%s)", (list(ids),))
     return [r[0] for r in rows.fetchall()]
