@@ -550,7 +550,7 @@ $$;
 -- ranked on the columns the legs carry; only the top_k are read in full.
 -- Each leg hands over `candidates` memories, by default max(2 x top_k, 50):
 -- on LoCoMo, 4 x top_k gave the same R@5 and R@10 (within 0.3 points) and a
--- lower R@25 (81.0 against 83.2), for 12% more time a call at 1,000,000.
+-- lower R@25 (81.0 against 83.2), and a call at 1,000,000 took 14-15% longer.
 -- Without an embedding the lexical leg alone ranks; when it finds nothing, a
 -- case-insensitive substring match on the query supplies flat relevance.
 create or replace function harbor.recall(
