@@ -108,6 +108,14 @@ IDENTITIES = [
 ]
 
 
+def _set_identity(conn: Conn, identity: tuple[str | None, ...]) -> None:
+    tenant, project, principal, session, run = identity
+    conn.execute(
+        "select harbor.set_identity(%s, %s, %s, null, %s, %s)",
+        (tenant, project, principal, session, run),
+    )
+
+
 def _visible_ids(conn: Conn) -> set[str]:
     rows = conn.execute(
         "select id from harbor.memories where valid @> now() and memory_type <> 'summary'"
@@ -146,12 +154,8 @@ PATHS: dict[str, Callable[[Conn], set[str]]] = {
 def test_candidates_equal_policy_rows_for_every_identity(
     recall_db: PgDatabase, identity: tuple[str | None, ...], path: str
 ) -> None:
-    tenant, project, principal, session, run = identity
     with psycopg.connect(recall_db.app_url, autocommit=True) as conn:
-        conn.execute(
-            "select harbor.set_identity(%s, %s, %s, null, %s, %s)",
-            (tenant, project, principal, session, run),
-        )
+        _set_identity(conn, identity)
         expected = _visible_ids(conn)
         assert expected, "every identity sees at least the global memory"
         assert PATHS[path](conn) == expected
@@ -181,13 +185,9 @@ def test_ranking_columns_are_the_policy_rows_columns(
 ) -> None:
     """The columns each leg carries for ranking are those a plain SELECT under
     the policies reads for the same rows, and nothing of any other row."""
-    tenant, project, principal, session, run = identity
     call, probe = _CARRYING[path]
     with psycopg.connect(recall_db.app_url, autocommit=True) as conn:
-        conn.execute(
-            "select harbor.set_identity(%s, %s, %s, null, %s, %s)",
-            (tenant, project, principal, session, run),
-        )
+        _set_identity(conn, identity)
         expected = {
             r[0]: r[1:]
             for r in conn.execute(
@@ -257,12 +257,8 @@ def test_substring_fallback_returns_exactly_the_policy_rows(
 ) -> None:
     """recall() without an embedding, for text that is no word of any memory but a
     substring of every one: the fallback returns what the policies allow, no more."""
-    tenant, project, principal, session, run = identity
     with psycopg.connect(recall_db.app_url, autocommit=True) as conn:
-        conn.execute(
-            "select harbor.set_identity(%s, %s, %s, null, %s, %s)",
-            (tenant, project, principal, session, run),
-        )
+        _set_identity(conn, identity)
         expected = _visible_ids(conn)
         rows = conn.execute(
             "select id, substring_match from harbor.recall('ared wor', scopes => %s,"
