@@ -354,6 +354,40 @@ def test_min_similarity_drops_weak_dense_matches(conns: tuple[Conn, Conn]) -> No
     assert recall(app, "", query_embedding="[1,0,0]", model_id="other") == []
 
 
+def test_each_leg_hands_max_2x_top_k_or_50_candidates_by_default(
+    conns: tuple[Conn, Conn],
+) -> None:
+    """Dense ranks past the leg's depth bring no credit: max(2 x top_k, 50) by
+    default, `candidates` to go deeper. Four memories match the word; their
+    vectors are the 50th, 51st, 60th and 61st nearest of 70."""
+    su, app = conns
+    deep = {49: "zebra fifty", 50: "zebra fifty-one", 59: "zebra sixty", 60: "zebra sixty-one"}
+    for i in range(70):
+        angle = i * 0.01
+        vector = f"[{math.cos(angle)},{math.sin(angle)},0]"
+        _insert(su, i, deep.get(i, f"memory {i}"), vector=vector)
+
+    def dense_ranks(**kw: Any) -> dict[str, int | None]:
+        rows = recall(app, "zebra", query_embedding="[1,0,0]", model_id="m", **kw)
+        return {r["content"]: r["dense_rank"] for r in rows if r["content"] in deep.values()}
+
+    # top_k 10: the floor of 50 candidates
+    assert dense_ranks(top_k=10) == {
+        "zebra fifty": 50,
+        "zebra fifty-one": None,
+        "zebra sixty": None,
+        "zebra sixty-one": None,
+    }
+    # top_k 30: 2 x 30 = 60 candidates
+    assert dense_ranks(top_k=30) == {
+        "zebra fifty": 50,
+        "zebra fifty-one": 51,
+        "zebra sixty": 60,
+        "zebra sixty-one": None,
+    }
+    assert dense_ranks(top_k=10, candidates=70)["zebra sixty-one"] == 61
+
+
 def test_substring_fallback_has_flat_relevance(conns: tuple[Conn, Conn]) -> None:
     su, app = conns
     _insert(su, 1, "Deploys go through the pipeline", importance=0.2)
