@@ -90,6 +90,12 @@ class RecallRequest:
     #: candidates per leg (None: max(2 x top_k, 50))
     candidates: int | None = None
 
+    @property
+    def candidates_per_leg(self) -> int:
+        """How many candidates each search hands the ranking, counted as
+        ``harbor.recall()`` counts them: ``candidates``, at least max(2 x top_k, 50)."""
+        return max(self.candidates or 0, 2 * self.top_k, 50)
+
 
 def embedding_texts(memory: Memory) -> tuple[str, str | None]:
     """The texts a memory's vectors are computed from: its content, and with a context.
@@ -487,7 +493,7 @@ async def _generic_recall(
     for scope in request.scopes:
         try:
             found = await store.search(
-                owner.narrowed(scope), request.query, limit=max(50, 2 * request.top_k), as_of=as_of
+                owner.narrowed(scope), request.query, limit=request.candidates_per_leg, as_of=as_of
             )
         except Exception as exc:
             log.warning(

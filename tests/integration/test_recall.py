@@ -238,6 +238,31 @@ async def test_other_stores_rank_with_flat_relevance_per_scope(
     assert got[0].memory.content == "Alice is allergic to peanuts"
 
 
+async def test_other_stores_are_searched_as_deep_as_the_sql_legs() -> None:
+    """Each scope's search asks for max(candidates, 2 x top_k, 50) memories, the
+    count harbor.recall() gives each of its legs."""
+    limits: list[int] = []
+
+    class Recording(InMemoryLongTermStore):
+        async def search(
+            self,
+            owner: MemoryOwner,
+            query_text: str,
+            *,
+            limit: int = 10,
+            as_of: datetime | None = None,
+        ) -> list[Memory]:
+            limits.append(limit)
+            return await super().search(owner, query_text, limit=limit, as_of=as_of)
+
+    store = Recording()
+    scopes = (MemoryScope.USER,)
+    for top_k, candidates in ((10, None), (30, None), (10, 120)):
+        request = RecallRequest(query="alice", scopes=scopes, top_k=top_k, candidates=candidates)
+        await recall_module._generic_recall(store, ALICE, request)
+    assert limits == [50, 60, 120]
+
+
 async def test_save_many_validates_everything_before_writing(manager: MemoryManager) -> None:
     from harbor_pg.errors import MemoryValidationError
 
