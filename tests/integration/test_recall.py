@@ -208,6 +208,12 @@ def test_construction_errors() -> None:
 
 
 class FlakyStore(InMemoryLongTermStore):
+    """Fails every search of the session scope; records each search's limit."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.limits: list[int] = []
+
     async def search(
         self,
         owner: MemoryOwner,
@@ -216,6 +222,7 @@ class FlakyStore(InMemoryLongTermStore):
         limit: int = 10,
         as_of: datetime | None = None,
     ) -> list[Memory]:
+        self.limits.append(limit)
         if owner.session_id is not None:
             raise ConnectionError("session shard down")
         return await super().search(owner, query_text, limit=limit, as_of=as_of)
@@ -241,26 +248,12 @@ async def test_other_stores_rank_with_flat_relevance_per_scope(
 async def test_other_stores_are_searched_as_deep_as_the_sql_legs() -> None:
     """Each scope's search asks for max(candidates, 2 x top_k, 50) memories, the
     count harbor.recall() gives each of its legs."""
-    limits: list[int] = []
-
-    class Recording(InMemoryLongTermStore):
-        async def search(
-            self,
-            owner: MemoryOwner,
-            query_text: str,
-            *,
-            limit: int = 10,
-            as_of: datetime | None = None,
-        ) -> list[Memory]:
-            limits.append(limit)
-            return await super().search(owner, query_text, limit=limit, as_of=as_of)
-
-    store = Recording()
+    store = FlakyStore()
     scopes = (MemoryScope.USER,)
     for top_k, candidates in ((10, None), (30, None), (10, 120)):
         request = RecallRequest(query="alice", scopes=scopes, top_k=top_k, candidates=candidates)
         await recall_module._generic_recall(store, ALICE, request)
-    assert limits == [50, 60, 120]
+    assert store.limits == [50, 60, 120]
 
 
 async def test_save_many_validates_everything_before_writing(manager: MemoryManager) -> None:
