@@ -102,27 +102,34 @@ return case
 -- filter. At 2% or more of the rows passing the filter, the walk meets enough
 -- of them long before its scan limit, so a filter never starves the result,
 -- and a small owner never pays for a graph walk over everyone else's rows.
+-- p_owner_rows, when given, is how many memories the same owner keys hold (the
+-- lexical leg counts them, see harbor._lexical_candidates): a memory has at most
+-- two vectors of a model, so at most twice that many vectors means the exact
+-- scan without counting them (about 0.2 ms of a 1,000-memory owner's call at
+-- 1,000,000). The count only chooses the path: a wrong figure costs time, never
+-- rows, because the exact scan does not rely on it.
 do $$
 declare
     v_fn regprocedure;
 begin
-    -- both candidate functions' result columns grew (the ranking columns): a
-    -- replaced function cannot change them, so an older one is dropped first
-    foreach v_fn in array array[
-        to_regprocedure('harbor._dense_candidates(public.vector, text, harbor.memory_scope[],'
-                        ' timestamptz, integer, integer)'),
-        to_regprocedure('harbor._lexical_candidates(text, harbor.memory_scope[], timestamptz,'
-                        ' integer, integer)')] loop
-        if v_fn is not null
-           and pg_catalog.pg_get_function_result(v_fn) not like '%content_hash%' then
-            execute pg_catalog.format('drop function %s', v_fn);
-        end if;
-    end loop;
+    -- Older versions, dropped first: a replaced function cannot change its result
+    -- columns (the lexical leg's grew, last by owner_rows), and the dense leg's
+    -- signature grew by p_owner_rows (the old one would make calls ambiguous).
+    drop function if exists harbor._dense_candidates(public.vector, text,
+                                                     harbor.memory_scope[], timestamptz,
+                                                     integer, integer);
+    v_fn := to_regprocedure('harbor._lexical_candidates(text, harbor.memory_scope[],'
+                            ' timestamptz, integer, integer)');
+    if v_fn is not null
+       and pg_catalog.pg_get_function_result(v_fn) not like '%owner_rows%' then
+        execute pg_catalog.format('drop function %s', v_fn);
+    end if;
 end
 $$;
 create or replace function harbor._dense_candidates(
     p_embedding public.vector, p_model_id text, p_scopes harbor.memory_scope[],
-    p_as_of timestamptz, p_limit integer, p_exact_limit integer default 5000
+    p_as_of timestamptz, p_limit integer, p_exact_limit integer default 5000,
+    p_owner_rows integer default null
 ) returns table (tenant_id text, memory_id text, dense_rank integer, similarity double precision,
                  scope harbor.memory_scope, memory_type harbor.memory_type, importance real,
                  valid_from timestamptz, content_hash text, entity_ids text[])
@@ -153,18 +160,24 @@ begin
     end if;
     select greatest(p_exact_limit, (0.02 * greatest(c.reltuples, 0))::integer) into v_limit
       from pg_catalog.pg_class c where c.oid = 'harbor.memory_embeddings'::regclass;
-    select count(*) into v_seen
-      from (select 1
-              from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user, v_session, v_run) k
-              join harbor.memory_embeddings e
-                on e.tenant_id = k.tenant_id and e.model_id = p_model_id
-               and e.scope = k.scope and e.user_id = k.user_id and e.project_id = k.project_id
-               and e.session_id = k.session_id and e.run_id = k.run_id
-             limit v_limit + 1) c;
-    if v_seen = 0 then
-        return;
+    if p_owner_rows >= 0 and 2 * p_owner_rows::bigint <= v_limit then
+        v_seen := null;  -- few enough: the exact scan, uncounted
+    else
+        select count(*) into v_seen
+          from (select 1
+                  from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user, v_session,
+                                           v_run) k
+                  join harbor.memory_embeddings e
+                    on e.tenant_id = k.tenant_id and e.model_id = p_model_id
+                   and e.scope = k.scope and e.user_id = k.user_id
+                   and e.project_id = k.project_id
+                   and e.session_id = k.session_id and e.run_id = k.run_id
+                 limit v_limit + 1) c;
+        if v_seen = 0 then
+            return;
+        end if;
     end if;
-    if v_seen <= v_limit or v_dims not in (384, 1536) then
+    if v_seen is null or v_seen <= v_limit or v_dims not in (384, 1536) then
         -- The caller's vectors by distance (owner-keyed indexes; the owner-key join
         -- is the visibility test), first only the nearest v_window of them (a
         -- bounded sort), then each one's memory by primary key in that order
@@ -175,9 +188,10 @@ begin
         -- in the window (at most p_limit), hold the nearer vector of each of
         -- the nearest p_limit valid memories (at most C of those vectors are
         -- a second vector of a memory already counted). When the window holds
-        -- fewer valid vectors than that (superseded memories crowd it), the
-        -- statement returns nothing and runs again over all the caller's vectors.
-        v_window := least(v_seen, 2 * p_limit + 64);
+        -- fewer valid vectors than that (superseded memories crowd it) and not
+        -- every vector of the caller (it is full), the statement returns nothing
+        -- and runs again over all of them (v_window null: no limit).
+        v_window := 2 * p_limit + 64;
         loop
             return query
                 with win as materialized (
@@ -245,14 +259,15 @@ begin
                                any_value(w.entity_ids) as entity_ids
                           from near w
                          -- every vector was in the window, or it held enough valid ones
-                         where v_window >= v_seen
+                         where v_window is null
+                            or (select count(*) from win) < v_window
                             or (select count(*) from near) >= (select wanted.n from wanted)
                          group by w.tenant_id, w.memory_id
                          order by dist, w.memory_id
                          limit p_limit) c;
             get diagnostics v_rows = row_count;
-            exit when v_rows > 0 or v_window >= v_seen;
-            v_window := v_seen;
+            exit when v_rows > 0 or v_window is null;
+            v_window := null;
         end loop;
         return;
     end if;
@@ -330,14 +345,19 @@ $$;
 -- summaries. A small visible set is scanned through the owner-keyed indexes; a
 -- large one goes through the GIN index on the text. Like the dense leg, each
 -- comes with the columns the ranking reads (from the row the match was tested
--- on), so that harbor.recall() reads no candidate twice.
+-- on), so that harbor.recall() reads no candidate twice. Each row also carries
+-- owner_rows, how many memories the owner keys hold (of every type and
+-- validity; null above p_scan_limit, where they are not counted):
+-- harbor.recall() hands it to the dense leg, which then need not count the
+-- owner's vectors itself.
 create or replace function harbor._lexical_candidates(
     p_query text, p_scopes harbor.memory_scope[], p_as_of timestamptz, p_limit integer,
     p_scan_limit integer default 2000
 ) returns table (tenant_id text, memory_id text, lexical_rank integer,
                  lexical_score double precision,
                  scope harbor.memory_scope, memory_type harbor.memory_type, importance real,
-                 valid_from timestamptz, content_hash text, entity_ids text[])
+                 valid_from timestamptz, content_hash text, entity_ids text[],
+                 owner_rows integer)
     language plpgsql stable security definer
     set search_path to pg_catalog, pg_temp
     set plan_cache_mode to force_generic_plan
@@ -424,7 +444,8 @@ begin
         -- composite array unnests into its fields)
         return query
             select b.tenant_id, b.memory_id, b.lexical_rank, b.lexical_score, h.scope,
-                   h.memory_type, h.importance, h.valid_from, h.content_hash, h.entity_ids
+                   h.memory_type, h.importance, h.valid_from, h.content_hash, h.entity_ids,
+                   v_seen
               from harbor._bm25(v_terms, v_seen, p_limit, v_tenants, v_ids, v_docs) b
               join unnest(v_tenants, v_ids, v_cols)
                    h(tenant_id, id, scope, memory_type, importance, valid_from, content_hash,
@@ -449,7 +470,8 @@ begin
                and harbor._visible(m.scope, m.tenant_id, m.project_id, m.user_id,
                                    m.session_id, m.run_id, $2, $5, $6, $7, $8))
         select b.tenant_id, b.memory_id, b.lexical_rank, b.lexical_score, x.scope,
-               x.memory_type, x.importance, x.valid_from, x.content_hash, x.entity_ids
+               x.memory_type, x.importance, x.valid_from, x.content_hash, x.entity_ids,
+               null::integer
           from harbor._bm25($9, $10, $11,
                             (select array_agg(x.tenant_id) from matched x),
                             (select array_agg(x.id) from matched x),
@@ -619,15 +641,19 @@ begin
     end if;
     v_n := greatest(coalesce(recall.candidates, 0), 2 * recall.top_k, 50);
     return query
-    with dense as (
-        select d.*
-          from harbor._dense_candidates(recall.query_embedding, recall.model_id, recall.scopes,
-                                          v_as_of, v_n) d
-         where recall.min_similarity is null or d.similarity >= recall.min_similarity
-    ), lexical as (
+    with lexical as materialized (
         select l.*
           from harbor._lexical_candidates(v_query, recall.scopes, v_as_of, v_n) l
          where btrim(v_query) <> ''
+    ), dense as (
+        -- the lexical leg runs first: its count of the owner's memories spares
+        -- the dense leg counting the vectors (when a word matched)
+        select d.*
+          from harbor._dense_candidates(recall.query_embedding, recall.model_id, recall.scopes,
+                                          v_as_of, v_n,
+                                          p_owner_rows => (select x.owner_rows
+                                                             from lexical x limit 1)) d
+         where recall.min_similarity is null or d.similarity >= recall.min_similarity
     ), fused as materialized (
         -- both legs carry the ranking columns of their rows (the same row's)
         select coalesce(d.tenant_id, l.tenant_id) as tenant_id,
@@ -735,7 +761,7 @@ $$;
 -- moment of the transfer only.
 grant create on schema harbor to harbor_search;
 alter function harbor._dense_candidates(public.vector, text, harbor.memory_scope[], timestamptz,
-                                        integer, integer) owner to harbor_search;
+                                        integer, integer, integer) owner to harbor_search;
 alter function harbor._lexical_candidates(text, harbor.memory_scope[], timestamptz, integer,
                                           integer) owner to harbor_search;
 revoke create on schema harbor from harbor_search;

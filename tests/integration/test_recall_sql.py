@@ -483,18 +483,27 @@ def test_dense_index_path_matches_an_exact_scan(fresh_db: PgDatabase) -> None:
             walked = [r[0] for r in app.execute(sql, (probe, 100)).fetchall()]
             assert len(exact) == len(walked) == 25
             assert len(set(exact) & set(walked)) >= 23
+            # a memory count that understates the owner's rows only chooses the
+            # path: the exact scan, whatever the limit, never other rows
+            hinted = app.execute(
+                sql.replace("%s) order", "%s, p_owner_rows => 10) order"), (probe, 100)
+            ).fetchall()
+            assert [r[0] for r in hinted] == exact
             owners = app.execute(
                 "select distinct tenant_id from harbor.memories where id = any(%s)", (walked,)
             ).fetchall()
             assert owners == [("t1",)]
 
 
+@pytest.mark.parametrize("owner_rows", [None, 400])
 def test_exact_dense_path_looks_past_a_window_crowded_by_superseded_memories(
-    fresh_db: PgDatabase,
+    fresh_db: PgDatabase, owner_rows: int | None
 ) -> None:
     """The exact scan first probes only the nearest vectors (2 x limit + 64 of them);
     when superseded memories fill that window it scans every vector of the caller
-    again, so the result is still the nearest valid memories."""
+    again, so the result is still the nearest valid memories. The same with the
+    owner's memory count given (as recall() passes the lexical leg's), when the
+    vectors are not counted."""
     rng = random.Random(13)
     views = _store_views(fresh_db, 400, lambda i: [_unit(rng)])
     q = _unit(rng)
@@ -504,12 +513,13 @@ def test_exact_dense_path_looks_past_a_window_crowded_by_superseded_memories(
     by_distance = sorted(similarity, key=lambda m: -similarity[m])
     sql = (
         "select memory_id from harbor._dense_candidates(%s::vector, 'm384', '{user}', now(),"
-        " 25, 5000) order by dense_rank"
+        f" 25, 5000, {'null' if owner_rows is None else owner_rows}) order by dense_rank"
     )
     with psycopg.connect(fresh_db.app_url, autocommit=True) as app:
         app.execute("select harbor.set_identity('t1', principal_id => 'u1')")
         assert [r[0] for r in app.execute(sql, (_literal(q),)).fetchall()] == by_distance[:25]
-        for closed in (60, 300):  # part of the window, then more than all of it
+        # part of the window, more than all of it, then all but ten (fewer than asked)
+        for closed in (60, 300, 390):
             with psycopg.connect(fresh_db.superuser_url, autocommit=True) as su:
                 su.execute(
                     "update harbor.memories set valid = tstzrange(lower(valid), now())"
@@ -714,6 +724,64 @@ def test_hydration_probes_each_candidate_by_key_not_the_owners_rows(fresh_db: Pg
             # the legs read the owner's matching rows a few times; a probe per
             # candidate over the owner's rows would read about 100 x 50,000
             assert read["n"] < 10 * big, read
+
+
+def test_lexical_leg_reports_how_many_memories_the_owner_holds(
+    conns: tuple[Conn, Conn],
+) -> None:
+    """Each lexical row carries the owner's memory count (every type and validity,
+    other owners not counted); above the scan limit, where the rows are not
+    counted, it is null."""
+    su, app = conns
+    for n in range(5):
+        _insert(su, n, f"shared harbor note {n}")
+    for n in range(5, 8):
+        _insert(su, n, f"unrelated words {n}")
+    _insert(su, 8, "shared but superseded", valid="[2020-01-01,2021-01-01)")
+    _insert(su, 9, "shared summary", memory_type="summary")
+    _insert(su, 10, "shared note of another user", user="u2")
+    sql = (
+        "select memory_id, owner_rows from harbor._lexical_candidates('shared harbor',"
+        " '{user}', now(), 50, %s)"
+    )
+    rows = app.execute(sql, (2000,)).fetchall()
+    assert len(rows) == 5
+    assert {r["owner_rows"] for r in rows} == {10}
+    rows = app.execute(sql, (3,)).fetchall()  # more rows than the scan limit: the GIN path
+    assert len(rows) == 5
+    assert {r["owner_rows"] for r in rows} == {None}
+
+
+def test_recall_counts_no_vectors_when_a_word_matched(conns: tuple[Conn, Conn]) -> None:
+    """The dense leg counts the caller's vectors to choose the exact scan or the
+    graph walk; when a word matched, recall() hands it the lexical leg's count of
+    the owner's memories instead, and the vectors are read once, not twice.
+    Counted with the backend's own table statistics, not timed."""
+    su, app = conns
+    for n in range(30):
+        _insert(su, n, f"harbor note {n}", vector=f"[{n % 3 + 1},{n % 5 + 1},1]")
+
+    def scans() -> int:
+        row = app.execute(
+            "select coalesce(seq_scan, 0) + coalesce(idx_scan, 0) as n"
+            " from pg_stat_xact_user_tables where relid = 'harbor.memory_embeddings'::regclass"
+        ).fetchone()
+        assert row is not None
+        return int(row["n"])
+
+    def vector_scans(query: str) -> tuple[int, int]:
+        before = scans()
+        got = recall(
+            app, query, query_embedding="[1,2,1]", model_id="m", scopes="{user}", top_k=25
+        )
+        return len(got), scans() - before
+
+    for _ in range(3):  # the same before and after the plans are cached
+        matched = vector_scans("harbor note")
+        unmatched = vector_scans("zzqx")
+        assert matched[0] == unmatched[0] == 25
+        # the same dense leg, plus the count's scan when no word matched
+        assert unmatched[1] == matched[1] + 1, (matched, unmatched)
 
 
 def test_few_context_vectors_near_the_query_still_give_top_k_distinct_memories(
