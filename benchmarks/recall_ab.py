@@ -2,6 +2,7 @@
 
     python benchmarks/recall_ab.py --ref COMMIT --data-dir DIR [--size 1000000]
                                    [--queries 400] [--seed 11] [--order tenant|interleaved]
+                                   [--skewed big|small]
 
 Whole benchmark runs of ``recall.py`` on this 2-core VM differ by up to 3 ms
 between consecutive runs of the same code, far more than most changes are
@@ -9,14 +10,15 @@ worth. This script compares two versions of the recall SQL inside one server
 and one connection instead, question by question:
 
 * the kept set ``DIR/uniform-SIZE-interleaved`` (built by ``recall.py
-  --data-dir DIR``; ``DIR/uniform-SIZE`` with ``--order tenant``)
-  gets the current SQL (migrate), then the recall functions of ``COMMIT``'s
-  ``sql/functions/recall.sql`` under other names (``harbor.recall_ab``,
-  ``harbor._dense_candidates_ab``, ``harbor._lexical_candidates_ab``,
-  ``harbor._bm25_ab``; the candidate functions owned by ``harbor_search`` as
-  the originals). The helpers they call (identity, keys, token counts) are the
-  current ones, so a ``COMMIT`` whose recall needs other helpers cannot be
-  compared this way;
+  --data-dir DIR``; ``DIR/uniform-SIZE`` with ``--order tenant``; with
+  ``--skewed``, ``DIR/skewed-interleaved``, asking its 100,000-row tenant
+  ``big`` or its ``small`` ones) gets the current SQL (migrate), then the
+  recall functions of ``COMMIT``'s ``sql/functions/recall.sql`` under other
+  names (``harbor.recall_ab``, ``harbor._dense_candidates_ab``,
+  ``harbor._lexical_candidates_ab``, ``harbor._bm25_ab``; the candidate
+  functions owned by ``harbor_search`` as the originals). The helpers they
+  call (identity, keys, token counts) are the current ones, so a ``COMMIT``
+  whose recall needs other helpers cannot be compared this way;
 * each question (random tenants, top_k 25, one fixed ``as_of`` for both) is
   answered by both versions in alternating order, through the library's
   one-round-trip path on one pooled connection;
@@ -206,8 +208,20 @@ def main() -> None:
         default="interleaved",
         help="which kept set: as given to recall.py --order (default: %(default)s)",
     )
+    ap.add_argument(
+        "--skewed",
+        choices=("big", "small"),
+        help="the kept skewed set instead (recall.py --skewed): questions to its large"
+        " tenant, or to random small ones",
+    )
     args = ap.parse_args()
-    base = kept_dir(args.data_dir, set_label(f"uniform {args.size:,}", args.order))
+    if args.skewed:
+        base = kept_dir(args.data_dir, set_label("skewed", args.order))
+        # which tenants are asked (queries() picks among them; the sizes are not read)
+        counts = [("big", 0)] if args.skewed == "big" else [(f"t{i}", 0) for i in range(1, 1000)]
+    else:
+        base = kept_dir(args.data_dir, set_label(f"uniform {args.size:,}", args.order))
+        counts = [(f"t{i}", args.size // 1000) for i in range(1000)]
     if not (base / "built.json").exists():
         raise SystemExit(f"no kept set at {base}: build it with recall.py --data-dir")
     sql = old_functions(args.ref)
@@ -219,7 +233,6 @@ def main() -> None:
         migrate.upgrade(owner_url)
         install(owner_url, su, sql)
         try:
-            counts = [(f"t{i}", args.size // 1000) for i in range(1000)]
             qs = queries(args.queries, counts, seed=args.seed)
             asyncio.run(compare(with_params(su, dbname="harbor", user="harbor_app"), su_db_url, qs))
         finally:
