@@ -771,9 +771,7 @@ def test_recall_counts_no_vectors_when_a_word_matched(conns: tuple[Conn, Conn]) 
 
     def vector_scans(query: str) -> tuple[int, int]:
         before = scans()
-        got = recall(
-            app, query, query_embedding="[1,2,1]", model_id="m", scopes="{user}", top_k=25
-        )
+        got = recall(app, query, query_embedding="[1,2,1]", model_id="m", scopes="{user}", top_k=25)
         return len(got), scans() - before
 
     for _ in range(3):  # the same before and after the plans are cached
