@@ -95,7 +95,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    """Print the server, the schema revision and row counts per tier."""
+    """Print the server, the schema revision and row counts per tier; exit 1 when
+    the schema is not migrated or a harbor function has another owner than a
+    migration gives it (one re-created by hand, say as a superuser)."""
     import psycopg
     from psycopg.rows import dict_row
 
@@ -120,6 +122,19 @@ def cmd_status(args: argparse.Namespace) -> int:
     state = "up to date" if current == head else f"behind (newest is {head}; run harbor-pg migrate)"
     print(f"schema:   {current or 'not migrated'} - {state}")
     if current is None:
+        return 1
+    with psycopg.connect(url, autocommit=True, row_factory=dict_row) as conn:
+        misowned = conn.execute(query("misowned_functions")).fetchall()
+    if misowned:
+        print(
+            f"owners:   {len(misowned)} harbor function(s) not owned as a migration leaves"
+            " them (the next migration stops at them):"
+        )
+        for row in misowned:
+            print(
+                f"          {row['function']} is owned by {row['owner']}:"
+                f" alter function {row['function']} owner to {row['expected']};"
+            )
         return 1
     if info.superuser_url is None:
         print("rows:     (needs a superuser URL to count across tenants)")

@@ -197,3 +197,52 @@ def test_cli_reports_a_bad_url_without_traceback() -> None:
 def test_psycopg_is_used_for_checks(fresh_db: PgDatabase) -> None:
     with psycopg.connect(fresh_db.superuser_url) as conn:
         assert conn.execute("select extname from pg_extension where extname = 'vector'").fetchone()
+
+
+def test_cli_status_names_functions_with_another_owner(fresh_db: PgDatabase) -> None:
+    """A function re-created by hand as a superuser blocks the next migration;
+    `status` names it, says how to give it back, and exits 1."""
+
+    def status() -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "HARBOR_DATABASE_URL": fresh_db.superuser_url}
+        env.pop("HARBOR_ADMIN_DATABASE_URL", None)
+        return subprocess.run(
+            [sys.executable, "-m", "harbor_pg.cli", "status"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    fine = status()
+    assert fine.returncode == 0, fine.stdout + fine.stderr
+    assert "owners:" not in fine.stdout
+    with psycopg.connect(fresh_db.superuser_url, autocommit=True) as su:
+        (me,) = su.execute("select current_user::text").fetchone() or ("",)
+        su.execute("alter function harbor.approximate_tokens(text) owner to current_user")
+        su.execute(
+            "alter function harbor._lexical_candidates(text, harbor.memory_scope[],"
+            " timestamptz, integer, integer) owner to current_user"
+        )
+        try:
+            bad = status()
+        finally:
+            su.execute("alter function harbor.approximate_tokens(text) owner to harbor_owner")
+            su.execute("grant create on schema harbor to harbor_search")
+            su.execute(
+                "alter function harbor._lexical_candidates(text, harbor.memory_scope[],"
+                " timestamptz, integer, integer) owner to harbor_search"
+            )
+            su.execute("revoke create on schema harbor from harbor_search")
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert "owners:   2 harbor function(s) not owned as a migration leaves them" in bad.stdout
+    assert (
+        f"harbor._lexical_candidates(text,harbor.memory_scope[],timestamp with time zone,"
+        f"integer,integer) is owned by {me}: alter function harbor._lexical_candidates("
+    ) in bad.stdout
+    assert "owner to harbor_search;" in bad.stdout
+    assert (
+        f"harbor.approximate_tokens(text) is owned by {me}: alter function"
+        " harbor.approximate_tokens(text) owner to harbor_owner;"
+    ) in bad.stdout
+    assert status().returncode == 0
