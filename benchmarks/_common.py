@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import re
@@ -70,16 +71,43 @@ def private_server() -> Iterator[tuple[str, Path]]:
 @contextmanager
 def kept_server(base: Path) -> Iterator[tuple[str, Path]]:
     """An embedded server whose data directory ``base/pgdata`` outlives the run
-    (created on first use, started again on the next); yields (superuser URL, base)."""
+    (created on first use, started again on the next); yields (superuser URL, base).
+
+    The wheel stops the server when the last process holding a handle lets go,
+    and keeps those processes in ``pgdata/.handle_pids.json``. A run that was
+    killed stays in that list, so from then on no run stops the server and each
+    finds the buffers the last one warmed: "as the questions came" would no
+    longer mean the first touch after a start. So dead processes are dropped
+    from the list, and a server left running with no live handle is stopped
+    before this run starts it."""
     os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="xdg-"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         base.mkdir(parents=True, exist_ok=True)
-        handle = _embedded(base / "pgdata", cleanup_mode="stop")
+        pgdata = base / "pgdata"
+        handles = pgdata / ".handle_pids.json"
+        live: list[int] = []
+        if handles.exists():
+            live = [pid for pid in json.loads(handles.read_text()) if _alive(pid)]
+            handles.write_text(json.dumps(live))
+        if (pgdata / "postmaster.pid").exists() and not live:
+            stop_server(pgdata)
+            print(f"  stopped a server left running on {base}: this run starts it cold", flush=True)
+        handle = _embedded(pgdata, cleanup_mode="stop")
         try:
             yield handle.get_uri(), base
         finally:
             handle.cleanup()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def with_params(url: str, **params: str) -> str:
