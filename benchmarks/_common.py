@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import re
@@ -77,20 +76,17 @@ def kept_server(base: Path) -> Iterator[tuple[str, Path]]:
     and keeps those processes in ``pgdata/.handle_pids.json``. A run that was
     killed stays in that list, so from then on no run stops the server and each
     finds the buffers the last one warmed: "as the questions came" would no
-    longer mean the first touch after a start. So dead processes are dropped
-    from the list, and a server left running with no live handle is stopped
-    before this run starts it."""
+    longer mean the first touch after a start. harbor-pg now drops dead
+    processes from the list (``server.live_handles``); a server left running
+    with no live handle is stopped here before this run starts it."""
+    from harbor_pg.db import server
+
     os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="xdg-"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         base.mkdir(parents=True, exist_ok=True)
         pgdata = base / "pgdata"
-        handles = pgdata / ".handle_pids.json"
-        live: list[int] = []
-        if handles.exists():
-            live = [pid for pid in json.loads(handles.read_text()) if _alive(pid)]
-            handles.write_text(json.dumps(live))
-        if (pgdata / "postmaster.pid").exists() and not live:
+        if (pgdata / "postmaster.pid").exists() and not server.live_handles(pgdata):
             stop_server(pgdata)
             print(f"  stopped a server left running on {base}: this run starts it cold", flush=True)
         handle = _embedded(pgdata, cleanup_mode="stop")
@@ -98,16 +94,6 @@ def kept_server(base: Path) -> Iterator[tuple[str, Path]]:
             yield handle.get_uri(), base
         finally:
             handle.cleanup()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def with_params(url: str, **params: str) -> str:

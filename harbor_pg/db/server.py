@@ -18,6 +18,7 @@ edits to ``postgresql.conf`` do not (the file is included at its end).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
@@ -46,6 +47,7 @@ __all__ = [
     "check_url",
     "default_data_dir",
     "embedded_settings",
+    "live_handles",
     "redact",
     "resolve_server",
     "scrub",
@@ -358,12 +360,54 @@ def _start(pgdata: Path, settings: dict[str, str], cleanup_mode: str | None) -> 
         known = base._instances.get(pgdata)
         if known is not None:
             return known
+        with base._lock:
+            live_handles(pgdata)
         try:
             return HarborServer(pgdata, cleanup_mode=cleanup_mode)
         except BaseException:
             # the wheel registers the handle before starting the server
             base._instances.pop(pgdata, None)
             raise
+
+
+_HANDLES_FILE = ".handle_pids.json"
+
+
+def live_handles(pgdata: Path) -> list[int]:
+    """The processes holding a handle on the embedded server in ``pgdata``, with
+    the dead ones dropped from the wheel's list (``.handle_pids.json``).
+
+    The wheel stops a server started with ``cleanup_mode="stop"`` when the last
+    process in that list exits, and never prunes it: one killed process would
+    keep every later one from stopping the server. Call it under the wheel's
+    lock (``PostgresServer._lock``).
+    """
+    path = pgdata / _HANDLES_FILE
+    try:
+        listed = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    if not isinstance(listed, list):
+        return []
+    live = [pid for pid in listed if isinstance(pid, int) and _process_alive(pid)]
+    if live != listed:
+        with contextlib.suppress(OSError):
+            path.write_text(json.dumps(live))
+    return live
+
+
+def _process_alive(pid: int) -> bool:
+    if os.name != "posix":  # signal 0 would terminate the process on Windows
+        return True
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):
+        return False
+    except PermissionError:  # alive, someone else's
+        return True
+    return True
 
 
 def _start_failure(pgdata: Path, exc: BaseException) -> str:

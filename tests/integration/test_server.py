@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -246,3 +247,37 @@ def test_cli_status_names_functions_with_another_owner(fresh_db: PgDatabase) -> 
         " harbor.approximate_tokens(text) owner to harbor_owner;"
     ) in bad.stdout
     assert status().returncode == 0
+
+
+def test_a_process_that_died_holding_the_server_does_not_keep_it_up(tmp_path: Path) -> None:
+    """With ``cleanup_mode="stop"`` the wheel stops the server when the last process
+    in its list of holders exits. A holder that was killed stays in that list; it
+    must not keep every later process from stopping the server."""
+    data = tmp_path / "data"
+    pgdata = data / "pgdata"
+    start = (
+        "import sys; from pathlib import Path; from harbor_pg.db import server;"
+        " server.start_embedded(Path(sys.argv[1]),"
+        " cleanup_mode=None if sys.argv[2] == 'none' else sys.argv[2])"
+    )
+
+    def run(mode: str) -> None:
+        out = subprocess.run(
+            [sys.executable, "-c", start, str(data), mode],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode == 0, out.stderr
+
+    try:
+        run("none")  # started and left running
+        assert (pgdata / "postmaster.pid").exists()
+        gone = subprocess.Popen([sys.executable, "-c", "pass"])
+        gone.wait()
+        (pgdata / ".handle_pids.json").write_text(json.dumps([gone.pid]))
+        run("stop")  # the last live holder: it stops the server as it exits
+        assert not (pgdata / "postmaster.pid").exists()
+        assert json.loads((pgdata / ".handle_pids.json").read_text()) == []
+    finally:
+        stop_embedded(pgdata)
