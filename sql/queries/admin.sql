@@ -52,14 +52,13 @@ select p.relid::regclass::text as table_name, p.command, p.phase,
  order by p.pid
 
 -- name: misowned_functions
--- harbor functions not owned as a migration leaves them: the two candidate-search functions (SECURITY DEFINER) by harbor_search, every other by harbor_owner. A function re-created by hand, say as a superuser, blocks the next migration ("must be owner of function"), and a candidate function owned by another role runs with that role's rights.
+-- harbor functions not owned as a migration leaves them: the SECURITY DEFINER ones (the candidate searches) by harbor_search, every other by harbor_owner. A function re-created by hand, say as a superuser, blocks the next migration ("must be owner of function"), and a definer owned by another role runs with that role's rights.
 select p.oid::pg_catalog.regprocedure::text as function,
        pg_catalog.pg_get_userbyid(p.proowner)::text as owner,
        x.expected
   from pg_catalog.pg_proc p
  cross join lateral (
-       select case when p.proname in ('_dense_candidates', '_lexical_candidates')
-                   then 'harbor_search' else 'harbor_owner' end as expected) x
+       select case when p.prosecdef then 'harbor_search' else 'harbor_owner' end as expected) x
  where p.pronamespace = pg_catalog.to_regnamespace('harbor')
    and pg_catalog.pg_get_userbyid(p.proowner) <> x.expected
  order by 1

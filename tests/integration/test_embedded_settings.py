@@ -16,7 +16,6 @@ import psycopg
 import pytest
 
 from harbor_pg.db import server
-from tests.conftest import stop_embedded
 
 START = """
 import logging, sys
@@ -59,7 +58,7 @@ def _shared_buffers(url: str) -> str:
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Iterator[Path]:
     yield tmp_path / "data"
-    stop_embedded(tmp_path / "data" / "pgdata")
+    server.stop_embedded(tmp_path / "data" / "pgdata")
 
 
 def test_a_new_data_directory_starts_with_the_size_and_keeps_it_up_to_date(
@@ -72,14 +71,14 @@ def test_a_new_data_directory_starts_with_the_size_and_keeps_it_up_to_date(
     assert "shared_buffers = '256MB'" in (pgdata / "harbor.conf").read_text()
     # an existing data directory takes a new size at its next start, and the
     # include line is written once
-    stop_embedded(pgdata)
+    server.stop_embedded(pgdata)
     url = _start(data_dir, "384MB").splitlines()[0]
     assert _shared_buffers(url) == "384MB"
     assert (pgdata / "postgresql.conf").read_text().count("include_if_exists = 'harbor.conf'") == 1
     # ALTER SYSTEM wins over harbor-pg's file
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("alter system set shared_buffers = '200MB'")
-    stop_embedded(pgdata)
+    server.stop_embedded(pgdata)
     assert _shared_buffers(_start(data_dir, "384MB").splitlines()[0]) == "200MB"
 
 
@@ -116,7 +115,7 @@ def test_a_data_directory_it_cannot_write_starts_with_the_settings_it_has(
     data_dir: Path,
 ) -> None:
     url = _start(data_dir, "256MB").splitlines()[0]
-    stop_embedded(data_dir / "pgdata")
+    server.stop_embedded(data_dir / "pgdata")
     out = _start(data_dir, "384MB", refused="unwritable")
     assert "WARNING cannot write the embedded server's settings in " in out
     assert "Permission denied" in out and "it starts with the settings it has" in out

@@ -16,7 +16,7 @@ from psycopg import conninfo
 from harbor_pg.db import migrate, server
 from harbor_pg.db.connection import Database
 from harbor_pg.errors import MemoryConfigurationError
-from tests.conftest import PgDatabase, PgServer, stop_embedded
+from tests.conftest import PgDatabase, PgServer, run_cli
 
 
 def test_redact_hides_passwords() -> None:
@@ -178,7 +178,7 @@ def test_cli_up_and_status_start_and_reuse_the_embedded_server(tmp_path: Path) -
         )
         assert "short-term 17" in again.stdout  # 5 + 10 turns, then 2 for extraction
     finally:
-        stop_embedded(tmp_path / "data" / "pgdata")
+        server.stop_embedded(tmp_path / "data" / "pgdata")
 
 
 def test_cli_reports_a_bad_url_without_traceback() -> None:
@@ -205,15 +205,7 @@ def test_cli_status_names_functions_with_another_owner(fresh_db: PgDatabase) -> 
     `status` names it, says how to give it back, and exits 1."""
 
     def status() -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "HARBOR_DATABASE_URL": fresh_db.superuser_url}
-        env.pop("HARBOR_ADMIN_DATABASE_URL", None)
-        return subprocess.run(
-            [sys.executable, "-m", "harbor_pg.cli", "status"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        return run_cli("status", url=fresh_db.superuser_url)
 
     fine = status()
     assert fine.returncode == 0, fine.stdout + fine.stderr
@@ -280,4 +272,4 @@ def test_a_process_that_died_holding_the_server_does_not_keep_it_up(tmp_path: Pa
         assert not (pgdata / "postmaster.pid").exists()
         assert json.loads((pgdata / ".handle_pids.json").read_text()) == []
     finally:
-        stop_embedded(pgdata)
+        server.stop_embedded(pgdata)

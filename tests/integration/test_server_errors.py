@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,22 +20,10 @@ from harbor_pg import cli
 from harbor_pg.db import migrate, server
 from harbor_pg.errors import MemoryConfigurationError
 from harbor_pg.manager import MemoryManager
-from tests.conftest import PgDatabase, PgServer, _drop_database
+from tests.conftest import PgDatabase, PgServer, _drop_database, run_cli
 
 SECRET = "Hunter2-do-not-print"
 EXPECTED = "expected postgresql://user:password@host:port/dbname or key=value pairs"
-
-
-def _cli(*argv: str, url: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HARBOR_DATABASE_URL": url}
-    env.pop("HARBOR_ADMIN_DATABASE_URL", None)
-    return subprocess.run(
-        [sys.executable, "-m", "harbor_pg.cli", *argv],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def _assert_clean_cli_error(out: subprocess.CompletedProcess[str], message: str) -> None:
@@ -118,7 +105,7 @@ async def test_manager_create_with_a_bad_url_is_one_clear_error(
 
 
 def test_cli_status_with_a_mysql_url() -> None:
-    out = _cli("status", url=f"mysql://u:{SECRET}@localhost/x")
+    out = run_cli("status", url=f"mysql://u:{SECRET}@localhost/x")
     _assert_clean_cli_error(
         out,
         f"HARBOR_DATABASE_URL mysql://u:***@localhost/x is not a PostgreSQL URL "
@@ -127,7 +114,7 @@ def test_cli_status_with_a_mysql_url() -> None:
 
 
 def test_cli_migrate_with_garbage() -> None:
-    out = _cli("migrate", url="garbage in here")
+    out = run_cli("migrate", url="garbage in here")
     _assert_clean_cli_error(
         out,
         f'HARBOR_DATABASE_URL is malformed: missing "=" after "garbage" in connection info '
@@ -213,7 +200,7 @@ def test_superuser_only_needs_the_extensions_available(bare_db: PgDatabase) -> N
 def test_cli_migrate_names_the_missing_create_extension(bare_db: PgDatabase) -> None:
     with psycopg.connect(bare_db.superuser_url, autocommit=True) as conn:
         conn.execute("create extension vector")
-    out = _cli("migrate", url=_with_password(bare_db.owner_url))
+    out = run_cli("migrate", url=_with_password(bare_db.owner_url))
     assert out.returncode == 2, (out.stdout, out.stderr)
     assert "Traceback" not in out.stderr and SECRET not in out.stderr
     assert "default operator class" not in out.stderr
@@ -275,7 +262,7 @@ def test_owner_role_reads_the_revision(fresh_db: PgDatabase) -> None:
 
 @pytest.mark.parametrize("command", ["status", "migrate"])
 def test_cli_as_the_app_role(fresh_db: PgDatabase, command: str) -> None:
-    out = _cli(command, url=_with_password(fresh_db.app_url))
+    out = run_cli(command, url=_with_password(fresh_db.app_url))
     _assert_clean_cli_error(
         out,
         "login 'harbor_app' cannot read the schema revision (public.harbor_alembic_version): "
@@ -284,7 +271,7 @@ def test_cli_as_the_app_role(fresh_db: PgDatabase, command: str) -> None:
 
 
 def test_cli_migrate_to_an_unknown_revision(fresh_db: PgDatabase) -> None:
-    out = _cli("migrate", "--revision", "nope", url=_with_password(fresh_db.owner_url))
+    out = run_cli("migrate", "--revision", "nope", url=_with_password(fresh_db.owner_url))
     assert out.returncode == 2, (out.stdout, out.stderr)
     assert "Traceback" not in out.stderr and SECRET not in out.stderr
     assert out.stderr.startswith("harbor-pg: error: cannot migrate to 'nope': ")
