@@ -377,8 +377,9 @@ async def run_demo(args: argparse.Namespace) -> int:
         moved = await manager.append(
             owner, ConversationMessage(role="user", content="Update: I moved to Lisbon last week.")
         )
+        replaced = f", superseding {saved[0].content!r}" if saved else ""
         for mem in await extractor.extract(owner, [moved]):
-            print(f"  supersedes : [{mem.scope.value}] {mem.content}")
+            print(f"  then       : [{mem.scope.value}] {mem.content}{replaced}")
         if saved:
             old = await manager.get(owner, saved[0].id or "")
             if old is not None:

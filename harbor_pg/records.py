@@ -56,6 +56,7 @@ class Sensitivity(enum.StrEnum):
 
     @property
     def level(self) -> int:
+        """Rank in the order none < low < pii < sensitive (0 to 3), for comparisons."""
         return list(Sensitivity).index(self)
 
 

@@ -68,6 +68,7 @@ class EraseReceipt:
 
     @property
     def total(self) -> int:
+        """Rows deleted in all tiers."""
         return self.short_term + self.working + self.long_term + self.embeddings
 
 
@@ -80,6 +81,7 @@ class RetentionReceipt:
 
     @property
     def total(self) -> int:
+        """Rows deleted in both tiers."""
         return self.working + self.long_term
 
 

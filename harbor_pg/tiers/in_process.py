@@ -93,6 +93,7 @@ class InMemoryShortTermStore:
         return (owner.tenant_id, owner.user_id or "", owner.session_id or "")
 
     async def append(self, owner: MemoryOwner, message: ConversationMessage) -> ConversationMessage:
+        """Store ``message`` as the owner's newest turn; return it with its id and time."""
         key = self._key(owner)
         turn_id = next(self._ids)
         stored = message.model_copy(update={"id": turn_id, "created_at": _now()})
@@ -101,12 +102,15 @@ class InMemoryShortTermStore:
         return stored
 
     async def recent(self, owner: MemoryOwner, limit: int) -> list[ConversationMessage]:
+        """The owner's last ``limit`` turns, oldest first."""
         turns = self._turns.get(self._key(owner), [])
         return list(turns[-limit:]) if limit > 0 else []
 
     async def after(
         self, owner: MemoryOwner, after_id: int, limit: int, before_id: int | None = None
     ) -> list[ConversationMessage]:
+        """Up to ``limit`` turns with ids after ``after_id`` (and before
+        ``before_id``), oldest first."""
         turns = [
             t
             for t in self._turns.get(self._key(owner), [])
@@ -115,9 +119,11 @@ class InMemoryShortTermStore:
         return turns[:limit]
 
     async def count(self, owner: MemoryOwner) -> int:
+        """How many turns the owner's session holds."""
         return len(self._turns.get(self._key(owner), []))
 
     async def clear(self, owner: MemoryOwner) -> int:
+        """Delete the session's turns; return how many went."""
         gone = self._turns.pop(self._key(owner), [])
         for turn in gone:
             self._principals.pop(turn.id or 0, None)
@@ -255,11 +261,13 @@ class InMemoryWorkingStore:
         return state
 
     async def get(self, owner: MemoryOwner) -> dict[str, Any]:
+        """The run's working state (empty once it expired)."""
         return dict(self._live(self._key(owner)) or {})
 
     async def update(
         self, owner: MemoryOwner, state: dict[str, Any], ttl_seconds: float | None
     ) -> dict[str, Any]:
+        """Merge ``state`` into the run's working state, renewing its TTL; return the result."""
         async with self._lock:
             key = self._key(owner)
             merged = {**(self._live(key) or {}), **state}
@@ -268,6 +276,7 @@ class InMemoryWorkingStore:
             return dict(merged)
 
     async def clear(self, owner: MemoryOwner) -> int:
+        """Delete the run's working state; return 1 if there was one, else 0."""
         return 1 if self._state.pop(self._key(owner), None) is not None else 0
 
     async def purge_expired(self) -> int:
@@ -358,6 +367,8 @@ class InMemoryLongTermStore:
         embedding: Sequence[float] | None = None,
         model_id: str | None = None,
     ) -> SaveResult:
+        """Store ``memory`` for the owner, or return the valid copy with the same
+        content already there (``created`` False); the vector is kept by model."""
         key = owner.key(memory.scope)
         digest = memory.content_hash or content_hash(memory.scope, memory.content)
         vector = _check_embedding(embedding, model_id)
@@ -388,12 +399,16 @@ class InMemoryLongTermStore:
             return SaveResult(memory=stored, created=True)
 
     async def get(self, owner: MemoryOwner, memory_id: str) -> Memory | None:
+        """The memory ``memory_id`` if the owner may see it, else None."""
         row = self._rows.get(memory_id)
         return row if row is not None and _visible(row, owner) else None
 
     async def search(
         self, owner: MemoryOwner, query: str, *, limit: int = 10, as_of: datetime | None = None
     ) -> list[Memory]:
+        """Memories the owner may see, valid at ``as_of`` (default now), never
+        summaries, that share a word with ``query`` or contain it: the most shared
+        words first (importance breaks ties), at most ``limit``."""
         if not query.strip():
             return []
         when = as_of or _now()
@@ -574,6 +589,7 @@ class InMemoryLongTermStore:
         return FactResult(memory=saved.memory, created=saved.created)
 
     async def delete(self, owner: MemoryOwner, memory_id: str) -> bool:
+        """Delete one of the owner's memories (never a TENANT or GLOBAL one); True if it went."""
         row = self._rows.get(memory_id)
         if row is None or not _visible(row, owner) or row.scope.value in ("tenant", "global"):
             return False

@@ -166,7 +166,10 @@ def test_cli_up_and_status_start_and_reuse_the_embedded_server(tmp_path: Path) -
         assert "degraded :" not in demo.stdout
         # extraction, supersession, and an as-of recall on both sides of the change
         assert "extracted  : [user] Dana lives in Berlin" in demo.stdout
-        assert "supersedes : [user] Dana lives in Lisbon" in demo.stdout
+        assert (
+            "then       : [user] Dana lives in Lisbon, superseding 'Dana lives in Berlin'"
+            in demo.stdout
+        )
         assert "as of before the move: ['Dana lives in Berlin']" in demo.stdout
         assert "as of now            : ['Dana lives in Lisbon']" in demo.stdout
         again = subprocess.run(
