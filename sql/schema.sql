@@ -212,28 +212,50 @@ create index memory_embeddings_owner_idx
     on harbor.memory_embeddings (tenant_id, model_id, scope, user_id, project_id, session_id, run_id);
 -- The exact dense scan reads all of an owner's vectors; as for the lexical leg,
 -- a B-tree holding the vectors keeps one owner's side by side however the
--- writes interleave. Only 384-dimension vectors (1,544 bytes) fit an entry,
--- with owner keys of at most 900 bytes; the others go to the second index.
-create function harbor.vector_entry_fits(dims integer, tenant_id text, model_id text,
-                                         project_id text, user_id text, session_id text,
-                                         run_id text, memory_id text) returns boolean
+-- writes interleave. It is keyed on one column, the owner fields encoded by
+-- harbor.vector_owner_key(), so that the scan checks one key per entry instead
+-- of seven (about 0.2 ms of a 1,000-vector owner's recall, benchmarks/RESULTS.md
+-- session 12); the fields are carried too (an index-only scan must see the
+-- columns its condition names). Only 384-dimension vectors (1,544 bytes) fit
+-- an entry, with owner fields of at most 900 bytes counted twice (the key and
+-- the fields) plus the memory id; the others go to the second index.
+create function harbor.vector_owner_key(tenant_id text, model_id text, scope harbor.memory_scope,
+                                        user_id text, project_id text, session_id text,
+                                        run_id text) returns text
+    language sql immutable parallel safe
+-- each field prefixed by its length in bytes, so that different fields never
+-- give the same key; the scope as one letter (an enum's text is not immutable)
+return pg_catalog.octet_length(tenant_id)::text || ':' || tenant_id
+       || pg_catalog.octet_length(model_id)::text || ':' || model_id
+       || case scope when 'global' then 'g' when 'tenant' then 't' when 'project' then 'p'
+                     when 'user' then 'u' when 'session' then 's' when 'run' then 'r' end
+       || pg_catalog.octet_length(user_id)::text || ':' || user_id
+       || pg_catalog.octet_length(project_id)::text || ':' || project_id
+       || pg_catalog.octet_length(session_id)::text || ':' || session_id
+       || pg_catalog.octet_length(run_id)::text || ':' || run_id;
+create function harbor.vector_owner_entry_fits(dims integer, tenant_id text, model_id text,
+                                               project_id text, user_id text,
+                                               session_id text, run_id text,
+                                               memory_id text) returns boolean
     language sql immutable parallel safe
 return dims = 384
-       and pg_catalog.octet_length(tenant_id) + pg_catalog.octet_length(model_id)
-           + pg_catalog.octet_length(project_id) + pg_catalog.octet_length(user_id)
-           + pg_catalog.octet_length(session_id) + pg_catalog.octet_length(run_id)
+       and 2 * (pg_catalog.octet_length(tenant_id) + pg_catalog.octet_length(model_id)
+                + pg_catalog.octet_length(project_id) + pg_catalog.octet_length(user_id)
+                + pg_catalog.octet_length(session_id) + pg_catalog.octet_length(run_id))
            + pg_catalog.octet_length(memory_id) <= 900;
-create index memory_embeddings_vectors_idx
+create index memory_embeddings_owner_vectors_idx
+    on harbor.memory_embeddings ((harbor.vector_owner_key(tenant_id, model_id, scope, user_id,
+                                                          project_id, session_id, run_id))
+                                 collate "C")
+    include (tenant_id, model_id, scope, user_id, project_id, session_id, run_id, memory_id,
+             with_context, embedding)
+    where harbor.vector_owner_entry_fits(dims, tenant_id, model_id, project_id, user_id,
+                                         session_id, run_id, memory_id);
+create index memory_embeddings_owner_vectors_rest_idx
     on harbor.memory_embeddings (tenant_id, model_id, scope, user_id, project_id, session_id,
                                  run_id)
-    include (memory_id, with_context, embedding)
-    where harbor.vector_entry_fits(dims, tenant_id, model_id, project_id, user_id, session_id,
-                                   run_id, memory_id);
-create index memory_embeddings_vectors_rest_idx
-    on harbor.memory_embeddings (tenant_id, model_id, scope, user_id, project_id, session_id,
-                                 run_id)
-    where not harbor.vector_entry_fits(dims, tenant_id, model_id, project_id, user_id,
-                                       session_id, run_id, memory_id);
+    where not harbor.vector_owner_entry_fits(dims, tenant_id, model_id, project_id, user_id,
+                                             session_id, run_id, memory_id);
 -- HNSW per common dimension (expression indexes: the column itself is untyped
 -- so one table serves every model). 384: MiniLM / bge-small; 1536: OpenAI.
 -- ef_construction 128 (pgvector's default is 64): with 64, a graph built over

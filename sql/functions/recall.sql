@@ -198,19 +198,23 @@ begin
                     select w.tenant_id, w.memory_id, w.with_context, w.dist
                       from (-- 384-dimension vectors from the index that holds them (an
                             -- owner's side by side), without visiting the table
+                            -- (one key column: the owner fields encoded, compared
+                            -- byte for byte)
                             select e.tenant_id, e.memory_id, e.with_context,
                                    e.embedding operator(public.<=>) p_embedding as dist
                               from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user,
                                                        v_session, v_run) k
                               join harbor.memory_embeddings e
-                                on e.tenant_id = k.tenant_id and e.model_id = p_model_id
-                               and e.scope = k.scope and e.user_id = k.user_id
-                               and e.project_id = k.project_id
-                               and e.session_id = k.session_id and e.run_id = k.run_id
-                             where harbor.vector_entry_fits(e.dims, e.tenant_id, e.model_id,
-                                                            e.project_id, e.user_id,
-                                                            e.session_id, e.run_id,
-                                                            e.memory_id)
+                                on harbor.vector_owner_key(e.tenant_id, e.model_id, e.scope,
+                                                           e.user_id, e.project_id,
+                                                           e.session_id, e.run_id) collate "C"
+                                   = harbor.vector_owner_key(k.tenant_id, p_model_id, k.scope,
+                                                             k.user_id, k.project_id,
+                                                             k.session_id, k.run_id) collate "C"
+                             where harbor.vector_owner_entry_fits(e.dims, e.tenant_id,
+                                                                  e.model_id, e.project_id,
+                                                                  e.user_id, e.session_id,
+                                                                  e.run_id, e.memory_id)
                                and v_dims = 384
                             union all
                             -- every other vector of this dimension
@@ -223,10 +227,12 @@ begin
                                and e.scope = k.scope and e.user_id = k.user_id
                                and e.project_id = k.project_id
                                and e.session_id = k.session_id and e.run_id = k.run_id
-                             where not harbor.vector_entry_fits(e.dims, e.tenant_id,
-                                                                e.model_id, e.project_id,
-                                                                e.user_id, e.session_id,
-                                                                e.run_id, e.memory_id)
+                             where not harbor.vector_owner_entry_fits(e.dims, e.tenant_id,
+                                                                      e.model_id,
+                                                                      e.project_id,
+                                                                      e.user_id,
+                                                                      e.session_id,
+                                                                      e.run_id, e.memory_id)
                                and e.dims = v_dims) w
                      order by w.dist, w.memory_id
                      limit v_window

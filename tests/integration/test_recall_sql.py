@@ -240,8 +240,9 @@ def test_exact_dense_scan_reads_vectors_from_both_owner_indexes(fresh_db: PgData
             )
         su.execute("analyze harbor.memory_embeddings")
         split = su.execute(
-            "select harbor.vector_entry_fits(dims, tenant_id, model_id, project_id, user_id,"
-            " session_id, run_id, memory_id), count(*) from harbor.memory_embeddings group by 1"
+            "select harbor.vector_owner_entry_fits(dims, tenant_id, model_id, project_id,"
+            " user_id, session_id, run_id, memory_id), count(*) from harbor.memory_embeddings"
+            " group by 1"
         ).fetchall()
         assert sorted(split) == [(False, 40), (True, 80)]
     with psycopg.connect(fresh_db.app_url, autocommit=True) as app:
@@ -258,6 +259,78 @@ def test_exact_dense_scan_reads_vectors_from_both_owner_indexes(fresh_db: PgData
                 (_literal(q),),
             ).fetchall()
             assert [r[0] for r in got] == expected
+
+
+def test_the_largest_entry_the_covering_vector_index_admits_fits_it(
+    fresh_db: PgDatabase,
+) -> None:
+    """The covering vector index holds the owner key and the owner fields, so its
+    predicate counts the fields twice. At its bound (twice the fields plus the
+    memory id at 900 bytes, with long fields whose headers and length prefixes are
+    the largest) the entry is still accepted; one byte more goes to the narrow
+    index. The exact scan reads both, for the owner those long ids name."""
+    tenant, model, user, session = "T" * 130, "M" * 130, "U" * 130, "S" * 59
+    rng = random.Random(5)
+    vectors = {"ab": _unit(rng), "abc": _unit(rng)}
+    with psycopg.connect(fresh_db.superuser_url, autocommit=True) as su:
+        for memory_id, vector in vectors.items():
+            su.execute(
+                "insert into harbor.memories (tenant_id, id, scope, user_id, session_id, content,"
+                " content_hash) values (%s, %s, 'session', %s, %s, 'long ids', md5(%s) || md5(%s))",
+                (tenant, memory_id, user, session, memory_id, memory_id + "x"),
+            )
+            su.execute(
+                "insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims,"
+                " embedding, scope, user_id, session_id)"
+                " values (%s, %s, %s, 384, %s::vector, 'session', %s, %s)",
+                (tenant, memory_id, model, _literal(vector), user, session),
+            )
+        fits = dict(
+            su.execute(
+                "select memory_id, harbor.vector_owner_entry_fits(dims, tenant_id, model_id,"
+                " project_id, user_id, session_id, run_id, memory_id)"
+                " from harbor.memory_embeddings"
+            ).fetchall()
+        )
+        assert fits == {"ab": True, "abc": False}
+        # other owners' vectors in the same index (3,000, so that the planner
+        # searches it by key rather than reading it through), which the key skips
+        su.execute(
+            "insert into harbor.memories (tenant_id, id, scope, user_id, content, content_hash)"
+            " select 't2', 'o' || i, 'user', 'u' || (i % 30), 'other',"
+            "        md5(i::text) || md5(i::text || 'x') from generate_series(1, 3000) i"
+        )
+        su.execute(
+            "insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims,"
+            " embedding, scope, user_id)"
+            " select 't2', 'o' || i, %s, 384, %s::vector, 'user', 'u' || (i %% 30)"
+            " from generate_series(1, 3000) i",
+            (model, _literal(_unit(rng))),
+        )
+        su.execute("analyze harbor.memories, harbor.memory_embeddings")
+    with psycopg.connect(fresh_db.app_url, autocommit=True) as app:
+        app.execute(
+            "select harbor.set_identity(%s, principal_id => %s, session_id => %s)",
+            (tenant, user, session),
+        )
+        with app.transaction():
+            got = app.execute(
+                "select memory_id from harbor._dense_candidates(%s::vector, %s, '{session}',"
+                " now(), 5) order by dense_rank",
+                (_literal(vectors["abc"]), model),
+            ).fetchall()
+            # this transaction's own index statistics: each index gave up only the
+            # owner's entry, so the key index was searched by key, not read through
+            read = dict(
+                app.execute(
+                    "select c.relname, pg_stat_get_xact_tuples_returned(c.oid) from pg_index i"
+                    " join pg_class c on c.oid = i.indexrelid"
+                    " where i.indrelid = 'harbor.memory_embeddings'::regclass"
+                ).fetchall()
+            )
+        assert [r[0] for r in got] == ["abc", "ab"]
+        assert read["memory_embeddings_owner_vectors_idx"] == 1
+        assert read["memory_embeddings_owner_vectors_rest_idx"] == 1
 
 
 def test_entity_and_type_boosts_only_rerank(conns: tuple[Conn, Conn]) -> None:
