@@ -1,14 +1,21 @@
-"""What a one-column owner key would save recall's two owner scans (a prototype).
+"""What one owner-key column saves recall's two owner scans, against six or seven.
 
-Both covering indexes that recall's owner scans read (``memory_embeddings`` for
-the dense leg, ``memories`` for the lexical leg) are keyed on the owner fields
-(tenant, model, scope, user, project, session, run): six or seven text columns
-that every entry deforms and checks before its included columns. This copies
-``--owners`` owners' rows of a kept set built by ``recall.py`` into side tables
-in the ``public`` schema, each with a covering index as today's and one keyed on
-a single ``bigint`` owner id (a ``dense_rank()`` over the owner fields), and one
-over ``halfvec(384)`` as well. It then times each owner's core statements at the
-client, with generic plans, the variants in random order per question:
+Until migration 0007 both covering indexes that recall's owner scans read
+(``memory_embeddings`` for the dense leg, ``memories`` for the lexical leg) were
+keyed on the owner fields (tenant, model, scope, user, project, session, run):
+six or seven text columns that every entry checks. This copies ``--owners``
+owners' rows of a kept set built by ``recall.py`` into side tables in the
+``public`` schema, with covering indexes keyed
+
+- on the owner fields (as before 0007);
+- on ``harbor.vector_owner_key()`` of them, carrying the fields (as 0007 built
+  it for the vectors; the lexical one was not built);
+- on a single ``bigint`` owner id (a ``dense_rank()`` over the owner fields,
+  which would need a new column and an owners table), and for the vectors on
+  that id with ``halfvec(384)`` as well.
+
+It then times each owner's core statements at the client, with generic plans,
+the variants in random order per question:
 
 - dense: the owner's vectors, cosine distance, the nearest 164 (the window
   ``harbor._dense_candidates`` sorts for 50 candidates);
@@ -39,7 +46,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import kept_server, machine, with_params
 from recall import kept_dir, set_label
 
+from harbor_pg.db import migrate
+
 TABLES = ("t_cur", "t_oid", "t_oidh", "l_cur", "l_oid")
+# the variants, in the order they are reported; the first is the baseline
+FIELDS, EXPRESSION, OWNER_ID, HALFVEC = (
+    "owner fields",
+    "owner-key expression",
+    "bigint owner id",
+    "bigint owner id, halfvec",
+)
 
 BUILD = """
 create table public.t_cur as
@@ -66,10 +82,20 @@ create table public.l_oid as
     from public.l_cur l;
 create index on public.t_cur (tenant_id, model_id, scope, user_id, project_id, session_id, run_id)
   include (memory_id, with_context, embedding);
+create index on public.t_cur
+  ((harbor.vector_owner_key(tenant_id, model_id, scope, user_id, project_id, session_id, run_id))
+   collate "C")
+  include (tenant_id, model_id, scope, user_id, project_id, session_id, run_id, memory_id,
+           with_context, embedding);
 create index on public.t_oid (owner_id) include (memory_id, with_context, embedding);
 create index on public.t_oidh (owner_id) include (memory_id, with_context, eh);
 create index on public.l_cur (tenant_id, scope, user_id, project_id, session_id, run_id)
   include (id, fts, memory_type, importance, valid, content_hash, entity_ids);
+create index on public.l_cur
+  ((harbor.vector_owner_key(tenant_id, '', scope, user_id, project_id, session_id, run_id))
+   collate "C")
+  include (tenant_id, scope, user_id, project_id, session_id, run_id, id, fts, memory_type,
+           importance, valid, content_hash, entity_ids);
 create index on public.l_oid (owner_id)
   include (id, fts, memory_type, importance, valid, content_hash, entity_ids);
 """
@@ -78,6 +104,12 @@ DENSE_CUR = """
 select memory_id, with_context, embedding <=> %s::vector as d from public.t_cur
  where tenant_id = %s and model_id = %s and scope = %s::harbor.memory_scope and user_id = %s
    and project_id = %s and session_id = %s and run_id = %s
+ order by d, memory_id limit 164"""
+DENSE_EXPR = """
+select memory_id, with_context, embedding <=> %s::vector as d from public.t_cur
+ where harbor.vector_owner_key(tenant_id, model_id, scope, user_id, project_id, session_id,
+                               run_id) collate "C"
+       = harbor.vector_owner_key(%s, %s, %s::harbor.memory_scope, %s, %s, %s, %s) collate "C"
  order by d, memory_id limit 164"""
 DENSE_OID = """
 select memory_id, with_context, embedding <=> %s::vector as d from public.t_oid
@@ -104,6 +136,13 @@ LEXICAL_CUR = _LEXICAL.format(
     key="tenant_id = %s and scope = %s::harbor.memory_scope and user_id = %s"
     " and project_id = %s and session_id = %s and run_id = %s",
 )
+LEXICAL_EXPR = _LEXICAL.format(
+    hit=_HIT,
+    table="l_cur",
+    key="harbor.vector_owner_key(tenant_id, '', scope, user_id, project_id, session_id, run_id)"
+    " collate \"C\" = harbor.vector_owner_key(%s, '', %s::harbor.memory_scope, %s, %s, %s, %s)"
+    ' collate "C"',
+)
 LEXICAL_OID = _LEXICAL.format(hit=_HIT, table="l_oid", key="owner_id = %s")
 
 
@@ -125,7 +164,7 @@ def timed(
 def report(label: str, times: dict[str, list[float]], base: str) -> None:
     print(f"  {label}:")
     for name, xs in times.items():
-        line = f"    {name:<22} median {1000 * statistics.median(xs):.3f} ms"
+        line = f"    {name:<26} median {1000 * statistics.median(xs):.3f} ms"
         if name != base:
             saving = statistics.median(a - b for a, b in zip(times[base], xs, strict=True))
             line += f"   paired saving against {base}: {1000 * saving:.3f} ms"
@@ -148,6 +187,8 @@ def main() -> None:
     print(f"set: {base}, {args.owners} owners, {args.passes} passes", flush=True)
     rng = random.Random(args.seed)
     with kept_server(base) as (su, _):
+        # harbor.vector_owner_key() comes with migration 0007
+        migrate.upgrade(with_params(su, dbname="harbor", user="harbor_owner"))
         conn = psycopg.connect(with_params(su, dbname="harbor"), autocommit=True)
         try:
             drop(conn)
@@ -200,39 +241,40 @@ def run(conn: psycopg.Connection, args: argparse.Namespace, rng: random.Random) 
         text_qs.append((o, " | ".join(w.replace("'", "") for w in words if w.isalnum())))
 
     def dense(kind: str, o: tuple, v: str) -> list[str]:
-        if kind == "today's key":
-            rows = conn.execute(DENSE_CUR, (v, o[1], o[2], o[3], o[4], o[5], o[6], o[7]))
-        elif kind == "owner id":
+        if kind == FIELDS:
+            rows = conn.execute(DENSE_CUR, (v, *o[1:]))
+        elif kind == EXPRESSION:
+            rows = conn.execute(DENSE_EXPR, (v, o[1], o[2], o[3], o[4], o[5], o[6], o[7]))
+        elif kind == OWNER_ID:
             rows = conn.execute(DENSE_OID, (v, o[0]))
         else:
             rows = conn.execute(DENSE_HALF, (v, o[0]))
         return [r[0] for r in rows.fetchall()]
 
     def lexical(kind: str, o: tuple, q: str) -> tuple[int, list[str]]:
-        if kind == "today's key":
-            row = conn.execute(LEXICAL_CUR, (q, o[1], o[2], o[3], o[4], o[5], o[6])).fetchone()
+        if kind == FIELDS:
+            row = conn.execute(LEXICAL_CUR, (q, *o[1:])).fetchone()
+        elif kind == EXPRESSION:
+            row = conn.execute(LEXICAL_EXPR, (q, o[1], o[2], o[3], o[4], o[5], o[6])).fetchone()
         else:
             row = conn.execute(LEXICAL_OID, (q, o[0])).fetchone()
         assert row is not None
         return row[0], sorted(row[1] or [])
 
-    same = overlap = 0
-    for o, v in dense_qs:
-        cur = dense("today's key", o, v)[:25]
-        same += dense("owner id", o, v)[:25] == cur
-        overlap += len(set(dense("owner id, halfvec", o, v)[:25]) & set(cur))
     n = len(dense_qs)
-    print(f"  dense: owner id gives today's top 25 in {same} of {n} questions;")
-    print(f"         halfvec shares {100 * overlap / (25 * n):.2f}% of the places")
-    agree = sum(lexical("today's key", o, q) == lexical("owner id", o, q) for o, q in text_qs)
-    print(f"  lexical: owner id gives today's count and matches in {agree} of {len(text_qs)}")
+    for kind in (EXPRESSION, OWNER_ID):
+        same = sum(dense(kind, o, v)[:25] == dense(FIELDS, o, v)[:25] for o, v in dense_qs)
+        print(f"  dense, {kind}: the same top 25 in {same} of {n} questions")
+    overlap = sum(
+        len(set(dense(HALFVEC, o, v)[:25]) & set(dense(FIELDS, o, v)[:25])) for o, v in dense_qs
+    )
+    print(f"  dense, {HALFVEC}: {100 * overlap / (25 * n):.2f}% of the top 25's places")
+    for kind in (EXPRESSION, OWNER_ID):
+        agree = sum(lexical(kind, o, q) == lexical(FIELDS, o, q) for o, q in text_qs)
+        print(f"  lexical, {kind}: the same count and matches in {agree} of {len(text_qs)}")
 
-    dense_times: dict[str, list[float]] = {
-        "today's key": [],
-        "owner id": [],
-        "owner id, halfvec": [],
-    }
-    text_times: dict[str, list[float]] = {"today's key": [], "owner id": []}
+    dense_times: dict[str, list[float]] = {k: [] for k in (FIELDS, EXPRESSION, OWNER_ID, HALFVEC)}
+    text_times: dict[str, list[float]] = {k: [] for k in (FIELDS, EXPRESSION, OWNER_ID)}
     for p in range(args.passes):
         for o, v in dense_qs:
             timed(
@@ -243,8 +285,8 @@ def run(conn: psycopg.Connection, args: argparse.Namespace, rng: random.Random) 
                 {k: (lambda k=k, o=o, q=q: lexical(k, o, q)) for k in text_times}, text_times, rng
             )
         print(f"  pass {p + 1} of {args.passes} done", flush=True)
-    report("dense: nearest 164 of the owner's vectors", dense_times, "today's key")
-    report("lexical: the owner's rows, text match, matches aggregated", text_times, "today's key")
+    report("dense: nearest 164 of the owner's vectors", dense_times, FIELDS)
+    report("lexical: the owner's rows, text match, matches aggregated", text_times, FIELDS)
 
 
 if __name__ == "__main__":
