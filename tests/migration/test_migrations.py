@@ -146,3 +146,67 @@ def test_0003_labels_existing_vectors_by_what_they_were_computed_from(
             " join harbor.memories m on m.id = e.memory_id order by m.content"
         ).fetchall()
     assert kept == [("a fact", "[1,0]"), ("a turn", "[1,0]"), ("b", "[1,0]")]
+
+
+def test_0007_moves_each_vector_to_the_index_its_entry_fits(empty_db: PgDatabase) -> None:
+    """0007 rebuilds the covering vector index on one owner-key column. An entry
+    there now holds the key and the fields, so a vector whose owner fields and
+    memory id fitted the old index (at most 900 bytes once) but not the new
+    bound (the fields twice) goes to the narrow index. After the upgrade the
+    exact scan reads both indexes and ranks every vector; the downgrade puts
+    back the old indexes and predicate."""
+    migrate.upgrade(empty_db.owner_url, "0006")
+    ids = ["short", "m" * 890]  # fields 8 bytes: 898 fits before, 906 does not after
+    # two directions: the query is the long id's vector, so it ranks first
+    vectors = {
+        ids[0]: "[" + ",".join(["1"] + ["0"] * 383) + "]",
+        ids[1]: "[" + ",".join(["0", "1"] + ["0"] * 382) + "]",
+    }
+    with psycopg.connect(empty_db.superuser_url, autocommit=True) as su:
+        for memory_id, vector in vectors.items():
+            su.execute(
+                "insert into harbor.memories (tenant_id, id, scope, user_id, content,"
+                " content_hash) values ('t1', %s, 'user', 'u1', 'x', md5(%s) || md5(%s))",
+                (memory_id, memory_id, memory_id + "y"),
+            )
+            su.execute(
+                "insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims,"
+                " embedding, scope, user_id) values ('t1', %s, 'm384', 384, %s::vector, 'user',"
+                " 'u1')",
+                (memory_id, vector),
+            )
+
+    def fits(predicate: str) -> dict[str, bool]:
+        with psycopg.connect(empty_db.superuser_url, autocommit=True) as su:
+            rows = su.execute(
+                f"select memory_id, harbor.{predicate}(dims, tenant_id, model_id, project_id,"
+                " user_id, session_id, run_id, memory_id) from harbor.memory_embeddings"
+            ).fetchall()
+        return {("long" if len(m) > 10 else m): f for m, f in rows}
+
+    def indexes() -> list[str]:
+        with psycopg.connect(empty_db.superuser_url, autocommit=True) as su:
+            rows = su.execute(
+                "select indexname from pg_indexes where tablename = 'memory_embeddings'"
+                " and indexname like '%%vectors%%' order by 1"
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    assert fits("vector_entry_fits") == {"short": True, "long": True}
+    migrate.upgrade(empty_db.owner_url)
+    assert fits("vector_owner_entry_fits") == {"short": True, "long": False}
+    assert indexes() == [
+        "memory_embeddings_owner_vectors_idx",
+        "memory_embeddings_owner_vectors_rest_idx",
+    ]
+    with psycopg.connect(empty_db.app_url, autocommit=True) as app:
+        app.execute("select harbor.set_identity('t1', principal_id => 'u1')")
+        got = app.execute(
+            "select memory_id from harbor._dense_candidates(%s::vector, 'm384', '{user}', now(),"
+            " 5) order by dense_rank",
+            (vectors[ids[1]],),
+        ).fetchall()
+    assert [r[0] for r in got] == [ids[1], ids[0]]
+    migrate.downgrade(empty_db.owner_url, "0006")
+    assert fits("vector_entry_fits") == {"short": True, "long": True}
+    assert indexes() == ["memory_embeddings_vectors_idx", "memory_embeddings_vectors_rest_idx"]
