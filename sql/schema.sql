@@ -224,7 +224,8 @@ create function harbor.vector_owner_key(tenant_id text, model_id text, scope har
                                         run_id text) returns text
     language sql immutable parallel safe
 -- each field prefixed by its length in bytes, so that different fields never
--- give the same key; the scope as one letter (an enum's text is not immutable)
+-- give the same key; the scope as one letter (an enum's text is not immutable:
+-- a new scope needs a letter here, and a migration that rebuilds the index)
 return pg_catalog.octet_length(tenant_id)::text || ':' || tenant_id
        || pg_catalog.octet_length(model_id)::text || ':' || model_id
        || case scope when 'global' then 'g' when 'tenant' then 't' when 'project' then 'p'

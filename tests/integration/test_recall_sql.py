@@ -261,6 +261,27 @@ def test_exact_dense_scan_reads_vectors_from_both_owner_indexes(fresh_db: PgData
             assert [r[0] for r in got] == expected
 
 
+def test_every_scope_has_its_own_owner_key(fresh_db: PgDatabase) -> None:
+    """The covering vector index is keyed on harbor.vector_owner_key(), which spells
+    each scope as one letter. A scope without a letter would key its rows as NULL,
+    and the exact scan would never find them: a new scope needs its letter there
+    (and a migration that rebuilds the index)."""
+    with psycopg.connect(fresh_db.superuser_url, autocommit=True) as su:
+        keys = su.execute(
+            "select s::text, harbor.vector_owner_key('t', 'm', s, 'u', '', '', '')"
+            " from unnest(enum_range(null::harbor.memory_scope)) s"
+        ).fetchall()
+        assert len(keys) >= 6
+        assert all(key is not None for _scope, key in keys), keys
+        assert len({key for _scope, key in keys}) == len(keys)
+        # the fields are length-prefixed: moving bytes between fields changes the key
+        a, b = su.execute(
+            "select harbor.vector_owner_key('ab', 'c', 'user', 'd', '', '', ''),"
+            " harbor.vector_owner_key('a', 'bc', 'user', 'd', '', '', '')"
+        ).fetchone()
+        assert a != b
+
+
 def test_the_largest_entry_the_covering_vector_index_admits_fits_it(
     fresh_db: PgDatabase,
 ) -> None:
