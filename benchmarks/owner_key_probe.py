@@ -24,7 +24,7 @@ the variants in random order per question:
 
 It checks that each variant returns what today's does, prints medians and
 paired differences, and drops the side tables. Nothing in the ``harbor``
-schema changes. Takes about 2 minutes for 300 owners and 3 passes.
+schema changes. Takes about a minute for 300 owners and 3 passes.
 
     python benchmarks/owner_key_probe.py --data-dir /tmp/bench1m
 """
