@@ -22,9 +22,9 @@ the variants in random order per question:
 - lexical: the owner's rows, the text match, the matches aggregated (as
   ``harbor._lexical_candidates``' one pass does).
 
-It checks that each variant returns what today's does, prints medians and
-paired differences, and drops the side tables. Nothing in the ``harbor``
-schema changes. Takes about a minute for 300 owners and 3 passes.
+It checks that each variant returns what the owner-field key does, prints
+medians and paired differences, and drops the side tables. Nothing in the
+``harbor`` schema changes. Takes about a minute for 300 owners and 3 passes.
 
     python benchmarks/owner_key_probe.py --data-dir /tmp/bench1m
 """
