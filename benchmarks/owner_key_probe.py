@@ -49,6 +49,37 @@ from recall import kept_dir, set_label
 from harbor_pg.db import migrate
 
 TABLES = ("t_cur", "t_oid", "t_oidh", "l_cur", "l_oid")
+# the owner fields and ids of the side tables' rows (SQL over the source row, e or m)
+_UUID = "md5({0})::uuid::text"
+ID_FORMS = {
+    "as-built": {
+        "tenant": "tenant_id",
+        "model": "model_id",
+        "scope": "scope",
+        "user": "user_id",
+        "session": "session_id",
+        "memory": "memory_id",
+        "memory_row": "id",
+    },
+    "uuid": {
+        "tenant": _UUID.format("tenant_id"),
+        "model": "'BAAI/bge-small-en-v1.5'::text",
+        "scope": "scope",
+        "user": f"case when user_id = '' then '' else {_UUID.format('user_id')} end",
+        "session": "session_id",
+        "memory": _UUID.format("memory_id"),
+        "memory_row": _UUID.format("id"),
+    },
+    "uuid-session": {
+        "tenant": _UUID.format("tenant_id"),
+        "model": "'BAAI/bge-small-en-v1.5'::text",
+        "scope": "'session'::harbor.memory_scope",
+        "user": _UUID.format("user_id"),
+        "session": _UUID.format("tenant_id || 'session'"),
+        "memory": _UUID.format("memory_id"),
+        "memory_row": _UUID.format("id"),
+    },
+}
 # the variants, in the order they are reported; the first is the baseline
 FIELDS, EXPRESSION, OWNER_ID, HALFVEC = (
     "owner fields",
@@ -59,8 +90,9 @@ FIELDS, EXPRESSION, OWNER_ID, HALFVEC = (
 
 BUILD = """
 create table public.t_cur as
-  select e.tenant_id, e.model_id, e.scope, e.user_id, e.project_id, e.session_id, e.run_id,
-         e.memory_id, e.with_context, e.embedding
+  select {tenant} as tenant_id, {model} as model_id, {scope} as scope, {user} as user_id,
+         e.project_id, {session} as session_id, e.run_id, {memory} as memory_id,
+         e.with_context, e.embedding
     from harbor.memory_embeddings e
    where e.dims = 384
      and e.tenant_id in (select distinct tenant_id from harbor.memory_embeddings
@@ -72,10 +104,12 @@ create table public.t_oid as
 create table public.t_oidh as
   select owner_id, memory_id, with_context, embedding::halfvec(384) as eh from public.t_oid;
 create table public.l_cur as
-  select m.tenant_id, m.scope, m.user_id, m.project_id, m.session_id, m.run_id, m.id, m.fts,
-         m.memory_type, m.importance, m.valid, m.content_hash, m.entity_ids
+  select {tenant} as tenant_id, {scope} as scope, {user} as user_id, m.project_id,
+         {session} as session_id, m.run_id, {memory_row} as id, m.fts, m.memory_type,
+         m.importance, m.valid, m.content_hash, m.entity_ids
     from harbor.memories m
-   where m.tenant_id in (select distinct tenant_id from public.t_cur);
+   where m.tenant_id in (select distinct tenant_id from harbor.memory_embeddings
+                          order by 1 limit %(owners)s);
 create table public.l_oid as
   select dense_rank() over (order by tenant_id, scope, user_id, project_id, session_id,
                                      run_id)::bigint as owner_id, l.*
@@ -179,6 +213,14 @@ def main() -> None:
     ap.add_argument("--owners", type=int, default=300)
     ap.add_argument("--passes", type=int, default=3)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument(
+        "--ids",
+        choices=sorted(ID_FORMS),
+        default="as-built",
+        help="the set's own short ids (as-built), or ids as a service might name them:"
+        " UUIDs for tenant, user and memory (uuid), and a session as well, in SESSION"
+        " scope (uuid-session); entry sizes, and so entries a page, depend on them",
+    )
     args = ap.parse_args()
     base = kept_dir(args.data_dir, set_label(f"uniform {args.size:,}", args.order))
     if not (base / "built.json").exists():
@@ -195,7 +237,8 @@ def main() -> None:
             t0 = time.perf_counter()
             for statement in BUILD.split(";"):
                 if statement.strip():
-                    conn.execute(statement.replace("%(owners)s", str(int(args.owners))))
+                    statement = statement.replace("%(owners)s", str(int(args.owners)))
+                    conn.execute(statement.format(**ID_FORMS[args.ids]))
             conn.execute("vacuum analyze " + ", ".join(f"public.{t}" for t in TABLES))
             print(f"  side tables built in {time.perf_counter() - t0:.1f} s", flush=True)
             for row in conn.execute(
@@ -234,11 +277,12 @@ def run(conn: psycopg.Connection, args: argparse.Namespace, rng: random.Random) 
     text_qs = []
     for o in text_owners:
         rows = conn.execute(
-            "select content from harbor.memories where tenant_id = %s order by md5(id) limit 2",
+            "select (tsvector_to_array(fts))[1:2] from public.l_cur where tenant_id = %s"
+            " order by md5(id) limit 2",
             (o[1],),
         ).fetchall()
-        words = [w for r in rows for w in r[0].split()[:2]] + ["what", "about"]
-        text_qs.append((o, " | ".join(w.replace("'", "") for w in words if w.isalnum())))
+        words = [w for r in rows for w in r[0]] + ["what", "about"]
+        text_qs.append((o, " | ".join(w for w in words if w.isalnum())))
 
     def dense(kind: str, o: tuple, v: str) -> list[str]:
         if kind == FIELDS:
