@@ -3,6 +3,7 @@
     python benchmarks/recall.py [--sizes 10000,100000,1000000] [--skewed 100000]
                                 [--queries 300] [--top-k 25] [--data-dir DIR]
                                 [--order tenant|interleaved] [--shared-buffers SIZE]
+                                [--ids short|uuid]
 
 For each size: a fresh embedded server, memories of 1,000 tenants (one user
 each, USER scope) with 384-dimension vectors drawn around 200 topic centres
@@ -16,6 +17,10 @@ tenant`` writes them a tenant at a time instead, each owner's rows side by
 side (the order of the figures before session 7 in RESULTS.md: faster, and
 not what a live service sees). The kept sets of the two orders live side by
 side under ``--data-dir`` (``uniform-SIZE`` and ``uniform-SIZE-interleaved``).
+Tenants are named t0 ... t999, users u-<tenant> and memories <tenant>-<n>;
+``--ids uuid`` names the tenants of the uniform sets by UUIDs instead, which
+makes every owner key and id as long as a service that uses UUIDs would have
+them, and so the index entries larger (kept as ``uniform-SIZE-uuid...``).
 
 Servers start as harbor-pg starts its embedded one (shared buffers sized to
 the machine, ``HARBOR_SHARED_BUFFERS`` to choose). Then, as ``harbor_app``
@@ -45,6 +50,7 @@ import random
 import statistics
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -211,6 +217,12 @@ def queries(n: int, tenants: list[tuple[str, int]], seed: int) -> list[tuple[str
         text = "what about " + " ".join(words[j] for j in rng.integers(0, WORDS_PER_TOPIC, 3))
         out.append((tenant, text, v))
     return out
+
+
+def tenant_name(i: int, ids: str = "short") -> str:
+    """The i-th tenant of a uniform set: ``t<i>``, or with ``ids="uuid"`` a UUID derived
+    from it (the same on every run)."""
+    return f"t{i}" if ids == "short" else str(uuid.uuid5(uuid.NAMESPACE_URL, f"harbor-bench/t{i}"))
 
 
 def owner_of(tenant: str) -> MemoryOwner:
@@ -469,13 +481,22 @@ def main() -> None:
         help="keep each data set's server under this directory and reuse it on the next run"
         " (the current SQL functions are applied again); default: a fresh temporary server",
     )
+    ap.add_argument(
+        "--ids",
+        choices=("short", "uuid"),
+        default="short",
+        help="tenant names for the uniform sets: short (t0 ... t999), or UUIDs as a service"
+        " might use, which make the user and memory ids as long (u-<uuid>, <uuid>-<n>) and each"
+        " index entry larger (a separate kept set); default: %(default)s",
+    )
     args = ap.parse_args()
     print(f"machine: {machine()}")
     sizes = [int(s) for s in args.sizes.split(",") if s]
     for size in sizes:
         per, extra = divmod(size, TENANTS)
-        counts = [(f"t{i}", per + (1 if i < extra else 0)) for i in range(TENANTS)]
-        label = set_label(f"uniform {size:,}", args.order)
+        counts = [(tenant_name(i, args.ids), per + (1 if i < extra else 0)) for i in range(TENANTS)]
+        kind = f"uniform {size:,}" + (" uuid" if args.ids == "uuid" else "")
+        label = set_label(kind, args.order)
         run_size(label, counts, args, ["*"], args.plans and size == max(sizes))
     if args.skewed:
         small = args.skewed // (TENANTS - 1)
