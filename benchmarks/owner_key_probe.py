@@ -284,24 +284,22 @@ def run(conn: psycopg.Connection, args: argparse.Namespace, rng: random.Random) 
         words = [w for r in rows for w in r[0]] + ["what", "about"]
         text_qs.append((o, " | ".join(w for w in words if w.isalnum())))
 
+    # statements taking the owner fields (o[1:]), and those taking the owner id (o[0])
+    by_fields = {FIELDS: (DENSE_CUR, LEXICAL_CUR), EXPRESSION: (DENSE_EXPR, LEXICAL_EXPR)}
+    by_id = {OWNER_ID: (DENSE_OID, LEXICAL_OID), HALFVEC: (DENSE_HALF, None)}
+
+    def statement(kind: str, leg: int, o: tuple, first: str) -> tuple[str, tuple]:
+        if kind in by_fields:
+            return by_fields[kind][leg], (first, *o[1:])
+        sql = by_id[kind][leg]
+        assert sql is not None
+        return sql, (first, o[0])
+
     def dense(kind: str, o: tuple, v: str) -> list[str]:
-        if kind == FIELDS:
-            rows = conn.execute(DENSE_CUR, (v, *o[1:]))
-        elif kind == EXPRESSION:
-            rows = conn.execute(DENSE_EXPR, (v, o[1], o[2], o[3], o[4], o[5], o[6], o[7]))
-        elif kind == OWNER_ID:
-            rows = conn.execute(DENSE_OID, (v, o[0]))
-        else:
-            rows = conn.execute(DENSE_HALF, (v, o[0]))
-        return [r[0] for r in rows.fetchall()]
+        return [r[0] for r in conn.execute(*statement(kind, 0, o, v)).fetchall()]
 
     def lexical(kind: str, o: tuple, q: str) -> tuple[int, list[str]]:
-        if kind == FIELDS:
-            row = conn.execute(LEXICAL_CUR, (q, *o[1:])).fetchone()
-        elif kind == EXPRESSION:
-            row = conn.execute(LEXICAL_EXPR, (q, o[1], o[2], o[3], o[4], o[5], o[6])).fetchone()
-        else:
-            row = conn.execute(LEXICAL_OID, (q, o[0])).fetchone()
+        row = conn.execute(*statement(kind, 1, o, q)).fetchone()
         assert row is not None
         return row[0], sorted(row[1] or [])
 

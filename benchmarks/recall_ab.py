@@ -48,7 +48,7 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import kept_server, machine, with_params
-from recall import kept_dir, owner_of, queries, request_for, set_label
+from recall import kept_dir, owner_of, queries, request_for, set_label, tenant_name
 
 from harbor_pg.context.recall import recall_params
 from harbor_pg.db import migrate
@@ -218,10 +218,12 @@ def main() -> None:
     if args.skewed:
         base = kept_dir(args.data_dir, set_label("skewed", args.order))
         # which tenants are asked (queries() picks among them; the sizes are not read)
-        counts = [("big", 0)] if args.skewed == "big" else [(f"t{i}", 0) for i in range(1, 1000)]
+        counts = (
+            [("big", 0)] if args.skewed == "big" else [(tenant_name(i), 0) for i in range(1, 1000)]
+        )
     else:
         base = kept_dir(args.data_dir, set_label(f"uniform {args.size:,}", args.order))
-        counts = [(f"t{i}", args.size // 1000) for i in range(1000)]
+        counts = [(tenant_name(i), args.size // 1000) for i in range(1000)]
     if not (base / "built.json").exists():
         raise SystemExit(f"no kept set at {base}: build it with recall.py --data-dir")
     sql = old_functions(args.ref)
