@@ -253,7 +253,11 @@ def build(su: str, turns: int, memories: int, own: int, users: int) -> dict[str,
                 "select indexdef from pg_indexes where schemaname = 'harbor' and indexname = %s",
                 (name,),
             ).fetchone()[0]  # type: ignore[index]
-            for name in ("memory_embeddings_hnsw_384", "memories_fts_idx")
+            for name in (
+                "memory_embeddings_hnsw_384",
+                "memories_fts_idx",
+                "memories_owner_terms_idx",
+            )
         }
         for name in defs:
             conn.execute(f"drop index harbor.{name}")

@@ -109,21 +109,15 @@ return case
 -- 1,000,000). The count only chooses the path: a wrong figure costs time, never
 -- rows, because the exact scan does not rely on it.
 do $$
-declare
-    v_fn regprocedure;
 begin
-    -- Older versions, dropped first: a replaced function cannot change its result
-    -- columns (the lexical leg's grew, last by owner_rows), and the dense leg's
-    -- signature grew by p_owner_rows (the old one would make calls ambiguous).
+    -- Older versions, dropped first: their signatures grew (the dense leg's by
+    -- p_owner_rows, the lexical leg's by p_term_limit), and an old overload left
+    -- in place would make calls ambiguous.
     drop function if exists harbor._dense_candidates(public.vector, text,
                                                      harbor.memory_scope[], timestamptz,
                                                      integer, integer);
-    v_fn := to_regprocedure('harbor._lexical_candidates(text, harbor.memory_scope[],'
-                            ' timestamptz, integer, integer)');
-    if v_fn is not null
-       and pg_catalog.pg_get_function_result(v_fn) not like '%owner_rows%' then
-        execute pg_catalog.format('drop function %s', v_fn);
-    end if;
+    drop function if exists harbor._lexical_candidates(text, harbor.memory_scope[],
+                                                       timestamptz, integer, integer);
 end
 $$;
 create or replace function harbor._dense_candidates(
@@ -345,6 +339,21 @@ begin
 end
 $$;
 
+-- The lexemes of harbor.or_tsquery(query), given the query's English lexemes
+-- (tsvector_to_array(to_tsvector('english', query))): that query ORs, for each
+-- of them, the 'simple' configuration's parse of it, whose lexemes are those
+-- of to_tsvector('simple', ...) of the same text. A text matches the query
+-- only if it holds one of these (tests/integration/test_owner_terms.py checks
+-- them against the query's own text form). Cheaper than reading them back out
+-- of the query's text.
+create or replace function harbor.or_tsquery_lexemes(terms text[]) returns text[]
+    language sql immutable security invoker parallel safe strict
+return array(
+    select distinct w.lexeme
+      from pg_catalog.unnest(terms) t(term),
+           pg_catalog.unnest(pg_catalog.tsvector_to_array(pg_catalog.to_tsvector(
+               'simple'::regconfig, pg_catalog.replace(t.term, '\', '')))) w(lexeme));
+
 -- Lexical candidates: memories matching ANY query term (OR semantics), ranked
 -- by BM25 (k1 = 1.2, b = 0.75) computed over the matching rows, among the
 -- caller's visible rows valid at p_as_of, of the given scopes, never rolling
@@ -356,9 +365,16 @@ $$;
 -- validity; null above p_scan_limit, where they are not counted):
 -- harbor.recall() hands it to the dense leg, which then need not count the
 -- owner's vectors itself.
+-- Before reading all of the owner's rows, the leg looks the query's lexemes up
+-- under the caller's owner keys in the owner-term index (sql/schema.sql),
+-- reading at most p_term_limit + 1 matching rows. When that finds them all (at
+-- most p_term_limit), they are the matches, and the owner's rows are only
+-- counted (BM25's collection size, owner_rows), from the narrow owner index;
+-- with more, the leg reads the owner's rows as above. Both ways find the same
+-- matches with the same scores; p_term_limit 0 skips the lookup.
 create or replace function harbor._lexical_candidates(
     p_query text, p_scopes harbor.memory_scope[], p_as_of timestamptz, p_limit integer,
-    p_scan_limit integer default 2000
+    p_scan_limit integer default 2000, p_term_limit integer default 32
 ) returns table (tenant_id text, memory_id text, lexical_rank integer,
                  lexical_score double precision,
                  scope harbor.memory_scope, memory_type harbor.memory_type, importance real,
@@ -383,6 +399,9 @@ declare
     v_ids     text[];
     v_docs    tsvector[];
     v_cols    harbor._ranking_columns[];
+    v_owners  text[];
+    v_keys    text[];
+    v_hits    integer;
 begin
     if p_query is null or coalesce(p_limit, 0) < 1 then
         return;
@@ -392,6 +411,79 @@ begin
         return;
     end if;
     v_tsq := harbor.or_tsquery(p_query);
+    if p_term_limit > 0 then
+        -- the caller's owner keys, and under each one key per lexeme of the query
+        select array_agg(harbor.memory_owner_key(k.tenant_id, k.scope, k.user_id, k.project_id,
+                                                 k.session_id, k.run_id))
+          into v_owners
+          from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user, v_session, v_run) k;
+        select array_agg(harbor.owner_term_prefix(o.key) || l.lexeme)
+          into v_keys
+          from pg_catalog.unnest(v_owners) o(key),
+               pg_catalog.unnest(harbor.or_tsquery_lexemes(v_terms)) l(lexeme);
+        if v_keys is null then
+            return;  -- no owner key, or no lexeme the query could match
+        end if;
+        -- the rows indexed under those keys: a row matches the query only if its
+        -- text holds one of the query's lexemes, so these are all the candidates
+        -- (the owner key and the text are tested on each; the index is the only
+        -- one the conditions can use)
+        select count(*),
+               array_agg(o.tenant_id), array_agg(o.id), array_agg(o.fts),
+               array_agg(row(o.scope, o.memory_type, o.importance, lower(o.valid),
+                             o.content_hash, o.entity_ids)::harbor._ranking_columns)
+          into v_hits, v_tenants, v_ids, v_docs, v_cols
+          from (select m.tenant_id, m.id, m.fts, m.scope, m.memory_type, m.importance,
+                       m.valid, m.content_hash, m.entity_ids
+                  from harbor.memories m
+                 where harbor.memory_owner_terms(m.tenant_id, m.scope, m.user_id, m.project_id,
+                                                 m.session_id, m.run_id, m.fts)
+                       operator(pg_catalog.&&) v_keys
+                   and harbor.memory_owner_key(m.tenant_id, m.scope, m.user_id, m.project_id,
+                                               m.session_id, m.run_id)
+                       operator(pg_catalog.=) any (v_owners)
+                   and coalesce(m.fts operator(pg_catalog.@@) v_tsq, false)
+                   and coalesce(m.valid operator(pg_catalog.@>) p_as_of, false)
+                   and m.memory_type <> 'summary'
+                   -- (in coalesce(): its tenant test, inlined, would otherwise have
+                   -- the planner AND the owner's rows of a tenant index to the lookup)
+                   and coalesce(harbor._visible(m.scope, m.tenant_id, m.project_id,
+                                                m.user_id, m.session_id, m.run_id, v_tenant,
+                                                v_project, v_user, v_session, v_run), false)
+                 limit p_term_limit + 1) o;
+        if v_hits = 0 then
+            return;
+        end if;
+        if v_hits <= p_term_limit then
+            -- every match found: count the owner's rows (of every type and
+            -- validity, as the pass below does) from the narrow owner index
+            select count(*) into v_seen
+              from (select 1
+                      from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user,
+                                               v_session, v_run) k
+                      join harbor.memories m
+                        on m.tenant_id = k.tenant_id and m.scope = k.scope
+                       and m.user_id = k.user_id and m.project_id = k.project_id
+                       and m.session_id = k.session_id and m.run_id = k.run_id
+                     limit p_scan_limit + 1) c;
+            if v_seen <= p_scan_limit then
+                v_total := v_seen;
+            else
+                select greatest(c.reltuples, v_seen) into v_total
+                  from pg_catalog.pg_class c where c.oid = 'harbor.memories'::regclass;
+            end if;
+            return query
+                select b.tenant_id, b.memory_id, b.lexical_rank, b.lexical_score, h.scope,
+                       h.memory_type, h.importance, h.valid_from, h.content_hash,
+                       h.entity_ids, case when v_seen <= p_scan_limit then v_seen end
+                  from harbor._bm25(v_terms, v_total, p_limit, v_tenants, v_ids, v_docs) b
+                  join unnest(v_tenants, v_ids, v_cols)
+                       h(tenant_id, id, scope, memory_type, importance, valid_from,
+                         content_hash, entity_ids)
+                    on h.tenant_id = b.tenant_id and h.id = b.memory_id;
+            return;
+        end if;
+    end if;
     -- one pass over the caller's rows (owner-keyed indexes, at most p_scan_limit + 1
     -- of them): how many there are (the collection size for BM25, and whether
     -- to scan at all) and which match. coalesce(): the text test is a filter
@@ -769,5 +861,5 @@ grant create on schema harbor to harbor_search;
 alter function harbor._dense_candidates(public.vector, text, harbor.memory_scope[], timestamptz,
                                         integer, integer, integer) owner to harbor_search;
 alter function harbor._lexical_candidates(text, harbor.memory_scope[], timestamptz, integer,
-                                          integer) owner to harbor_search;
+                                          integer, integer) owner to harbor_search;
 revoke create on schema harbor from harbor_search;

@@ -210,3 +210,57 @@ def test_0007_moves_each_vector_to_the_index_its_entry_fits(empty_db: PgDatabase
     migrate.downgrade(empty_db.owner_url, "0006")
     assert fits("vector_entry_fits") == {"short": True, "long": True}
     assert indexes() == ["memory_embeddings_vectors_idx", "memory_embeddings_vectors_rest_idx"]
+
+
+def test_0008_indexes_the_memories_already_stored(empty_db: PgDatabase) -> None:
+    """0008 builds the owner-term index over the memories already in place: after
+    the upgrade the lexical leg finds them through the lookup (its only reader
+    of that index), with the same answers as the owner scan; the downgrade drops
+    the index and its functions."""
+    migrate.upgrade(empty_db.owner_url, "0007")
+    with psycopg.connect(empty_db.superuser_url, autocommit=True) as su:
+        for n, text in enumerate(["harbor crane", "harbor pilot", "unrelated words"]):
+            su.execute(
+                "insert into harbor.memories (tenant_id, scope, user_id, content, content_hash)"
+                " values ('t1', 'user', 'u1', %s, md5(%s) || md5(%s))",
+                (text, text, str(n)),
+            )
+
+    def objects() -> list[str]:
+        with psycopg.connect(empty_db.superuser_url, autocommit=True) as su:
+            rows = su.execute(
+                "select indexname from pg_indexes where indexname = 'memories_owner_terms_idx'"
+                " union all select proname from pg_proc where pronamespace = 'harbor'::regnamespace"
+                " and proname in ('memory_owner_key', 'owner_term_prefix', 'memory_owner_terms')"
+                " order by 1"
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    assert objects() == []
+    migrate.upgrade(empty_db.owner_url)
+    assert objects() == [
+        "memories_owner_terms_idx",
+        "memory_owner_key",
+        "memory_owner_terms",
+        "owner_term_prefix",
+    ]
+    with psycopg.connect(empty_db.app_url, autocommit=True) as app:
+        app.execute("select harbor.set_identity('t1', principal_id => 'u1')")
+        with app.transaction():
+            app.execute("set local enable_seqscan = off")  # as at scale: the index, not a scan
+            before = app.execute(
+                "select pg_stat_get_xact_numscans('harbor.memories_owner_terms_idx'::regclass)"
+            ).fetchone()
+            sql = (
+                "select memory_id, lexical_score from harbor._lexical_candidates("
+                "'harbor crane', '{user}', now(), 10, 2000, %s) order by 1"
+            )
+            lookup = app.execute(sql, (32,)).fetchall()
+            after = app.execute(
+                "select pg_stat_get_xact_numscans('harbor.memories_owner_terms_idx'::regclass)"
+            ).fetchone()
+            scan = app.execute(sql, (0,)).fetchall()
+    assert before is not None and after is not None and after[0] == before[0] + 1
+    assert len(lookup) == 2 and lookup == scan
+    migrate.downgrade(empty_db.owner_url, "0007")
+    assert objects() == []

@@ -1,0 +1,281 @@
+"""The lexical leg's lookup in the owner-term index (migration 0008).
+
+harbor._lexical_candidates() first looks the query's lexemes up under the
+caller's owner keys and, when that finds at most p_term_limit rows, ranks
+those instead of reading every row of the owner. These tests hold the two ways
+to the same answers, check which index each way reads (the backend's own
+statistics, not timings), and show that an owner hash shared by two owners
+costs a read, never a row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+
+from tests.conftest import PgDatabase
+
+Conn = psycopg.Connection[Any]
+
+# texts that stress the parser: apostrophes, hyphens, backslashes, quotes,
+# non-ASCII words, URLs, e-mail addresses, versions, numbers, query syntax
+TEXTS = [
+    "O'Brien's state-of-the-art harbor crane",
+    "The path is C:\\tools\\harbor\\bin and a back\\slash",
+    "Café naïve Zürich 東京 harbor",
+    "See https://example.com/docs/harbor?x=1 for the crane manual",
+    "Mail dana@example.com about the v1.2.3 release",
+    "Pi is 3.14159 and the budget is 42,000 euros",
+    "Quotes 'single' and \"double\" around the crane",
+    "Syntax like foo:* & bar | !baz <-> qux",
+    "Tabs\tand\nnewlines   in a harbor note",
+    "A well-known co-owner of the re-entry plan",
+    "Nothing in common here at all",
+    "harbor crane harbor crane harbor crane",
+]
+
+QUERIES = [
+    "harbor",
+    "crane manual",
+    "O'Brien state-of-the-art",
+    "C:\\tools\\harbor",
+    "back\\slash",
+    "café zürich 東京",
+    "https://example.com/docs/harbor?x=1",
+    "dana@example.com v1.2.3",
+    "3.14159 42,000",
+    "'single' \"double\"",
+    "foo:* & bar | !baz <-> qux",
+    "well-known co-owner re-entry",
+    "what about the harbor crane and the release",
+    "zzqx nothing matches",
+    "the and of",  # only stop words: no lexeme
+]
+
+
+def _insert(
+    su: Conn,
+    content: str,
+    *,
+    tenant: str = "t1",
+    scope: str = "user",
+    user: str = "u1",
+    session: str = "",
+    memory_type: str = "fact",
+    valid: str | None = None,
+) -> str:
+    row = su.execute(
+        "insert into harbor.memories (tenant_id, scope, user_id, session_id, content,"
+        " content_hash, memory_type, valid) values (%s, %s, %s, %s, %s,"
+        " encode(sha256(convert_to(%s || %s || %s, 'UTF8')), 'hex'), %s,"
+        " coalesce(%s::tstzrange, tstzrange(now(), null))) returning id",
+        (tenant, scope, user, session, content, content, user, session, memory_type, valid),
+    ).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def _crowd(su: Conn) -> None:
+    """Other tenants' rows, so that the plans are those of a table of many owners."""
+    su.execute(
+        "insert into harbor.memories (tenant_id, scope, user_id, content, content_hash)"
+        " select 'crowd' || (i % 100), 'user', 'u', 'harbor crane secret note ' || i,"
+        " encode(sha256(convert_to('crowd' || i, 'UTF8')), 'hex')"
+        " from generate_series(1, 3000) i"
+    )
+
+
+@pytest.fixture
+def conns(fresh_db: PgDatabase) -> Iterator[tuple[Conn, Conn]]:
+    su = psycopg.connect(fresh_db.superuser_url, autocommit=True)
+    _crowd(su)
+    app = psycopg.connect(fresh_db.app_url, autocommit=True, row_factory=dict_row)
+    app.execute("select harbor.set_identity('t1', principal_id => 'u1', session_id => 's1')")
+    try:
+        yield su, app
+    finally:
+        su.close()
+        app.close()
+
+
+_INDEXES = ("memories_owner_terms_idx", "memories_lexical_idx", "memories_owner_idx")
+
+
+def _scans(app: Conn) -> dict[str, int]:
+    """Index scans this backend has counted and not yet reported, by index."""
+    return {
+        name: app.execute(
+            "select pg_stat_get_xact_numscans(%s::regclass) as n", (f"harbor.{name}",)
+        ).fetchone()["n"]  # type: ignore[index]
+        for name in _INDEXES
+    }
+
+
+def _lexical(
+    app: Conn, query: str, scopes: str, term_limit: int
+) -> tuple[list[Any], dict[str, int]]:
+    """The leg's rows for ``query`` and how many index scans it made of the
+    owner-term index and of the two owner-keyed ones (counted before and after,
+    in one transaction: the backend reports its counts only between them)."""
+    with app.transaction():
+        before = _scans(app)
+        rows = app.execute(
+            "select tenant_id, memory_id, lexical_rank, lexical_score, scope::text,"
+            " memory_type::text, importance, valid_from, content_hash, entity_ids, owner_rows"
+            " from harbor._lexical_candidates(%s, %s, now(), 50, 2000, %s)"
+            " order by tenant_id, memory_id",
+            (query, scopes, term_limit),
+        ).fetchall()
+        after = _scans(app)
+    return [tuple(r.values()) for r in rows], {k: after[k] - before[k] for k in _INDEXES}
+
+
+def _seed(su: Conn) -> None:
+    for text in TEXTS:
+        _insert(su, text)
+        _insert(su, f"session copy: {text}", scope="session", session="s1")
+        _insert(su, f"other user: {text}", user="u2")
+        _insert(su, f"other tenant: {text}", tenant="t2")
+    _insert(su, "superseded harbor crane", valid="[2020-01-01,2021-01-01)")
+    _insert(su, "summary of the harbor crane", memory_type="summary")
+    _insert(su, "another session's harbor crane", scope="session", session="s2")
+    su.execute("vacuum analyze harbor.memories")
+
+
+def test_the_lookup_finds_what_the_owner_scan_finds(conns: tuple[Conn, Conn]) -> None:
+    """For every query, both ways give the same rows, ranks, scores, ranking
+    columns and owner counts; the lookup reads the owner-term index and not the
+    covering one, the owner scan the other way round."""
+    su, app = conns
+    _seed(su)
+    matched = 0
+    for scopes in ("{user}", "{user,session}", "{session}"):
+        for query in QUERIES:
+            scan, scan_stats = _lexical(app, query, scopes, 0)
+            lookup, lookup_stats = _lexical(app, query, scopes, 1000)
+            assert lookup == scan, (query, scopes)
+            matched += bool(scan)
+            assert scan_stats["memories_owner_terms_idx"] == 0
+            assert scan_stats["memories_lexical_idx"] >= 1 or not scan
+            if lookup:
+                assert lookup_stats["memories_owner_terms_idx"] >= 1
+                assert lookup_stats["memories_lexical_idx"] == 0, (query, lookup_stats)
+    # the queries are not vacuous: most of them match something in every scope set
+    assert matched >= 30
+
+
+def test_more_matches_than_the_limit_fall_back_to_the_owner_scan(
+    conns: tuple[Conn, Conn],
+) -> None:
+    """With more matching rows than p_term_limit, the leg reads the owner's rows
+    as before, with the same answers as a lookup given room for them all."""
+    su, app = conns
+    for n in range(12):
+        _insert(su, f"harbor crane number {n}")
+    _insert(su, "unrelated text")
+    su.execute("vacuum analyze harbor.memories")
+    few, few_stats = _lexical(app, "harbor crane", "{user}", 5)
+    room, room_stats = _lexical(app, "harbor crane", "{user}", 100)
+    assert few == room
+    assert len(few) == 12
+    assert {r[-1] for r in few} == {13}  # owner_rows: every row of the owner
+    assert few_stats["memories_owner_terms_idx"] >= 1 and few_stats["memories_lexical_idx"] >= 1
+    assert room_stats["memories_lexical_idx"] == 0
+
+
+def test_no_match_reads_no_owner_rows(conns: tuple[Conn, Conn]) -> None:
+    """A question none of whose words the owner used costs one lookup: the
+    owner's rows are neither read nor counted."""
+    su, app = conns
+    for n in range(20):
+        _insert(su, f"harbor crane number {n}")
+    su.execute("vacuum analyze harbor.memories")
+    rows, stats = _lexical(app, "zzqx unknown", "{user}", 32)
+    assert rows == []
+    assert stats["memories_owner_terms_idx"] >= 1
+    assert stats["memories_lexical_idx"] == 0
+    assert stats["memories_owner_idx"] == 0
+
+
+def _owner_key(tenant: str, user: str) -> str:
+    """harbor.memory_owner_key() of a USER-scope owner, computed here."""
+    t, u = tenant.encode(), user.encode()
+    return f"{len(t)}:{tenant}u{len(u)}:{user}0:0:0:"
+
+
+def _colliding_users(tenant: str) -> tuple[str, str]:
+    """Two user ids whose owner keys share harbor.owner_term_prefix() (8 hex
+    digits of md5: a birthday search, about 80,000 tries)."""
+    seen: dict[str, str] = {}
+    i = 0
+    while True:
+        user = f"c{i}"
+        prefix = hashlib.md5(_owner_key(tenant, user).encode()).hexdigest()[:8]
+        if prefix in seen:
+            return seen[prefix], user
+        seen[prefix] = user
+        i += 1
+
+
+_RETURNED = (
+    "select pg_stat_get_xact_tuples_returned('harbor.memories_owner_terms_idx'::regclass) as n"
+)
+
+
+def test_owners_sharing_a_hash_never_see_each_others_rows(fresh_db: PgDatabase) -> None:
+    """Two users whose owner keys hash to the same prefix share the index's keys:
+    the lookup reads the other's row and drops it."""
+    a, b = _colliding_users("t1")
+    with psycopg.connect(fresh_db.superuser_url, autocommit=True) as su:
+        key_a, prefix_a, prefix_b = su.execute(
+            "select harbor.memory_owner_key('t1', 'user', %s, '', '', ''),"
+            " harbor.owner_term_prefix(harbor.memory_owner_key('t1', 'user', %s, '', '', '')),"
+            " harbor.owner_term_prefix(harbor.memory_owner_key('t1', 'user', %s, '', '', ''))",
+            (a, a, b),
+        ).fetchone() or ("", "", "")
+        assert key_a == _owner_key("t1", a)  # the Python copy encodes as the SQL does
+        assert prefix_a == prefix_b
+        _crowd(su)
+        mine = _insert(su, "the shared harbor secret", user=a)
+        theirs = _insert(su, "the shared harbor secret of another", user=b)
+        su.execute("vacuum analyze harbor.memories")
+    with psycopg.connect(fresh_db.app_url, autocommit=True, row_factory=dict_row) as app:
+        for me, own, other in ((a, mine, theirs), (b, theirs, mine)):
+            app.execute("select harbor.set_identity('t1', principal_id => %s)", (me,))
+            with app.transaction():
+                before = app.execute(_RETURNED).fetchone()
+                rows = app.execute(
+                    "select memory_id from harbor._lexical_candidates('harbor secret',"
+                    " '{user}', now(), 50)"
+                ).fetchall()
+                after = app.execute(_RETURNED).fetchone()
+            assert before is not None and after is not None
+            assert [r["memory_id"] for r in rows] == [own]
+            assert other != own
+            # both rows came out of the index: the collision was exercised
+            assert after["n"] - before["n"] >= 2, (before, after)
+
+
+def test_the_lookup_keys_are_the_lexemes_of_the_query_the_leg_matches(
+    conns: tuple[Conn, Conn],
+) -> None:
+    """harbor.or_tsquery_lexemes() of a question's English lexemes gives exactly
+    the lexemes in harbor.or_tsquery() of it, read here from the query's text
+    form (each lexeme quoted, a quote inside doubled)."""
+    _su, app = conns
+    for query in [*QUERIES, *TEXTS, "Ünïcödé ß straße", "a\\b 'c''d' e-f-g", ""]:
+        row = app.execute(
+            "select harbor.or_tsquery(%s)::text as q, harbor.or_tsquery_lexemes("
+            "tsvector_to_array(to_tsvector('english', %s))) as keys",
+            (query, query),
+        ).fetchone()
+        assert row is not None
+        quoted = {m.replace("''", "'") for m in re.findall(r"'((?:[^']|'')*)'", row["q"])}
+        assert "\\" not in row["q"]  # or_tsquery() drops backslashes: nothing to unescape
+        assert sorted(row["keys"]) == sorted(quoted), query
