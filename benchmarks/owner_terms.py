@@ -20,6 +20,10 @@ On the kept set ``DIR/uniform-SIZE-interleaved`` (built by ``recall.py
   copy of tenant t0's 1,000 memories with two words added to each (tenant
   ``allmatch``, removed at the end), asked those words, where the lookup
   finds more than the limit and falls back to the owner scan;
+* the leg for questions of 3 to 200 words drawn from every topic (each word
+  matches a few of an owner's memories, so long questions match many; above
+  16 lexemes the leg skips the lookup), 40 a length, each asked once before
+  it is timed;
 * writing memories with and without the index: 2,000 rows by ``INSERT ...
   SELECT`` in transactions that are rolled back (the index dropped inside the
   transaction for "without"), six alternating runs, the median time a row.
@@ -30,6 +34,7 @@ About 20 s at 1,000,000 (40 s with ``--rebuild``).
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import sys
 import time
@@ -41,7 +46,7 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import kept_server, machine, with_params
-from recall import kept_dir, queries, set_label, tenant_name
+from recall import kept_dir, queries, set_label, tenant_name, vocabulary
 
 from harbor_pg.db import migrate
 
@@ -127,6 +132,44 @@ def paired_leg(app_url: str, label: str, qs: list[tuple[str, str]], limit: int) 
             )
 
 
+def by_length(app_url: str, limit: int, seed: int, per_length: int = 40) -> None:
+    """Questions of n words drawn from every topic's vocabulary (so that each
+    word matches a few of an owner's memories and long questions match many),
+    each asked once before it is timed, paired as above."""
+    rng = random.Random(seed)
+    words = [w for topic in vocabulary() for w in topic]
+    with psycopg.connect(app_url, autocommit=True) as conn:
+
+        def call(tenant: str, text: str, term_limit: int) -> float:
+            with conn.transaction():
+                conn.execute(
+                    "select harbor.set_identity(%s, principal_id => %s)", (tenant, f"u-{tenant}")
+                )
+                t = time.perf_counter()
+                conn.execute(LEG, (text, term_limit)).fetchall()
+                return time.perf_counter() - t
+
+        for n in (3, 5, 10, 20, 50, 200):
+            pairs = []
+            for i in range(per_length):
+                tenant = tenant_name(rng.randrange(1000))
+                text = " ".join(rng.choice(words) for _ in range(n))
+                call(tenant, text, limit)
+                call(tenant, text, 0)
+                if i % 2:
+                    pairs.append((call(tenant, text, limit), call(tenant, text, 0)))
+                else:
+                    b = call(tenant, text, 0)
+                    pairs.append((call(tenant, text, limit), b))
+            print(
+                f"questions of {n} random words: with the lookup p50"
+                f" {statistics.median(a for a, _ in pairs) * 1e3:.3f} ms, owner scan p50"
+                f" {statistics.median(b for _, b in pairs) * 1e3:.3f} ms, paired median"
+                f" {statistics.median(a - b for a, b in pairs) * 1e3:+.3f} ms",
+                flush=True,
+            )
+
+
 def write_cost(su_db_url: str, runs: int = 6, rows: int = 2000) -> None:
     sql = (
         "insert into harbor.memories (tenant_id, id, scope, user_id, content, content_hash)"
@@ -188,6 +231,7 @@ def main() -> None:
             paired_leg(app_url, "an owner whose every memory matches", allmatch, args.term_limit)
         finally:
             drop_allmatch(su_db_url)
+        by_length(app_url, args.term_limit, args.seed)
         write_cost(su_db_url)
 
 

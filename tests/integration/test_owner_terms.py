@@ -279,3 +279,21 @@ def test_the_lookup_keys_are_the_lexemes_of_the_query_the_leg_matches(
         quoted = {m.replace("''", "'") for m in re.findall(r"'((?:[^']|'')*)'", row["q"])}
         assert "\\" not in row["q"]  # or_tsquery() drops backslashes: nothing to unescape
         assert sorted(row["keys"]) == sorted(quoted), query
+
+
+def test_a_long_question_skips_the_lookup(conns: tuple[Conn, Conn]) -> None:
+    """More than 16 lexemes: one key each, and most such questions match more
+    rows than the limit, so the leg reads the owner's rows without a lookup;
+    at 16 it still looks up. The answers are those of the owner scan."""
+    su, app = conns
+    words = [f"word{i}x" for i in range(17)]
+    for n, word in enumerate(words):
+        _insert(su, f"note {n} about {word}")
+    su.execute("vacuum analyze harbor.memories")
+    for count, looked_up in ((16, True), (17, False)):
+        query = " ".join(words[:count])
+        rows, stats = _lexical(app, query, "{user}", 32)
+        scan, _ = _lexical(app, query, "{user}", 0)
+        assert rows == scan and len(rows) == count
+        assert (stats["memories_owner_terms_idx"] >= 1) is looked_up, (count, stats)
+        assert (stats["memories_lexical_idx"] >= 1) is not looked_up, (count, stats)
