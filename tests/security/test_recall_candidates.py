@@ -123,10 +123,10 @@ def _visible_ids(conn: Conn) -> set[str]:
     return {r[0] for r in rows}
 
 
-def _lexical_ids(conn: Conn, scan_limit: int) -> set[str]:
+def _lexical_ids(conn: Conn, scan_limit: int, term_limit: int) -> set[str]:
     rows = conn.execute(
-        "select memory_id from harbor._lexical_candidates('shared words', %s, now(), 1000, %s)",
-        (ALL_SCOPES, scan_limit),
+        "select memory_id from harbor._lexical_candidates('shared words', %s, now(), 1000, %s, %s)",
+        (ALL_SCOPES, scan_limit, term_limit),
     ).fetchall()
     return {r[0] for r in rows}
 
@@ -142,8 +142,11 @@ def _dense_ids(conn: Conn, exact_limit: int) -> set[str]:
 
 # each code path of each SECURITY DEFINER function is its own test
 PATHS: dict[str, Callable[[Conn], set[str]]] = {
-    "lexical-scan": lambda conn: _lexical_ids(conn, 5000),
-    "lexical-index": lambda conn: _lexical_ids(conn, 0),
+    # the three ways of the lexical leg: the owner scan, the tenant-wide GIN
+    # index (a large owner), the owner-term lookup (few matches)
+    "lexical-scan": lambda conn: _lexical_ids(conn, 5000, 0),
+    "lexical-index": lambda conn: _lexical_ids(conn, 0, 0),
+    "lexical-lookup": lambda conn: _lexical_ids(conn, 5000, 100000),
     "dense-exact": lambda conn: _dense_ids(conn, 5000),
     "dense-hnsw": lambda conn: _dense_ids(conn, 0),
 }
@@ -173,8 +176,12 @@ _CARRYING = {
         "harbor._dense_candidates(%s::vector, 'm384', %s, now(), 1000, 0)",
         lambda: _vector(random.Random(11)),
     ),
-    "lexical-scan": ("harbor._lexical_candidates(%s, %s, now(), 1000, 5000)", lambda: "shared"),
-    "lexical-index": ("harbor._lexical_candidates(%s, %s, now(), 1000, 0)", lambda: "shared"),
+    "lexical-scan": ("harbor._lexical_candidates(%s, %s, now(), 1000, 5000, 0)", lambda: "shared"),
+    "lexical-index": ("harbor._lexical_candidates(%s, %s, now(), 1000, 0, 0)", lambda: "shared"),
+    "lexical-lookup": (
+        "harbor._lexical_candidates(%s, %s, now(), 1000, 5000, 100000)",
+        lambda: "shared",
+    ),
 }
 
 
