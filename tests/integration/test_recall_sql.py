@@ -836,14 +836,16 @@ def test_lexical_leg_reports_how_many_memories_the_owner_holds(
     _insert(su, 10, "shared note of another user", user="u2")
     sql = (
         "select memory_id, owner_rows from harbor._lexical_candidates('shared harbor',"
-        " '{user}', now(), 50, %s)"
+        " '{user}', now(), 50, %s, %s)"
     )
-    rows = app.execute(sql, (2000,)).fetchall()
-    assert len(rows) == 5
-    assert {r["owner_rows"] for r in rows} == {10}
-    rows = app.execute(sql, (3,)).fetchall()  # more rows than the scan limit: the GIN path
-    assert len(rows) == 5
-    assert {r["owner_rows"] for r in rows} == {None}
+    for term_limit in (0, 32):  # the owner scan, the owner-term lookup
+        rows = app.execute(sql, (2000, term_limit)).fetchall()
+        assert len(rows) == 5
+        assert {r["owner_rows"] for r in rows} == {10}
+        # more rows than the scan limit: the GIN path, or the lookup's matches
+        rows = app.execute(sql, (3, term_limit)).fetchall()
+        assert len(rows) == 5
+        assert {r["owner_rows"] for r in rows} == {None}
 
 
 def test_recall_counts_no_vectors_when_a_word_matched(conns: tuple[Conn, Conn]) -> None:
