@@ -118,7 +118,7 @@ def _scans(app: Conn) -> dict[str, int]:
 
 
 def _lexical(
-    app: Conn, query: str, scopes: str, term_limit: int
+    app: Conn, query: str, scopes: str, term_limit: int, scan_limit: int = 2000
 ) -> tuple[list[Any], dict[str, int]]:
     """The leg's rows for ``query`` and how many index scans it made of the
     owner-term index and of the two owner-keyed ones (counted before and after,
@@ -128,9 +128,9 @@ def _lexical(
         rows = app.execute(
             "select tenant_id, memory_id, lexical_rank, lexical_score, scope::text,"
             " memory_type::text, importance, valid_from, content_hash, entity_ids, owner_rows"
-            " from harbor._lexical_candidates(%s, %s, now(), 50, 2000, %s)"
+            " from harbor._lexical_candidates(%s, %s, now(), 50, %s, %s)"
             " order by tenant_id, memory_id",
-            (query, scopes, term_limit),
+            (query, scopes, scan_limit, term_limit),
         ).fetchall()
         after = _scans(app)
     return [tuple(r.values()) for r in rows], {k: after[k] - before[k] for k in _INDEXES}
@@ -166,6 +166,11 @@ def test_the_lookup_finds_what_the_owner_scan_finds(conns: tuple[Conn, Conn]) ->
             if lookup:
                 assert lookup_stats["memories_owner_terms_idx"] >= 1
                 assert lookup_stats["memories_lexical_idx"] == 0, (query, lookup_stats)
+            # an owner above the scan limit: the tenant-wide text index, or the
+            # lookup's matches, ranked over the same collection size
+            large, _ = _lexical(app, query, scopes, 0, scan_limit=3)
+            large_lookup, _ = _lexical(app, query, scopes, 1000, scan_limit=3)
+            assert large_lookup == large, (query, scopes)
     # the queries are not vacuous: most of them match something in every scope set
     assert matched >= 30
 
