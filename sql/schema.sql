@@ -184,41 +184,6 @@ create index memories_lexical_rest_idx
     on harbor.memories (tenant_id, scope, user_id, project_id, session_id, run_id)
     where not harbor.lexical_entry_fits(tenant_id, project_id, user_id, session_id, run_id,
                                         id, fts, entity_ids);
--- The owner-term index: every memory under one key per lexeme of its text,
--- '<owner hash>:<lexeme>', the hash being the first 8 hex digits of the md5 of
--- its owner key (harbor.memory_owner_key(): the owner fields, each prefixed by
--- its length). The lexical leg looks up the query's lexemes under the caller's
--- owner keys and reads only the rows that can match, instead of all of the
--- owner's rows, when few do (harbor._lexical_candidates). Two owners whose
--- hashes collide share keys: the leg tests the owner key and the text of every
--- row it reads, so a collision costs a read, never a wrong row.
--- fastupdate off: a lookup never scans a pending list of recent writes.
-create function harbor.memory_owner_key(tenant_id text, scope harbor.memory_scope,
-                                        user_id text, project_id text, session_id text,
-                                        run_id text) returns text
-    language sql immutable parallel safe
-return pg_catalog.octet_length(tenant_id)::text || ':' || tenant_id
-       || case scope when 'global' then 'g' when 'tenant' then 't' when 'project' then 'p'
-                     when 'user' then 'u' when 'session' then 's' when 'run' then 'r' end
-       || pg_catalog.octet_length(user_id)::text || ':' || user_id
-       || pg_catalog.octet_length(project_id)::text || ':' || project_id
-       || pg_catalog.octet_length(session_id)::text || ':' || session_id
-       || pg_catalog.octet_length(run_id)::text || ':' || run_id;
-create function harbor.owner_term_prefix(owner_key text) returns text
-    language sql immutable parallel safe
-return pg_catalog.left(pg_catalog.md5(owner_key), 8) || ':';
-create function harbor.memory_owner_terms(tenant_id text, scope harbor.memory_scope,
-                                          user_id text, project_id text, session_id text,
-                                          run_id text, fts tsvector) returns text[]
-    language sql immutable parallel safe
-return array(select harbor.owner_term_prefix(harbor.memory_owner_key(tenant_id, scope, user_id,
-                                                                     project_id, session_id,
-                                                                     run_id)) || lexeme
-               from pg_catalog.unnest(pg_catalog.tsvector_to_array(fts)) lexeme);
-create index memories_owner_terms_idx
-    on harbor.memories using gin (harbor.memory_owner_terms(tenant_id, scope, user_id, project_id,
-                                                            session_id, run_id, fts))
-    with (fastupdate = off);
 
 -- Embeddings: one or two rows per (memory, model). The owner key is copied from the
 -- memory so the candidate search can filter by visibility without a join;
@@ -260,7 +225,8 @@ create function harbor.vector_owner_key(tenant_id text, model_id text, scope har
     language sql immutable parallel safe
 -- each field prefixed by its length in bytes, so that different fields never
 -- give the same key; the scope as one letter (an enum's text is not immutable:
--- a new scope needs a letter here, and a migration that rebuilds the index)
+-- a new scope needs a letter here, and a migration that rebuilds the indexes
+-- on it, this one and memories_owner_terms_idx)
 return pg_catalog.octet_length(tenant_id)::text || ':' || tenant_id
        || pg_catalog.octet_length(model_id)::text || ':' || model_id
        || case scope when 'global' then 'g' when 'tenant' then 't' when 'project' then 'p'
@@ -292,6 +258,31 @@ create index memory_embeddings_owner_vectors_rest_idx
                                  run_id)
     where not harbor.vector_owner_entry_fits(dims, tenant_id, model_id, project_id, user_id,
                                              session_id, run_id, memory_id);
+-- The owner-term index: every memory under one key per lexeme of its text,
+-- '<owner hash>:<lexeme>', the hash being the first 8 hex digits of the md5 of
+-- its owner key (harbor.vector_owner_key() above, with no model: the owner
+-- fields, each prefixed by its length). The lexical leg looks up the query's
+-- lexemes under the caller's owner keys and reads only the rows that can match,
+-- instead of all of the owner's rows, when few do (harbor._lexical_candidates).
+-- Two owners whose hashes collide share keys: the leg tests the owner key and
+-- the text of every row it reads, so a collision costs a read, never a wrong row.
+-- fastupdate off: a lookup never scans a pending list of recent writes.
+create function harbor.owner_term_prefix(owner_key text) returns text
+    language sql immutable parallel safe
+return pg_catalog.left(pg_catalog.md5(owner_key), 8) || ':';
+create function harbor.memory_owner_terms(tenant_id text, scope harbor.memory_scope,
+                                          user_id text, project_id text, session_id text,
+                                          run_id text, fts tsvector) returns text[]
+    language sql immutable parallel safe
+return array(select harbor.owner_term_prefix(harbor.vector_owner_key(tenant_id, '', scope,
+                                                                     user_id, project_id,
+                                                                     session_id, run_id))
+                    || lexeme
+               from pg_catalog.unnest(pg_catalog.tsvector_to_array(fts)) lexeme);
+create index memories_owner_terms_idx
+    on harbor.memories using gin (harbor.memory_owner_terms(tenant_id, scope, user_id, project_id,
+                                                            session_id, run_id, fts))
+    with (fastupdate = off);
 -- HNSW per common dimension (expression indexes: the column itself is untyped
 -- so one table serves every model). 384: MiniLM / bge-small; 1536: OpenAI.
 -- ef_construction 128 (pgvector's default is 64): with 64, a graph built over

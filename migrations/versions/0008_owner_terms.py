@@ -8,7 +8,7 @@ The lexical leg of harbor.recall() read every row of the caller's owner keys
 (up to 2,000, from the covering index of migration 0005) to find the few that
 match the question. This GIN index holds each memory under one key per lexeme
 of its text, '<owner hash>:<lexeme>' (the first 8 hex digits of the md5 of
-harbor.memory_owner_key(), the owner fields each prefixed by its length), so
+the owner key of migration 0007's harbor.vector_owner_key() with no model), so
 the leg looks up the question's lexemes under the caller's keys and reads the
 matching rows alone when there are few (harbor._lexical_candidates, whose new
 version ships with this package). A collision of two owners' hashes costs a
@@ -29,20 +29,6 @@ down_revision = "0007"
 branch_labels = None
 depends_on = None
 
-_OWNER_KEY = """
-create function harbor.memory_owner_key(tenant_id text, scope harbor.memory_scope,
-                                        user_id text, project_id text, session_id text,
-                                        run_id text) returns text
-    language sql immutable parallel safe
-return pg_catalog.octet_length(tenant_id)::text || ':' || tenant_id
-       || case scope when 'global' then 'g' when 'tenant' then 't' when 'project' then 'p'
-                     when 'user' then 'u' when 'session' then 's' when 'run' then 'r' end
-       || pg_catalog.octet_length(user_id)::text || ':' || user_id
-       || pg_catalog.octet_length(project_id)::text || ':' || project_id
-       || pg_catalog.octet_length(session_id)::text || ':' || session_id
-       || pg_catalog.octet_length(run_id)::text || ':' || run_id
-"""
-
 _PREFIX = """
 create function harbor.owner_term_prefix(owner_key text) returns text
     language sql immutable parallel safe
@@ -54,9 +40,10 @@ create function harbor.memory_owner_terms(tenant_id text, scope harbor.memory_sc
                                           user_id text, project_id text, session_id text,
                                           run_id text, fts tsvector) returns text[]
     language sql immutable parallel safe
-return array(select harbor.owner_term_prefix(harbor.memory_owner_key(tenant_id, scope, user_id,
-                                                                     project_id, session_id,
-                                                                     run_id)) || lexeme
+return array(select harbor.owner_term_prefix(harbor.vector_owner_key(tenant_id, '', scope,
+                                                                     user_id, project_id,
+                                                                     session_id, run_id))
+                    || lexeme
                from pg_catalog.unnest(pg_catalog.tsvector_to_array(fts)) lexeme)
 """
 
@@ -64,7 +51,6 @@ _FIELDS = "tenant_id, scope, user_id, project_id, session_id, run_id"
 
 
 def upgrade() -> None:
-    op.execute(_OWNER_KEY)
     op.execute(_PREFIX)
     op.execute(_TERMS)
     op.execute(
@@ -80,6 +66,3 @@ def downgrade() -> None:
         " text, tsvector)"
     )
     op.execute("drop function harbor.owner_term_prefix(text)")
-    op.execute(
-        "drop function harbor.memory_owner_key(text, harbor.memory_scope, text, text, text, text)"
-    )

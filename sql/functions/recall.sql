@@ -403,6 +403,7 @@ declare
     v_owners  text[];
     v_keys    text[];
     v_hits    integer;
+    v_found   boolean := false;  -- the lookup found every match
 begin
     if p_query is null or coalesce(p_limit, 0) < 1 then
         return;
@@ -417,8 +418,9 @@ begin
     -- memories the lookup cost a 200-word question 1.6 ms before falling back)
     if p_term_limit > 0 and cardinality(v_terms) <= 16 then
         -- the caller's owner keys, and under each one key per lexeme of the query
-        select array_agg(harbor.memory_owner_key(k.tenant_id, k.scope, k.user_id, k.project_id,
-                                                 k.session_id, k.run_id))
+        -- (harbor.vector_owner_key() with no model, as the index files them)
+        select array_agg(harbor.vector_owner_key(k.tenant_id, '', k.scope, k.user_id,
+                                                 k.project_id, k.session_id, k.run_id))
           into v_owners
           from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user, v_session, v_run) k;
         select array_agg(harbor.owner_term_prefix(o.key) || l.lexeme)
@@ -443,8 +445,8 @@ begin
                  where harbor.memory_owner_terms(m.tenant_id, m.scope, m.user_id, m.project_id,
                                                  m.session_id, m.run_id, m.fts)
                        operator(pg_catalog.&&) v_keys
-                   and harbor.memory_owner_key(m.tenant_id, m.scope, m.user_id, m.project_id,
-                                               m.session_id, m.run_id)
+                   and harbor.vector_owner_key(m.tenant_id, '', m.scope, m.user_id,
+                                               m.project_id, m.session_id, m.run_id)
                        operator(pg_catalog.=) any (v_owners)
                    and coalesce(m.fts operator(pg_catalog.@@) v_tsq, false)
                    and coalesce(m.valid operator(pg_catalog.@>) p_as_of, false)
@@ -470,95 +472,90 @@ begin
                        and m.user_id = k.user_id and m.project_id = k.project_id
                        and m.session_id = k.session_id and m.run_id = k.run_id
                      limit p_scan_limit + 1) c;
-            if v_seen <= p_scan_limit then
-                v_total := v_seen;
-            else
-                select greatest(c.reltuples, v_seen) into v_total
-                  from pg_catalog.pg_class c where c.oid = 'harbor.memories'::regclass;
-            end if;
-            return query
-                select b.tenant_id, b.memory_id, b.lexical_rank, b.lexical_score, h.scope,
-                       h.memory_type, h.importance, h.valid_from, h.content_hash,
-                       h.entity_ids, case when v_seen <= p_scan_limit then v_seen end
-                  from harbor._bm25(v_terms, v_total, p_limit, v_tenants, v_ids, v_docs) b
-                  join unnest(v_tenants, v_ids, v_cols)
-                       h(tenant_id, id, scope, memory_type, importance, valid_from,
-                         content_hash, entity_ids)
-                    on h.tenant_id = b.tenant_id and h.id = b.memory_id;
+            v_found := true;
+        end if;
+    end if;
+    if not v_found then
+        -- one pass over the caller's rows (owner-keyed indexes, at most p_scan_limit + 1
+        -- of them): how many there are (the collection size for BM25, and whether
+        -- to scan at all) and which match. coalesce(): the text test is a filter
+        -- on these rows, never the tenant-wide GIN index (a cached plan cannot know
+        -- how common the words are).
+        select count(*),
+               array_agg(o.tenant_id) filter (where o.hit),
+               array_agg(o.id) filter (where o.hit),
+               array_agg(o.fts) filter (where o.hit),
+               -- built for matches only (a filtered aggregate skips its argument)
+               array_agg(row(o.scope, o.memory_type, o.importance, lower(o.valid),
+                             o.content_hash, o.entity_ids)::harbor._ranking_columns)
+                   filter (where o.hit)
+          into v_seen, v_tenants, v_ids, v_docs, v_cols
+          from (select m.tenant_id, m.id, m.fts, m.scope, m.memory_type, m.importance, m.valid,
+                       m.content_hash, m.entity_ids,
+                       coalesce(m.fts operator(pg_catalog.@@) v_tsq, false)
+                       and coalesce(m.valid operator(pg_catalog.@>) p_as_of, false)
+                       and m.memory_type <> 'summary'
+                       and harbor._visible(m.scope, m.tenant_id, m.project_id, m.user_id,
+                                           m.session_id, m.run_id, v_tenant, v_project,
+                                           v_user, v_session, v_run) as hit
+                  from (-- the owner's rows from the index that carries what is read here
+                        -- (side by side, without visiting the table), then those whose
+                        -- entry would not fit that index
+                        select m.tenant_id, m.id, m.fts, m.scope, m.memory_type, m.importance,
+                               m.valid, m.content_hash, m.entity_ids, m.project_id, m.user_id,
+                               m.session_id, m.run_id
+                          from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user,
+                                                   v_session, v_run) k
+                          join harbor.memories m
+                            on m.tenant_id = k.tenant_id and m.scope = k.scope
+                           and m.user_id = k.user_id and m.project_id = k.project_id
+                           and m.session_id = k.session_id and m.run_id = k.run_id
+                         where harbor.lexical_entry_fits(m.tenant_id, m.project_id, m.user_id,
+                                                         m.session_id, m.run_id, m.id, m.fts,
+                                                         m.entity_ids)
+                        union all
+                        select m.tenant_id, m.id, m.fts, m.scope, m.memory_type, m.importance,
+                               m.valid, m.content_hash, m.entity_ids, m.project_id, m.user_id,
+                               m.session_id, m.run_id
+                          from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user,
+                                                   v_session, v_run) k
+                          join harbor.memories m
+                            on m.tenant_id = k.tenant_id and m.scope = k.scope
+                           and m.user_id = k.user_id and m.project_id = k.project_id
+                           and m.session_id = k.session_id and m.run_id = k.run_id
+                         where not harbor.lexical_entry_fits(m.tenant_id, m.project_id,
+                                                             m.user_id, m.session_id, m.run_id,
+                                                             m.id, m.fts, m.entity_ids)) m
+                 limit p_scan_limit + 1) o;
+        if v_seen = 0 then
             return;
         end if;
     end if;
-    -- one pass over the caller's rows (owner-keyed indexes, at most p_scan_limit + 1
-    -- of them): how many there are (the collection size for BM25, and whether
-    -- to scan at all) and which match. coalesce(): the text test is a filter
-    -- on these rows, never the tenant-wide GIN index (a cached plan cannot know
-    -- how common the words are).
-    select count(*),
-           array_agg(o.tenant_id) filter (where o.hit),
-           array_agg(o.id) filter (where o.hit),
-           array_agg(o.fts) filter (where o.hit),
-           -- built for matches only (a filtered aggregate skips its argument)
-           array_agg(row(o.scope, o.memory_type, o.importance, lower(o.valid), o.content_hash,
-                         o.entity_ids)::harbor._ranking_columns) filter (where o.hit)
-      into v_seen, v_tenants, v_ids, v_docs, v_cols
-      from (select m.tenant_id, m.id, m.fts, m.scope, m.memory_type, m.importance, m.valid,
-                   m.content_hash, m.entity_ids,
-                   coalesce(m.fts operator(pg_catalog.@@) v_tsq, false)
-                   and coalesce(m.valid operator(pg_catalog.@>) p_as_of, false)
-                   and m.memory_type <> 'summary'
-                   and harbor._visible(m.scope, m.tenant_id, m.project_id, m.user_id,
-                                       m.session_id, m.run_id, v_tenant, v_project,
-                                       v_user, v_session, v_run) as hit
-              from (-- the owner's rows from the index that carries what is read here
-                    -- (side by side, without visiting the table), then those whose
-                    -- entry would not fit that index
-                    select m.tenant_id, m.id, m.fts, m.scope, m.memory_type, m.importance,
-                           m.valid, m.content_hash, m.entity_ids, m.project_id, m.user_id,
-                           m.session_id, m.run_id
-                      from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user,
-                                               v_session, v_run) k
-                      join harbor.memories m
-                        on m.tenant_id = k.tenant_id and m.scope = k.scope
-                       and m.user_id = k.user_id and m.project_id = k.project_id
-                       and m.session_id = k.session_id and m.run_id = k.run_id
-                     where harbor.lexical_entry_fits(m.tenant_id, m.project_id, m.user_id,
-                                                     m.session_id, m.run_id, m.id, m.fts,
-                                                     m.entity_ids)
-                    union all
-                    select m.tenant_id, m.id, m.fts, m.scope, m.memory_type, m.importance,
-                           m.valid, m.content_hash, m.entity_ids, m.project_id, m.user_id,
-                           m.session_id, m.run_id
-                      from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user,
-                                               v_session, v_run) k
-                      join harbor.memories m
-                        on m.tenant_id = k.tenant_id and m.scope = k.scope
-                       and m.user_id = k.user_id and m.project_id = k.project_id
-                       and m.session_id = k.session_id and m.run_id = k.run_id
-                     where not harbor.lexical_entry_fits(m.tenant_id, m.project_id,
-                                                         m.user_id, m.session_id, m.run_id,
-                                                         m.id, m.fts, m.entity_ids)) m
-             limit p_scan_limit + 1) o;
-    if v_seen = 0 then
-        return;
-    end if;
+    -- BM25's collection size: the owner's rows, or for an owner above the scan
+    -- limit (not counted further) the table's
     if v_seen <= p_scan_limit then
+        v_total := v_seen;
+    else
+        select greatest(c.reltuples, v_seen) into v_total
+          from pg_catalog.pg_class c where c.oid = 'harbor.memories'::regclass;
+    end if;
+    if v_found or v_seen <= p_scan_limit then
         -- each ranked match with its columns (ids are unique within a tenant; a
         -- composite array unnests into its fields)
         return query
             select b.tenant_id, b.memory_id, b.lexical_rank, b.lexical_score, h.scope,
                    h.memory_type, h.importance, h.valid_from, h.content_hash, h.entity_ids,
-                   v_seen
-              from harbor._bm25(v_terms, v_seen, p_limit, v_tenants, v_ids, v_docs) b
+                   case when v_seen <= p_scan_limit then v_seen end
+              from harbor._bm25(v_terms, v_total, p_limit, v_tenants, v_ids, v_docs) b
               join unnest(v_tenants, v_ids, v_cols)
                    h(tenant_id, id, scope, memory_type, importance, valid_from, content_hash,
                      entity_ids)
                 on h.tenant_id = b.tenant_id and h.id = b.memory_id;
         return;
     end if;
-    select greatest(c.reltuples, v_seen) into v_total
-      from pg_catalog.pg_class c where c.oid = 'harbor.memories'::regclass;
-    -- a large owner: the GIN index, planned for this query's words (EXECUTE
-    -- plans once per call; a cached generic plan cannot judge their rarity)
+    -- a large owner whose matches the lookup did not find: the GIN index,
+    -- planned for this query's words (EXECUTE plans once per call; a cached
+    -- generic plan cannot judge their rarity)
     return query execute $q$
         with matched as materialized (
             select m.tenant_id, m.id, m.fts, m.scope, m.memory_type, m.importance,

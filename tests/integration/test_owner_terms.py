@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -92,16 +91,11 @@ def _crowd(su: Conn) -> None:
 
 
 @pytest.fixture
-def conns(fresh_db: PgDatabase) -> Iterator[tuple[Conn, Conn]]:
-    su = psycopg.connect(fresh_db.superuser_url, autocommit=True)
-    _crowd(su)
-    app = psycopg.connect(fresh_db.app_url, autocommit=True, row_factory=dict_row)
-    app.execute("select harbor.set_identity('t1', principal_id => 'u1', session_id => 's1')")
-    try:
-        yield su, app
-    finally:
-        su.close()
-        app.close()
+def conns(conns: tuple[Conn, Conn]) -> tuple[Conn, Conn]:
+    """The shared connections (tests/integration/conftest.py), with other
+    tenants' rows in the table."""
+    _crowd(conns[0])
+    return conns
 
 
 _INDEXES = ("memories_owner_terms_idx", "memories_lexical_idx", "memories_owner_idx")
@@ -209,9 +203,10 @@ def test_no_match_reads_no_owner_rows(conns: tuple[Conn, Conn]) -> None:
 
 
 def _owner_key(tenant: str, user: str) -> str:
-    """harbor.memory_owner_key() of a USER-scope owner, computed here."""
+    """The owner key the owner-term index files a USER-scope owner's memories
+    under (harbor.vector_owner_key() with no model), computed here."""
     t, u = tenant.encode(), user.encode()
-    return f"{len(t)}:{tenant}u{len(u)}:{user}0:0:0:"
+    return f"{len(t)}:{tenant}0:u{len(u)}:{user}0:0:0:"
 
 
 def _colliding_users(tenant: str) -> tuple[str, str]:
@@ -239,9 +234,9 @@ def test_owners_sharing_a_hash_never_see_each_others_rows(fresh_db: PgDatabase) 
     a, b = _colliding_users("t1")
     with psycopg.connect(fresh_db.superuser_url, autocommit=True) as su:
         key_a, prefix_a, prefix_b = su.execute(
-            "select harbor.memory_owner_key('t1', 'user', %s, '', '', ''),"
-            " harbor.owner_term_prefix(harbor.memory_owner_key('t1', 'user', %s, '', '', '')),"
-            " harbor.owner_term_prefix(harbor.memory_owner_key('t1', 'user', %s, '', '', ''))",
+            "select harbor.vector_owner_key('t1', '', 'user', %s, '', '', ''),"
+            " harbor.owner_term_prefix(harbor.vector_owner_key('t1', '', 'user', %s, '', '', '')),"
+            " harbor.owner_term_prefix(harbor.vector_owner_key('t1', '', 'user', %s, '', '', ''))",
             (a, a, b),
         ).fetchone() or ("", "", "")
         assert key_a == _owner_key("t1", a)  # the Python copy encodes as the SQL does

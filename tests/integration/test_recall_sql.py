@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -101,18 +101,6 @@ def _insert(
             (vector, row[0]),
         )
     return str(row[0])
-
-
-@pytest.fixture
-def conns(fresh_db: PgDatabase) -> Iterator[tuple[Conn, Conn]]:
-    su = psycopg.connect(fresh_db.superuser_url, autocommit=True)
-    app = psycopg.connect(fresh_db.app_url, autocommit=True, row_factory=dict_row)
-    app.execute("select harbor.set_identity('t1', principal_id => 'u1', session_id => 's1')")
-    try:
-        yield su, app
-    finally:
-        su.close()
-        app.close()
 
 
 def recall(app: Conn, query: str, **kw: Any) -> list[Row]:

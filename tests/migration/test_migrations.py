@@ -231,7 +231,7 @@ def test_0008_indexes_the_memories_already_stored(empty_db: PgDatabase) -> None:
             rows = su.execute(
                 "select indexname from pg_indexes where indexname = 'memories_owner_terms_idx'"
                 " union all select proname from pg_proc where pronamespace = 'harbor'::regnamespace"
-                " and proname in ('memory_owner_key', 'owner_term_prefix', 'memory_owner_terms')"
+                " and proname in ('owner_term_prefix', 'memory_owner_terms')"
                 " order by 1"
             ).fetchall()
         return [r[0] for r in rows]
@@ -240,7 +240,6 @@ def test_0008_indexes_the_memories_already_stored(empty_db: PgDatabase) -> None:
     migrate.upgrade(empty_db.owner_url)
     assert objects() == [
         "memories_owner_terms_idx",
-        "memory_owner_key",
         "memory_owner_terms",
         "owner_term_prefix",
     ]
