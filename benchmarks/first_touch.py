@@ -1,0 +1,323 @@
+"""Where the first question to an owner spends its time (issue: hybrid recall).
+
+    python benchmarks/first_touch.py --data-dir DIR [--owners 200]
+                                     [--small-buffers 1GB] [--halfvec] [--seed 11]
+
+``recall.py`` measures each question "as it comes" right after the server
+started, and again once every owner's pages are in the shared buffers. The
+first figure is above the second by 3-4 ms at 1,000,000 memories. This splits
+that difference on the kept set ``DIR/uniform-1000000-interleaved`` (built by
+``recall.py --data-dir DIR``), with the same call as ``recall.py`` (the
+library's one-round-trip ``harbor.recall()`` as ``harbor_app`` under
+row-level security, hybrid, top_k 25):
+
+* **fresh start**: the server started as harbor-pg starts it (its shared
+  buffers sized to the machine, none of them used yet); the relations a
+  recall reads are first copied into the operating system's cache
+  (``pg_prewarm(..., 'read')``, which does not fill the shared buffers), so
+  the question reads no disk. Then one question to each of ``--owners``
+  owners no question has touched, then the same questions again;
+* **warm server**: restarted with ``--small-buffers`` of shared buffers, all
+  of them filled first by prewarming the 384-dimension HNSW index (larger
+  than the buffers), so every buffer has been used once, as in a service that
+  has run for a while. Then one question to each of ``--owners`` other owners
+  (their pages come from the operating system's cache into buffers whose
+  memory exists: the kernel no longer allocates and zeroes it, though each
+  new server process still maps it page by page), and the same questions
+  again.
+
+For each phase: the p50 of the first and the second question and the median
+of their paired differences, and, on Linux, per question, the
+pages the server process read from files (``rchar`` in ``/proc/PID/io`` over
+8 kB: reads the OS cache served count too) and the page faults it took
+(minor faults in ``/proc/PID/stat``: two for each 8 kB buffer the process
+touches for the first time, the kernel mapping it a page of shared memory).
+
+``--halfvec`` also measures the dense leg's exact scan alone (the owner's
+vectors by distance, as ``harbor._dense_candidates`` reads them) over the
+covering vector index and over a copy with the vectors stored as
+``halfvec`` (a table and index made for the run and dropped after it): the
+p50 from the operating system's cache and from the buffers, alternating the
+two copies owner by owner, and the overlap of their top 25.
+
+The kept set's shared buffers are reset to harbor-pg's own size at the end.
+About 15 s (25 s with ``--halfvec``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from pgvector.psycopg import register_vector
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import kept_server, machine, restart_server, with_params
+from recall import kept_dir, owner_of, queries, request_for, set_label, tenant_name
+
+from harbor_pg.context.recall import recall_in_one_round_trip
+from harbor_pg.db import migrate
+from harbor_pg.db.connection import Database
+
+# what a recall of a small owner reads: the memories and their indexes, the
+# vectors' owner-keyed indexes (not the graph indexes, not the vectors' table)
+RECALL_RELATIONS = (
+    "select c.oid::regclass::text from pg_class c"
+    " left join pg_am a on a.oid = c.relam"
+    " where c.relnamespace = 'harbor'::regnamespace and c.relkind in ('r', 'i')"
+    "   and c.relname like 'memor%%' and c.relname <> 'memory_embeddings'"
+    "   and a.amname is distinct from 'hnsw'"
+)
+
+DENSE_SCAN = (
+    "select memory_id, {vector} operator(public.<=>) %s{cast} as d from {table}"
+    " where harbor.vector_owner_key(tenant_id, model_id, scope, user_id, project_id,"
+    ' session_id, run_id) collate "C"'
+    " = harbor.vector_owner_key(%s, 'bench', 'user', %s, '', '', '') collate \"C\"{fits}"
+    " order by d, memory_id limit 114"
+)
+FITS = (
+    " and harbor.vector_owner_entry_fits(dims, tenant_id, model_id, project_id, user_id,"
+    " session_id, run_id, memory_id)"
+)
+
+
+def server_pid(su_db: str) -> int | None:
+    with psycopg.connect(su_db) as c:
+        row = c.execute(
+            "select pid from pg_stat_activity where backend_type = 'client backend'"
+            " and usename = 'harbor_app' and state is not null"
+            " order by backend_start desc limit 1"
+        ).fetchone()
+    return int(row[0]) if row else None
+
+
+def process_counts(pid: int | None) -> tuple[int, int] | None:
+    """(bytes read through read calls, minor page faults) of a server process, from
+    /proc (Linux); None elsewhere. The bytes count reads served by the OS cache too."""
+    if pid is None:
+        return None
+    try:
+        io = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, ValueError):
+        return None
+    return int(io["rchar"]), int(fields[7])  # minflt: the 10th field of the line
+
+
+def read_into_os_cache(su_db: str) -> float:
+    t = time.perf_counter()
+    with psycopg.connect(su_db, autocommit=True) as c:
+        c.execute("create extension if not exists pg_prewarm")
+        for (rel,) in c.execute(RECALL_RELATIONS).fetchall():
+            c.execute("select pg_prewarm(%s, 'read')", (rel,))
+    return time.perf_counter() - t
+
+
+async def ask_each(
+    app: str, su_db: str, qs: list[tuple[str, str, Any]], warmup: list[tuple[str, str, Any]]
+) -> dict[str, Any]:
+    """One question to each owner of ``qs`` (none touched before), then the same again;
+    per question: the time, the shared-buffer reads and the server process's page faults."""
+    db = Database(app, min_size=1, max_size=1)
+    await db.open()
+    try:
+        # the driver prepares after five executions; these owners are not measured
+        for tenant, text, v in warmup:
+            await recall_in_one_round_trip(db, owner_of(tenant), request_for(text, v, 25))
+        pid = server_pid(su_db)
+        out: dict[str, Any] = {}
+        for label in ("first", "again"):
+            lat: list[float] = []
+            before = process_counts(pid)
+            for tenant, text, v in qs:
+                t = time.perf_counter()
+                await recall_in_one_round_trip(db, owner_of(tenant), request_for(text, v, 25))
+                lat.append(time.perf_counter() - t)
+            after = process_counts(pid)
+            out[label] = lat
+            out[label + "_counts"] = (
+                None
+                if before is None or after is None
+                else ((after[0] - before[0]) / 8192 / len(qs), (after[1] - before[1]) / len(qs))
+            )
+        return out
+    finally:
+        await db.close()
+
+
+def report(phase: str, res: dict[str, Any]) -> None:
+    first = [x * 1000 for x in res["first"]]
+    again = [x * 1000 for x in res["again"]]
+    diff = statistics.median(a - b for a, b in zip(first, again, strict=True))
+
+    def counts(key: str) -> str:
+        value = res[key + "_counts"]
+        if value is None:
+            return ""
+        return f" ({value[0]:.0f} pages read, {value[1]:.0f} page faults a question)"
+
+    print(
+        f"  {phase}: first question p50 {statistics.median(first):.2f} ms{counts('first')};"
+        f" the same again p50 {statistics.median(again):.2f} ms{counts('again')};"
+        f" paired difference {diff:+.2f} ms (n={len(first)})",
+        flush=True,
+    )
+
+
+def distinct_owners(n: int, start: int, seed: int) -> list[tuple[str, str, Any]]:
+    """``n`` questions, each to a different owner among t<start>... (the uniform set's
+    1,000 owners), none of them t0-t9 (the warm-up's)."""
+    pool = [(tenant_name(i), 1000) for i in range(start, 1000)]
+    out: list[tuple[str, str, Any]] = []
+    seen: set[str] = set()
+    for q in queries(20 * n, pool, seed):
+        if q[0] not in seen:
+            seen.add(q[0])
+            out.append(q)
+        if len(out) == n:
+            break
+    return out
+
+
+def halfvec_scan(su_db: str, qs: list[tuple[str, str, Any]]) -> None:
+    with psycopg.connect(su_db, autocommit=True) as c:
+        register_vector(c)
+        t = time.perf_counter()
+        c.execute("drop table if exists public.bench_halfvec")
+        c.execute(
+            "create table public.bench_halfvec as select tenant_id, memory_id, model_id, scope,"
+            " project_id, user_id, session_id, run_id, with_context,"
+            " embedding::public.halfvec(384) as embedding from harbor.memory_embeddings"
+            " where dims = 384"
+        )
+        c.execute("set maintenance_work_mem = '1GB'")
+        c.execute(
+            "create index bench_halfvec_idx on public.bench_halfvec"
+            " ((harbor.vector_owner_key(tenant_id, model_id, scope, user_id, project_id,"
+            ' session_id, run_id)) collate "C") include (tenant_id, model_id, scope, user_id,'
+            " project_id, session_id, run_id, memory_id, with_context, embedding)"
+        )
+        c.execute("vacuum analyze public.bench_halfvec")
+        sizes = c.execute(
+            "select pg_relation_size('harbor.memory_embeddings_owner_vectors_idx') / 8192,"
+            " pg_relation_size('public.bench_halfvec_idx') / 8192"
+        ).fetchone() or (0, 0)
+        print(
+            f"  halfvec copy built in {time.perf_counter() - t:.1f} s: covering index"
+            f" {sizes[0]:,} pages with vector, {sizes[1]:,} with halfvec",
+            flush=True,
+        )
+        c.execute("select pg_prewarm('public.bench_halfvec_idx', 'read')")
+        c.execute("select pg_prewarm('harbor.memory_embeddings_owner_vectors_idx', 'read')")
+        c.execute("set enable_seqscan = off")
+        c.execute("set enable_bitmapscan = off")
+        full = DENSE_SCAN.format(
+            vector="embedding", cast="", table="harbor.memory_embeddings", fits=FITS
+        )
+        half = DENSE_SCAN.format(
+            vector="embedding", cast="::public.halfvec(384)", table="public.bench_halfvec", fits=""
+        )
+        try:
+            cold: dict[str, list[float]] = {"vector": [], "halfvec": []}
+            warm: dict[str, list[float]] = {"vector": [], "halfvec": []}
+            overlap: list[float] = []
+            for i, (tenant, _text, v) in enumerate(qs):
+                kind, sql = ("vector", full) if i % 2 == 0 else ("halfvec", half)
+                t = time.perf_counter()
+                c.execute(sql, (v, tenant, f"u-{tenant}")).fetchall()
+                cold[kind].append(time.perf_counter() - t)
+            for tenant, _text, v in qs:
+                a = [r[0] for r in c.execute(full, (v, tenant, f"u-{tenant}")).fetchall()][:25]
+                b = [r[0] for r in c.execute(half, (v, tenant, f"u-{tenant}")).fetchall()][:25]
+                overlap.append(len(set(a) & set(b)) / max(1, len(a)))
+                for kind, sql in (("vector", full), ("halfvec", half)):
+                    t = time.perf_counter()
+                    c.execute(sql, (v, tenant, f"u-{tenant}")).fetchall()
+                    warm[kind].append(time.perf_counter() - t)
+            for kind in ("vector", "halfvec"):
+                print(
+                    f"  dense scan alone, {kind}: from the OS cache p50"
+                    f" {statistics.median(cold[kind]) * 1000:.3f} ms"
+                    f" (n={len(cold[kind])}), from the buffers p50"
+                    f" {statistics.median(warm[kind]) * 1000:.3f} ms (n={len(warm[kind])})",
+                    flush=True,
+                )
+            print(
+                f"  top 25 of the halfvec copy against the vector index: overlap"
+                f" {100 * statistics.mean(overlap):.2f}% (min {100 * min(overlap):.0f}%)",
+                flush=True,
+            )
+        finally:
+            c.execute("drop table if exists public.bench_halfvec")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--data-dir", type=Path, required=True)
+    ap.add_argument("--owners", type=int, default=200)
+    ap.add_argument("--small-buffers", default="1GB")
+    ap.add_argument("--halfvec", action="store_true")
+    ap.add_argument("--seed", type=int, default=11)
+    args = ap.parse_args()
+    if not 10 <= args.owners <= 330:
+        raise SystemExit("--owners takes 10 to 330 (three sets of that many distinct owners)")
+    if not re.fullmatch(r"[0-9]+(MB|GB)", args.small_buffers):
+        raise SystemExit(f"--small-buffers takes a size such as 1GB, got {args.small_buffers!r}")
+    base = kept_dir(args.data_dir, set_label("uniform 1,000,000", "interleaved"))
+    if not (base / "built.json").exists():
+        raise SystemExit(f"no kept set in {base}: build it with recall.py --data-dir first")
+    print(machine(), flush=True)
+    warmup = queries(10, [(tenant_name(i), 1000) for i in range(10)], args.seed)
+    fresh = distinct_owners(args.owners, 10, args.seed)
+    taken = {t for t, _, _ in fresh}
+    warm_pool = [q for q in distinct_owners(990, 10, args.seed + 1) if q[0] not in taken]
+    warm_owners = warm_pool[: args.owners]
+    with kept_server(base) as (su, _):
+        pgdata = base / "pgdata"
+        su_db = with_params(su, dbname="harbor")
+        migrate.upgrade(with_params(su, dbname="harbor", user="harbor_owner"), progress=None)
+        try:
+            # a fresh start: nothing in the shared buffers, none of them used yet
+            restart_server(su, pgdata, None)
+            took = read_into_os_cache(su_db)
+            with psycopg.connect(su_db) as c:
+                size = c.execute("show shared_buffers").fetchone()
+            print(
+                f"fresh start, shared_buffers {size[0] if size else '?'}; the recall relations"
+                f" read into the OS cache in {took:.1f} s",
+                flush=True,
+            )
+            app = with_params(su, dbname="harbor", user="harbor_app")
+            report("fresh start", asyncio.run(ask_each(app, su_db, fresh, warmup)))
+            # a server whose every buffer has been used: other owners, their pages
+            # coming from the OS cache into buffers that exist
+            restart_server(su, pgdata, args.small_buffers)
+            t = time.perf_counter()
+            with psycopg.connect(su_db, autocommit=True) as c:
+                c.execute("select pg_prewarm('harbor.memory_embeddings_hnsw_384')")
+            took = read_into_os_cache(su_db)
+            print(
+                f"warm server, shared_buffers {args.small_buffers}, every buffer used by"
+                f" prewarming the HNSW index; relations re-read into the OS cache"
+                f" ({time.perf_counter() - t:.1f} s in all)",
+                flush=True,
+            )
+            report("warm server", asyncio.run(ask_each(app, su_db, warm_owners, warmup)))
+            if args.halfvec:
+                halfvec_scan(su_db, warm_pool[args.owners : 2 * args.owners])
+        finally:
+            with psycopg.connect(su, autocommit=True) as c:
+                c.execute("alter system reset shared_buffers")
+
+
+if __name__ == "__main__":
+    main()
