@@ -263,3 +263,95 @@ def test_0008_indexes_the_memories_already_stored(empty_db: PgDatabase) -> None:
     assert len(lookup) == 2 and lookup == scan
     migrate.downgrade(empty_db.owner_url, "0007")
     assert objects() == []
+
+
+# what the first version of 0008 (6c0ec0b) created: its own owner-key function,
+# and the owner terms keyed by it
+_FIRST_0008 = """
+create function harbor.memory_owner_key(tenant_id text, scope harbor.memory_scope,
+                                        user_id text, project_id text, session_id text,
+                                        run_id text) returns text
+    language sql immutable parallel safe
+return pg_catalog.octet_length(tenant_id)::text || ':' || tenant_id
+       || case scope when 'global' then 'g' when 'tenant' then 't' when 'project' then 'p'
+                     when 'user' then 'u' when 'session' then 's' when 'run' then 'r' end
+       || pg_catalog.octet_length(user_id)::text || ':' || user_id
+       || pg_catalog.octet_length(project_id)::text || ':' || project_id
+       || pg_catalog.octet_length(session_id)::text || ':' || session_id
+       || pg_catalog.octet_length(run_id)::text || ':' || run_id;
+create or replace function harbor.memory_owner_terms(tenant_id text, scope harbor.memory_scope,
+                                                     user_id text, project_id text,
+                                                     session_id text, run_id text,
+                                                     fts tsvector) returns text[]
+    language sql immutable parallel safe
+return array(select harbor.owner_term_prefix(harbor.memory_owner_key(tenant_id, scope, user_id,
+                                                                     project_id, session_id,
+                                                                     run_id)) || lexeme
+               from pg_catalog.unnest(pg_catalog.tsvector_to_array(fts)) lexeme);
+reindex index harbor.memories_owner_terms_idx;
+"""
+
+
+def _lexical_both_ways(db: PgDatabase, query: str) -> tuple[list[Any], list[Any], int]:
+    """The lexical leg for tenant t1 / user u1 with the lookup and with the owner
+    scan, and how many times the lookup read the owner-term index."""
+    with psycopg.connect(db.app_url, autocommit=True) as app:
+        app.execute("select harbor.set_identity('t1', principal_id => 'u1')")
+        with app.transaction():
+            app.execute("set local enable_seqscan = off")
+            scans = "select pg_stat_get_xact_numscans('harbor.memories_owner_terms_idx'::regclass)"
+            before: Any = app.execute(scans).fetchone()
+            sql = (
+                "select memory_id, lexical_score from harbor._lexical_candidates("
+                "%s, '{user}', now(), 10, 2000, %s) order by 1"
+            )
+            lookup = app.execute(sql, (query, 32)).fetchall()
+            after: Any = app.execute(scans).fetchone()
+            scan = app.execute(sql, (query, 0)).fetchall()
+    return lookup, scan, after[0] - before[0]
+
+
+def test_0009_rebuilds_an_owner_term_index_of_the_first_0008(empty_db: PgDatabase) -> None:
+    """A database migrated by the first version of 0008 has owner terms under
+    other keys than the lexical leg looks up, and the leg finds nothing through
+    the lookup; 0009 rebuilds the index with the current keys and drops the old
+    function. On a database of the current 0008 it rebuilds nothing."""
+    migrate.upgrade(empty_db.owner_url, "0008")
+    with psycopg.connect(empty_db.owner_url, autocommit=True) as owner:
+        owner.execute("set role harbor_owner")
+        owner.execute(_FIRST_0008)
+    with psycopg.connect(empty_db.superuser_url, autocommit=True) as su:
+        for n, text in enumerate(["harbor crane", "harbor pilot", "unrelated words"]):
+            su.execute(
+                "insert into harbor.memories (tenant_id, scope, user_id, content, content_hash)"
+                " values ('t1', 'user', 'u1', %s, md5(%s) || md5(%s))",
+                (text, text, str(n)),
+            )
+    migrate.upgrade(empty_db.owner_url, "0008")  # the package's functions, as a start applies them
+    lookup, scan, reads = _lexical_both_ways(empty_db, "harbor crane")
+    assert len(scan) == 2 and lookup == [] and reads == 1  # the state 0009 repairs
+
+    migrate.upgrade(empty_db.owner_url)
+    lookup, scan, reads = _lexical_both_ways(empty_db, "harbor crane")
+    assert len(scan) == 2 and lookup == scan and reads == 1
+    with psycopg.connect(empty_db.superuser_url) as su:
+        gone = su.execute(
+            "select to_regprocedure('harbor.memory_owner_key(text, harbor.memory_scope, text,"
+            " text, text, text)')"
+        ).fetchone()
+        assert gone == (None,)
+
+
+def test_0009_leaves_an_owner_term_index_of_the_current_0008(empty_db: PgDatabase) -> None:
+    migrate.upgrade(empty_db.owner_url, "0008")
+
+    def index_file() -> Any:
+        with psycopg.connect(empty_db.superuser_url) as su:
+            return su.execute(
+                "select pg_relation_filenode('harbor.memories_owner_terms_idx')"
+            ).fetchone()
+
+    before = index_file()
+    migrate.upgrade(empty_db.owner_url)
+    assert migrate.current_revision(empty_db.owner_url) == "0009"
+    assert index_file() == before  # REINDEX would have given it a new file
