@@ -36,7 +36,10 @@ already switched to prepared statements (psycopg prepares after five runs):
   its vector, rank in Python with numpy), as the ratio to beat;
 * completeness: how many of top_k came back, and the overlap of the dense
   candidates (``harbor._dense_candidates``, top_k of them) with an exact
-  scan of the same visible rows, also after the statements are prepared;
+  scan of the same visible rows, also after the statements are prepared; and
+  how many questions got fewer lexical candidates
+  (``harbor._lexical_candidates``) than there are visible rows matching them,
+  up to top_k;
 * the EXPLAIN plans of the candidate queries at the largest size.
 """
 
@@ -276,8 +279,11 @@ async def measure(
             await recall_in_one_round_trip(db, owner_of(tenant), request_for(text, v, top_k))
             steady.append(time.perf_counter() - t)
     # completeness of the dense candidates (what the HNSW walk or the exact
-    # scan hands to the ranking) against an exact scan of the same visible rows
-    for tenant, _text, v in qs[: min(len(qs), 100)]:
+    # scan hands to the ranking) against an exact scan of the same visible rows;
+    # of the lexical candidates, how many came back against how many of the
+    # visible rows match the question (up to top_k)
+    lexical_short = 0
+    for tenant, text, v in qs[: min(len(qs), 100)]:
         owner = owner_of(tenant)
         vec = "[" + ",".join(f"{float(x):.6f}" for x in v) + "]"
         async with db.transaction(owner) as conn:
@@ -294,11 +300,29 @@ async def measure(
                 (tenant, vec, top_k),
             )
             exact = [r["memory_id"] for r in await cur.fetchall()]
+            cur = await conn.execute(
+                "select (select count(*) from harbor._lexical_candidates(%s, '{user}', now(), %s))"
+                " as returned,"
+                " (select count(*) from (select 1 from harbor.memories m"
+                "  where m.fts @@ harbor.or_tsquery(%s) and m.valid @> now()"
+                "  and m.memory_type <> 'summary' limit %s) x) as matching",
+                (text, top_k, text, top_k),
+            )
+            row = await cur.fetchone()
+            if row is not None and row["returned"] < row["matching"]:
+                lexical_short += 1
         if len(dense) < len(exact):
             short += 1
         overlaps.append(len(set(dense) & set(exact)) / max(1, len(exact)))
     await db.close()
-    return {"lat": lat, "steady": steady, "counts": counts, "overlap": overlaps, "short": short}
+    return {
+        "lat": lat,
+        "steady": steady,
+        "counts": counts,
+        "overlap": overlaps,
+        "short": short,
+        "lexical_short": lexical_short,
+    }
 
 
 def naive(app_url: str, qs: list[tuple[str, str, Any]], top_k: int, n: int) -> list[float]:
@@ -441,7 +465,8 @@ def run_size(
                 f" (x{naive_p50 / p50:.1f}); returned {statistics.mean(res['counts']):.1f}"
                 f"/{args.top_k} on average, min {min(res['counts'])}; dense overlap with exact"
                 f" {100 * statistics.mean(res['overlap']):.1f}% (min"
-                f" {100 * min(res['overlap']):.0f}%), short results {res['short']}",
+                f" {100 * min(res['overlap']):.0f}%), short results {res['short']};"
+                f" lexical candidates short of the matching rows {res['lexical_short']}",
                 flush=True,
             )
             st = [x * 1000 for x in res["steady"]]
