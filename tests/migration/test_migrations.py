@@ -212,19 +212,43 @@ def test_0007_moves_each_vector_to_the_index_its_entry_fits(empty_db: PgDatabase
     assert indexes() == ["memory_embeddings_vectors_idx", "memory_embeddings_vectors_rest_idx"]
 
 
-def test_0008_indexes_the_memories_already_stored(empty_db: PgDatabase) -> None:
-    """0008 builds the owner-term index over the memories already in place: after
-    the upgrade the lexical leg finds them through the lookup (its only reader
-    of that index), with the same answers as the owner scan; the downgrade drops
-    the index and its functions."""
-    migrate.upgrade(empty_db.owner_url, "0007")
-    with psycopg.connect(empty_db.superuser_url, autocommit=True) as su:
+def _store_t1_memories(db: PgDatabase) -> None:
+    """Three memories of tenant t1 / user u1, two of them matching 'harbor crane'."""
+    with psycopg.connect(db.superuser_url, autocommit=True) as su:
         for n, text in enumerate(["harbor crane", "harbor pilot", "unrelated words"]):
             su.execute(
                 "insert into harbor.memories (tenant_id, scope, user_id, content, content_hash)"
                 " values ('t1', 'user', 'u1', %s, md5(%s) || md5(%s))",
                 (text, text, str(n)),
             )
+
+
+def _lexical_both_ways(db: PgDatabase, query: str) -> tuple[list[Any], list[Any], int]:
+    """The lexical leg for tenant t1 / user u1 with the lookup and with the owner
+    scan, and how many times the lookup read the owner-term index."""
+    with psycopg.connect(db.app_url, autocommit=True) as app:
+        app.execute("select harbor.set_identity('t1', principal_id => 'u1')")
+        with app.transaction():
+            app.execute("set local enable_seqscan = off")  # as at scale: the index, not a scan
+            scans = "select pg_stat_get_xact_numscans('harbor.memories_owner_terms_idx'::regclass)"
+            before: Any = app.execute(scans).fetchone()
+            sql = (
+                "select memory_id, lexical_score from harbor._lexical_candidates("
+                "%s, '{user}', now(), 10, 2000, %s) order by 1"
+            )
+            lookup = app.execute(sql, (query, 32)).fetchall()
+            after: Any = app.execute(scans).fetchone()
+            scan = app.execute(sql, (query, 0)).fetchall()
+    return lookup, scan, after[0] - before[0]
+
+
+def test_0008_indexes_the_memories_already_stored(empty_db: PgDatabase) -> None:
+    """0008 builds the owner-term index over the memories already in place: after
+    the upgrade the lexical leg finds them through the lookup (its only reader
+    of that index), with the same answers as the owner scan; the downgrade drops
+    the index and its functions."""
+    migrate.upgrade(empty_db.owner_url, "0007")
+    _store_t1_memories(empty_db)
 
     def objects() -> list[str]:
         with psycopg.connect(empty_db.superuser_url, autocommit=True) as su:
@@ -243,24 +267,8 @@ def test_0008_indexes_the_memories_already_stored(empty_db: PgDatabase) -> None:
         "memory_owner_terms",
         "owner_term_prefix",
     ]
-    with psycopg.connect(empty_db.app_url, autocommit=True) as app:
-        app.execute("select harbor.set_identity('t1', principal_id => 'u1')")
-        with app.transaction():
-            app.execute("set local enable_seqscan = off")  # as at scale: the index, not a scan
-            before = app.execute(
-                "select pg_stat_get_xact_numscans('harbor.memories_owner_terms_idx'::regclass)"
-            ).fetchone()
-            sql = (
-                "select memory_id, lexical_score from harbor._lexical_candidates("
-                "'harbor crane', '{user}', now(), 10, 2000, %s) order by 1"
-            )
-            lookup = app.execute(sql, (32,)).fetchall()
-            after = app.execute(
-                "select pg_stat_get_xact_numscans('harbor.memories_owner_terms_idx'::regclass)"
-            ).fetchone()
-            scan = app.execute(sql, (0,)).fetchall()
-    assert before is not None and after is not None and after[0] == before[0] + 1
-    assert len(lookup) == 2 and lookup == scan
+    lookup, scan, reads = _lexical_both_ways(empty_db, "harbor crane")
+    assert reads == 1 and len(lookup) == 2 and lookup == scan
     migrate.downgrade(empty_db.owner_url, "0007")
     assert objects() == []
 
@@ -292,25 +300,6 @@ reindex index harbor.memories_owner_terms_idx;
 """
 
 
-def _lexical_both_ways(db: PgDatabase, query: str) -> tuple[list[Any], list[Any], int]:
-    """The lexical leg for tenant t1 / user u1 with the lookup and with the owner
-    scan, and how many times the lookup read the owner-term index."""
-    with psycopg.connect(db.app_url, autocommit=True) as app:
-        app.execute("select harbor.set_identity('t1', principal_id => 'u1')")
-        with app.transaction():
-            app.execute("set local enable_seqscan = off")
-            scans = "select pg_stat_get_xact_numscans('harbor.memories_owner_terms_idx'::regclass)"
-            before: Any = app.execute(scans).fetchone()
-            sql = (
-                "select memory_id, lexical_score from harbor._lexical_candidates("
-                "%s, '{user}', now(), 10, 2000, %s) order by 1"
-            )
-            lookup = app.execute(sql, (query, 32)).fetchall()
-            after: Any = app.execute(scans).fetchone()
-            scan = app.execute(sql, (query, 0)).fetchall()
-    return lookup, scan, after[0] - before[0]
-
-
 def test_0009_rebuilds_an_owner_term_index_of_the_first_0008(empty_db: PgDatabase) -> None:
     """A database migrated by the first version of 0008 has owner terms under
     other keys than the lexical leg looks up, and the leg finds nothing through
@@ -320,13 +309,7 @@ def test_0009_rebuilds_an_owner_term_index_of_the_first_0008(empty_db: PgDatabas
     with psycopg.connect(empty_db.owner_url, autocommit=True) as owner:
         owner.execute("set role harbor_owner")
         owner.execute(_FIRST_0008)
-    with psycopg.connect(empty_db.superuser_url, autocommit=True) as su:
-        for n, text in enumerate(["harbor crane", "harbor pilot", "unrelated words"]):
-            su.execute(
-                "insert into harbor.memories (tenant_id, scope, user_id, content, content_hash)"
-                " values ('t1', 'user', 'u1', %s, md5(%s) || md5(%s))",
-                (text, text, str(n)),
-            )
+    _store_t1_memories(empty_db)
     migrate.upgrade(empty_db.owner_url, "0008")  # the package's functions, as a start applies them
     lookup, scan, reads = _lexical_both_ways(empty_db, "harbor crane")
     assert len(scan) == 2 and lookup == [] and reads == 1  # the state 0009 repairs
