@@ -1,0 +1,50 @@
+"""Committed migrations do not change.
+
+A revision that has run on a database has done its work there: Alembic never
+runs it again, so editing it afterwards leaves that database different from
+one migrated by the new text, silently. Session 14 found one such case
+(0008 was re-keyed in place after it was committed; migration 0009 repairs the
+databases its first version migrated). This test pins the text of every
+revision file. When it fails, do not update the hash: put the change in a new
+revision. The one exception is a change that leaves every database the same,
+such as a comment; then update the hash in the same commit and say so there.
+A new revision is added here when it is committed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+VERSIONS = Path(__file__).resolve().parents[2] / "migrations" / "versions"
+
+# the first 16 hex digits of the SHA-256 of each file (line endings as LF)
+FROZEN = {
+    "0001_initial.py": "749bc6995ae59ca9",
+    "0001_initial.sql": "4135330dd07542a5",
+    "0002_drop_memories_valid_idx.py": "3278d2b43a9f6270",
+    "0003_embedding_views.py": "b19691623b414a6f",
+    "0004_dedup_key_expression.py": "1b05377e2900cfd7",
+    "0005_owner_covering_indexes.py": "47e53dd67e15e71a",
+    "0006_hnsw_ef_construction.py": "5b64c31aad6cc1ee",
+    "0007_vector_owner_key.py": "be9aa738eab44a04",
+    "0008_owner_terms.py": "b520d5bb0725ce4b",
+    "0009_repair_owner_terms.py": "0eb445068de63709",
+}
+
+
+def fingerprint(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes().replace(b"\r\n", b"\n")).hexdigest()[:16]
+
+
+def test_every_revision_file_is_pinned() -> None:
+    files = sorted(p.name for p in VERSIONS.iterdir() if p.name[:1].isdigit())
+    assert files == sorted(FROZEN), "pin a new revision file in FROZEN when it is committed"
+
+
+def test_committed_revisions_are_unchanged() -> None:
+    changed = [name for name, digest in FROZEN.items() if fingerprint(VERSIONS / name) != digest]
+    assert changed == [], (
+        f"{changed} changed after they were committed: a database they already migrated "
+        "keeps the old result; put the change in a new revision instead"
+    )
