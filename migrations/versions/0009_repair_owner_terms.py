@@ -17,7 +17,7 @@ harbor.memory_owner_terms() its current body, rebuilds the index with it and
 drops the old function; everywhere else it does nothing.
 
 The rebuild runs in the migration's transaction: writes to memories wait for
-it (about 19 s at 1,000,000 memories on two cores), reads go on. There is
+it (17.4 s at 1,000,000 memories on two cores), reads go on. There is
 nothing to undo on the way down: the index is then as 0008 defines it.
 """
 

@@ -29,7 +29,7 @@ FROZEN = {
     "0006_hnsw_ef_construction.py": "5b64c31aad6cc1ee",
     "0007_vector_owner_key.py": "be9aa738eab44a04",
     "0008_owner_terms.py": "b520d5bb0725ce4b",
-    "0009_repair_owner_terms.py": "0eb445068de63709",
+    "0009_repair_owner_terms.py": "5cbc203b1ab60a32",
 }
 
 
