@@ -103,11 +103,35 @@ def timed() -> float:
     return time.perf_counter()
 
 
+def check_size(flag: str, value: str) -> None:
+    """Stop with a message unless ``value`` is a size PostgreSQL takes (``1GB``)."""
+    if not re.fullmatch(r"[0-9]+(kB|MB|GB)", value):
+        raise SystemExit(f"{flag} takes a size such as 1GB, got {value!r}")
+
+
+def recall_relations(conn: psycopg.Connection[Any], *, vector_table: bool = True) -> list[str]:
+    """The harbor relations an owner's recall reads, smallest first: the memories and
+    the vectors' tables and their indexes, without the graph indexes (they serve only
+    owners above the exact-scan limit; 1.5 GB at 1,000,000 vectors, with them the heaps
+    no longer fit a few GB of buffers). ``vector_table=False`` leaves out the vectors'
+    table too, which a small owner's recall reads only through its covering index."""
+    rows = conn.execute(
+        "select c.oid::regclass::text from pg_class c"
+        " left join pg_am a on a.oid = c.relam"
+        " where c.relnamespace = 'harbor'::regnamespace and c.relkind in ('r', 'i')"
+        "   and c.relname like 'memor%%' and a.amname is distinct from 'hnsw'"
+        "   and (%s or c.relname <> 'memory_embeddings')"
+        " order by pg_relation_size(c.oid)",
+        (vector_table,),
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
 def restart_server(su: str, pgdata: Path, shared_buffers: str | None) -> None:
     """Stop the server of ``pgdata`` and start it again, with ``shared_buffers`` set
     by ALTER SYSTEM (None: reset to harbor-pg's own size)."""
-    if shared_buffers is not None and not re.fullmatch(r"[0-9]+(kB|MB|GB)", shared_buffers):
-        raise SystemExit(f"--shared-buffers takes a size such as 1GB, got {shared_buffers!r}")
+    if shared_buffers is not None:
+        check_size("--shared-buffers", shared_buffers)
     with psycopg.connect(su, autocommit=True) as c:
         if shared_buffers is None:
             c.execute("alter system reset shared_buffers")
@@ -130,17 +154,8 @@ def restart_with(su: str, pgdata: Path, shared_buffers: str) -> None:
     restart_server(su, pgdata, shared_buffers)
     with psycopg.connect(with_params(su, dbname="harbor"), autocommit=True) as c:
         c.execute("create extension if not exists pg_prewarm")
-        relations = c.execute(
-            "select c.oid::regclass::text from pg_class c"
-            " left join pg_am a on a.oid = c.relam"
-            " where c.relnamespace = 'harbor'::regnamespace and c.relkind in ('r', 'i')"
-            "   and c.relname like 'memor%%'"
-            # the graph indexes serve only owners above the exact-scan limit: with them
-            # (1.5 GB at 1,000,000 vectors) the heaps no longer fit a few GB of buffers
-            "   and a.amname is distinct from 'hnsw'"
-            " order by pg_relation_size(c.oid)"
-        ).fetchall()
-        for (relation,) in relations:
+        relations = recall_relations(c)
+        for relation in relations:
             c.execute("select pg_prewarm(%s)", (relation,))
         print(
             f"restarted with shared_buffers {shared_buffers}; prewarmed {len(relations)}",

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import re
 import statistics
 import sys
 import time
@@ -60,22 +59,19 @@ from pgvector.psycopg import register_vector
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import kept_server, machine, restart_server, with_params
+from _common import (
+    check_size,
+    kept_server,
+    machine,
+    recall_relations,
+    restart_server,
+    with_params,
+)
 from recall import kept_dir, owner_of, queries, request_for, set_label, tenant_name
 
 from harbor_pg.context.recall import recall_in_one_round_trip
 from harbor_pg.db import migrate
 from harbor_pg.db.connection import Database
-
-# what a recall of a small owner reads: the memories and their indexes, the
-# vectors' owner-keyed indexes (not the graph indexes, not the vectors' table)
-RECALL_RELATIONS = (
-    "select c.oid::regclass::text from pg_class c"
-    " left join pg_am a on a.oid = c.relam"
-    " where c.relnamespace = 'harbor'::regnamespace and c.relkind in ('r', 'i')"
-    "   and c.relname like 'memor%%' and c.relname <> 'memory_embeddings'"
-    "   and a.amname is distinct from 'hnsw'"
-)
 
 DENSE_SCAN = (
     "select memory_id, {vector} operator(public.<=>) %s{cast} as d from {table}"
@@ -117,7 +113,7 @@ def read_into_os_cache(su_db: str) -> float:
     t = time.perf_counter()
     with psycopg.connect(su_db, autocommit=True) as c:
         c.execute("create extension if not exists pg_prewarm")
-        for (rel,) in c.execute(RECALL_RELATIONS).fetchall():
+        for rel in recall_relations(c, vector_table=False):
             c.execute("select pg_prewarm(%s, 'read')", (rel,))
     return time.perf_counter() - t
 
@@ -270,8 +266,7 @@ def main() -> None:
     args = ap.parse_args()
     if not 10 <= args.owners <= 330:
         raise SystemExit("--owners takes 10 to 330 (three sets of that many distinct owners)")
-    if not re.fullmatch(r"[0-9]+(MB|GB)", args.small_buffers):
-        raise SystemExit(f"--small-buffers takes a size such as 1GB, got {args.small_buffers!r}")
+    check_size("--small-buffers", args.small_buffers)
     base = kept_dir(args.data_dir, set_label("uniform 1,000,000", "interleaved"))
     if not (base / "built.json").exists():
         raise SystemExit(f"no kept set in {base}: build it with recall.py --data-dir first")
