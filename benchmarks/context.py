@@ -65,7 +65,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine, pct, private_server, with_params
 
 from harbor_pg.context.summarizer import frontier_of
-from harbor_pg.context.tokens import approximate_tokens
 from harbor_pg.db import migrate, server
 from harbor_pg.db.connection import Database
 from harbor_pg.embedders.hashing import HashingEmbedder
@@ -73,6 +72,7 @@ from harbor_pg.manager import MemoryManager
 from harbor_pg.owner import MemoryOwner
 from harbor_pg.records import content_hash
 from harbor_pg.tiers.base import summary_memory_id
+from harbor_pg.tokens import approximate_tokens
 
 T = TypeVar("T", bound=BaseModel)
 

@@ -1,1 +1,1 @@
-"""Per-turn context: window trimming, rolling summary, query rewrite, prompts, token counting."""
+"""Per-turn context: window trimming, rolling summary, query rewrite and its prompts, recall."""

@@ -35,7 +35,6 @@ from harbor_pg.context.summarizer import (
     SessionSummarizer,
     frontier_of,
 )
-from harbor_pg.context.tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter, approximate_tokens
 from harbor_pg.context.trimming import trim_window
 from harbor_pg.errors import MemoryConfigurationError, MemoryValidationError
 from harbor_pg.llm.base import MemoryModel
@@ -44,6 +43,7 @@ from harbor_pg.owner import MemoryOwner
 from harbor_pg.policy import BudgetAllowance, MemoryPolicy
 from harbor_pg.records import ConversationMessage, Memory, MemoryType
 from harbor_pg.tiers.base import ShortTermStore, SummaryStore
+from harbor_pg.tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter, approximate_tokens
 
 __all__ = ["ContextRecall", "MemoryContextBuilder"]
 
@@ -106,7 +106,7 @@ class MemoryContextBuilder:
         summarizer: an :class:`ExtractiveSummarizer` to write summaries with,
             even when a model is set (the model then only rewrites).
         token_counter: counts tokens for every budget (default
-            :func:`~harbor_pg.context.tokens.approximate_tokens`).
+            :func:`~harbor_pg.tokens.approximate_tokens`).
         prompt_tokens: the total prompt budget a :class:`~harbor_pg.policy.BudgetSplit`
             is applied to; required when the policy has one (``build`` may
             override it per turn), ignored otherwise.

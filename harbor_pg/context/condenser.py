@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from harbor_pg.context.prompts import RewriteResult, rewrite_prompt
-from harbor_pg.context.tokens import TokenCounter, approximate_tokens
 from harbor_pg.llm.base import (
     MemoryModel,
     MemoryModelError,
@@ -21,6 +20,7 @@ from harbor_pg.llm.base import (
     supports_structured_output,
 )
 from harbor_pg.records import ConversationMessage, MemoryType, normalize_content
+from harbor_pg.tokens import TokenCounter, approximate_tokens
 
 __all__ = [
     "MIN_REWRITE_TOKEN_LIMIT",
@@ -69,7 +69,7 @@ class QueryCondenser:
     Args:
         model: any :class:`~harbor_pg.llm.MemoryModel`.
         token_counter: counts tokens for the length check (default
-            :func:`~harbor_pg.context.tokens.approximate_tokens`).
+            :func:`~harbor_pg.tokens.approximate_tokens`).
 
     A rewrite is rejected (:class:`RewriteRejectedError`) when it is empty or
     longer than ``max(MIN_REWRITE_TOKEN_LIMIT, REWRITE_GROWTH_LIMIT * tokens(question))``

@@ -22,8 +22,8 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from harbor_pg.context.tokens import TokenCounter, approximate_tokens
 from harbor_pg.records import Memory, MemoryType, normalize_content
+from harbor_pg.tokens import TokenCounter, approximate_tokens
 
 __all__ = [
     "RecalledMemory",

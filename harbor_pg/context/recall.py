@@ -37,7 +37,6 @@ from harbor_pg.context.ranking import (
     rrf,
     type_boost,
 )
-from harbor_pg.context.tokens import TokenCounter, approximate_tokens
 from harbor_pg.db.sqlfiles import query as sql_query
 from harbor_pg.db.vectors import PgVector
 from harbor_pg.embedders.base import Embedder, EmbedderError, normalize_vector
@@ -47,6 +46,7 @@ from harbor_pg.policy import MemoryPolicy
 from harbor_pg.records import RECALL_MEMORY_TYPES, Memory, MemoryType, Sensitivity
 from harbor_pg.tiers.base import LongTermStore
 from harbor_pg.tiers.long_term import PostgresLongTermStore, memory_from_row
+from harbor_pg.tokens import TokenCounter, approximate_tokens
 
 if TYPE_CHECKING:
     from harbor_pg.db.connection import Database
@@ -147,7 +147,7 @@ class MemoryRecall:
         embedder: embeds the query; dense candidates need both an embedder and
             an index.
         token_counter: counts tokens of the rendered block instead of
-            :func:`~harbor_pg.context.tokens.approximate_tokens`.
+            :func:`~harbor_pg.tokens.approximate_tokens`.
     """
 
     def __init__(

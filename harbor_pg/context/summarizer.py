@@ -30,7 +30,6 @@ from typing import Any, Protocol
 
 from harbor_pg.context.messages import to_langchain
 from harbor_pg.context.prompts import summary_prompt
-from harbor_pg.context.tokens import TokenCounter, approximate_tokens, message_tokens
 from harbor_pg.context.trimming import summary_boundary
 from harbor_pg.errors import MemoryConfigurationError
 from harbor_pg.llm.base import MemoryModel, MemoryModelError
@@ -44,6 +43,7 @@ from harbor_pg.tiers.base import (
     SummaryStore,
     summary_memory_id,
 )
+from harbor_pg.tokens import TokenCounter, approximate_tokens, message_tokens
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",
@@ -123,7 +123,7 @@ class RollingSummary:
             set. Default: an :class:`ExtractiveSummarizer` bounded to
             ``summary_max_tokens``.
         token_counter: counts tokens (default
-            :func:`~harbor_pg.context.tokens.approximate_tokens`).
+            :func:`~harbor_pg.tokens.approximate_tokens`).
         summary_max_tokens: length budget of the summary (default a quarter of
             ``recent_max_tokens``, at least 64).
         page_size: messages per catch-up page.

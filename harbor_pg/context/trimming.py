@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage, trim_messages
 
 from harbor_pg.context.messages import from_langchain, is_user_message, to_langchain
-from harbor_pg.context.tokens import TokenCounter, approximate_tokens, message_tokens
 from harbor_pg.errors import MemoryValidationError
+from harbor_pg.tokens import TokenCounter, approximate_tokens, message_tokens
 
 __all__ = [
     "from_langchain",
@@ -32,7 +32,7 @@ def trim_window(
     """Keep the newest messages that fit ``max_tokens``, starting on a user turn.
 
     Uses LangChain's ``trim_messages(strategy="last", start_on="human")``, with
-    tokens counted by :func:`~harbor_pg.context.tokens.message_tokens` over
+    tokens counted by :func:`~harbor_pg.tokens.message_tokens` over
     ``token_counter``. When nothing fits (a budget too small for one message,
     or no user turn inside the budget) the newest message is still kept, so a
     turn never loses its immediate history; if that newest message is a tool

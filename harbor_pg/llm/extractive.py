@@ -14,8 +14,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from harbor_pg.context.tokens import approximate_tokens
 from harbor_pg.errors import MemoryConfigurationError
+from harbor_pg.tokens import approximate_tokens
 
 __all__ = ["ExtractiveSummarizer"]
 

@@ -11,6 +11,7 @@ from harbor_pg.db.sqlfiles import query
 from harbor_pg.owner import MemoryOwner
 from harbor_pg.records import ConversationMessage
 from harbor_pg.tiers.base import SummaryLease
+from harbor_pg.tokens import approximate_tokens
 
 __all__ = ["PostgresShortTermStore", "message_from_row", "session_key"]
 
@@ -45,8 +46,6 @@ def _timestamp(value: Any) -> Any:
 
 
 def _append_params(owner: MemoryOwner, message: ConversationMessage) -> dict[str, Any]:
-    from harbor_pg.context.tokens import approximate_tokens
-
     return {
         **session_key(owner),
         "project_id": owner.project_id or "",

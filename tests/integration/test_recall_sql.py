@@ -657,7 +657,7 @@ def test_two_vectors_of_one_memory_count_once_at_the_nearer_on_both_paths(
     ],
 )
 def test_sql_token_estimate_matches_python(conns: tuple[Conn, Conn], text: str) -> None:
-    from harbor_pg.context.tokens import approximate_tokens
+    from harbor_pg.tokens import approximate_tokens
 
     _su, app = conns
     row = app.execute("select harbor.approximate_tokens(%s) as n", (text,)).fetchone()
@@ -747,7 +747,7 @@ def test_recall_line_tokens_match_the_collapsed_rendering(
 ) -> None:
     """The regex-free fast path gives what collapsing with regexp_replace gives, and
     (for the whitespace Python and PostgreSQL agree on) what Python renders."""
-    from harbor_pg.context.tokens import approximate_tokens
+    from harbor_pg.tokens import approximate_tokens
 
     _su, app = conns
     digest = "0123456789abcdef" * 4

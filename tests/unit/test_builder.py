@@ -16,7 +16,6 @@ from langchain_core.messages import HumanMessage
 from harbor_pg.context.builder import ContextRecall, MemoryContextBuilder
 from harbor_pg.context.condenser import QueryCondenser, RewriteRejectedError
 from harbor_pg.context.result import MemoryContext, recalled_entity_ids
-from harbor_pg.context.tokens import approximate_tokens
 from harbor_pg.errors import (
     MemoryConfigurationError,
     MemoryDatabaseError,
@@ -28,6 +27,7 @@ from harbor_pg.owner import MemoryOwner
 from harbor_pg.policy import BudgetSplit, MemoryPolicy
 from harbor_pg.records import ConversationMessage, Memory, MemoryType
 from harbor_pg.tiers.in_process import InMemoryLongTermStore, InMemoryShortTermStore
+from harbor_pg.tokens import approximate_tokens
 from tests.unit.test_builder_support import (
     ScriptedModel,
     ScriptedRecall,
@@ -211,7 +211,7 @@ async def test_window_is_trimmed_to_the_token_budget_and_opens_on_a_user_turn() 
     policy = MemoryPolicy(recent_max_tokens=300, recent_max_messages=12)
     context = await builder(store, policy=policy).build(OWNER, QUESTION)
     lc = context.langchain_messages()
-    from harbor_pg.context.tokens import message_tokens
+    from harbor_pg.tokens import message_tokens
 
     assert 0 < len(context.messages) < 12
     assert message_tokens(lc) <= 300
@@ -429,7 +429,7 @@ async def test_budget_split_shares_window_and_recall() -> None:
     context = await b.build(OWNER, QUESTION, prompt_tokens=1000)  # a per-turn total
     assert context.budget is not None
     assert context.budget == (350, 250, 300, 100)
-    from harbor_pg.context.tokens import message_tokens
+    from harbor_pg.tokens import message_tokens
 
     assert message_tokens(context.langchain_messages()) <= 350
     assert recall.calls[0].token_budget == 250
@@ -441,7 +441,7 @@ async def test_unused_share_is_not_handed_on() -> None:
     await fill(store, exchange(6, words=30))
     b = builder(store, policy=SPLIT.with_changes(recent_max_tokens=5000), prompt_tokens=1000)
     context = await b.build(OWNER, QUESTION)  # no recall: the episodic share stays unused
-    from harbor_pg.context.tokens import message_tokens
+    from harbor_pg.tokens import message_tokens
 
     assert message_tokens(context.langchain_messages()) <= 350
 
@@ -452,7 +452,7 @@ async def test_budget_split_counts_the_summary_in_the_session_share() -> None:
     memories = InMemoryLongTermStore()
     b = builder(store, memories=memories, policy=SPLIT, prompt_tokens=1000)
     context = await b.build(OWNER, QUESTION)
-    from harbor_pg.context.tokens import MESSAGE_OVERHEAD_TOKENS, message_tokens
+    from harbor_pg.tokens import MESSAGE_OVERHEAD_TOKENS, message_tokens
 
     assert context.summary is not None and context.summary_refreshed
     summary_cost = approximate_tokens(context.summary) + MESSAGE_OVERHEAD_TOKENS

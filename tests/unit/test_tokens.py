@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
-from harbor_pg.context.tokens import (
+from harbor_pg.tokens import (
     MESSAGE_OVERHEAD_TOKENS,
     NON_TEXT_BLOCK_TOKENS,
     TokenCounter,

@@ -18,7 +18,6 @@ from langchain_core.messages import (
 )
 
 from harbor_pg.context.messages import HARBOR_KWARGS_KEY, is_user_message, message_text
-from harbor_pg.context.tokens import message_tokens
 from harbor_pg.context.trimming import (
     from_langchain,
     summary_boundary,
@@ -27,6 +26,7 @@ from harbor_pg.context.trimming import (
 )
 from harbor_pg.errors import MemoryValidationError
 from harbor_pg.records import ConversationMessage
+from harbor_pg.tokens import message_tokens
 
 
 def one_token_per_char(text: str) -> int:
