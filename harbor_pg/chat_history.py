@@ -10,9 +10,9 @@ from typing import Any, TypeVar
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage
 
-from harbor_pg.context.messages import from_langchain, to_langchain
 from harbor_pg.errors import MemoryConfigurationError
 from harbor_pg.manager import MemoryManager
+from harbor_pg.messages import from_langchain, to_langchain
 from harbor_pg.owner import MemoryOwner, MemoryScope
 from harbor_pg.tiers.in_process import InMemoryShortTermStore
 from harbor_pg.tiers.short_term import PostgresShortTermStore

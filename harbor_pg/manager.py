@@ -1002,7 +1002,7 @@ def _to_message(turn: ConversationMessage | dict[str, Any] | Any) -> Conversatio
         from langchain_core.messages import BaseMessage
 
         if isinstance(turn, BaseMessage):
-            from harbor_pg.context.messages import from_langchain
+            from harbor_pg.messages import from_langchain
 
             return from_langchain(turn)
     except ValidationError as exc:

@@ -27,7 +27,6 @@ from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from harbor_pg.context.condenser import QueryCondenser
-from harbor_pg.context.messages import to_langchain
 from harbor_pg.context.result import MemoryContext
 from harbor_pg.context.summarizer import (
     DEFAULT_PAGE_SIZE,
@@ -39,6 +38,7 @@ from harbor_pg.context.trimming import trim_window
 from harbor_pg.errors import MemoryConfigurationError, MemoryValidationError
 from harbor_pg.llm.base import MemoryModel
 from harbor_pg.llm.extractive import ExtractiveSummarizer
+from harbor_pg.messages import to_langchain
 from harbor_pg.owner import MemoryOwner
 from harbor_pg.policy import BudgetAllowance, MemoryPolicy
 from harbor_pg.records import ConversationMessage, Memory, MemoryType

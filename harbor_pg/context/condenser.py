@@ -2,7 +2,7 @@
 
 A follow-up such as "and who owns it?" cannot be searched as asked. The
 condenser shows the model the rolling summary, the window and the question
-(all fenced as untrusted data, see :mod:`harbor_pg.context.prompts`) and asks,
+(all fenced as untrusted data, see :mod:`harbor_pg.fencing`) and asks,
 in the same call, which kinds of memory the question is after. A model that
 cannot produce structured output gets the plain-text prompt and hints nothing.
 """

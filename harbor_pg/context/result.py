@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from langchain_core.messages import BaseMessage
 
-from harbor_pg.context.messages import to_langchain
 from harbor_pg.context.recall import recalled_entity_ids
+from harbor_pg.messages import to_langchain
 from harbor_pg.policy import BudgetAllowance
 from harbor_pg.records import ConversationMessage, Memory, MemoryType
 

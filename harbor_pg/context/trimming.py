@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage, trim_messages
 
-from harbor_pg.context.messages import from_langchain, is_user_message, to_langchain
 from harbor_pg.errors import MemoryValidationError
+from harbor_pg.messages import from_langchain, is_user_message, to_langchain
 from harbor_pg.tokens import TokenCounter, approximate_tokens, message_tokens
 
 __all__ = [

@@ -9,7 +9,7 @@ One extraction is one model call and, per stored fact, a few statements:
 2. The model proposes atomic third-person facts (type, scope, importance,
    entity mentions, sensitivity, optional ``replaces``). Its answer is parsed
    leniently (:mod:`harbor_pg.extraction.facts`); the conversation is fenced
-   as untrusted data (:func:`~harbor_pg.context.prompts.extraction_prompt`).
+   as untrusted data (:func:`~harbor_pg.extraction.prompts.extraction_prompt`).
 3. Deterministic gates, before anything is saved: blank facts and facts
    below ``extraction_min_importance`` are dropped, facts carrying a
    credential are refused (:mod:`harbor_pg.extraction.secrets`), the scope is
@@ -52,7 +52,6 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.messages import BaseMessage
 from pydantic import BaseModel
 
-from harbor_pg.context.prompts import Prompt, extraction_prompt
 from harbor_pg.embedders.base import Embedder, EmbedderError
 from harbor_pg.errors import MemoryConfigurationError
 from harbor_pg.extraction.entities import MemoryEntityResolver, anchored_entity_ids, mention_key
@@ -62,7 +61,9 @@ from harbor_pg.extraction.facts import (
     ExtractionResult,
     memory_reference,
 )
+from harbor_pg.extraction.prompts import extraction_prompt
 from harbor_pg.extraction.secrets import contains_secret, secret_kind
+from harbor_pg.fencing import Prompt
 from harbor_pg.llm.base import (
     MemoryModel,
     StructuredOutputUnsupportedError,

@@ -10,15 +10,9 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 
 from harbor_pg.context.prompts import (
     MAX_WANTED_TYPES,
-    Prompt,
     RewriteResult,
     SummaryResult,
-    escape_untrusted,
-    extraction_prompt,
     parse_wanted_types,
-    render_conversation,
-    render_memories,
-    render_memory,
     rewrite_prompt,
     summary_prompt,
 )
@@ -36,6 +30,8 @@ from harbor_pg.extraction.facts import (
     parse_replaces,
     parse_sensitivity,
 )
+from harbor_pg.extraction.prompts import extraction_prompt, render_memories, render_memory
+from harbor_pg.fencing import Prompt, escape_untrusted, render_conversation
 from harbor_pg.owner import MemoryOwner, MemoryScope
 from harbor_pg.records import ConversationMessage, Memory, MemoryType, Sensitivity, content_hash
 

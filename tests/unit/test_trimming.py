@@ -17,7 +17,6 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
-from harbor_pg.context.messages import HARBOR_KWARGS_KEY, is_user_message, message_text
 from harbor_pg.context.trimming import (
     from_langchain,
     summary_boundary,
@@ -25,6 +24,7 @@ from harbor_pg.context.trimming import (
     trim_window,
 )
 from harbor_pg.errors import MemoryValidationError
+from harbor_pg.messages import HARBOR_KWARGS_KEY, is_user_message, message_text
 from harbor_pg.records import ConversationMessage
 from harbor_pg.tokens import message_tokens
 
