@@ -1,0 +1,127 @@
+"""The package's imports point one way: no module imports one on a higher layer.
+
+The graph is read from the source with :mod:`ast` (nothing is imported), so
+the check has no import side effects and also sees imports made inside
+functions. The layers are documented in docs/architecture.md; a new module
+must be given a layer here, or the test fails and says so.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "harbor_pg"
+
+#: Each unit (a top-level module or subpackage of harbor_pg) and its layer,
+#: lowest first. A module may import units on lower layers and modules of its
+#: own unit; units that share a layer are peers and may not import each other.
+LAYERS: dict[str, int] = {
+    "errors": 0,
+    "tokens": 0,
+    "owner": 1,
+    "llm": 1,
+    "embedders": 2,
+    "records": 2,
+    "policy": 2,
+    "messages": 3,
+    "fencing": 4,
+    "db": 5,
+    "tiers": 6,
+    "context": 7,
+    "extraction": 7,
+    "manager": 8,
+    # surfaces over the facade
+    "chat_history": 9,
+    "demo": 9,
+    "testing": 9,
+    "mcp": 9,
+    "inspect": 9,
+    # the command line (it runs the demo) and the public names
+    "cli": 10,
+    "__init__": 10,
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """Every harbor_pg module ``path`` imports, relative imports resolved."""
+    module = _module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                target = ".".join([*base, node.module] if node.module else base)
+            else:
+                target = node.module or ""
+            found.add(target)
+            # ``from harbor_pg.context import recall`` imports the module harbor_pg.context.recall
+            found.update(f"{target}.{alias.name}" for alias in node.names)
+    return {name for name in found if name == "harbor_pg" or name.startswith("harbor_pg.")}
+
+
+def _unit(module: str) -> str:
+    parts = module.split(".")
+    return "__init__" if len(parts) == 1 else parts[1]
+
+
+def _graph() -> dict[str, set[str]]:
+    return {_module_name(path): _imports(path) for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def test_every_unit_has_a_layer() -> None:
+    units = {_unit(module) for module in _graph()}
+    missing = sorted(units - LAYERS.keys())
+    assert not missing, f"give these harbor_pg modules a layer in {__name__}.LAYERS: {missing}"
+
+
+def test_no_module_imports_a_higher_layer_or_a_peer() -> None:
+    graph = _graph()
+    wrong: list[str] = []
+    for module, imported in graph.items():
+        here = _unit(module)
+        for target in sorted(imported):
+            if target not in graph:
+                continue  # a name imported from a module, not a module
+            there = _unit(target)
+            if there == here:
+                continue
+            if LAYERS.get(there, -1) >= LAYERS.get(here, -1):
+                wrong.append(
+                    f"{module} (layer {LAYERS.get(here)}) imports {target} "
+                    f"(layer {LAYERS.get(there)})"
+                )
+    assert not wrong, "imports against the layering:\n" + "\n".join(wrong)
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("from harbor_pg.context.tokens import approximate_tokens\n", "harbor_pg.context.tokens"),
+        ("from ..context import prompts\n", "harbor_pg.context.prompts"),
+        ("def f():\n    import harbor_pg.manager\n", "harbor_pg.manager"),
+    ],
+)
+def test_the_graph_sees_every_form_of_import(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str, expected: str
+) -> None:
+    # A module inside a throwaway copy of the package layout, so relative imports resolve.
+    package = tmp_path / "harbor_pg"
+    (package / "tiers").mkdir(parents=True)
+    probe = package / "tiers" / "probe.py"
+    probe.write_text(source)
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", package)
+    assert expected in _imports(probe)
