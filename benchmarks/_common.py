@@ -1,21 +1,136 @@
-"""Shared helpers for the benchmarks: a private embedded server, timing, stats."""
+"""The benchmarks' shared harness: servers, kept data sets, progress, stats, the results writer.
+
+- servers: :func:`private_server` (a fresh one in a temporary directory) and
+  :func:`kept_server` (its data directory outlives the run, so a data set is
+  built once and reused; :func:`data_home` is where kept sets live);
+- :func:`progress`: a progress bar on a terminal, nothing when the output is
+  piped to a file;
+- :func:`record`: writes a benchmark's figures into its table in
+  ``benchmarks/RESULTS.md``, between ``<!-- results:NAME -->`` markers, with
+  the command, data, machine, date and commit of the run.
+"""
 
 from __future__ import annotations
 
+import datetime
 import os
 import platform
 import re
+import shlex
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import conninfo
+
+RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+
+_T = TypeVar("_T")
+
+
+def data_home() -> Path:
+    """Where kept data sets live: ``$HARBOR_BENCH_DATA``, else ``~/.cache/harbor-pg/benchmarks``."""
+    env = os.environ.get("HARBOR_BENCH_DATA")
+    return Path(env) if env else Path.home() / ".cache" / "harbor-pg" / "benchmarks"
+
+
+def progress(items: Iterable[_T], total: int | None = None, label: str = "") -> Iterator[_T]:
+    """Yield ``items``, drawing a progress bar on stderr when it is a terminal."""
+    if not sys.stderr.isatty():
+        yield from items
+        return
+    if total is None and isinstance(items, Sequence):
+        total = len(items)
+    step = max(1, (total or 0) // 200)
+    for done, item in enumerate(items, start=1):
+        yield item
+        if done % step == 0 or done == total:
+            if total:
+                filled = int(30 * done / total)
+                bar = "#" * filled + "." * (30 - filled)
+                sys.stderr.write(f"\r  {label} [{bar}] {done:,}/{total:,}")
+            else:
+                sys.stderr.write(f"\r  {label} {done:,}")
+            sys.stderr.flush()
+    sys.stderr.write("\r" + " " * 79 + "\r")
+    sys.stderr.flush()
+
+
+def commit() -> str:
+    """The short commit of the working tree, with ``+changes`` when it has uncommitted edits."""
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    except OSError:
+        return "?"
+    return (head or "?") + ("+changes" if dirty else "")
+
+
+def record(
+    name: str,
+    *,
+    title: str,
+    data: str,
+    header: Sequence[str],
+    rows: Sequence[Sequence[object]],
+    notes: str = "",
+    results: Path = RESULTS,
+) -> None:
+    """Replace benchmark ``name``'s section of RESULTS.md with this run's table.
+
+    The section sits between ``<!-- results:NAME -->`` and ``<!-- /results:NAME -->``;
+    a benchmark without one gets it appended at the end of the file.
+    """
+    if sys.argv[0].startswith("python -m benchmarks"):  # set by the entry point
+        command = " ".join([sys.argv[0], shlex.join(sys.argv[1:])]).strip()
+    else:
+        command = shlex.join(["python", *sys.argv])
+    lines = [
+        f"<!-- results:{name} -->",
+        f"### {title}",
+        "",
+        "| run | |",
+        "|---|---|",
+        f"| command | `{command}` |",
+        f"| data | {data} |",
+        f"| machine | {machine()} |",
+        f"| date | {datetime.date.today().isoformat()} |",
+        f"| commit | {commit()} |",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+        *("| " + " | ".join(str(cell) for cell in row) + " |" for row in rows),
+    ]
+    if notes:
+        lines += ["", notes.strip()]
+    lines.append(f"<!-- /results:{name} -->")
+    block = "\n".join(lines)
+    text = results.read_text() if results.exists() else "# Benchmark results\n"
+    pattern = re.compile(
+        rf"<!-- results:{re.escape(name)} -->.*?<!-- /results:{re.escape(name)} -->", re.S
+    )
+    if pattern.search(text):
+        text = pattern.sub(lambda _: block, text, count=1)
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    results.write_text(text)
+    print(f"recorded in {results} ({name})", flush=True)
 
 
 def machine() -> str:

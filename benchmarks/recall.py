@@ -1,9 +1,17 @@
 """Latency and completeness of harbor.recall() at 10k / 100k / 1M memories.
 
-    python benchmarks/recall.py [--sizes 10000,100000,1000000] [--skewed 100000]
-                                [--queries 300] [--top-k 25] [--data-dir DIR]
+    python -m benchmarks recall [--sizes 10000,100000,1000000] [--skewed 100000]
+                                [--queries 300] [--top-k 25] [--data-dir DIR | --fresh]
                                 [--order tenant|interleaved] [--shared-buffers SIZE]
-                                [--ids short|uuid]
+                                [--ids short|uuid] [--record]
+    python -m benchmarks recall --mode first-touch ...   (--mode first-touch --help)
+    python -m benchmarks recall --mode ab --ref COMMIT ...   (--mode ab --help)
+
+Modes: ``latency`` (the default, below); ``first-touch``, where the first
+question to an owner whose pages are not in the shared buffers spends its time
+(``_recall_first_touch.py``); ``ab``, the recall SQL of another commit against
+this checkout's, question by question on one server (``_recall_ab.py``), for
+changes smaller than the run-to-run noise of this benchmark.
 
 For each size: a fresh embedded server, memories of 1,000 tenants (one user
 each, USER scope) with 384-dimension vectors drawn around 200 topic centres
@@ -64,12 +72,24 @@ from pgvector.psycopg import register_vector
 from psycopg.types.enum import EnumInfo, register_enum
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import kept_server, machine, pct, private_server, restart_with, with_params
+from _common import (
+    data_home,
+    kept_server,
+    machine,
+    pct,
+    private_server,
+    progress,
+    record,
+    restart_with,
+    with_params,
+)
 
 from harbor_pg.context.recall import RecallRequest, recall_in_one_round_trip
 from harbor_pg.db import migrate, server
 from harbor_pg.db.connection import Database
 from harbor_pg.owner import MemoryOwner, MemoryScope
+
+QUESTION = "How fast is recall at my size, and does it return everything it should?"
 
 DIMS = 384
 TOPICS = 200
@@ -264,7 +284,7 @@ async def measure(
     # warm up: the driver prepares the statement after five executions
     for tenant, text, v in qs[:10]:
         await recall_in_one_round_trip(db, owner_of(tenant), request_for(text, v, top_k))
-    for tenant, text, v in qs:
+    for tenant, text, v in progress(qs, label="questions"):
         owner = owner_of(tenant)
         t = time.perf_counter()
         # what MemoryRecall does: one transaction with the identity, one round trip
@@ -421,10 +441,12 @@ def run_size(
     args: argparse.Namespace,
     probe: list[str],
     show_plans: bool,
-) -> None:
+) -> list[list[str]]:
+    """Measure one data set; the rows it adds to the results table."""
+    rows: list[list[str]] = []
     total = sum(n for _, n in counts)
     print(f"\n== {label}: {total:,} memories, {len(counts)} tenants ==", flush=True)
-    kept = kept_dir(args.data_dir, label) if args.data_dir else None
+    kept = None if args.fresh else kept_dir(args.data_dir, label)
     with kept_server(kept) if kept else private_server() as (su, base):
         marker = base / "built.json"
         if marker.exists():
@@ -476,12 +498,54 @@ def run_size(
                 f" p95 {pct(st, 95):.2f} ms, p99 {pct(st, 99):.2f} ms",
                 flush=True,
             )
+            rows.append(
+                [
+                    label,
+                    "random owners" if name == "*" else f"{name} ({chosen[0][1]:,} memories)",
+                    f"{p50:.2f}",
+                    f"{pct(ms, 95):.2f}",
+                    f"{statistics.median(st):.2f}",
+                    f"{naive_p50 / p50:.1f}x",
+                    f"{statistics.mean(res['counts']):.1f}/{args.top_k}",
+                    f"{100 * statistics.mean(res['overlap']):.1f}%",
+                    f"{res['short']}, {res['lexical_short']}",
+                ]
+            )
             if show_plans:
                 explain(su, qs[0][0], qs[0][1], qs[0][2])
+    return rows
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+MODES = ("latency", "first-touch", "ab")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the benchmark; ``argv`` as on the command line (``--mode`` picks the mode)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    pick = argparse.ArgumentParser(add_help=False)
+    pick.add_argument("--mode", choices=MODES, default="latency")
+    chosen, rest = pick.parse_known_args(argv)
+    if chosen.mode == "first-touch":
+        import _recall_first_touch
+
+        _recall_first_touch.main(rest)
+        return
+    if chosen.mode == "ab":
+        import _recall_ab
+
+        _recall_ab.main(rest)
+        return
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks recall",
+        description=__doc__,
+        formatter_class=argparse.RawTextHelpFormatter,
+    )
+    ap.add_argument(
+        "--mode",
+        choices=MODES,
+        default="latency",
+        help="latency (this page), first-touch or ab (each has its own --help)",
+    )
     ap.add_argument("--sizes", default="10000,100000,1000000")
     ap.add_argument("--skewed", type=int, default=100_000)
     ap.add_argument("--queries", type=int, default=300)
@@ -504,8 +568,15 @@ def main() -> None:
     ap.add_argument(
         "--data-dir",
         type=Path,
+        default=data_home(),
         help="keep each data set's server under this directory and reuse it on the next run"
-        " (the current SQL functions are applied again); default: a fresh temporary server",
+        " (the current SQL functions are applied again); default: %(default)s",
+    )
+    ap.add_argument(
+        "--fresh", action="store_true", help="a temporary server, removed after the run"
+    )
+    ap.add_argument(
+        "--record", action="store_true", help="write the figures into benchmarks/RESULTS.md"
     )
     ap.add_argument(
         "--ids",
@@ -515,19 +586,40 @@ def main() -> None:
         " might use, which make the user and memory ids as long (u-<uuid>, <uuid>-<n>) and each"
         " index entry larger (a separate kept set); default: %(default)s",
     )
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     print(f"machine: {machine()}")
+    rows: list[list[str]] = []
     sizes = [int(s) for s in args.sizes.split(",") if s]
     for size in sizes:
         per, extra = divmod(size, TENANTS)
         counts = [(tenant_name(i, args.ids), per + (1 if i < extra else 0)) for i in range(TENANTS)]
         kind = f"uniform {size:,}" + (" uuid" if args.ids == "uuid" else "")
         label = set_label(kind, args.order)
-        run_size(label, counts, args, ["*"], args.plans and size == max(sizes))
+        rows += run_size(label, counts, args, ["*"], args.plans and size == max(sizes))
     if args.skewed:
         small = args.skewed // (TENANTS - 1)
         counts = [("big", args.skewed)] + [(f"t{i}", small) for i in range(1, TENANTS)]
-        run_size(set_label("skewed", args.order), counts, args, ["big", "*"], args.plans)
+        rows += run_size(set_label("skewed", args.order), counts, args, ["big", "*"], args.plans)
+    if args.record:
+        record(
+            "recall",
+            title="Recall latency and completeness (`recall`)",
+            data=f"1,000 tenants, one user each, 384-dim vectors around 200 topics, written"
+            f" {args.order}; {args.queries} questions a set, hybrid, top_k {args.top_k};"
+            " as harbor_app under row-level security",
+            header=[
+                "set",
+                "asked",
+                "p50 ms (as they come)",
+                "p95 ms",
+                "p50 ms (steady)",
+                "naive / recall",
+                "returned",
+                "dense overlap with exact",
+                "short dense, lexical",
+            ],
+            rows=rows,
+        )
 
 
 if __name__ == "__main__":

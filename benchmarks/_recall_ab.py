@@ -1,16 +1,16 @@
-"""Old and new recall SQL side by side on one server: an A/B that survives the VM's phases.
+"""``recall --mode ab``: old and new recall SQL side by side on one server, paired.
 
-    python benchmarks/recall_ab.py --ref COMMIT --data-dir DIR [--size 1000000]
-                                   [--queries 400] [--seed 11] [--order tenant|interleaved]
-                                   [--skewed big|small]
+    python -m benchmarks recall --mode ab --ref COMMIT [--data-dir DIR] [--size 1000000]
+                                [--queries 400] [--seed 11] [--order tenant|interleaved]
+                                [--skewed big|small]
 
 Whole benchmark runs of ``recall.py`` on this 2-core VM differ by up to 3 ms
 between consecutive runs of the same code, far more than most changes are
 worth. This script compares two versions of the recall SQL inside one server
 and one connection instead, question by question:
 
-* the kept set ``DIR/uniform-SIZE-interleaved`` (built by ``recall.py
-  --data-dir DIR``; ``DIR/uniform-SIZE`` with ``--order tenant``; with
+* the kept set ``DIR/uniform-SIZE-interleaved`` (built by ``recall``
+  at that size; ``DIR/uniform-SIZE`` with ``--order tenant``; with
   ``--skewed``, ``DIR/skewed-interleaved``, asking its 100,000-row tenant
   ``big`` or its ``small`` ones) gets the current SQL (migrate), then the
   recall functions of ``COMMIT``'s ``sql/functions/recall.sql`` under other
@@ -47,7 +47,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import kept_server, machine, with_params
+from _common import data_home, kept_server, machine, progress, with_params
 from recall import kept_dir, owner_of, queries, request_for, set_label, tenant_name
 
 from harbor_pg.context.recall import recall_params
@@ -159,7 +159,7 @@ async def compare(app_url: str, su_db_url: str, qs: list[tuple[str, str, Any]]) 
         before = await server_times(db, su_db_url)
         lat: dict[str, list[float]] = {"old": [], "new": []}
         same = 0
-        for i, (tenant, text, vector) in enumerate(qs):
+        for i, (tenant, text, vector) in enumerate(progress(qs, label="questions")):
             params = recall_params(request_for(text, vector, 25))
             params["as_of"] = datetime.now(UTC)
             got: dict[str, list[tuple[Any, ...]]] = {}
@@ -174,8 +174,6 @@ async def compare(app_url: str, su_db_url: str, qs: list[tuple[str, str, Any]]) 
                     for r in rows
                 ]
             same += got["old"] == got["new"]
-            if (i + 1) % 100 == 0:
-                print(f"  {i + 1}/{len(qs)} questions", flush=True)
         after = await server_times(db, su_db_url)
     finally:
         await db.close()
@@ -195,10 +193,17 @@ async def compare(app_url: str, su_db_url: str, qs: list[tuple[str, str, Any]]) 
     print(f"identical answers: {same} of {len(qs)}")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> None:
+    """Run the paired comparison; ``argv`` as on the command line after ``--mode ab``."""
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks recall --mode ab",
+        description=__doc__,
+        formatter_class=argparse.RawTextHelpFormatter,
+    )
     ap.add_argument("--ref", required=True, help="the commit whose recall SQL is 'old'")
-    ap.add_argument("--data-dir", type=Path, required=True, help="as given to recall.py")
+    ap.add_argument(
+        "--data-dir", type=Path, default=data_home(), help="as given to recall; %(default)s"
+    )
     ap.add_argument("--size", type=int, default=1_000_000)
     ap.add_argument("--queries", type=int, default=400)
     ap.add_argument("--seed", type=int, default=11)
@@ -214,7 +219,7 @@ def main() -> None:
         help="the kept skewed set instead (recall.py --skewed): questions to its large"
         " tenant, or to random small ones",
     )
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.skewed:
         base = kept_dir(args.data_dir, set_label("skewed", args.order))
         # which tenants are asked (queries() picks among them; the sizes are not read)
@@ -225,7 +230,7 @@ def main() -> None:
         base = kept_dir(args.data_dir, set_label(f"uniform {args.size:,}", args.order))
         counts = [(tenant_name(i), args.size // 1000) for i in range(1000)]
     if not (base / "built.json").exists():
-        raise SystemExit(f"no kept set at {base}: build it with recall.py --data-dir")
+        raise SystemExit(f"no kept set at {base}: build it with python -m benchmarks recall")
     sql = old_functions(args.ref)
     print(f"machine: {machine()}")
     print(f"old: {args.ref}'s recall SQL; new: this checkout's; set {base}", flush=True)
@@ -244,6 +249,3 @@ def main() -> None:
                 conn.execute("alter system reset track_functions")
                 conn.execute("select pg_reload_conf()")
 
-
-if __name__ == "__main__":
-    main()

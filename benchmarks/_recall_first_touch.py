@@ -1,13 +1,13 @@
-"""Where the first question to an owner spends its time (issue: hybrid recall).
+"""``recall --mode first-touch``: where the first question to a cold owner spends its time.
 
-    python benchmarks/first_touch.py --data-dir DIR [--owners 200]
-                                     [--small-buffers 1GB] [--halfvec] [--seed 11]
+    python -m benchmarks recall --mode first-touch [--data-dir DIR] [--size 1000000]
+                                [--owners 200] [--small-buffers 1GB] [--seed 11]
 
-``recall.py`` measures each question "as it comes" right after the server
+``recall`` measures each question "as it comes" right after the server
 started, and again once every owner's pages are in the shared buffers. The
-first figure is above the second by 3-4 ms at 1,000,000 memories. This splits
-that difference on the kept set ``DIR/uniform-1000000-interleaved`` (built by
-``recall.py --data-dir DIR``), with the same call as ``recall.py`` (the
+first figure is above the second by a few ms at 1,000,000 memories. This splits
+that difference on the kept set ``DIR/uniform-SIZE-interleaved`` (built by
+``recall`` at that size), with the same call as ``recall.py`` (the
 library's one-round-trip ``harbor.recall()`` as ``harbor_app`` under
 row-level security, hybrid, top_k 25):
 
@@ -33,15 +33,8 @@ pages the server process read from files (``rchar`` in ``/proc/PID/io`` over
 (minor faults in ``/proc/PID/stat``: two for each 8 kB buffer the process
 touches for the first time, the kernel mapping it a page of shared memory).
 
-``--halfvec`` also measures the dense leg's exact scan alone (the owner's
-vectors by distance, as ``harbor._dense_candidates`` reads them) over the
-covering vector index and over a copy with the vectors stored as
-``halfvec`` (a table and index made for the run and dropped after it): the
-p50 from the operating system's cache and from the buffers, alternating the
-two copies owner by owner, and the overlap of their top 25.
-
 The kept set's shared buffers are reset to harbor-pg's own size at the end.
-About 15 s (25 s with ``--halfvec``).
+About 15 s at 1,000,000 memories.
 """
 
 from __future__ import annotations
@@ -55,12 +48,12 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from pgvector.psycopg import register_vector
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (
     check_size,
+    data_home,
     kept_server,
     machine,
     recall_relations,
@@ -72,18 +65,6 @@ from recall import kept_dir, owner_of, queries, request_for, set_label, tenant_n
 from harbor_pg.context.recall import recall_in_one_round_trip
 from harbor_pg.db import migrate
 from harbor_pg.db.connection import Database
-
-DENSE_SCAN = (
-    "select memory_id, {vector} operator(public.<=>) %s{cast} as d from {table}"
-    " where harbor.vector_owner_key(tenant_id, model_id, scope, user_id, project_id,"
-    ' session_id, run_id) collate "C"'
-    " = harbor.vector_owner_key(%s, 'bench', 'user', %s, '', '', '') collate \"C\"{fits}"
-    " order by d, memory_id limit 114"
-)
-FITS = (
-    " and harbor.vector_owner_entry_fits(dims, tenant_id, model_id, project_id, user_id,"
-    " session_id, run_id, memory_id)"
-)
 
 
 def server_pid(su_db: str) -> int | None:
@@ -172,7 +153,7 @@ def report(phase: str, res: dict[str, Any]) -> None:
 def distinct_owners(n: int, start: int, seed: int) -> list[tuple[str, str, Any]]:
     """``n`` questions, each to a different owner among t<start>... (the uniform set's
     1,000 owners), none of them t0-t9 (the warm-up's)."""
-    pool = [(tenant_name(i), 1000) for i in range(start, 1000)]
+    pool = [(tenant_name(i), 0) for i in range(start, 1000)]
     out: list[tuple[str, str, Any]] = []
     seen: set[str] = set()
     for q in queries(20 * n, pool, seed):
@@ -184,94 +165,29 @@ def distinct_owners(n: int, start: int, seed: int) -> list[tuple[str, str, Any]]
     return out
 
 
-def halfvec_scan(su_db: str, qs: list[tuple[str, str, Any]]) -> None:
-    with psycopg.connect(su_db, autocommit=True) as c:
-        register_vector(c)
-        t = time.perf_counter()
-        c.execute("drop table if exists public.bench_halfvec")
-        c.execute(
-            "create table public.bench_halfvec as select tenant_id, memory_id, model_id, scope,"
-            " project_id, user_id, session_id, run_id, with_context,"
-            " embedding::public.halfvec(384) as embedding from harbor.memory_embeddings"
-            " where dims = 384"
-        )
-        c.execute("set maintenance_work_mem = '1GB'")
-        c.execute(
-            "create index bench_halfvec_idx on public.bench_halfvec"
-            " ((harbor.vector_owner_key(tenant_id, model_id, scope, user_id, project_id,"
-            ' session_id, run_id)) collate "C") include (tenant_id, model_id, scope, user_id,'
-            " project_id, session_id, run_id, memory_id, with_context, embedding)"
-        )
-        c.execute("vacuum analyze public.bench_halfvec")
-        sizes = c.execute(
-            "select pg_relation_size('harbor.memory_embeddings_owner_vectors_idx') / 8192,"
-            " pg_relation_size('public.bench_halfvec_idx') / 8192"
-        ).fetchone() or (0, 0)
-        print(
-            f"  halfvec copy built in {time.perf_counter() - t:.1f} s: covering index"
-            f" {sizes[0]:,} pages with vector, {sizes[1]:,} with halfvec",
-            flush=True,
-        )
-        c.execute("select pg_prewarm('public.bench_halfvec_idx', 'read')")
-        c.execute("select pg_prewarm('harbor.memory_embeddings_owner_vectors_idx', 'read')")
-        c.execute("set enable_seqscan = off")
-        c.execute("set enable_bitmapscan = off")
-        full = DENSE_SCAN.format(
-            vector="embedding", cast="", table="harbor.memory_embeddings", fits=FITS
-        )
-        half = DENSE_SCAN.format(
-            vector="embedding", cast="::public.halfvec(384)", table="public.bench_halfvec", fits=""
-        )
-        try:
-            cold: dict[str, list[float]] = {"vector": [], "halfvec": []}
-            warm: dict[str, list[float]] = {"vector": [], "halfvec": []}
-            overlap: list[float] = []
-            for i, (tenant, _text, v) in enumerate(qs):
-                kind, sql = ("vector", full) if i % 2 == 0 else ("halfvec", half)
-                t = time.perf_counter()
-                c.execute(sql, (v, tenant, f"u-{tenant}")).fetchall()
-                cold[kind].append(time.perf_counter() - t)
-            for tenant, _text, v in qs:
-                a = [r[0] for r in c.execute(full, (v, tenant, f"u-{tenant}")).fetchall()][:25]
-                b = [r[0] for r in c.execute(half, (v, tenant, f"u-{tenant}")).fetchall()][:25]
-                overlap.append(len(set(a) & set(b)) / max(1, len(a)))
-                for kind, sql in (("vector", full), ("halfvec", half)):
-                    t = time.perf_counter()
-                    c.execute(sql, (v, tenant, f"u-{tenant}")).fetchall()
-                    warm[kind].append(time.perf_counter() - t)
-            for kind in ("vector", "halfvec"):
-                print(
-                    f"  dense scan alone, {kind}: from the OS cache p50"
-                    f" {statistics.median(cold[kind]) * 1000:.3f} ms"
-                    f" (n={len(cold[kind])}), from the buffers p50"
-                    f" {statistics.median(warm[kind]) * 1000:.3f} ms (n={len(warm[kind])})",
-                    flush=True,
-                )
-            print(
-                f"  top 25 of the halfvec copy against the vector index: overlap"
-                f" {100 * statistics.mean(overlap):.2f}% (min {100 * min(overlap):.0f}%)",
-                flush=True,
-            )
-        finally:
-            c.execute("drop table if exists public.bench_halfvec")
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--data-dir", type=Path, required=True)
+def main(argv: list[str] | None = None) -> None:
+    """Run the two phases; ``argv`` as on the command line after ``--mode first-touch``."""
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks recall --mode first-touch",
+        description=__doc__,
+        formatter_class=argparse.RawTextHelpFormatter,
+    )
+    ap.add_argument("--data-dir", type=Path, default=data_home(), help="default: %(default)s")
+    ap.add_argument("--size", type=int, default=1_000_000, help="which kept uniform set")
     ap.add_argument("--owners", type=int, default=200)
     ap.add_argument("--small-buffers", default="1GB")
-    ap.add_argument("--halfvec", action="store_true")
     ap.add_argument("--seed", type=int, default=11)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if not 10 <= args.owners <= 330:
         raise SystemExit("--owners takes 10 to 330 (three sets of that many distinct owners)")
     check_size("--small-buffers", args.small_buffers)
-    base = kept_dir(args.data_dir, set_label("uniform 1,000,000", "interleaved"))
+    base = kept_dir(args.data_dir, set_label(f"uniform {args.size:,}", "interleaved"))
     if not (base / "built.json").exists():
-        raise SystemExit(f"no kept set in {base}: build it with recall.py --data-dir first")
+        raise SystemExit(
+            f"no kept set in {base}: build it with python -m benchmarks recall --sizes {args.size}"
+        )
     print(machine(), flush=True)
-    warmup = queries(10, [(tenant_name(i), 1000) for i in range(10)], args.seed)
+    warmup = queries(10, [(tenant_name(i), 0) for i in range(10)], args.seed)
     fresh = distinct_owners(args.owners, 10, args.seed)
     taken = {t for t, _, _ in fresh}
     warm_pool = [q for q in distinct_owners(990, 10, args.seed + 1) if q[0] not in taken]
@@ -307,12 +223,7 @@ def main() -> None:
                 flush=True,
             )
             report("warm server", asyncio.run(ask_each(app, su_db, warm_owners, warmup)))
-            if args.halfvec:
-                halfvec_scan(su_db, warm_pool[args.owners : 2 * args.owners])
         finally:
             with psycopg.connect(su, autocommit=True) as c:
                 c.execute("alter system reset shared_buffers")
 
-
-if __name__ == "__main__":
-    main()
