@@ -103,7 +103,7 @@ def record(
         command = shlex.join(["python", *sys.argv])
     lines = [
         f"<!-- results:{name} -->",
-        f"### {title}",
+        f"## {title}",
         "",
         "| run | |",
         "|---|---|",
@@ -142,7 +142,15 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    return f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}"
+    memory = ""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                memory = f", {int(line.split()[1]) / 1024 / 1024:.0f} GiB"
+                break
+    except (OSError, ValueError):
+        pass
+    return f"{os.cpu_count()} cores ({cpu}){memory}, Python {platform.python_version()}"
 
 
 def pct(values: list[float], p: float) -> float:

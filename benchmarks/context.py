@@ -62,7 +62,7 @@ from psycopg.types.enum import EnumInfo, register_enum
 from pydantic import BaseModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine, pct, private_server, with_params
+from _common import machine, pct, private_server, record, with_params
 
 from harbor_pg.context.summarizer import frontier_of
 from harbor_pg.db import migrate, server
@@ -634,14 +634,25 @@ def report(args: argparse.Namespace, took: dict[str, float], res: dict[str, Any]
             )
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+QUESTION = "What does building a turn's context cost, model time excluded?"
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the benchmark; ``argv`` as on the command line."""
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks context",
+        description=__doc__,
+        formatter_class=argparse.RawTextHelpFormatter,
+    )
     ap.add_argument("--turns", type=int, default=1000)
     ap.add_argument("--memories", type=int, default=100_000)
     ap.add_argument("--own-memories", type=int, default=400)
     ap.add_argument("--users", type=int, default=1000)
     ap.add_argument("--calls", type=int, default=300)
-    args = ap.parse_args()
+    ap.add_argument(
+        "--record", action="store_true", help="write the figures into benchmarks/RESULTS.md"
+    )
+    args = ap.parse_args(argv)
     if not 0 < args.own_memories <= args.memories:
         ap.error("--own-memories must be in 1..--memories")
     with private_server() as (su, _base):
@@ -651,6 +662,28 @@ def main() -> None:
         print(f"data built in {sum(took.values()):.1f}s", flush=True)
         res = asyncio.run(measure(with_params(su, dbname="harbor", user="harbor_app"), su, args))
     report(args, took, res)
+    if args.record:
+        rows = []
+        for name, s in res["samples"].items():
+            values = s["net"] if name == "model" else s["total"]
+            rows.append(
+                [
+                    f"build() {'excl. model time' if name == 'model' else '(no model)'}",
+                    f"{statistics.median(values) * 1000:.2f}",
+                    f"{pct(values, 95) * 1000:.2f}",
+                    f"{statistics.median(s['recall']) * 1000:.2f}",
+                    f"{statistics.mean(s['recalled']):.1f}",
+                ]
+            )
+        record(
+            "context",
+            title="Per-turn context build (`context`)",
+            data=f"1 session of {args.turns:,} turns; {args.memories:,} USER memories in one"
+            f" tenant ({args.own_memories:,} of the user's own, the rest over {args.users:,}"
+            f" users); {args.calls} builds a builder",
+            header=["builder", "p50 ms", "p95 ms", "recall part p50 ms", "memories recalled"],
+            rows=rows,
+        )
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -47,7 +48,7 @@ import psycopg
 from pydantic import BaseModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine, private_server, restart_with, summary_ms, with_params
+from _common import machine, pct, private_server, record, restart_with, summary_ms, with_params
 
 from harbor_pg.db import migrate, server
 from harbor_pg.db.connection import Database, identity_params
@@ -278,8 +279,12 @@ def explain(su: str, users: int) -> None:
         c.rollback()
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+QUESTION = "What does storing an extracted fact cost the database?"
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the benchmark; ``argv`` as on the command line."""
+    ap = argparse.ArgumentParser(prog="python -m benchmarks extraction", description=__doc__)
     ap.add_argument("--memories", type=int, default=100_000)
     ap.add_argument("--users", type=int, default=10_000)
     ap.add_argument("--calls", type=int, default=1000)
@@ -291,7 +296,10 @@ def main() -> None:
         help="synchronous_commit for the application role (experiment)",
     )
     ap.add_argument("--explain", action="store_true", help="print the query plans too")
-    args = ap.parse_args()
+    ap.add_argument(
+        "--record", action="store_true", help="write the figures into benchmarks/RESULTS.md"
+    )
+    args = ap.parse_args(argv)
     with private_server() as (su, base):
         server.bootstrap(su)
         migrate.upgrade(with_params(su, dbname="harbor", user="harbor_owner"))
@@ -319,6 +327,26 @@ def main() -> None:
     for name, values in res.items():
         if values:
             print(f"  {name:30s} {summary_ms(values)}")
+    if args.record:
+        record(
+            "extraction",
+            title="Extraction, database work per fact (`extraction`)",
+            data=f"{args.memories:,} memories with {DIMS}-d vectors, {args.users:,} users;"
+            f" {args.calls} extract() calls of 3 facts; shared_buffers"
+            f" {args.shared_buffers or 'as harbor-pg sizes it'}, synchronous_commit"
+            f" {args.synchronous_commit}",
+            header=["path", "p50 ms", "p95 ms", "p99 ms"],
+            rows=[
+                [
+                    name,
+                    f"{statistics.median(values) * 1000:.3f}",
+                    f"{pct(values, 95) * 1000:.3f}",
+                    f"{pct(values, 99) * 1000:.3f}",
+                ]
+                for name, values in res.items()
+                if values
+            ],
+        )
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine
+from _common import machine, record
 
 from harbor_pg.db.server import stop_embedded
 
@@ -55,10 +55,17 @@ def run(data: Path, mode: str) -> dict[str, float]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+QUESTION = "How long from nothing to the first answered query?"
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the benchmark; ``argv`` as on the command line."""
+    ap = argparse.ArgumentParser(prog="python -m benchmarks startup", description=__doc__)
     ap.add_argument("--runs", type=int, default=5)
-    args = ap.parse_args()
+    ap.add_argument(
+        "--record", action="store_true", help="write the figures into benchmarks/RESULTS.md"
+    )
+    args = ap.parse_args(argv)
     first, restart, migr, imports, srv = [], [], [], [], []
     for i in range(args.runs):
         data = Path(tempfile.mkdtemp(prefix="harbor-start-"))
@@ -90,6 +97,23 @@ def main() -> None:
     )
     print(f"cold start, existing stopped data dir, to first query: median {med(restart):.2f}s")
     print(f"migration of an empty database to head: median {med(migr):.3f}s")
+    if args.record:
+        record(
+            "startup",
+            title="Start-up (`startup`)",
+            data=f"{args.runs} runs, each a new data directory in a fresh subprocess",
+            header=["phase", "median"],
+            rows=[
+                [
+                    "first start to first query (initdb, bootstrap, migrate, imports)",
+                    f"{med(first):.2f} s",
+                ],
+                ["of which: Python imports", f"{med(imports):.2f} s"],
+                ["of which: initdb + server start + bootstrap", f"{med(srv):.2f} s"],
+                ["of which: migrate an empty database to head", f"{med(migr):.3f} s"],
+                ["restart of a stopped data directory to first query", f"{med(restart):.2f} s"],
+            ],
+        )
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -24,7 +25,7 @@ from pathlib import Path
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine, private_server, summary_ms, with_params
+from _common import machine, pct, private_server, record, summary_ms, with_params
 
 from harbor_pg.db import migrate, server
 from harbor_pg.db.connection import Database
@@ -160,13 +161,20 @@ async def measure(app_url: str, sessions: int, n: int) -> dict[str, list[float]]
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+QUESTION = "What does each tier's call cost through the Python wrapper?"
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the benchmark; ``argv`` as on the command line."""
+    ap = argparse.ArgumentParser(prog="python -m benchmarks tiers", description=__doc__)
     ap.add_argument("--turns", type=int, default=1_000_000)
     ap.add_argument("--sessions", type=int, default=10_000)
     ap.add_argument("--memories", type=int, default=100_000)
     ap.add_argument("--calls", type=int, default=2000)
-    args = ap.parse_args()
+    ap.add_argument(
+        "--record", action="store_true", help="write the figures into benchmarks/RESULTS.md"
+    )
+    args = ap.parse_args(argv)
     with private_server() as (su, _base):
         server.bootstrap(su)
         migrate.upgrade(with_params(su, dbname="harbor", user="harbor_owner"))
@@ -181,6 +189,23 @@ def main() -> None:
     )
     for name, values in res.items():
         print(f"{name:20s} {summary_ms(values)}")
+    if args.record:
+        record(
+            "tiers",
+            title="Tier calls through the wrapper (`tiers`)",
+            data=f"{args.turns:,} turns in {args.sessions:,} sessions, {args.memories:,}"
+            f" memories, {TENANTS} tenants; {args.calls} calls each",
+            header=["call", "p50 ms", "p95 ms", "p99 ms"],
+            rows=[
+                [
+                    name,
+                    f"{statistics.median(values) * 1000:.3f}",
+                    f"{pct(values, 95) * 1000:.3f}",
+                    f"{pct(values, 99) * 1000:.3f}",
+                ]
+                for name, values in res.items()
+            ],
+        )
 
 
 if __name__ == "__main__":
