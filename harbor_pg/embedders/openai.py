@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from harbor_pg.embedders.base import EmbedderError, normalize_vectors
 from harbor_pg.errors import MemoryConfigurationError
-from harbor_pg.llm._openai_support import build_client, describe_openai_error, import_openai
+from harbor_pg.llm._openai_support import client_setup, describe_openai_error
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -64,21 +64,14 @@ class OpenAIEmbedder:
             raise MemoryConfigurationError(f"dimensions must be >= 1, got {dimensions!r}")
         if not 1 <= batch_size <= 2048:
             raise MemoryConfigurationError(f"batch_size must be in 1..2048, got {batch_size!r}")
-        if client is None:
-            self._client = build_client(
-                "OpenAIEmbedder",
-                api_key=api_key,
-                base_url=base_url,
-                timeout=timeout,
-                max_retries=max_retries,
-            )
-            self._owns_client = True
-            self._timeout: float | None = timeout
-        else:
-            import_openai("OpenAIEmbedder")
-            self._client = client
-            self._owns_client = False
-            self._timeout = None
+        self._client, self._owns_client, self._timeout = client_setup(
+            "OpenAIEmbedder",
+            client,
+            api_key=api_key,
+            base_url=base_url,
+            timeout=timeout,
+            max_retries=max_retries,
+        )
         self.model = model
         self._dimensions = dimensions
         self._api_key = api_key

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from harbor_pg.errors import MemoryConfigurationError
 from harbor_pg.llm.base import redact_secrets
@@ -17,7 +17,14 @@ from harbor_pg.llm.base import redact_secrets
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
 
-__all__ = ["OpenAIFailure", "build_client", "describe_openai_error", "import_openai"]
+__all__ = [
+    "ClientSetup",
+    "OpenAIFailure",
+    "build_client",
+    "client_setup",
+    "describe_openai_error",
+    "import_openai",
+]
 
 _INSTALL_HINT = "pip install 'harbor-pg[openai]'"
 
@@ -60,6 +67,35 @@ def build_client(
             "(any non-empty value for a local OpenAI-compatible server that needs no key)"
         ) from None
     return client
+
+
+class ClientSetup(NamedTuple):
+    """The client an adapter calls, whether it owns it (and so closes it), and the
+    timeout its error messages name (None: a client passed in keeps its own)."""
+
+    client: Any
+    owns_client: bool
+    timeout: float | None
+
+
+def client_setup(
+    feature: str,
+    client: Any,
+    *,
+    api_key: str | None,
+    base_url: str | None,
+    timeout: float,
+    max_retries: int,
+) -> ClientSetup:
+    """The passed ``client``, or one built with :func:`build_client` (shared by the
+    OpenAI chat model and embedder)."""
+    if client is None:
+        built = build_client(
+            feature, api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries
+        )
+        return ClientSetup(built, True, timeout)
+    import_openai(feature)
+    return ClientSetup(client, False, None)
 
 
 class OpenAIFailure:

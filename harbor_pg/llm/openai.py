@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from harbor_pg.errors import MemoryConfigurationError
-from harbor_pg.llm._openai_support import build_client, describe_openai_error, import_openai
+from harbor_pg.llm._openai_support import client_setup, describe_openai_error
 from harbor_pg.llm._schema import response_format_for
 from harbor_pg.llm.base import (
     MemoryModelError,
@@ -75,21 +75,14 @@ class OpenAIModel:
                 f"structured_output must be 'json_schema', 'json_object' or 'off', "
                 f"got {structured_output!r}"
             )
-        if client is None:
-            self._client = build_client(
-                "OpenAIModel",
-                api_key=api_key,
-                base_url=base_url,
-                timeout=timeout,
-                max_retries=max_retries,
-            )
-            self._owns_client = True
-            self._timeout: float | None = timeout
-        else:
-            import_openai("OpenAIModel")
-            self._client = client
-            self._owns_client = False
-            self._timeout = None
+        self._client, self._owns_client, self._timeout = client_setup(
+            "OpenAIModel",
+            client,
+            api_key=api_key,
+            base_url=base_url,
+            timeout=timeout,
+            max_retries=max_retries,
+        )
         self.model = model
         self._api_key = api_key
         self._temperature = temperature
