@@ -7,9 +7,9 @@ import hashlib
 import json
 import re
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from harbor_pg.owner import MemoryScope
 
@@ -25,6 +25,18 @@ __all__ = [
     "normalize_content",
     "validate_source",
 ]
+
+
+def _json_serialisable(value: dict[str, Any]) -> dict[str, Any]:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"metadata must be JSON-serialisable: {exc}") from None
+    return value
+
+
+#: A row's ``metadata``: stored as jsonb, so it must serialise as JSON.
+JsonMetadata = Annotated[dict[str, Any], AfterValidator(_json_serialisable)]
 
 
 class MemoryType(enum.StrEnum):
@@ -112,18 +124,9 @@ class ConversationMessage(BaseModel):
     name: str | None = None
     tool_calls: list[dict[str, Any]] = Field(default_factory=list)
     tool_call_id: str | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: JsonMetadata = Field(default_factory=dict)
     id: int | None = None
     created_at: datetime | None = None
-
-    @field_validator("metadata")
-    @classmethod
-    def _json_metadata(cls, value: dict[str, Any]) -> dict[str, Any]:
-        try:
-            json.dumps(value, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"metadata must be JSON-serialisable: {exc}") from None
-        return value
 
 
 class Memory(BaseModel):
@@ -157,7 +160,7 @@ class Memory(BaseModel):
     superseded_by: str | None = None
     source_session_id: str | None = None
     source_message_ids: list[str] = Field(default_factory=list)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: JsonMetadata = Field(default_factory=dict)
     context: str | None = None
     created_at: datetime | None = None
     updated_at: datetime | None = None
@@ -166,15 +169,6 @@ class Memory(BaseModel):
     @classmethod
     def _source(cls, value: str) -> str:
         return validate_source(value)
-
-    @field_validator("metadata")
-    @classmethod
-    def _json_metadata(cls, value: dict[str, Any]) -> dict[str, Any]:
-        try:
-            json.dumps(value, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"metadata must be JSON-serialisable: {exc}") from None
-        return value
 
     def is_valid_at(self, when: datetime) -> bool:
         """True when ``when`` falls inside this memory's validity interval."""
