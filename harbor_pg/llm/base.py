@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable
 from typing import Protocol, TypeVar, runtime_checkable
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from harbor_pg.errors import MemoryError
 
@@ -22,6 +22,7 @@ __all__ = [
     "StructuredOutputUnsupportedError",
     "redact_secrets",
     "supports_structured_output",
+    "validation_problems",
 ]
 
 T = TypeVar("T", bound=BaseModel)
@@ -93,3 +94,11 @@ def redact_secrets(text: str, secrets: Iterable[str | None] = ()) -> str:
         if secret and len(secret) >= 4:
             text = text.replace(secret, "***")
     return _SECRET_SHAPES.sub("***", text)
+
+
+def validation_problems(exc: ValidationError, limit: int = 5) -> str:
+    """The first ``limit`` problems of a model's output, as ``field.path: message; ...``."""
+    return "; ".join(
+        f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"
+        for err in exc.errors()[:limit]
+    )

@@ -16,6 +16,7 @@ from harbor_pg.llm.base import (
     MemoryModelError,
     StructuredOutputUnsupportedError,
     redact_secrets,
+    validation_problems,
 )
 
 __all__ = ["LangChainModel", "as_memory_model"]
@@ -183,10 +184,7 @@ class LangChainModel:
                 return schema.model_validate(result.model_dump())
             return schema.model_validate(result)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"
-                for err in exc.errors()[:5]
-            )
+            problems = validation_problems(exc)
             raise MemoryModelError(
                 f"{self._what()} returned output that does not match {schema.__name__}: {problems}"
             ) from None

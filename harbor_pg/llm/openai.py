@@ -15,6 +15,7 @@ from harbor_pg.llm.base import (
     MemoryModelError,
     StructuredOutputUnsupportedError,
     redact_secrets,
+    validation_problems,
 )
 
 if TYPE_CHECKING:
@@ -200,10 +201,7 @@ def _parse_into(schema: type[T], content: str, what: str) -> T:
     try:
         return schema.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"
-            for err in exc.errors()[:5]
-        )
+        problems = validation_problems(exc)
         raise MemoryModelError(
             f"{what} returned JSON that does not match {schema.__name__}: {problems}"
         ) from None
