@@ -21,6 +21,10 @@ class EmbedderError(MemoryError):
 
 
 @runtime_checkable
+# Each embedder repeats this protocol's properties (`duplicates` pairs them): intentional,
+# each documents its own model id and threshold.
+
+
 class Embedder(Protocol):
     """Turns text into L2-normalised vectors of one fixed model space.
 

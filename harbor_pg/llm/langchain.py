@@ -56,6 +56,8 @@ def _has_structured_output(chat_model: BaseChatModel) -> bool:
     )
 
 
+# Near harbor_pg.messages.message_text, on purpose: llm/ sits below messages.py in the
+# layering, and a chat answer's blocks need a type to count as text, a stored message's not.
 def _message_text(message: BaseMessage) -> str:
     """The text of a chat answer, whether its content is a string or content blocks."""
     content = message.content

@@ -100,6 +100,10 @@ class SummaryLease:
 
 
 @runtime_checkable
+# The stores (short_term.py, working.py, long_term.py, in_process.py) repeat these
+# protocols' signatures, and `duplicates` pairs them: intentional, each implements them.
+
+
 class ShortTermStore(Protocol):
     """Conversation turns of one session (tenant, user, session)."""
 

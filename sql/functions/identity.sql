@@ -84,6 +84,9 @@ return r_tenant operator(pg_catalog.=) any (array['', i_tenant])
         case when r_scope operator(pg_catalog.=) 'run' then i_run else '' end];
 
 -- What the application role may write: its own narrow scopes, exactly keyed.
+-- The key rule is written out again rather than calling harbor._visible: the tenant
+-- test differs, and passing i_tenant to both tests would use it twice, which stops
+-- the inlining (see above). Change the two together.
 create or replace function harbor._writable(
     r_scope harbor.memory_scope, r_tenant text, r_project text, r_user text,
     r_session text, r_run text,

@@ -108,6 +108,8 @@ select g.memory_id as restatement_of, g.similarity as restatement_similarity,
 -- lock first makes the re-checked lock find nothing, so nothing is written (found = false). A
 -- successor whose content is already currently valid inserts nothing and closes nothing
 -- (found, id null). Always one row: found, then the successor's columns.
+-- The gate and the insert repeat extraction_insert_memory's on purpose: each statement
+-- is one round trip. Change the two together.
 with gate as (
     -- the similarity gate: the nearest currently valid memory, when it is at least
     -- dedup_threshold similar (no gate without a threshold or a vector)

@@ -41,6 +41,9 @@ on conflict (tenant_id, memory_id, model_id, with_context) do nothing
 
 -- name: get_memory
 -- One memory by id, if the caller may see it.
+-- Every statement that returns memories lists their columns the same way (get_memory,
+-- search_memories, extraction_current_memories, context_load_summary): the columns
+-- memory_from_row reads. Adding a field: docs/architecture.md.
 select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, m.user_id,
        m.session_id, m.run_id, m.memory_type::text as memory_type, m.content, m.content_hash,
        m.importance, m.entity_ids, m.source, m.sensitivity::text as sensitivity,
