@@ -1,6 +1,6 @@
 """Overhead of MemoryContextBuilder.build(), model time excluded (target: p50 < 15 ms).
 
-    .venv/bin/python benchmarks/context.py [--turns 1000] [--memories 100000] [--calls 300]
+    python -m benchmarks context [--turns 1000] [--memories 100000] [--calls 300]
                                            [--own-memories 400] [--users 1000]
 
 Data, written as the superuser into a fresh embedded server:

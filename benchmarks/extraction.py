@@ -1,6 +1,6 @@
 """Database work per extracted fact, on the embedded server with 100,000 memories.
 
-    python benchmarks/extraction.py [--memories 100000] [--users 10000] [--calls 1000]
+    python -m benchmarks extraction [--memories 100000] [--users 10000] [--calls 1000]
                                     [--shared-buffers 1GB] [--synchronous-commit off]
                                     [--explain]
 

@@ -1,6 +1,6 @@
 """Embedded server cold start to first query, and migration of an empty database.
 
-    python benchmarks/startup.py [--runs 5]
+    python -m benchmarks startup [--runs 5]
 
 Each run uses a new data directory in a fresh subprocess, so nothing is warm:
 "first start" includes initdb, role and extension bootstrap; "restart" starts

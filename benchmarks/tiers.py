@@ -1,6 +1,6 @@
 """Latency of the tiers through the Python wrapper, on the embedded server.
 
-    python benchmarks/tiers.py [--turns 1000000] [--sessions 10000] [--memories 100000]
+    python -m benchmarks tiers [--turns 1000000] [--sessions 10000] [--memories 100000]
 
 Builds the data with server-side generate_series (as the superuser), then
 times, through MemoryManager as the application role with row-level security
