@@ -336,5 +336,5 @@ def test_0009_leaves_an_owner_term_index_of_the_current_0008(empty_db: PgDatabas
 
     before = index_file()
     migrate.upgrade(empty_db.owner_url)
-    assert migrate.current_revision(empty_db.owner_url) == "0009"
+    assert migrate.current_revision(empty_db.owner_url) == migrate.head_revision()
     assert index_file() == before  # REINDEX would have given it a new file
