@@ -48,6 +48,7 @@ from harbor_pg.tiers.base import (
     SummaryStore,
     WorkingStore,
 )
+from harbor_pg.tiers.facades import LongTermMemory, ShortTermMemory, WorkingMemory, unwrap_store
 from harbor_pg.tiers.in_process import (
     InMemoryLongTermStore,
     InMemoryShortTermStore,
@@ -114,7 +115,8 @@ class MemorySnapshot:
 class MemoryManager:
     """One facade over the tiers you configure.
 
-    Pass only the stores you use; calling into an unconfigured tier raises
+    Pass only the stores you use (or seed 000's tier objects wrapping them,
+    ``WorkingMemory(InMemoryWorkingMemoryStore())``); calling into an unconfigured tier raises
     :class:`MemoryConfigurationError`. ``await MemoryManager.create()`` with no
     arguments starts the embedded PostgreSQL and wires every tier.
 
@@ -126,9 +128,9 @@ class MemoryManager:
     def __init__(
         self,
         *,
-        short_term: ShortTermStore | None = None,
-        working: WorkingStore | None = None,
-        long_term: LongTermStore | None = None,
+        short_term: ShortTermStore | ShortTermMemory | None = None,
+        working: WorkingStore | WorkingMemory | None = None,
+        long_term: LongTermStore | LongTermMemory | None = None,
         config: MemoryManagerConfig | None = None,
         caller: MemoryOwner | None = None,
         database: Database | None = None,
@@ -136,9 +138,10 @@ class MemoryManager:
         policy: MemoryPolicy | None = None,
         summary_model: Any = None,
     ) -> None:
-        self.short_term = short_term
-        self.working = working
-        self.long_term = long_term
+        # seed 000's tier objects (WorkingMemory(store), ...) are accepted for their store
+        self.short_term: ShortTermStore | None = unwrap_store(short_term)
+        self.working: WorkingStore | None = unwrap_store(working)
+        self.long_term: LongTermStore | None = unwrap_store(long_term)
         self.config = config or MemoryManagerConfig()
         self.caller = caller
         self.database = database
