@@ -12,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from harbor_pg.context.recall import (
     MemoryRecall,
@@ -78,8 +78,6 @@ class MemoryManagerConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    #: addressable turns per session for recent reads (older turns stay for summaries)
-    max_session_turns: int = Field(default=50, ge=1, le=10_000)
     #: longest accepted content (turns and memories), in characters
     max_content_chars: int = Field(default=20_000, ge=1, le=1_000_000)
     #: default number of recent turns in a snapshot
@@ -89,6 +87,17 @@ class MemoryManagerConfig(BaseModel):
     #: after each append, summarise the session in the background once it is due
     #: (MemoryPolicy.summarise_after_turns, summary_cooldown_seconds)
     summarise_in_background: bool = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_knobs(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "max_session_turns" in data:
+            # one knob, one place: the policy caps every recent read (manager and builder)
+            raise MemoryConfigurationError(
+                "max_session_turns is a MemoryPolicy field: pass "
+                "MemoryManager(policy=MemoryPolicy(max_session_turns=...))"
+            )
+        return data
 
 
 class _Background:
@@ -351,18 +360,19 @@ class MemoryManager:
     ) -> list[ConversationMessage]:
         """The newest turns of the owner's session, oldest first.
 
-        At most ``max_session_turns`` are addressable; older turns are kept for
-        summaries until erased.
+        At most ``MemoryPolicy.max_session_turns`` (default 50) are addressable;
+        older turns are kept for summaries until erased.
         """
         store = self._short()
         owner.require_scope(MemoryScope.SESSION)
         return await store.recent(owner, self._recent_limit(limit))
 
     def _recent_limit(self, limit: int | None) -> int:
-        n = self.config.max_session_turns if limit is None else limit
+        cap = self.policy.max_session_turns
+        n = cap if limit is None else limit
         if n < 0:
             raise MemoryValidationError("limit must be >= 0")
-        return min(n, self.config.max_session_turns)
+        return min(n, cap)
 
     async def clear(self, owner: MemoryOwner) -> int:
         """Delete the owner's session turns; returns how many."""
@@ -773,7 +783,7 @@ class MemoryManager:
         """
         self._check_caller(owner)
         limit = self.config.recent_limit if recent_limit is None else recent_limit
-        limit = max(0, min(limit, self.config.max_session_turns))
+        limit = max(0, min(limit, self.policy.max_session_turns))
         text = (query or "")[: self.config.max_content_chars]
         if (
             isinstance(self.short_term, PostgresShortTermStore)

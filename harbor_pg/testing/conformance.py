@@ -67,7 +67,7 @@ class MemoryStoreConformance:
         assert await manager.recent(OTHER_TENANT) == []
 
     async def test_recent_is_capped_at_max_session_turns(self, manager: MemoryManager) -> None:
-        cap = manager.config.max_session_turns
+        cap = manager.policy.max_session_turns
         for i in range(cap + 5):
             await manager.append(ALICE, ConversationMessage(role="user", content=f"t{i}"))
         got = await manager.recent(ALICE, limit=cap + 100)
