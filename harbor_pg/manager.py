@@ -29,6 +29,7 @@ from harbor_pg.errors import (
     MemoryScopeError,
     MemoryValidationError,
 )
+from harbor_pg.extraction.entities import MemoryEntityResolver
 from harbor_pg.owner import MemoryOwner, MemoryScope
 from harbor_pg.policy import MemoryPolicy
 from harbor_pg.records import (
@@ -687,6 +688,11 @@ class MemoryManager:
         model: Any = None,
         extract_facts: bool = False,
         limit: int | None = None,
+        entities: MemoryEntityResolver | None = None,
+        policy: MemoryPolicy | None = None,
+        embedder: Embedder | None = None,
+        render_limit: int | None = None,
+        max_facts: int | None = None,
     ) -> list[str]:
         """Mine ``owner``'s session's recent turns for durable facts; the new memory ids.
 
@@ -694,8 +700,13 @@ class MemoryManager:
         and a ``model`` (a :class:`~harbor_pg.llm.MemoryModel` or a LangChain
         chat model). Facts are stored with ``source="extracted"``, deduplicated
         and superseded as :class:`~harbor_pg.extraction.extractor.MemoryExtractor`
-        describes. Raises :class:`MemoryConfigurationError` when off or without
-        a model; every other failure is logged and yields the ids stored so far.
+        describes, which takes the same collaborators: ``entities`` (a
+        :class:`~harbor_pg.extraction.entities.MemoryEntityResolver`, so facts
+        are anchored to knowledge-graph ids), ``policy`` and ``embedder``
+        (default: the manager's), ``render_limit`` and ``max_facts``. Raises
+        :class:`MemoryConfigurationError` when off, without a model, or when a
+        collaborator does not fit; every other failure is logged and yields the
+        ids stored so far.
         """
         from harbor_pg.extraction.extractor import MemoryExtractor, extract_memories
 
@@ -705,11 +716,18 @@ class MemoryManager:
             )
         if model is None:
             raise MemoryConfigurationError("fact extraction needs a model (model=...)")
+        sizes: dict[str, int] = {}
+        if render_limit is not None:
+            sizes["render_limit"] = render_limit
+        if max_facts is not None:
+            sizes["max_facts"] = max_facts
         extractor = MemoryExtractor(
             memories=self._long(),  # type: ignore[arg-type]
             model=model,
-            policy=self.policy,
-            embedder=self.embedder,
+            policy=policy or self.policy,
+            embedder=embedder if embedder is not None else self.embedder,
+            entities=entities,
+            **sizes,
         )
         return await extract_memories(
             owner, short_term=self._short(), extractor=extractor, extract_facts=True, limit=limit

@@ -24,7 +24,7 @@ import logging
 import math
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from harbor_pg.context.condenser import QueryCondenser
 from harbor_pg.context.messages import to_langchain
@@ -40,12 +40,16 @@ from harbor_pg.context.trimming import trim_window
 from harbor_pg.errors import MemoryConfigurationError, MemoryValidationError
 from harbor_pg.llm.base import MemoryModel
 from harbor_pg.llm.extractive import ExtractiveSummarizer
+from harbor_pg.llm.langchain import as_memory_model
 from harbor_pg.owner import MemoryOwner
 from harbor_pg.policy import BudgetAllowance, MemoryPolicy
 from harbor_pg.records import ConversationMessage, Memory, MemoryType
 from harbor_pg.tiers.base import ShortTermStore, SummaryStore
 
 __all__ = ["ContextRecall", "MemoryContextBuilder"]
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
 
 log = logging.getLogger("harbor_pg.context")
 
@@ -99,7 +103,9 @@ class MemoryContextBuilder:
         messages: the short-term store holding the conversation.
         memories: the long-term store holding the rolling summary; None means
             no summary is read or written.
-        model: the language model for summaries and the query rewrite. None
+        model: the language model for summaries and the query rewrite: a
+            :class:`~harbor_pg.llm.MemoryModel` or a LangChain ``BaseChatModel``
+            (wrapped by :class:`~harbor_pg.llm.LangChainModel`). None
             (the default) is the no-model path: summaries are extractive and
             the question is searched as asked, so nothing leaves the machine.
         recall: long-term recall (:class:`ContextRecall`); None recalls nothing.
@@ -128,7 +134,7 @@ class MemoryContextBuilder:
         policy: MemoryPolicy | None = None,
         messages: ShortTermStore,
         memories: SummaryStore | None = None,
-        model: MemoryModel | None = None,
+        model: MemoryModel | BaseChatModel | None = None,
         recall: ContextRecall | None = None,
         summarizer: ExtractiveSummarizer | None = None,
         token_counter: TokenCounter | None = None,
@@ -145,6 +151,8 @@ class MemoryContextBuilder:
         self._check_total(prompt_tokens)
         self.messages = messages
         self.memories = memories
+        # a LangChain chat model is wrapped once, for the summary and the rewrite alike
+        model = as_memory_model(model)
         self.model = model
         self.recall = recall
         self.token_counter: TokenCounter = token_counter or approximate_tokens
