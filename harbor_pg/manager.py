@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
 import math
@@ -926,20 +927,12 @@ class MemoryManager:
                 embeddings=counts.get("embeddings", 0),
             )
         subject = {"user_id": user_id, "session_id": session_id, "principal_id": principal_id}
-        turn_ids = (
-            self.short_term.erase(tenant_id, **subject)
-            if isinstance(self.short_term, InMemoryShortTermStore)
-            else []
-        )
-        working = (
-            self.working.erase(tenant_id, **subject)
-            if isinstance(self.working, InMemoryWorkingStore)
-            else 0
-        )
-        long_term, embeddings = (
-            self.long_term.erase(tenant_id, **subject, turn_ids=turn_ids)
-            if isinstance(self.long_term, InMemoryLongTermStore)
-            else (0, 0)
+        # any store with the in-process stores' erase methods (sync or async) takes part,
+        # so a store of your own, or one that delegates to them, is erased too
+        turn_ids = list(await _call_optional(self.short_term, "erase", [], tenant_id, **subject))
+        working = int(await _call_optional(self.working, "erase", 0, tenant_id, **subject))
+        long_term, embeddings = await _call_optional(
+            self.long_term, "erase", (0, 0), tenant_id, **subject, turn_ids=turn_ids
         )
         return EraseReceipt(
             short_term=len(turn_ids), working=working, long_term=long_term, embeddings=embeddings
@@ -984,22 +977,28 @@ class MemoryManager:
         if self.database is None:
             working = self.working
             long_term = self.long_term
-            if not isinstance(working, InMemoryWorkingStore | None) or not isinstance(
-                long_term, InMemoryLongTermStore | None
+            if (working is not None and not hasattr(working, "purge_expired_of")) or (
+                long_term is not None and not hasattr(long_term, "apply_retention")
             ):
                 raise MemoryConfigurationError(
-                    "retention needs the PostgreSQL or the in-process stores"
+                    "retention needs the PostgreSQL stores, or stores with purge_expired_of "
+                    "(working) and apply_retention (long-term) as the in-process ones have"
                 )
             return RetentionReceipt(
-                working=working.purge_expired_of(tenant_id) if working is not None else 0,
-                long_term=long_term.apply_retention(
-                    tenant_id,
-                    max_age_seconds,
-                    scope=only_scope,
-                    min_sensitivity=floor,
-                    include_summaries=include_summaries,
+                working=int(await _call_optional(working, "purge_expired_of", 0, tenant_id)),
+                long_term=int(
+                    await _call_optional(
+                        long_term,
+                        "apply_retention",
+                        0,
+                        tenant_id,
+                        max_age_seconds,
+                        scope=only_scope,
+                        min_sensitivity=floor,
+                        include_summaries=include_summaries,
+                    )
                 )
-                if long_term is not None and max_age_seconds is not None
+                if max_age_seconds is not None
                 else 0,
             )
         async with self.database.transaction(MemoryOwner(tenant_id=tenant_id), admin=True) as conn:
@@ -1022,6 +1021,15 @@ class MemoryManager:
         store = self._working()
         purge = getattr(store, "purge_expired", None)
         return int(await purge()) if purge else 0
+
+
+async def _call_optional(store: object, method: str, default: Any, *args: Any, **kw: Any) -> Any:
+    """``store.method(*args, **kw)``, awaited when it is a coroutine; ``default`` without it."""
+    found = getattr(store, method, None) if store is not None else None
+    if found is None:
+        return default
+    result = found(*args, **kw)
+    return await result if inspect.isawaitable(result) else result
 
 
 def _to_message(turn: ConversationMessage | dict[str, Any] | Any) -> ConversationMessage:
