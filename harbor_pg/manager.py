@@ -61,6 +61,7 @@ from harbor_pg.tiers.long_term import (
     MemoryVectors,
     PostgresLongTermStore,
 )
+from harbor_pg.tiers.session_ttl import LiveTurns
 from harbor_pg.tiers.short_term import PostgresShortTermStore, message_from_row
 from harbor_pg.tiers.working import PostgresWorkingStore
 
@@ -89,6 +90,15 @@ class MemoryManagerConfig(BaseModel):
     #: after each append, summarise the session in the background once it is due
     #: (MemoryPolicy.summarise_after_turns, summary_cooldown_seconds)
     summarise_in_background: bool = True
+    #: hours of inactivity after which a session's recent turns expire (seed 004): they
+    #: are invisible at once and apply_retention reclaims them; summaries and memories
+    #: extracted from them stay. None: turns never expire.
+    session_ttl_hours: float | None = Field(default=24.0, gt=0)
+
+    @property
+    def session_ttl_seconds(self) -> float | None:
+        """:attr:`session_ttl_hours` in seconds (None: never)."""
+        return None if self.session_ttl_hours is None else self.session_ttl_hours * 3600.0
 
     @model_validator(mode="before")
     @classmethod
@@ -365,9 +375,14 @@ class MemoryManager:
         At most ``MemoryPolicy.max_session_turns`` (default 50) are addressable;
         older turns are kept for summaries until erased.
         """
-        store = self._short()
+        store = self._live_turns()
         owner.require_scope(MemoryScope.SESSION)
-        return await store.recent(owner, self._recent_limit(limit))
+        turns: list[ConversationMessage] = await store.recent(owner, self._recent_limit(limit))
+        return turns
+
+    def _live_turns(self) -> Any:
+        """The short-term store seen through the session TTL (what every recent read uses)."""
+        return LiveTurns(self._short(), self.config.session_ttl_seconds)
 
     def _recent_limit(self, limit: int | None) -> int:
         cap = self.policy.max_session_turns
@@ -587,7 +602,7 @@ class MemoryManager:
             options["background"] = self.background_summarizer(model=model, policy=chosen)
         return MemoryContextBuilder(
             policy=chosen,
-            messages=self._short(),
+            messages=self._live_turns(),
             memories=self.long_term,  # type: ignore[arg-type]
             model=model,
             recall=recall,
@@ -612,7 +627,7 @@ class MemoryManager:
         if found is None:
             found = SessionSummarizer(
                 policy=policy or self.policy,
-                messages=self._short(),  # type: ignore[arg-type]
+                messages=self._live_turns(),
                 memories=self._long(),  # type: ignore[arg-type]
                 model=model,
             )
@@ -731,7 +746,11 @@ class MemoryManager:
             **sizes,
         )
         return await extract_memories(
-            owner, short_term=self._short(), extractor=extractor, extract_facts=True, limit=limit
+            owner,
+            short_term=self._live_turns(),
+            extractor=extractor,
+            extract_facts=True,
+            limit=limit,
         )
 
     def recaller(self) -> MemoryRecall:
@@ -844,6 +863,7 @@ class MemoryManager:
             "run_id": owner.run_id or "",
             "project_id": owner.project_id or "",
             "recent_limit": limit,
+            "ttl_seconds": self.config.session_ttl_seconds,
             "recall": request is not None,
             **recall_params(request or _NO_RECALL),
         }
@@ -956,7 +976,9 @@ class MemoryManager:
         """Apply retention to one tenant: purge its expired working state and, when
         ``max_age_seconds`` is given, delete its memories older than that (optionally
         only one ``scope`` and/or at or above ``min_sensitivity``; rolling summaries
-        only with ``include_summaries``). Returns both counts.
+        only with ``include_summaries``). It also deletes the turns the session
+        TTL (``MemoryManagerConfig.session_ttl_hours``) has expired, keeping the
+        summaries and memories derived from them. Returns the counts.
 
         One transaction on PostgreSQL, as the elevated role.
         """
@@ -984,7 +1006,13 @@ class MemoryManager:
                     "retention needs the PostgreSQL stores, or stores with purge_expired_of "
                     "(working) and apply_retention (long-term) as the in-process ones have"
                 )
+            ttl = self.config.session_ttl_seconds
             return RetentionReceipt(
+                short_term=int(
+                    await _call_optional(self.short_term, "purge_expired_turns", 0, tenant_id, ttl)
+                )
+                if ttl is not None
+                else 0,
                 working=int(await _call_optional(working, "purge_expired_of", 0, tenant_id)),
                 long_term=int(
                     await _call_optional(
@@ -1013,8 +1041,15 @@ class MemoryManager:
                     },
                 )
             ).fetchone()
+            turns = 0
+            ttl = self.config.session_ttl_seconds
+            if ttl is not None:
+                purged = await conn.execute(query("purge_expired_turns"), {"ttl_seconds": ttl})
+                turns = purged.rowcount
         assert row is not None
-        return RetentionReceipt(working=int(row["working_state"]), long_term=int(row["memories"]))
+        return RetentionReceipt(
+            working=int(row["working_state"]), long_term=int(row["memories"]), short_term=turns
+        )
 
     async def purge_working_state(self) -> int:
         """Reclaim the space of expired working state."""
