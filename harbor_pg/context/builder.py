@@ -44,7 +44,7 @@ from harbor_pg.llm.langchain import as_memory_model
 from harbor_pg.owner import MemoryOwner
 from harbor_pg.policy import BudgetAllowance, MemoryPolicy
 from harbor_pg.records import ConversationMessage, Memory, MemoryType
-from harbor_pg.tiers.base import ShortTermStore, SummaryStore
+from harbor_pg.tiers.base import ShortTermStore, SummaryLease, SummaryStore
 
 __all__ = ["ContextRecall", "MemoryContextBuilder"]
 
@@ -52,6 +52,10 @@ if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
 
 log = logging.getLogger("harbor_pg.context")
+
+#: How long a turn's own summary refresh holds the session's lease (it expires
+#: on its own if the turn dies mid-way).
+REFRESH_LEASE_SECONDS = 120.0
 
 
 @runtime_checkable
@@ -357,6 +361,34 @@ class MemoryContextBuilder:
         trigger = math.floor(self.policy.summary_trigger_fraction * window_budget + 1e-9)
         if self.rolling.window_tokens(uncovered) <= trigger:
             return summary, False
+        # the session's summary lease decides who folds (this turn or a background worker),
+        # so no two folds of one due point run and no model call's result is thrown away
+        acquire = getattr(self.messages, "acquire_summary_lease", None)
+        lease: SummaryLease | None = None
+        if acquire is not None:
+            try:
+                lease = await acquire(
+                    owner, min_turns=1, cooldown_seconds=0.0, lease_seconds=REFRESH_LEASE_SECONDS
+                )
+            except Exception as exc:
+                log.warning("context: taking the summary lease failed (%s)", _describe(exc))
+                degraded.append("summary")
+                return summary, False
+            if lease is None:
+                # another worker is folding this session now; its summary serves later turns
+                return summary, False
+            try:
+                # a fold that finished between the load above and the lease moved the frontier
+                summary = await self.rolling.load(owner)
+            except Exception as exc:
+                log.warning("context: loading the session summary failed (%s)", _describe(exc))
+                degraded.append("summary")
+                return None, False
+            frontier = frontier_of(summary)
+            uncovered = [m for m in window if frontier is None or m.id is None or m.id > frontier]
+            if self.rolling.window_tokens(uncovered) <= trigger:
+                await self._finish(owner, lease, lease.turns_at_summary)
+                return summary, False
         outcome = await self.rolling.refresh(
             owner,
             window,
@@ -365,7 +397,21 @@ class MemoryContextBuilder:
         )
         if outcome.failed:
             degraded.append("summary")
+        if lease is not None and (outcome.saved or not outcome.failed):
+            # as the background worker does: a backlog left keeps the old turn mark;
+            # a failure leaves the lease to expire, a back-off before the next try
+            await self._finish(
+                owner, lease, lease.turns if outcome.complete else lease.turns_at_summary
+            )
         return outcome.summary, outcome.saved
+
+    async def _finish(self, owner: MemoryOwner, lease: SummaryLease, turns: int) -> None:
+        try:
+            await self.messages.finish_summary_lease(  # type: ignore[attr-defined]
+                owner, lease, turns_at_summary=turns
+            )
+        except Exception as exc:
+            log.warning("context: releasing the summary lease failed (%s)", _describe(exc))
 
     def _trim(
         self, window: Sequence[ConversationMessage], budget: int

@@ -9,6 +9,7 @@ The no-model path does no query rewrite: the question is searched as asked.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -242,9 +243,14 @@ class ExtractiveSummarizer:
         max_chars: int | None = None,
         max_tokens: int | None = None,
     ) -> str:
-        """Async twin of :meth:`summarize` (pure CPU work; it does not yield)."""
-        return self.summarize(
-            messages, prior_summary=prior_summary, max_chars=max_chars, max_tokens=max_tokens
+        """Async twin of :meth:`summarize`: the CPU work runs in a worker thread, so a
+        summary written in the background never holds up the application's event loop."""
+        return await asyncio.to_thread(
+            self.summarize,
+            list(messages),
+            prior_summary=prior_summary,
+            max_chars=max_chars,
+            max_tokens=max_tokens,
         )
 
     def _units(self, messages: Sequence[object], prior_summary: str | None) -> list[_Unit]:
