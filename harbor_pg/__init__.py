@@ -21,15 +21,31 @@ from harbor_pg.llm.base import MemoryModel, MemoryModelError
 from harbor_pg.manager import MemoryManager, MemoryManagerConfig, MemorySnapshot
 from harbor_pg.owner import SCOPE_OWNER_FIELDS, MemoryOwner, MemoryScope, scope_owner_fields
 from harbor_pg.policy import BudgetSplit, MemoryPolicy
-from harbor_pg.records import ConversationMessage, Memory, MemoryType, Sensitivity
+from harbor_pg.records import (
+    RECALL_MEMORY_TYPES,
+    ConversationMessage,
+    Memory,
+    MemoryType,
+    Sensitivity,
+)
 from harbor_pg.tiers.base import EraseReceipt, RetentionReceipt, SaveResult
+from harbor_pg.tiers.facades import (
+    InMemoryConversationStore,
+    InMemoryMemoryRepository,
+    InMemoryWorkingMemoryStore,
+    LongTermMemory,
+    ShortTermMemory,
+    WorkingMemory,
+)
 from harbor_pg.tiers.in_process import (
     InMemoryLongTermStore,
     InMemoryShortTermStore,
     InMemoryWorkingStore,
 )
+from harbor_pg.tokens import approximate_tokens
 
 __all__ = [
+    "RECALL_MEMORY_TYPES",
     "SCOPE_OWNER_FIELDS",
     "BudgetSplit",
     "ConversationMessage",
@@ -38,9 +54,13 @@ __all__ = [
     "EraseReceipt",
     "HarborChatMessageHistory",
     "HashingEmbedder",
+    "InMemoryConversationStore",
     "InMemoryLongTermStore",
+    "InMemoryMemoryRepository",
     "InMemoryShortTermStore",
+    "InMemoryWorkingMemoryStore",
     "InMemoryWorkingStore",
+    "LongTermMemory",
     "Memory",
     "MemoryConfigurationError",
     "MemoryContext",
@@ -66,6 +86,9 @@ __all__ = [
     "SaveResult",
     "Sensitivity",
     "SessionSummarizer",
+    "ShortTermMemory",
+    "WorkingMemory",
+    "approximate_tokens",
     "default_embedder",
     "extract_memories",
     "recalled_entity_ids",

@@ -126,7 +126,8 @@ class HarborChatMessageHistory(BaseChatMessageHistory):
     def _pg_recent(self, store: PostgresShortTermStore) -> list[BaseMessage]:
         self.owner.require_scope(MemoryScope.SESSION)
         limit = self.manager._recent_limit(self.limit)
-        return [to_langchain(m) for m in store.recent_sync(self.owner, limit)]
+        ttl = self.manager.config.session_ttl_seconds
+        return [to_langchain(m) for m in store.recent_sync(self.owner, limit, ttl_seconds=ttl)]
 
     def _pg_add(self, store: PostgresShortTermStore, messages: list[BaseMessage]) -> None:
         # validate every message before the first write, as the async path does per message

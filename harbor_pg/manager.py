@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
 import math
@@ -12,7 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from harbor_pg.context.recall import (
     MemoryRecall,
@@ -29,6 +30,7 @@ from harbor_pg.errors import (
     MemoryScopeError,
     MemoryValidationError,
 )
+from harbor_pg.extraction.entities import MemoryEntityResolver
 from harbor_pg.owner import MemoryOwner, MemoryScope
 from harbor_pg.policy import MemoryPolicy
 from harbor_pg.records import (
@@ -48,6 +50,7 @@ from harbor_pg.tiers.base import (
     SummaryStore,
     WorkingStore,
 )
+from harbor_pg.tiers.facades import LongTermMemory, ShortTermMemory, WorkingMemory, unwrap_store
 from harbor_pg.tiers.in_process import (
     InMemoryLongTermStore,
     InMemoryShortTermStore,
@@ -58,6 +61,7 @@ from harbor_pg.tiers.long_term import (
     MemoryVectors,
     PostgresLongTermStore,
 )
+from harbor_pg.tiers.session_ttl import LiveTurns
 from harbor_pg.tiers.short_term import PostgresShortTermStore, message_from_row
 from harbor_pg.tiers.working import PostgresWorkingStore
 
@@ -77,8 +81,6 @@ class MemoryManagerConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    #: addressable turns per session for recent reads (older turns stay for summaries)
-    max_session_turns: int = Field(default=50, ge=1, le=10_000)
     #: longest accepted content (turns and memories), in characters
     max_content_chars: int = Field(default=20_000, ge=1, le=1_000_000)
     #: default number of recent turns in a snapshot
@@ -88,6 +90,26 @@ class MemoryManagerConfig(BaseModel):
     #: after each append, summarise the session in the background once it is due
     #: (MemoryPolicy.summarise_after_turns, summary_cooldown_seconds)
     summarise_in_background: bool = True
+    #: hours of inactivity after which a session's recent turns expire (seed 004): they
+    #: are invisible at once and apply_retention reclaims them; summaries and memories
+    #: extracted from them stay. None: turns never expire.
+    session_ttl_hours: float | None = Field(default=24.0, gt=0)
+
+    @property
+    def session_ttl_seconds(self) -> float | None:
+        """:attr:`session_ttl_hours` in seconds (None: never)."""
+        return None if self.session_ttl_hours is None else self.session_ttl_hours * 3600.0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_knobs(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "max_session_turns" in data:
+            # one knob, one place: the policy caps every recent read (manager and builder)
+            raise MemoryConfigurationError(
+                "max_session_turns is a MemoryPolicy field: pass "
+                "MemoryManager(policy=MemoryPolicy(max_session_turns=...))"
+            )
+        return data
 
 
 class _Background:
@@ -114,7 +136,8 @@ class MemorySnapshot:
 class MemoryManager:
     """One facade over the tiers you configure.
 
-    Pass only the stores you use; calling into an unconfigured tier raises
+    Pass only the stores you use (or seed 000's tier objects wrapping them,
+    ``WorkingMemory(InMemoryWorkingMemoryStore())``); calling into an unconfigured tier raises
     :class:`MemoryConfigurationError`. ``await MemoryManager.create()`` with no
     arguments starts the embedded PostgreSQL and wires every tier.
 
@@ -126,9 +149,9 @@ class MemoryManager:
     def __init__(
         self,
         *,
-        short_term: ShortTermStore | None = None,
-        working: WorkingStore | None = None,
-        long_term: LongTermStore | None = None,
+        short_term: ShortTermStore | ShortTermMemory | None = None,
+        working: WorkingStore | WorkingMemory | None = None,
+        long_term: LongTermStore | LongTermMemory | None = None,
         config: MemoryManagerConfig | None = None,
         caller: MemoryOwner | None = None,
         database: Database | None = None,
@@ -136,9 +159,10 @@ class MemoryManager:
         policy: MemoryPolicy | None = None,
         summary_model: Any = None,
     ) -> None:
-        self.short_term = short_term
-        self.working = working
-        self.long_term = long_term
+        # seed 000's tier objects (WorkingMemory(store), ...) are accepted for their store
+        self.short_term: ShortTermStore | None = unwrap_store(short_term)
+        self.working: WorkingStore | None = unwrap_store(working)
+        self.long_term: LongTermStore | None = unwrap_store(long_term)
         self.config = config or MemoryManagerConfig()
         self.caller = caller
         self.database = database
@@ -348,18 +372,24 @@ class MemoryManager:
     ) -> list[ConversationMessage]:
         """The newest turns of the owner's session, oldest first.
 
-        At most ``max_session_turns`` are addressable; older turns are kept for
-        summaries until erased.
+        At most ``MemoryPolicy.max_session_turns`` (default 50) are addressable;
+        older turns are kept for summaries until erased.
         """
-        store = self._short()
+        store = self._live_turns()
         owner.require_scope(MemoryScope.SESSION)
-        return await store.recent(owner, self._recent_limit(limit))
+        turns: list[ConversationMessage] = await store.recent(owner, self._recent_limit(limit))
+        return turns
+
+    def _live_turns(self) -> Any:
+        """The short-term store seen through the session TTL (what every recent read uses)."""
+        return LiveTurns(self._short(), self.config.session_ttl_seconds)
 
     def _recent_limit(self, limit: int | None) -> int:
-        n = self.config.max_session_turns if limit is None else limit
+        cap = self.policy.max_session_turns
+        n = cap if limit is None else limit
         if n < 0:
             raise MemoryValidationError("limit must be >= 0")
-        return min(n, self.config.max_session_turns)
+        return min(n, cap)
 
     async def clear(self, owner: MemoryOwner) -> int:
         """Delete the owner's session turns; returns how many."""
@@ -572,7 +602,7 @@ class MemoryManager:
             options["background"] = self.background_summarizer(model=model, policy=chosen)
         return MemoryContextBuilder(
             policy=chosen,
-            messages=self._short(),
+            messages=self._live_turns(),
             memories=self.long_term,  # type: ignore[arg-type]
             model=model,
             recall=recall,
@@ -597,7 +627,7 @@ class MemoryManager:
         if found is None:
             found = SessionSummarizer(
                 policy=policy or self.policy,
-                messages=self._short(),  # type: ignore[arg-type]
+                messages=self._live_turns(),
                 memories=self._long(),  # type: ignore[arg-type]
                 model=model,
             )
@@ -674,6 +704,11 @@ class MemoryManager:
         model: Any = None,
         extract_facts: bool = False,
         limit: int | None = None,
+        entities: MemoryEntityResolver | None = None,
+        policy: MemoryPolicy | None = None,
+        embedder: Embedder | None = None,
+        render_limit: int | None = None,
+        max_facts: int | None = None,
     ) -> list[str]:
         """Mine ``owner``'s session's recent turns for durable facts; the new memory ids.
 
@@ -681,8 +716,13 @@ class MemoryManager:
         and a ``model`` (a :class:`~harbor_pg.llm.MemoryModel` or a LangChain
         chat model). Facts are stored with ``source="extracted"``, deduplicated
         and superseded as :class:`~harbor_pg.extraction.extractor.MemoryExtractor`
-        describes. Raises :class:`MemoryConfigurationError` when off or without
-        a model; every other failure is logged and yields the ids stored so far.
+        describes, which takes the same collaborators: ``entities`` (a
+        :class:`~harbor_pg.extraction.entities.MemoryEntityResolver`, so facts
+        are anchored to knowledge-graph ids), ``policy`` and ``embedder``
+        (default: the manager's), ``render_limit`` and ``max_facts``. Raises
+        :class:`MemoryConfigurationError` when off, without a model, or when a
+        collaborator does not fit; every other failure is logged and yields the
+        ids stored so far.
         """
         from harbor_pg.extraction.extractor import MemoryExtractor, extract_memories
 
@@ -692,14 +732,25 @@ class MemoryManager:
             )
         if model is None:
             raise MemoryConfigurationError("fact extraction needs a model (model=...)")
+        sizes: dict[str, int] = {}
+        if render_limit is not None:
+            sizes["render_limit"] = render_limit
+        if max_facts is not None:
+            sizes["max_facts"] = max_facts
         extractor = MemoryExtractor(
             memories=self._long(),  # type: ignore[arg-type]
             model=model,
-            policy=self.policy,
-            embedder=self.embedder,
+            policy=policy or self.policy,
+            embedder=embedder if embedder is not None else self.embedder,
+            entities=entities,
+            **sizes,
         )
         return await extract_memories(
-            owner, short_term=self._short(), extractor=extractor, extract_facts=True, limit=limit
+            owner,
+            short_term=self._live_turns(),
+            extractor=extractor,
+            extract_facts=True,
+            limit=limit,
         )
 
     def recaller(self) -> MemoryRecall:
@@ -770,7 +821,7 @@ class MemoryManager:
         """
         self._check_caller(owner)
         limit = self.config.recent_limit if recent_limit is None else recent_limit
-        limit = max(0, min(limit, self.config.max_session_turns))
+        limit = max(0, min(limit, self.policy.max_session_turns))
         text = (query or "")[: self.config.max_content_chars]
         if (
             isinstance(self.short_term, PostgresShortTermStore)
@@ -812,6 +863,7 @@ class MemoryManager:
             "run_id": owner.run_id or "",
             "project_id": owner.project_id or "",
             "recent_limit": limit,
+            "ttl_seconds": self.config.session_ttl_seconds,
             "recall": request is not None,
             **recall_params(request or _NO_RECALL),
         }
@@ -895,20 +947,12 @@ class MemoryManager:
                 embeddings=counts.get("embeddings", 0),
             )
         subject = {"user_id": user_id, "session_id": session_id, "principal_id": principal_id}
-        turn_ids = (
-            self.short_term.erase(tenant_id, **subject)
-            if isinstance(self.short_term, InMemoryShortTermStore)
-            else []
-        )
-        working = (
-            self.working.erase(tenant_id, **subject)
-            if isinstance(self.working, InMemoryWorkingStore)
-            else 0
-        )
-        long_term, embeddings = (
-            self.long_term.erase(tenant_id, **subject, turn_ids=turn_ids)
-            if isinstance(self.long_term, InMemoryLongTermStore)
-            else (0, 0)
+        # any store with the in-process stores' erase methods (sync or async) takes part,
+        # so a store of your own, or one that delegates to them, is erased too
+        turn_ids = list(await _call_optional(self.short_term, "erase", [], tenant_id, **subject))
+        working = int(await _call_optional(self.working, "erase", 0, tenant_id, **subject))
+        long_term, embeddings = await _call_optional(
+            self.long_term, "erase", (0, 0), tenant_id, **subject, turn_ids=turn_ids
         )
         return EraseReceipt(
             short_term=len(turn_ids), working=working, long_term=long_term, embeddings=embeddings
@@ -932,7 +976,9 @@ class MemoryManager:
         """Apply retention to one tenant: purge its expired working state and, when
         ``max_age_seconds`` is given, delete its memories older than that (optionally
         only one ``scope`` and/or at or above ``min_sensitivity``; rolling summaries
-        only with ``include_summaries``). Returns both counts.
+        only with ``include_summaries``). It also deletes the turns the session
+        TTL (``MemoryManagerConfig.session_ttl_hours``) has expired, keeping the
+        summaries and memories derived from them. Returns the counts.
 
         One transaction on PostgreSQL, as the elevated role.
         """
@@ -953,22 +999,34 @@ class MemoryManager:
         if self.database is None:
             working = self.working
             long_term = self.long_term
-            if not isinstance(working, InMemoryWorkingStore | None) or not isinstance(
-                long_term, InMemoryLongTermStore | None
+            if (working is not None and not hasattr(working, "purge_expired_of")) or (
+                long_term is not None and not hasattr(long_term, "apply_retention")
             ):
                 raise MemoryConfigurationError(
-                    "retention needs the PostgreSQL or the in-process stores"
+                    "retention needs the PostgreSQL stores, or stores with purge_expired_of "
+                    "(working) and apply_retention (long-term) as the in-process ones have"
                 )
+            ttl = self.config.session_ttl_seconds
             return RetentionReceipt(
-                working=working.purge_expired_of(tenant_id) if working is not None else 0,
-                long_term=long_term.apply_retention(
-                    tenant_id,
-                    max_age_seconds,
-                    scope=only_scope,
-                    min_sensitivity=floor,
-                    include_summaries=include_summaries,
+                short_term=int(
+                    await _call_optional(self.short_term, "purge_expired_turns", 0, tenant_id, ttl)
                 )
-                if long_term is not None and max_age_seconds is not None
+                if ttl is not None
+                else 0,
+                working=int(await _call_optional(working, "purge_expired_of", 0, tenant_id)),
+                long_term=int(
+                    await _call_optional(
+                        long_term,
+                        "apply_retention",
+                        0,
+                        tenant_id,
+                        max_age_seconds,
+                        scope=only_scope,
+                        min_sensitivity=floor,
+                        include_summaries=include_summaries,
+                    )
+                )
+                if max_age_seconds is not None
                 else 0,
             )
         async with self.database.transaction(MemoryOwner(tenant_id=tenant_id), admin=True) as conn:
@@ -983,14 +1041,30 @@ class MemoryManager:
                     },
                 )
             ).fetchone()
+            turns = 0
+            ttl = self.config.session_ttl_seconds
+            if ttl is not None:
+                purged = await conn.execute(query("purge_expired_turns"), {"ttl_seconds": ttl})
+                turns = purged.rowcount
         assert row is not None
-        return RetentionReceipt(working=int(row["working_state"]), long_term=int(row["memories"]))
+        return RetentionReceipt(
+            working=int(row["working_state"]), long_term=int(row["memories"]), short_term=turns
+        )
 
     async def purge_working_state(self) -> int:
         """Reclaim the space of expired working state."""
         store = self._working()
         purge = getattr(store, "purge_expired", None)
         return int(await purge()) if purge else 0
+
+
+async def _call_optional(store: object, method: str, default: Any, *args: Any, **kw: Any) -> Any:
+    """``store.method(*args, **kw)``, awaited when it is a coroutine; ``default`` without it."""
+    found = getattr(store, method, None) if store is not None else None
+    if found is None:
+        return default
+    result = found(*args, **kw)
+    return await result if inspect.isawaitable(result) else result
 
 
 def _to_message(turn: ConversationMessage | dict[str, Any] | Any) -> ConversationMessage:

@@ -24,7 +24,7 @@ import logging
 import math
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from harbor_pg.context.condenser import QueryCondenser
 from harbor_pg.context.result import MemoryContext
@@ -38,16 +38,24 @@ from harbor_pg.context.trimming import trim_window
 from harbor_pg.errors import MemoryConfigurationError, MemoryValidationError
 from harbor_pg.llm.base import MemoryModel
 from harbor_pg.llm.extractive import ExtractiveSummarizer
+from harbor_pg.llm.langchain import as_memory_model
 from harbor_pg.messages import to_langchain
 from harbor_pg.owner import MemoryOwner
 from harbor_pg.policy import BudgetAllowance, MemoryPolicy
 from harbor_pg.records import ConversationMessage, Memory, MemoryType
-from harbor_pg.tiers.base import ShortTermStore, SummaryStore
+from harbor_pg.tiers.base import ShortTermStore, SummaryLease, SummaryStore
 from harbor_pg.tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter, approximate_tokens
 
 __all__ = ["ContextRecall", "MemoryContextBuilder"]
 
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+
 log = logging.getLogger("harbor_pg.context")
+
+#: How long a turn's own summary refresh holds the session's lease (it expires
+#: on its own if the turn dies mid-way).
+REFRESH_LEASE_SECONDS = 120.0
 
 
 @runtime_checkable
@@ -99,7 +107,9 @@ class MemoryContextBuilder:
         messages: the short-term store holding the conversation.
         memories: the long-term store holding the rolling summary; None means
             no summary is read or written.
-        model: the language model for summaries and the query rewrite. None
+        model: the language model for summaries and the query rewrite: a
+            :class:`~harbor_pg.llm.MemoryModel` or a LangChain ``BaseChatModel``
+            (wrapped by :class:`~harbor_pg.llm.LangChainModel`). None
             (the default) is the no-model path: summaries are extractive and
             the question is searched as asked, so nothing leaves the machine.
         recall: long-term recall (:class:`ContextRecall`); None recalls nothing.
@@ -128,7 +138,7 @@ class MemoryContextBuilder:
         policy: MemoryPolicy | None = None,
         messages: ShortTermStore,
         memories: SummaryStore | None = None,
-        model: MemoryModel | None = None,
+        model: MemoryModel | BaseChatModel | None = None,
         recall: ContextRecall | None = None,
         summarizer: ExtractiveSummarizer | None = None,
         token_counter: TokenCounter | None = None,
@@ -145,6 +155,8 @@ class MemoryContextBuilder:
         self._check_total(prompt_tokens)
         self.messages = messages
         self.memories = memories
+        # a LangChain chat model is wrapped once, for the summary and the rewrite alike
+        model = as_memory_model(model)
         self.model = model
         self.recall = recall
         self.token_counter: TokenCounter = token_counter or approximate_tokens
@@ -349,6 +361,34 @@ class MemoryContextBuilder:
         trigger = math.floor(self.policy.summary_trigger_fraction * window_budget + 1e-9)
         if self.rolling.window_tokens(uncovered) <= trigger:
             return summary, False
+        # the session's summary lease decides who folds (this turn or a background worker),
+        # so no two folds of one due point run and no model call's result is thrown away
+        acquire = getattr(self.messages, "acquire_summary_lease", None)
+        lease: SummaryLease | None = None
+        if acquire is not None:
+            try:
+                lease = await acquire(
+                    owner, min_turns=1, cooldown_seconds=0.0, lease_seconds=REFRESH_LEASE_SECONDS
+                )
+            except Exception as exc:
+                log.warning("context: taking the summary lease failed (%s)", _describe(exc))
+                degraded.append("summary")
+                return summary, False
+            if lease is None:
+                # another worker is folding this session now; its summary serves later turns
+                return summary, False
+            try:
+                # a fold that finished between the load above and the lease moved the frontier
+                summary = await self.rolling.load(owner)
+            except Exception as exc:
+                log.warning("context: loading the session summary failed (%s)", _describe(exc))
+                degraded.append("summary")
+                return None, False
+            frontier = frontier_of(summary)
+            uncovered = [m for m in window if frontier is None or m.id is None or m.id > frontier]
+            if self.rolling.window_tokens(uncovered) <= trigger:
+                await self._finish(owner, lease, lease.turns_at_summary)
+                return summary, False
         outcome = await self.rolling.refresh(
             owner,
             window,
@@ -357,7 +397,21 @@ class MemoryContextBuilder:
         )
         if outcome.failed:
             degraded.append("summary")
+        if lease is not None and (outcome.saved or not outcome.failed):
+            # as the background worker does: a backlog left keeps the old turn mark;
+            # a failure leaves the lease to expire, a back-off before the next try
+            await self._finish(
+                owner, lease, lease.turns if outcome.complete else lease.turns_at_summary
+            )
         return outcome.summary, outcome.saved
+
+    async def _finish(self, owner: MemoryOwner, lease: SummaryLease, turns: int) -> None:
+        try:
+            await self.messages.finish_summary_lease(  # type: ignore[attr-defined]
+                owner, lease, turns_at_summary=turns
+            )
+        except Exception as exc:
+            log.warning("context: releasing the summary lease failed (%s)", _describe(exc))
 
     def _trim(
         self, window: Sequence[ConversationMessage], budget: int

@@ -11,16 +11,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from harbor_pg.context.prompts import RewriteResult, rewrite_prompt
+from harbor_pg.errors import MemoryConfigurationError
 from harbor_pg.llm.base import (
     MemoryModel,
     MemoryModelError,
     StructuredOutputUnsupportedError,
     supports_structured_output,
 )
+from harbor_pg.llm.langchain import as_memory_model
 from harbor_pg.records import ConversationMessage, MemoryType, normalize_content
 from harbor_pg.tokens import TokenCounter, approximate_tokens
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
 
 __all__ = [
     "MIN_REWRITE_TOKEN_LIMIT",
@@ -67,7 +73,8 @@ class QueryCondenser:
     """Condense a question into a standalone retrieval query with one model call.
 
     Args:
-        model: any :class:`~harbor_pg.llm.MemoryModel`.
+        model: any :class:`~harbor_pg.llm.MemoryModel`, or a LangChain
+            ``BaseChatModel`` (wrapped by :class:`~harbor_pg.llm.LangChainModel`).
         token_counter: counts tokens for the length check (default
             :func:`~harbor_pg.tokens.approximate_tokens`).
 
@@ -76,8 +83,13 @@ class QueryCondenser:
     tokens: a standalone query resolves a few references, it does not answer.
     """
 
-    def __init__(self, model: MemoryModel, *, token_counter: TokenCounter | None = None) -> None:
-        self.model = model
+    def __init__(
+        self, model: MemoryModel | BaseChatModel, *, token_counter: TokenCounter | None = None
+    ) -> None:
+        resolved = as_memory_model(model)
+        if resolved is None:
+            raise MemoryConfigurationError("QueryCondenser needs a model")
+        self.model: MemoryModel = resolved
         self.token_counter: TokenCounter = token_counter or approximate_tokens
 
     async def condense(

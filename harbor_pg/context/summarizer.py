@@ -26,13 +26,14 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from harbor_pg.context.prompts import summary_prompt
 from harbor_pg.context.trimming import summary_boundary
 from harbor_pg.errors import MemoryConfigurationError
 from harbor_pg.llm.base import MemoryModel, MemoryModelError
 from harbor_pg.llm.extractive import ExtractiveSummarizer
+from harbor_pg.llm.langchain import as_memory_model
 from harbor_pg.messages import to_langchain
 from harbor_pg.owner import MemoryOwner, MemoryScope
 from harbor_pg.policy import MemoryPolicy
@@ -56,6 +57,9 @@ __all__ = [
     "frontier_of",
     "summary_memory_id",
 ]
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
 
 log = logging.getLogger("harbor_pg.context")
 
@@ -117,8 +121,9 @@ class RollingSummary:
             ``recent_max_messages``, ``max_content_chars`` are read).
         messages: the short-term store, for catch-up pages (``after``).
         memories: the store holding the summary (:class:`SummaryStore`).
-        model: writes the summary with :func:`~harbor_pg.context.prompts.summary_prompt`;
-            None uses ``summarizer``.
+        model: writes the summary with :func:`~harbor_pg.context.prompts.summary_prompt`:
+            a :class:`~harbor_pg.llm.MemoryModel` or a LangChain ``BaseChatModel``
+            (wrapped); None uses ``summarizer``.
         summarizer: the no-model path; when given it is used even if a model is
             set. Default: an :class:`ExtractiveSummarizer` bounded to
             ``summary_max_tokens``.
@@ -139,13 +144,14 @@ class RollingSummary:
         policy: MemoryPolicy,
         messages: ShortTermStore,
         memories: SummaryStore,
-        model: MemoryModel | None = None,
+        model: MemoryModel | BaseChatModel | None = None,
         summarizer: ExtractiveSummarizer | None = None,
         token_counter: TokenCounter | None = None,
         summary_max_tokens: int | None = None,
         page_size: int = DEFAULT_PAGE_SIZE,
         max_pages: int = MAX_CATCH_UP_PAGES,
     ) -> None:
+        model = as_memory_model(model)
         if page_size < 1:
             raise MemoryConfigurationError(f"page_size must be >= 1, got {page_size}")
         if max_pages < 1:
@@ -353,7 +359,7 @@ class SessionSummarizer:
         policy: MemoryPolicy,
         messages: LeasingShortTermStore,
         memories: SummaryStore,
-        model: MemoryModel | None = None,
+        model: MemoryModel | BaseChatModel | None = None,
         summarizer: ExtractiveSummarizer | None = None,
         token_counter: TokenCounter | None = None,
         summary_max_tokens: int | None = None,

@@ -9,6 +9,7 @@ The no-model path does no query rewrite: the question is searched as asked.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -40,6 +41,38 @@ _STOPWORD_TEXT = """
     anything else would could should might must shall help assist welcome"""
 _STOPWORDS = frozenset(_STOPWORD_TEXT.split())
 
+# What a reader of the next turn needs from older history: what was decided, what
+# someone prefers, who owns or does what, and what is still open. A sentence that
+# states one of these outranks one that only carries rare words (a pasted log line
+# is full of rare numbers and says none of them).
+_DECISION = re.compile(
+    r"\b(?:we|i|they|team) (?:have |had |'ve )?(?:decided|agreed|chose|picked|settled on)\b|"
+    r"\bdecisions?:|\b(?:we|i)(?:'ll| will| shall) (?:use|keep|move|switch|go with|stick with)\b|"
+    r"\b(?:we|i) keep\b|\bgoing with\b|\bthe plan is\b|\bapproved\b",
+    re.IGNORECASE,
+)
+_PREFERENCE = re.compile(
+    r"\b(?:i|we) (?:prefer|like|love|hate|dislike|want|need|read|always|never)\b|"
+    r"\bprefer(?:s|red|ence)?\b|\bplease (?:keep|use|don't|do not|avoid|always|never|make)\b|"
+    r"\bi'd (?:rather|like)\b|\bi would rather\b|\b(?:don't|do not) like\b|"
+    r"\bfavou?rite\b|\b(?:answers?|replies|it) (?:is|are) fine\b",
+    re.IGNORECASE,
+)
+_OWNERSHIP = re.compile(
+    r"\b(?:owns|owner|owned by|ownership|look(?:s)? after|looking after|responsible for|"
+    r"in charge of|maintains|maintainer|assigned to|takes? care of|reviews|reviewer)\b|"
+    r"\b(?:i|we|he|she|they)(?:'ll| will)? (?:write|fix|add|handle|take|own|review)s?\b|"
+    r"\b[A-Z][a-z]+ (?:writes|fixes|adds|handles|owns|reviews|takes)\b",
+)
+_OPEN = re.compile(
+    r"\b(?:open question|still (?:need|have) to|not (?:yet )?decided|undecided|"
+    r"to be decided|tbd|unclear|not sure|haven't decided|need to (?:decide|figure out|find out)|"
+    r"no owner|nobody owns|unresolved)\b",
+    re.IGNORECASE,
+)
+#: weight of each kind of statement
+_SALIENCE = ((_DECISION, 3.0), (_OWNERSHIP, 3.0), (_PREFERENCE, 2.5), (_OPEN, 2.0))
+
 
 def _role_and_text(message: object) -> tuple[str | None, str]:
     """Read (role, text) from a harbor-pg/pydantic message, a mapping or a LangChain message."""
@@ -67,6 +100,10 @@ class _Sentence:
     words: frozenset[str]
     has_number: bool
     has_name: bool
+    #: share of its tokens that are numbers (a log line or a table row is mostly numbers)
+    numeric: float = 0.0
+    #: how much of what the next turn needs it states (decision, preference, owner, open)
+    salience: float = 1.0
     score: float = 0.0
 
 
@@ -79,10 +116,14 @@ class _Unit:
 class ExtractiveSummarizer:
     """Deterministic extractive summary of a conversation under a budget.
 
-    Each user and assistant sentence is scored by how much rare, content-bearing
-    vocabulary it carries (inverse document frequency over the conversation's
-    sentences, with small bonuses for numbers and names, and a discount for
-    questions), multiplied by a recency factor that rises linearly from 1 for
+    Each user and assistant sentence is scored by what a reader of the next turn
+    needs from it: sentences stating a decision, a preference, who owns or does
+    what, or an open question weigh two to three times more; within that, by how
+    much rare, content-bearing vocabulary it carries (inverse document frequency
+    over the conversation's sentences; numbers count for less than words, and a
+    sentence made mostly of numbers, such as a pasted log line, for much less; a
+    small bonus for names; the user's questions count more, the assistant's
+    clarifying questions less), multiplied by a recency factor that rises linearly from 1 for
     the oldest message to ``1 + recency_weight`` for the newest. Sentences are
     taken best-first, skipping near-duplicates of ones already taken, while the
     rendered summary stays within budget; the result lists them in conversation
@@ -202,9 +243,14 @@ class ExtractiveSummarizer:
         max_chars: int | None = None,
         max_tokens: int | None = None,
     ) -> str:
-        """Async twin of :meth:`summarize` (pure CPU work; it does not yield)."""
-        return self.summarize(
-            messages, prior_summary=prior_summary, max_chars=max_chars, max_tokens=max_tokens
+        """Async twin of :meth:`summarize`: the CPU work runs in a worker thread, so a
+        summary written in the background never holds up the application's event loop."""
+        return await asyncio.to_thread(
+            self.summarize,
+            list(messages),
+            prior_summary=prior_summary,
+            max_chars=max_chars,
+            max_tokens=max_tokens,
         )
 
     def _units(self, messages: Sequence[object], prior_summary: str | None) -> list[_Unit]:
@@ -246,6 +292,8 @@ class ExtractiveSummarizer:
                     has_name=any(
                         t[0].isupper() and t.casefold() not in _STOPWORDS for t in tokens[1:]
                     ),
+                    numeric=sum(t[0].isdigit() for t in tokens) / max(len(tokens), 1),
+                    salience=_salience(piece, role),
                 )
             )
         units.append(unit)
@@ -270,17 +318,41 @@ class ExtractiveSummarizer:
             if not sentence.words:
                 sentence.score = 0.0
                 continue
-            information = sum(math.log(1.0 + total / document_frequency[w]) for w in sentence.words)
+            # a number is rare in any conversation: count it for less than a word
+            information = sum(
+                math.log(1.0 + total / document_frequency[w]) * (0.3 if w[0].isdigit() else 1.0)
+                for w in sentence.words
+            )
             # favour dense sentences over long ones carrying the same vocabulary
             information /= math.sqrt(max(len(sentence.text) / 80.0, 1.0))
-            if sentence.has_number:
-                information *= 1.2
+            if sentence.has_number and sentence.numeric < 0.15:
+                information *= 1.1  # a figure inside a statement, not a table of them
+            if sentence.numeric >= 0.25:
+                information *= 0.4  # mostly numbers: a pasted report or log line
             if sentence.has_name:
                 information *= 1.1
-            if sentence.text.endswith("?"):
-                information *= 0.7
             recency = 1.0 + self.recency_weight * (sentence.unit / newest)
-            sentence.score = information * recency
+            sentence.score = information * recency * sentence.salience
+
+
+def _salience(text: str, role: str | None) -> float:
+    """How much of what the next turn needs ``text`` states; 1.0 for none of it.
+
+    The cues count in full for what the user (or an earlier summary) says; the
+    assistant's sentences are mostly advice, so only a decision it states counts
+    there, and less.
+    """
+    weight = 1.0
+    if role == "assistant":
+        if _DECISION.search(text):
+            weight = 1.5
+        return weight * (0.7 if text.endswith("?") else 0.8)
+    for pattern, factor in _SALIENCE:
+        if pattern.search(text):
+            weight = max(weight, factor)
+    if text.endswith("?"):
+        weight *= 1.5  # the user's questions are what the conversation is about
+    return weight
 
 
 def _overlap(a: frozenset[str], b: frozenset[str]) -> float:

@@ -1,17 +1,38 @@
 """One behavioural suite for every store implementation.
 
 harbor-pg runs it against the in-process stores and the PostgreSQL stores;
-run it against yours to prove it behaves the same::
+run it against yours to prove it behaves the same. Subclass it in your own
+tests and say how to build a manager on your stores::
+
+    from harbor_pg import MemoryManager
+    from harbor_pg.testing import MemoryStoreConformance
 
     class TestMyStores(MemoryStoreConformance):
-        @pytest_asyncio.fixture
-        async def manager(self):
+        async def make_manager(self) -> MemoryManager:
             return MemoryManager(short_term=MyTurns(), working=MyScratch(), long_term=MyMemories())
+
+Nothing else is needed: no pytest-asyncio, no ``asyncio_mode``, no plugin.
+Each check is a plain (synchronous) pytest test that runs its coroutine in a
+fresh event loop with :func:`asyncio.run`: :meth:`make_manager` is awaited
+inside that loop (so database pools it opens belong to it) and
+:meth:`close_manager` afterwards. ``self.request`` is the pytest request, for
+a ``make_manager`` that needs your fixtures (``self.request.getfixturevalue``).
+
+Erasure and retention reach a store of your own through these methods, when
+it has them (sync or async, as the in-process stores define them):
+``erase(tenant_id, user_id=, session_id=, principal_id=)`` on each store (the
+short-term one returns the erased turn ids, which the long-term one receives as
+``turn_ids=``), ``purge_expired_of(tenant_id)`` on the working store and
+``apply_retention(tenant_id, max_age_seconds, scope=, min_sensitivity=,
+include_summaries=)`` on the long-term store.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 
@@ -35,7 +56,34 @@ OTHER_TENANT = MemoryOwner(
 
 
 class MemoryStoreConformance:
-    """Behaviour every store must show; needs a ``manager`` fixture."""
+    """Behaviour every store must show; override :meth:`make_manager`."""
+
+    request: pytest.FixtureRequest
+
+    @pytest.fixture(autouse=True)
+    def _harbor_request(self, request: pytest.FixtureRequest) -> None:
+        self.request = request
+
+    async def make_manager(self) -> MemoryManager:
+        """The manager under test, built on your stores (awaited in the test's event loop)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} must override make_manager() to build a MemoryManager "
+            "on the stores under test"
+        )
+
+    async def close_manager(self, manager: MemoryManager) -> None:
+        """Called after each check (default: ``await manager.close()``)."""
+        await manager.close()
+
+    def _run(self, check: Callable[[Any, MemoryManager], Awaitable[None]]) -> None:
+        async def main() -> None:
+            manager = await self.make_manager()
+            try:
+                await check(self, manager)
+            finally:
+                await self.close_manager(manager)
+
+        asyncio.run(main())
 
     # -- short-term --
 
@@ -67,7 +115,7 @@ class MemoryStoreConformance:
         assert await manager.recent(OTHER_TENANT) == []
 
     async def test_recent_is_capped_at_max_session_turns(self, manager: MemoryManager) -> None:
-        cap = manager.config.max_session_turns
+        cap = manager.policy.max_session_turns
         for i in range(cap + 5):
             await manager.append(ALICE, ConversationMessage(role="user", content=f"t{i}"))
         got = await manager.recent(ALICE, limit=cap + 100)
@@ -389,3 +437,22 @@ class MemoryStoreConformance:
         every = await manager.apply_retention("t1", max_age_seconds=0)
         assert every.long_term == 1
         assert await manager.search(ALICE, "aged fact") == []
+
+
+def _synchronous(check: Callable[[Any, MemoryManager], Awaitable[None]]) -> Callable[[Any], None]:
+    """A plain pytest test running the coroutine ``check`` in its own event loop."""
+
+    def test(self: MemoryStoreConformance) -> None:
+        self._run(check)
+
+    # not functools.wraps: pytest would follow __wrapped__ to the coroutine's signature
+    test.__name__ = check.__name__
+    test.__qualname__ = check.__qualname__
+    test.__doc__ = check.__doc__
+    return test
+
+
+for _name, _check in list(vars(MemoryStoreConformance).items()):
+    if _name.startswith("test_") and inspect.iscoroutinefunction(_check):
+        setattr(MemoryStoreConformance, _name, _synchronous(_check))
+del _name, _check

@@ -74,15 +74,17 @@ class EraseReceipt:
 
 @dataclass(frozen=True)
 class RetentionReceipt:
-    """What a retention run deleted: expired working state and aged memories."""
+    """What a retention run deleted: expired working state, aged memories, and the
+    turns of sessions the session TTL expired (``short_term``)."""
 
     working: int
     long_term: int
+    short_term: int = 0
 
     @property
     def total(self) -> int:
-        """Rows deleted in both tiers."""
-        return self.working + self.long_term
+        """Rows deleted in every tier."""
+        return self.working + self.long_term + self.short_term
 
 
 @dataclass(frozen=True)

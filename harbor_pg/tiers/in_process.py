@@ -35,6 +35,7 @@ from harbor_pg.tiers.base import (
     SummaryLease,
     summary_fallback_id,
 )
+from harbor_pg.tiers.session_ttl import live_turns
 
 __all__ = ["InMemoryLongTermStore", "InMemoryShortTermStore", "InMemoryWorkingStore"]
 
@@ -101,10 +102,14 @@ class InMemoryShortTermStore:
         self._principals[turn_id] = owner.principal_id or ""
         return stored
 
-    async def recent(self, owner: MemoryOwner, limit: int) -> list[ConversationMessage]:
-        """The owner's last ``limit`` turns, oldest first."""
+    async def recent(
+        self, owner: MemoryOwner, limit: int, *, ttl_seconds: float | None = None
+    ) -> list[ConversationMessage]:
+        """The owner's last ``limit`` turns, oldest first; with ``ttl_seconds``, only
+        those a session TTL of inactivity has not expired (as in PostgreSQL)."""
         turns = self._turns.get(self._key(owner), [])
-        return list(turns[-limit:]) if limit > 0 else []
+        newest = list(turns[-limit:]) if limit > 0 else []
+        return live_turns(newest, ttl_seconds) if ttl_seconds is not None else newest
 
     async def after(
         self, owner: MemoryOwner, after_id: int, limit: int, before_id: int | None = None
@@ -203,6 +208,21 @@ class InMemoryShortTermStore:
             state.lease_until = None
             state.lease_token = None
             return True
+
+    def purge_expired_turns(self, tenant_id: str, ttl_seconds: float) -> int:
+        """Delete the tenant's turns a session TTL has hidden (``purge_expired_turns`` in SQL)."""
+        gone = 0
+        for key in [k for k in self._turns if k[0] == tenant_id]:
+            turns = self._turns[key]
+            kept = live_turns(turns, ttl_seconds)
+            for turn in turns[: len(turns) - len(kept)]:
+                self._principals.pop(turn.id or 0, None)
+                gone += 1
+            if kept:
+                self._turns[key] = kept
+            else:
+                del self._turns[key]
+        return gone
 
     def erase(
         self,

@@ -60,6 +60,15 @@ def _append_params(owner: MemoryOwner, message: ConversationMessage) -> dict[str
     }
 
 
+def _recent_query(
+    owner: MemoryOwner, limit: int, ttl_seconds: float | None
+) -> tuple[str, dict[str, Any]]:
+    params = {**identity_params(owner), "limit": limit}
+    if ttl_seconds is None:
+        return "recent_turns", params
+    return "recent_live_turns", {**params, "ttl_seconds": ttl_seconds}
+
+
 class PostgresShortTermStore:
     """Conversation turns kept in ``harbor.messages`` under row-level security."""
 
@@ -103,13 +112,14 @@ class PostgresShortTermStore:
         assert row is not None
         return message.model_copy(update={"id": row["id"], "created_at": row["created_at"]})
 
-    def recent_sync(self, owner: MemoryOwner, limit: int) -> list[ConversationMessage]:
+    def recent_sync(
+        self, owner: MemoryOwner, limit: int, *, ttl_seconds: float | None = None
+    ) -> list[ConversationMessage]:
         """:meth:`recent` without an event loop."""
         session_key(owner)
+        name, params = _recent_query(owner, limit, ttl_seconds)
         with self.db.sync_transaction(owner) as conn:
-            rows = conn.execute(
-                query("recent_turns"), {**identity_params(owner), "limit": limit}
-            ).fetchall()
+            rows = conn.execute(query(name), params).fetchall()
         return [message_from_row(r) for r in rows]
 
     def clear_sync(self, owner: MemoryOwner) -> int:
@@ -117,13 +127,16 @@ class PostgresShortTermStore:
         with self.db.sync_transaction(owner) as conn:
             return conn.execute(query("clear_messages"), session_key(owner)).rowcount
 
-    async def recent(self, owner: MemoryOwner, limit: int) -> list[ConversationMessage]:
+    async def recent(
+        self, owner: MemoryOwner, limit: int, *, ttl_seconds: float | None = None
+    ) -> list[ConversationMessage]:
+        """The newest ``limit`` turns, oldest first; with ``ttl_seconds``, only those a
+        session TTL of inactivity has not expired (see :mod:`harbor_pg.tiers.session_ttl`)."""
         session_key(owner)  # the owner must address a session
+        name, params = _recent_query(owner, limit, ttl_seconds)
         # one statement that sets the identity itself: one round trip
         async with self.db.autocommit() as conn:
-            cur = await conn.execute(
-                query("recent_turns"), {**identity_params(owner), "limit": limit}
-            )
+            cur = await conn.execute(query(name), params)
             rows = await cur.fetchall()
         return [message_from_row(r) for r in rows]
 

@@ -62,3 +62,26 @@ select p.oid::pg_catalog.regprocedure::text as function,
  where p.pronamespace = pg_catalog.to_regnamespace('harbor')
    and pg_catalog.pg_get_userbyid(p.proowner) <> x.expected
  order by 1
+
+-- name: purge_expired_turns
+-- Delete the caller's tenant's turns that a session TTL of inactivity (seconds)
+-- has hidden: in each session, every turn up to the newest one followed by a gap
+-- longer than the TTL (or by nothing, when the session has been idle that long).
+-- Memories and summaries derived from them stay. Runs as the elevated role.
+with gaps as (
+    select m.user_id, m.session_id, m.id,
+           coalesce(lead(m.created_at) over (partition by m.user_id, m.session_id
+                                             order by m.id), pg_catalog.now())
+               - m.created_at > make_interval(secs => %(ttl_seconds)s::double precision)
+               as gap_after
+      from harbor.messages m
+     where m.tenant_id = (select harbor.caller_tenant())
+), cut as (
+    select g.user_id, g.session_id, max(g.id) as last_expired
+      from gaps g where g.gap_after
+     group by g.user_id, g.session_id
+)
+delete from harbor.messages m
+ using cut c
+ where m.tenant_id = (select harbor.caller_tenant())
+   and m.user_id = c.user_id and m.session_id = c.session_id and m.id <= c.last_expired

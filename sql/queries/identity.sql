@@ -17,3 +17,12 @@ select current_user::text as current_user,
        pg_has_role(session_user, %(target)s::name, 'MEMBER') as is_member
   from pg_roles r
  where r.rolname = current_user
+
+-- name: set_identity_checked
+-- The documented harbor.set_identity() for one transaction (is_local), with its
+-- checks: what harbor_pg.tables.set_identity sends on an application's own
+-- SQLAlchemy connection.
+select harbor.set_identity(%(tenant_id)s::text, project_id => %(project_id)s::text,
+                           principal_id => %(principal_id)s::text,
+                           user_id => %(user_id)s::text, session_id => %(session_id)s::text,
+                           run_id => %(run_id)s::text, is_local => true)

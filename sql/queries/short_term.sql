@@ -65,3 +65,25 @@ select d.due
   from harbor.summary_due_rows(%(tenant_id)s::text, %(user_id)s::text, %(session_id)s::text,
                                %(min_turns)s::bigint,
                                %(cooldown_seconds)s::double precision) d
+
+-- name: recent_live_turns
+-- recent_turns seen through a session TTL of inactivity (seconds; null: never):
+-- the newest turns up to the first gap longer than the TTL, counting the gap
+-- from the newest turn to now, so an expired session's turns are invisible at
+-- once and a turn after the expiry starts afresh. harbor.recent_turns sets the
+-- identity; the predicate reads only the rows it returns.
+select l.id, l.role, l.content, l.name, l.tool_calls, l.tool_call_id, l.metadata, l.created_at
+  from (select g.*,
+               bool_or(g.gap_after) over (order by g.id desc
+                                          rows between unbounded preceding and current row)
+                   as expired
+          from (select r.*,
+                       coalesce(lag(r.created_at) over (order by r.id desc), pg_catalog.now())
+                           - r.created_at
+                           > make_interval(secs => %(ttl_seconds)s::double precision)
+                           as gap_after
+                  from harbor.recent_turns(%(tenant_id)s::text, %(project_id)s::text,
+                       %(principal_id)s::text, %(user_id)s::text, %(session_id)s::text,
+                       %(run_id)s::text, %(limit)s::integer) r) g) l
+ where %(ttl_seconds)s::double precision is null or not l.expired
+ order by l.id

@@ -7,10 +7,21 @@ select
               'id', r.id, 'role', r.role, 'content', r.content, 'name', r.name,
               'tool_calls', r.tool_calls, 'tool_call_id', r.tool_call_id,
               'metadata', r.metadata, 'created_at', r.created_at) order by r.id), '[]'::jsonb)
-     from (select * from harbor.messages m
-            where m.tenant_id = %(tenant_id)s::text and m.user_id = %(user_id)s::text
-              and m.session_id = %(session_id)s::text
-            order by m.id desc limit %(recent_limit)s::integer) r) as recent,
+     from (select x.* from (
+             -- the session TTL of inactivity, as in recent_live_turns
+             select n.*, bool_or(n.gap_after) over (order by n.id desc rows between
+                                                    unbounded preceding and current row) as expired
+               from (select m.*,
+                            coalesce(lag(m.created_at) over (order by m.id desc), pg_catalog.now())
+                                - m.created_at
+                                > make_interval(secs => %(ttl_seconds)s::double precision)
+                                as gap_after
+                       from (select * from harbor.messages m
+                              where m.tenant_id = %(tenant_id)s::text
+                                and m.user_id = %(user_id)s::text
+                                and m.session_id = %(session_id)s::text
+                              order by m.id desc limit %(recent_limit)s::integer) m) n) x
+            where %(ttl_seconds)s::double precision is null or not x.expired) r) as recent,
   (select w.state from harbor.working_state w
     where %(run_id)s::text <> ''
       and w.tenant_id = %(tenant_id)s::text and w.user_id = %(user_id)s::text

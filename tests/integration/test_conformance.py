@@ -2,26 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest_asyncio
-
 from harbor_pg.db.connection import Database
 from harbor_pg.manager import MemoryManager
-from harbor_pg.testing.conformance import MemoryStoreConformance
+from harbor_pg.testing import MemoryStoreConformance
+from tests.conftest import PgDatabase
 
 
 class TestInProcessStores(MemoryStoreConformance):
-    @pytest_asyncio.fixture
-    async def manager(self) -> AsyncIterator[MemoryManager]:
-        manager = await MemoryManager.create(in_process=True)
-        yield manager
-        await manager.close()  # background summaries scheduled by appends finish here
+    async def make_manager(self) -> MemoryManager:
+        return await MemoryManager.create(in_process=True)
 
 
 class TestPostgresStores(MemoryStoreConformance):
-    @pytest_asyncio.fixture
-    async def manager(self, database: Database) -> AsyncIterator[MemoryManager]:
-        manager = MemoryManager.from_database(database)
-        yield manager
-        await manager.close()  # before the database fixture closes the pools
+    async def make_manager(self) -> MemoryManager:
+        fresh: PgDatabase = self.request.getfixturevalue("fresh_db")
+        database = Database(fresh.app_url, fresh.admin_url, min_size=1, max_size=4)
+        await database.open()
+        return MemoryManager.from_database(database)
+
+    async def close_manager(self, manager: MemoryManager) -> None:
+        await manager.close()  # background summaries scheduled by appends finish here
+        assert manager.database is not None
+        await manager.database.close()

@@ -157,7 +157,13 @@ def test_cli_up_and_status_start_and_reuse_the_embedded_server(tmp_path: Path) -
         )
         assert summary is not None, demo.stdout
         assert int(summary.group(1)) < int(summary.group(2))
-        assert "406 were retried" in demo.stdout.split("summary  :")[1].split("question :")[0]
+        # the extractive summary keeps what the next turn needs (issue 23): who owns what,
+        # the decision and the stated preference, not the pasted run report's figures
+        folded = " ".join(demo.stdout.split("summary  :")[1].split("question :")[0].split())
+        assert "I look after the ingest pipeline" in folded, folded
+        assert "decided to move the embeddings into Postgres with pgvector" in folded, folded
+        assert "Please keep answers short" in folded, folded
+        assert "406 were retried" not in folded and "02:47" not in folded, folded
         assert "question : 'And who looks after it?'" in demo.stdout
         assert (
             "query    : 'Who looks after the ingest pipeline of the handbook project?' "
