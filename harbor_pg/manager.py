@@ -175,6 +175,7 @@ class MemoryManager:
         self.summary_model = summary_model
         self._owns_database = False
         self._background = _Background()
+        self._live: LiveTurns | None = None
 
     # -- construction -------------------------------------------------------------
 
@@ -382,7 +383,11 @@ class MemoryManager:
 
     def _live_turns(self) -> Any:
         """The short-term store seen through the session TTL (what every recent read uses)."""
-        return LiveTurns(self._short(), self.config.session_ttl_seconds)
+        store = self._short()
+        live = self._live
+        if live is None or live.store is not store:
+            live = self._live = LiveTurns(store, self.config.session_ttl_seconds)
+        return live
 
     def _recent_limit(self, limit: int | None) -> int:
         cap = self.policy.max_session_turns

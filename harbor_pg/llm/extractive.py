@@ -224,10 +224,30 @@ class ExtractiveSummarizer:
         bounded = measure is len or measure is approximate_tokens
         chosen: list[_Sentence] = []
         used = 0
+        # the built-in measures are exact from the rendering's ASCII and other character
+        # counts, which grow by a known amount per sentence: no trial rendering needed
+        ascii_chars = other_chars = 0
+        lines: set[int] = set()
         for candidate in ranked:
             if bounded and measure(candidate.text) - 1 > budget - used:
                 continue
             if any(_overlap(candidate.words, kept.words) >= 0.6 for kept in chosen):
+                continue
+            if bounded:
+                text_ascii = len(candidate.text.encode("ascii", "ignore"))
+                extra = text_ascii + 1 if candidate.unit in lines else text_ascii
+                if candidate.unit not in lines:
+                    extra += len(_prefix(units[candidate.unit].role)) + (1 if lines else 0)
+                grown_ascii = ascii_chars + extra
+                grown_other = other_chars + len(candidate.text) - text_ascii
+                if measure is len:
+                    size = grown_ascii + grown_other
+                else:
+                    size = max(1, math.ceil(grown_ascii / 4) + grown_other)
+                if size <= budget:
+                    chosen.append(candidate)
+                    used, ascii_chars, other_chars = size, grown_ascii, grown_other
+                    lines.add(candidate.unit)
                 continue
             trial = [*chosen, candidate]
             size = measure(_render(units, trial))
@@ -361,6 +381,11 @@ def _overlap(a: frozenset[str], b: frozenset[str]) -> float:
     return len(a & b) / len(a | b)
 
 
+def _prefix(role: str | None) -> str:
+    """What a summary line starts with for ``role`` (``"User: "``; nothing without a role)."""
+    return f"{_LABELS.get(role, role.capitalize())}: " if role else ""
+
+
 def _render(units: list[_Unit], chosen: list[_Sentence]) -> str:
     by_unit: dict[int, list[_Sentence]] = {}
     for sentence in chosen:
@@ -368,7 +393,5 @@ def _render(units: list[_Unit], chosen: list[_Sentence]) -> str:
     lines: list[str] = []
     for index in sorted(by_unit):
         text = " ".join(s.text for s in sorted(by_unit[index], key=lambda s: s.order))
-        role = units[index].role
-        label = _LABELS.get(role, role.capitalize()) if role else None
-        lines.append(f"{label}: {text}" if label else text)
+        lines.append(_prefix(units[index].role) + text)
     return "\n".join(lines)
