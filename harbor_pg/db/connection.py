@@ -18,7 +18,7 @@ import psycopg
 from psycopg import AsyncConnection
 from psycopg.rows import AsyncRowFactory, dict_row
 from psycopg.types.json import set_json_loads
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from psycopg_pool import AsyncConnectionPool
 from psycopg_pool.base import AttemptWithBackoff
 
 from harbor_pg.db.server import ADMIN_ROLE, APP_ROLE, describe_connect_error, redact
@@ -446,6 +446,8 @@ async def wrap_db_errors() -> AsyncIterator[None]:
         yield
     except psycopg.Error as exc:
         _raise_harbor_error(exc)
+    except _ADAPTATION_ERRORS as exc:
+        _raise_unsendable(exc)
 
 
 @contextlib.contextmanager
@@ -455,6 +457,18 @@ def _wrap_sync() -> Iterator[None]:
         yield
     except psycopg.Error as exc:
         _raise_harbor_error(exc)
+    except _ADAPTATION_ERRORS as exc:
+        _raise_unsendable(exc)
+
+
+#: what the driver raises for a parameter it cannot send (a lone surrogate in a
+#: string, a number beyond its type); the public API checks its input first, so
+#: this is the backstop for values that slip past
+_ADAPTATION_ERRORS = (UnicodeEncodeError, OverflowError)
+
+
+def _raise_unsendable(exc: Exception) -> NoReturn:
+    raise MemoryValidationError(f"a value cannot be sent to the database: {exc}") from None
 
 
 #: SQLSTATE classes (the first two characters) of errors caused by the input:
@@ -491,7 +505,11 @@ def harbor_error(exc: psycopg.Error) -> Exception:
         return MemoryValidationError(f"rejected by the database: {text}")
     if state[:2] == _CONFLICT_CLASS:
         return MemoryConcurrencyError(f"conflicting concurrent transaction: {text}")
-    if not state or state[:2] in _UNAVAILABLE_CLASSES or isinstance(exc, PoolTimeout):
+    # no SQLSTATE: the driver's own error; only a connection failure is an outage
+    # (a value the driver cannot load, say, is not)
+    if (not state and isinstance(exc, psycopg.OperationalError)) or (
+        state[:2] in _UNAVAILABLE_CLASSES
+    ):
         return MemoryDatabaseError(f"database unavailable: {redact(text)}")
     return MemoryDatabaseError(f"database error: {text}")
 

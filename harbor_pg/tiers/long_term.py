@@ -78,12 +78,21 @@ def _summary_params(owner: MemoryOwner, memory: Memory, memory_id: str) -> dict[
     }
 
 
+#: The largest magnitude a pgvector component (a float32) holds.
+_FLOAT32_MAX = 3.4028234663852886e38
+
+
 def check_vector(embedding: Sequence[float]) -> list[float]:
-    values = [float(x) for x in embedding]
+    try:
+        values = [float(x) for x in embedding]
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise MemoryValidationError(f"embedding must be a sequence of numbers ({exc})") from None
     if not values:
         raise MemoryValidationError("embedding is empty")
     if not all(math.isfinite(x) for x in values):
         raise MemoryValidationError("embedding contains NaN or infinity")
+    if any(abs(x) > _FLOAT32_MAX for x in values):
+        raise MemoryValidationError("embedding has a component beyond the float32 range")
     return values
 
 
