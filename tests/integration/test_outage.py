@@ -8,6 +8,7 @@ These tests stop and start a server of their own (the session's is shared).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
@@ -204,3 +205,102 @@ def test_an_unclosed_manager_does_not_hang_the_process_at_exit(own: OwnServer) -
         assert elapsed < 30
     finally:
         own.start()
+
+
+def _kill_server(own: OwnServer) -> None:
+    import signal
+
+    pid = int((own.pgdata / "postmaster.pid").read_text().splitlines()[0])
+    os.kill(pid, signal.SIGKILL)
+
+
+async def test_no_acknowledged_write_is_lost_when_the_server_is_killed(up: OwnServer) -> None:
+    db = await _open(up, timeout=1.0, min_size=4, max_size=4)
+    manager = MemoryManager.from_database(db)
+    owners = [MemoryOwner(tenant_id="t9", principal_id=f"w{i}", session_id="k") for i in range(4)]
+    turns: list[str] = []
+    facts: list[str] = []
+
+    async def writer(i: int) -> None:
+        owner = owners[i]
+        for n in range(10_000):
+            try:
+                if n % 3:
+                    await manager.append(
+                        owner, ConversationMessage(role="user", content=f"{i}:{n}")
+                    )
+                    turns.append(f"{i}:{n}")
+                else:
+                    await manager.inject_memory(owner, f"fact {i}:{n}")
+                    facts.append(f"fact {i}:{n}")
+            except MemoryDatabaseError:
+                return
+
+    try:
+        tasks = [asyncio.create_task(writer(i)) for i in range(4)]
+        await asyncio.sleep(1.5)
+        _kill_server(up)
+        await asyncio.wait_for(asyncio.gather(*tasks), 30)
+        assert turns and facts
+        up.start()
+        import psycopg
+
+        su = conninfo.make_conninfo(up.app_url, user="postgres")
+        with psycopg.connect(su) as conn:
+            stored = {r[0] for r in conn.execute("select content from harbor.messages")}
+            current = [
+                r[0]
+                for r in conn.execute(
+                    "select content from harbor.memories where tenant_id = 't9'"
+                    " and upper_inf(valid)"
+                )
+            ]
+        assert set(turns) <= stored  # every acknowledged turn survived
+        assert set(facts) <= set(current)
+        assert len(current) == len(set(current))  # no duplicate current row
+    finally:
+        up.start()
+        await db.close()
+
+
+async def test_an_erasure_killed_midway_is_all_or_nothing(up: OwnServer) -> None:
+    import psycopg
+
+    su = conninfo.make_conninfo(up.app_url, user="postgres")
+
+    def counts() -> tuple[int, int]:
+        with psycopg.connect(su) as conn:
+            row = conn.execute(
+                "select (select count(*) from harbor.messages where user_id = 'victim'),"
+                " (select count(*) from harbor.memories where user_id = 'victim')"
+            ).fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1])
+
+    with psycopg.connect(su, autocommit=True) as conn:
+        conn.execute(
+            "insert into harbor.messages (tenant_id, user_id, session_id, role, content)"
+            " select 't8', 'victim', 's' || (g % 50), 'user', 'turn ' || g"
+            " from generate_series(1, 4000) g"
+        )
+        conn.execute(
+            "insert into harbor.memories (tenant_id, id, scope, user_id, content, content_hash,"
+            " source, valid) select 't8', 'm' || g, 'user', 'victim', 'fact ' || g,"
+            " encode(sha256(g::text::bytea), 'hex'), 'injected', tstzrange(now(), null)"
+            " from generate_series(1, 2000) g"
+        )
+    full = counts()
+    db = await _open(up, timeout=1.0)
+    manager = MemoryManager.from_database(db)
+    try:
+        erase = asyncio.create_task(manager.erase("t8", user_id="victim"))
+        await asyncio.sleep(0.05)
+        _kill_server(up)
+        # killed midway (or, on a fast machine, already done): never a part of it
+        with contextlib.suppress(MemoryDatabaseError):
+            await erase
+        up.start()
+        assert counts() in (full, (0, 0))
+    finally:
+        up.start()
+        await db.close()
