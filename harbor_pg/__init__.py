@@ -10,7 +10,9 @@ from harbor_pg.embedders import default_embedder
 from harbor_pg.embedders.base import Embedder, EmbedderError
 from harbor_pg.embedders.hashing import HashingEmbedder
 from harbor_pg.errors import (
+    MemoryConcurrencyError,
     MemoryConfigurationError,
+    MemoryDatabaseError,
     MemoryError,
     MemoryScopeError,
     MemoryValidationError,
@@ -62,9 +64,11 @@ __all__ = [
     "InMemoryWorkingStore",
     "LongTermMemory",
     "Memory",
+    "MemoryConcurrencyError",
     "MemoryConfigurationError",
     "MemoryContext",
     "MemoryContextBuilder",
+    "MemoryDatabaseError",
     "MemoryEntityResolver",
     "MemoryError",
     "MemoryExtractor",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 
 __all__ = [
+    "MemoryConcurrencyError",
     "MemoryConfigurationError",
     "MemoryDatabaseError",
     "MemoryError",
@@ -41,6 +42,12 @@ class MemoryNotFoundError(MemoryError, LookupError):
 
 class MemoryDatabaseError(MemoryError):
     """The database failed in a way the caller cannot fix by changing its input."""
+
+
+class MemoryConcurrencyError(MemoryDatabaseError):
+    """Concurrent transactions kept conflicting (deadlock or serialization failure)
+    after the library's bounded retries; nothing of the failed call was written.
+    Retrying later may succeed."""
 
 
 # keep a handle on the builtin for modules that need both

@@ -64,6 +64,7 @@ from harbor_pg.tiers.long_term import (
 from harbor_pg.tiers.session_ttl import LiveTurns
 from harbor_pg.tiers.short_term import PostgresShortTermStore, message_from_row
 from harbor_pg.tiers.working import PostgresWorkingStore
+from harbor_pg.validation import check_count, check_json, check_text, check_ttl
 
 __all__ = ["MemoryManager", "MemoryManagerConfig", "MemorySnapshot"]
 
@@ -322,8 +323,7 @@ class MemoryManager:
                 f"{what} is {len(content)} characters; the limit is "
                 f"{self.config.max_content_chars} (MemoryManagerConfig.max_content_chars)"
             )
-        if "\x00" in content:
-            raise MemoryValidationError(f"{what} contains a NUL character")
+        check_text(content, what)
 
     # -- short-term -----------------------------------------------------------------
 
@@ -391,9 +391,7 @@ class MemoryManager:
 
     def _recent_limit(self, limit: int | None) -> int:
         cap = self.policy.max_session_turns
-        n = cap if limit is None else limit
-        if n < 0:
-            raise MemoryValidationError("limit must be >= 0")
+        n = cap if limit is None else check_count(limit, "limit")
         return min(n, cap)
 
     async def clear(self, owner: MemoryOwner) -> int:
@@ -416,19 +414,14 @@ class MemoryManager:
         """Merge ``state``'s keys into the run's working state; returns the result."""
         store = self._working()
         owner.require_scope(MemoryScope.RUN)
-        if not isinstance(state, dict):
-            raise MemoryValidationError("working state must be a dict")
+        check_json(state, "working state")
         try:
             encoded = json.dumps(state, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise MemoryValidationError(f"working state must be JSON: {exc}") from None
         self._check_content(encoded, "working state")
-        if ttl_seconds is not None and (
-            not isinstance(ttl_seconds, int | float)
-            or not math.isfinite(ttl_seconds)
-            or ttl_seconds <= 0
-        ):
-            raise MemoryValidationError("ttl_seconds must be a positive number")
+        if ttl_seconds is not None:
+            ttl_seconds = check_ttl(ttl_seconds)
         return await store.update(owner, state, ttl_seconds)
 
     async def clear_working(self, owner: MemoryOwner) -> int:
@@ -574,7 +567,8 @@ class MemoryManager:
         top_k: int | None = None,
         token_budget: int | None = None,
     ) -> tuple[Memory, ...]:
-        """Hybrid recall under this manager's policy (see :class:`MemoryRecall`). Never raises."""
+        """Hybrid recall under this manager's policy (see :class:`MemoryRecall`). Never
+        raises for a store failure; bad arguments raise MemoryValidationError."""
         return await self.recaller().recall(
             owner,
             query,
@@ -764,6 +758,7 @@ class MemoryManager:
 
     async def get(self, caller: MemoryOwner, memory_id: str) -> Memory | None:
         """One memory the caller may see, or None."""
+        check_text(memory_id, "memory_id")
         return await self._long().get(caller, memory_id)
 
     async def search(
@@ -775,12 +770,13 @@ class MemoryManager:
         as_of: datetime | None = None,
     ) -> list[Memory]:
         """Memories visible to ``caller`` that match ``query_text``."""
-        if limit < 0:
-            raise MemoryValidationError("limit must be >= 0")
+        check_text(query_text, "query")
+        check_count(limit, "limit")
         return await self._long().search(caller, query_text, limit=limit, as_of=as_of)
 
     async def delete(self, caller: MemoryOwner, memory_id: str) -> bool:
         """Delete one of the caller's own memories; False when none was deleted."""
+        check_text(memory_id, "memory_id")
         return await self._long().delete(caller, memory_id)
 
     async def inject_memory(
@@ -810,7 +806,7 @@ class MemoryManager:
                 metadata=metadata or {},
                 context=context,
             )
-        except (ValidationError, ValueError) as exc:
+        except (ValidationError, ValueError, TypeError) as exc:
             raise MemoryValidationError(f"invalid memory: {_first(exc)}") from None
         return await self.save(owner, memory)
 
@@ -825,7 +821,12 @@ class MemoryManager:
         not the caller this manager was bound to.
         """
         self._check_caller(owner)
-        limit = self.config.recent_limit if recent_limit is None else recent_limit
+        check_text(query, "query", optional=True)
+        limit = (
+            self.config.recent_limit
+            if recent_limit is None
+            else check_count(recent_limit, "recent_limit")
+        )
         limit = max(0, min(limit, self.policy.max_session_turns))
         text = (query or "")[: self.config.max_content_chars]
         if (
@@ -931,6 +932,10 @@ class MemoryManager:
         """
         if user_id is None and principal_id is None:
             raise MemoryValidationError("erase needs a user_id or a principal_id (agent)")
+        # the ids follow the rules of an owner's (MemoryScopeError otherwise)
+        MemoryOwner(
+            tenant_id=tenant_id, user_id=user_id, session_id=session_id, principal_id=principal_id
+        )
         owner = MemoryOwner(tenant_id=tenant_id)
         if self.database is not None:
             async with self.database.transaction(owner, admin=True) as conn:

@@ -39,6 +39,7 @@ __all__ = [
 
 MAX_ID_LENGTH = 200
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 class MemoryScope(enum.StrEnum):
@@ -139,6 +140,8 @@ class MemoryOwner(BaseModel):
             raise ValueError(f"{info.field_name} is longer than {MAX_ID_LENGTH} characters")
         if _CONTROL.search(value):
             raise ValueError(f"{info.field_name} contains control characters")
+        if _SURROGATE.search(value):
+            raise ValueError(f"{info.field_name} is not valid Unicode (a lone surrogate)")
         return value
 
     @model_validator(mode="after")

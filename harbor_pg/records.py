@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import enum
 import hashlib
-import json
 import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from harbor_pg.owner import MemoryScope
+from harbor_pg.validation import json_problem, text_problem
 
 __all__ = [
     "CANONICAL_SOURCES",
@@ -90,7 +90,9 @@ _NAMESPACED_SOURCE = re.compile(r"^tool:[A-Za-z0-9_.\-/]{1,100}$")
 
 def validate_source(source: str) -> str:
     """Return ``source`` if canonical or ``tool:<name>``, else raise ``ValueError``."""
-    if source in CANONICAL_SOURCES or _NAMESPACED_SOURCE.match(source):
+    if isinstance(source, str) and (
+        source in CANONICAL_SOURCES or _NAMESPACED_SOURCE.match(source)
+    ):
         return source
     raise ValueError(
         f"invalid source {source!r}: use one of {sorted(CANONICAL_SOURCES)} or 'tool:<name>'"
@@ -114,6 +116,21 @@ def content_hash(scope: MemoryScope | str, content: str) -> str:
 MessageRole = Literal["system", "user", "assistant", "tool"]
 
 
+def _storable_json(value: dict[str, Any]) -> dict[str, Any]:
+    problem = json_problem(value)
+    if problem is not None:
+        raise ValueError(f"metadata must be JSON that PostgreSQL can store: it {problem}")
+    return value
+
+
+def _check_strings(*fields: tuple[str, str | None]) -> None:
+    for name, value in fields:
+        if value is not None:
+            problem = text_problem(value)
+            if problem is not None:
+                raise ValueError(f"{name} {problem}")
+
+
 class ConversationMessage(BaseModel):
     """One conversation turn (short-term tier)."""
 
@@ -127,6 +144,23 @@ class ConversationMessage(BaseModel):
     metadata: JsonMetadata = Field(default_factory=dict)
     id: int | None = None
     created_at: datetime | None = None
+
+    @field_validator("metadata")
+    @classmethod
+    def _json_metadata(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return _storable_json(value)
+
+    @model_validator(mode="after")
+    def _storable_text(self) -> ConversationMessage:
+        _check_strings(
+            ("content", self.content),
+            ("name", self.name),
+            ("tool_call_id", self.tool_call_id),
+        )
+        problem = json_problem({"tool_calls": self.tool_calls})
+        if problem is not None:
+            raise ValueError(f"tool_calls {problem}")
+        return self
 
 
 class Memory(BaseModel):
@@ -169,6 +203,23 @@ class Memory(BaseModel):
     @classmethod
     def _source(cls, value: str) -> str:
         return validate_source(value)
+
+    @field_validator("metadata")
+    @classmethod
+    def _json_metadata(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return _storable_json(value)
+
+    @model_validator(mode="after")
+    def _storable_text(self) -> Memory:
+        _check_strings(
+            ("id", self.id),
+            ("content", self.content),
+            ("context", self.context),
+            ("source_session_id", self.source_session_id),
+            *(("entity_ids", e) for e in self.entity_ids),
+            *(("source_message_ids", m) for m in self.source_message_ids),
+        )
+        return self
 
     def is_valid_at(self, when: datetime) -> bool:
         """True when ``when`` falls inside this memory's validity interval."""

@@ -21,6 +21,7 @@ repository raises      WARNING, no candidates for that scope
 from __future__ import annotations
 
 import logging
+import math
 import operator
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields, replace
@@ -47,6 +48,7 @@ from harbor_pg.records import RECALL_MEMORY_TYPES, Memory, MemoryType, Sensitivi
 from harbor_pg.tiers.base import LongTermStore
 from harbor_pg.tiers.long_term import PostgresLongTermStore, memory_from_row
 from harbor_pg.tokens import TokenCounter, approximate_tokens
+from harbor_pg.validation import check_count, check_text
 
 if TYPE_CHECKING:
     from harbor_pg.db.connection import Database
@@ -187,7 +189,12 @@ class MemoryRecall:
         top_k: int | None = None,
         token_budget: int | None = None,
     ) -> tuple[Memory, ...]:
-        """The recalled memories, best first, cut to the token budget. Never raises."""
+        """The recalled memories, best first, cut to the token budget.
+
+        Never raises for a store or embedder failure (it logs a WARNING and
+        recalls less, or nothing); arguments of the wrong kind (a ``top_k`` that
+        is not a whole number, a query that is not text PostgreSQL can store)
+        raise :class:`MemoryValidationError`."""
         scored = await self.recall_scored(
             owner,
             query,
@@ -259,7 +266,10 @@ class MemoryRecall:
         its own (``MemoryManager.snapshot`` does) and finish with :meth:`finish`.
         """
         policy = self.policy
-        k = policy.recall_top_k if top_k is None else max(0, min(int(top_k), 1000))
+        check_text(query, "query", optional=True)
+        k = policy.recall_top_k if top_k is None else min(_whole(top_k, "top_k"), 1000)
+        if token_budget is not None:
+            token_budget = _whole(token_budget, "token_budget")
         text = (query or "")[:MAX_QUERY_CHARS]
         if not policy.enabled or k == 0 or not text.strip():
             return None
@@ -312,6 +322,16 @@ class MemoryRecall:
         if isinstance(store, PostgresLongTermStore):
             return await _postgres_recall(store, owner, request)
         return await _generic_recall(store, owner, request)
+
+
+def _whole(value: object, what: str) -> int:
+    """``value`` as a count (negative ones as 0; a float only if whole), else
+    :class:`MemoryValidationError`."""
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return max(0, value)
+    return check_count(value, what)  # raises, naming the type
 
 
 def _without_embedding(request: RecallRequest) -> RecallRequest:

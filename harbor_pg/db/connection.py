@@ -6,18 +6,25 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+import math
+import os
+import random
+import select
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, NoReturn, TypeVar
 
 import psycopg
-from psycopg import AsyncConnection, errors
+from psycopg import AsyncConnection
 from psycopg.rows import AsyncRowFactory, dict_row
 from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool
+from psycopg_pool.base import AttemptWithBackoff
 
 from harbor_pg.db.server import ADMIN_ROLE, APP_ROLE, describe_connect_error, redact
 from harbor_pg.db.sqlfiles import query
 from harbor_pg.errors import (
+    MemoryConcurrencyError,
     MemoryConfigurationError,
     MemoryDatabaseError,
     MemoryScopeError,
@@ -25,7 +32,14 @@ from harbor_pg.errors import (
 )
 from harbor_pg.owner import MemoryOwner
 
-__all__ = ["Connection", "Database", "wrap_db_errors"]
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "RETRY_ATTEMPTS",
+    "Connection",
+    "Database",
+    "default_pool_size",
+    "wrap_db_errors",
+]
 
 log = logging.getLogger("harbor_pg")
 
@@ -53,6 +67,89 @@ def _set_role(row: dict[str, Any] | None, target: str) -> psycopg.sql.Composed |
 
 
 Row = TypeVar("Row")
+T = TypeVar("T")
+
+#: Seconds a call waits for a database connection before it fails with
+#: MemoryDatabaseError (``HARBOR_DATABASE_TIMEOUT`` chooses another).
+DEFAULT_TIMEOUT = 5.0
+TIMEOUT_ENV = "HARBOR_DATABASE_TIMEOUT"
+#: Attempts of a write that a deadlock or serialization failure rolled back.
+RETRY_ATTEMPTS = 4
+#: Longest pause between two attempts to reach a server that is down (the pool's
+#: own back-off doubles up to minutes: a server back after 10 s waited 11-16 s).
+_RECONNECT_MAX_DELAY = 0.25
+
+
+def default_timeout() -> float:
+    """``HARBOR_DATABASE_TIMEOUT`` (seconds, > 0) or :data:`DEFAULT_TIMEOUT`."""
+    text = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not text:
+        return DEFAULT_TIMEOUT
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise MemoryConfigurationError(
+            f"{TIMEOUT_ENV}={text!r} is not a positive number of seconds"
+        )
+    return value
+
+
+def default_pool_size() -> int:
+    """Connections the application pool opens at most: twice the machine's cores,
+    between 4 and 16 (``benchmarks/load.py``: past that, more connections only
+    queue inside the server)."""
+    return min(max(2 * (os.cpu_count() or 2), 4), 16)
+
+
+class _QuickReconnect(AttemptWithBackoff):
+    # retry a server that is down every quarter second at most, not with the
+    # pool's doubling back-off: the first call after it is back gets through
+    INITIAL_DELAY = 0.05
+    DELAY_BACKOFF = 1.5
+
+    def update_delay(self, now: float) -> None:
+        super().update_delay(now)
+        self.delay = min(self.delay, _RECONNECT_MAX_DELAY)
+
+
+class _Pool(AsyncConnectionPool[Connection]):
+    """The pool with a short, flat reconnect back-off."""
+
+    async def _add_connection(
+        self, attempt: AttemptWithBackoff | None, growing: bool = False
+    ) -> None:
+        if attempt is None:
+            attempt = _QuickReconnect(timeout=self.reconnect_timeout)
+        await super()._add_connection(attempt, growing)
+
+
+def _alive(conn: Connection) -> bool:
+    """Whether a pooled connection still has its server, without a round trip.
+
+    An idle connection's socket has nothing to read unless the server went
+    away (a restart closes it) or sent a notice; reading what is there tells
+    the two apart (one poll of the socket, no message to the server).
+    """
+    pgconn = conn.pgconn
+    if pgconn.status != psycopg.pq.ConnStatus.OK:
+        return False
+    try:
+        # a server going away sends its FATAL message, then closes: the first read
+        # takes the message, a further one meets the end of the stream
+        for _ in range(4):
+            readable, _, _ = select.select([pgconn.socket], [], [], 0)
+            if not readable:
+                break
+            pgconn.consume_input()
+            if pgconn.status != psycopg.pq.ConnStatus.OK:
+                return False
+        else:
+            return False
+    except (OSError, ValueError, psycopg.Error):
+        return False
+    return bool(pgconn.status == psycopg.pq.ConnStatus.OK)
 
 
 def _json_loads(data: str | bytes) -> Any:
@@ -89,30 +186,44 @@ class Database:
         admin_url: str | None = None,
         *,
         min_size: int = 1,
-        max_size: int = 8,
+        max_size: int | None = None,
+        timeout: float | None = None,
     ) -> None:
         self.app_url = app_url
         self.admin_url = admin_url
-        self._pool = AsyncConnectionPool(
+        #: seconds a call waits for a connection before MemoryDatabaseError
+        self.timeout = default_timeout() if timeout is None else float(timeout)
+        if not (math.isfinite(self.timeout) and self.timeout > 0):
+            raise MemoryConfigurationError("the database timeout must be a positive number")
+        max_size = default_pool_size() if max_size is None else max_size
+        kwargs = {
+            "row_factory": dict_row,
+            "autocommit": False,
+            "connect_timeout": max(2, math.ceil(self.timeout)),
+        }
+        self._pool: AsyncConnectionPool[Connection] = _Pool(
             app_url,
-            min_size=min_size,
+            min_size=min(min_size, max_size),
             max_size=max_size,
             open=False,
-            kwargs={"row_factory": dict_row, "autocommit": False},
+            kwargs=kwargs,
             configure=_role_switcher(APP_ROLE),
             name="harbor-app",
+            timeout=self.timeout,
         )
         self._admin_pool: AsyncConnectionPool[Connection] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._guard: asyncio.Task[None] | None = None
         if admin_url:
-            self._admin_pool = AsyncConnectionPool(
+            self._admin_pool = _Pool(
                 admin_url,
                 min_size=0,
                 max_size=2,
                 open=False,
-                kwargs={"row_factory": dict_row, "autocommit": False},
+                kwargs=kwargs,
                 configure=_role_switcher(ADMIN_ROLE),
                 name="harbor-admin",
+                timeout=self.timeout,
             )
 
     async def open(self) -> None:
@@ -129,6 +240,18 @@ class Database:
         if self._admin_pool is not None:
             await self._admin_pool.open(wait=False)
         self._loop = asyncio.get_running_loop()
+        self._guard = self._loop.create_task(self._close_when_cancelled(), name="harbor-db-guard")
+
+    async def _close_when_cancelled(self) -> None:
+        """Wait; when the event loop shuts down (``asyncio.run()`` cancels every
+        task), close the pools. Their worker tasks swallow a cancellation that
+        arrives while they connect and would keep ``asyncio.run()`` (and the
+        process) waiting forever for a manager nobody closed."""
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            await self._close_pools(timeout=1.0)
+            raise
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop | None:
@@ -137,9 +260,58 @@ class Database:
 
     async def close(self) -> None:
         """Close the pools."""
-        await self._pool.close()
+        guard, self._guard = self._guard, None
+        if guard is not None and guard is not asyncio.current_task():
+            guard.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await guard
+        await self._close_pools()
+
+    async def _close_pools(self, timeout: float = 5.0) -> None:
+        await self._pool.close(timeout=timeout)
         if self._admin_pool is not None:
-            await self._admin_pool.close()
+            await self._admin_pool.close(timeout=timeout)
+
+    @contextlib.asynccontextmanager
+    async def _connection(self, pool: AsyncConnectionPool[Connection]) -> AsyncIterator[Connection]:
+        """A connection from ``pool`` whose server is still there.
+
+        A connection left over from before a server restart is handed back
+        (the pool drops it and connects anew) and the next one taken, so a
+        restart costs no call. Waits at most :attr:`timeout` in all.
+        """
+        deadline = time.monotonic() + self.timeout
+        while True:
+            conn = await pool.getconn(timeout=max(deadline - time.monotonic(), 0.001))
+            if _alive(conn):
+                break
+            await pool.putconn(conn)
+        try:
+            async with conn:
+                yield conn
+        finally:
+            await pool.putconn(conn)
+
+    async def retrying(
+        self,
+        work: Callable[[], Awaitable[T]],
+        *,
+        attempts: int = RETRY_ATTEMPTS,
+    ) -> T:
+        """Run ``work`` (one whole transaction), again when a deadlock or a
+        serialization failure rolled it back, up to ``attempts`` times in all,
+        with a short random pause between; then :class:`MemoryConcurrencyError`."""
+        for attempt in range(1, attempts + 1):
+            try:
+                return await work()
+            except MemoryConcurrencyError as exc:
+                if attempt >= attempts:
+                    raise MemoryConcurrencyError(
+                        f"{exc} (after {attempts} attempts; nothing of this call was written)"
+                    ) from None
+                log.info("retrying after a conflicting concurrent transaction: %s", exc)
+                await asyncio.sleep(random.uniform(0.005, 0.02) * attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def __aenter__(self) -> Database:
         await self.open()
@@ -167,7 +339,7 @@ class Database:
                     "(HARBOR_ADMIN_DATABASE_URL)"
                 )
             pool = self._admin_pool
-        async with wrap_db_errors(), pool.connection() as conn, conn.transaction():
+        async with wrap_db_errors(), self._connection(pool) as conn, conn.transaction():
             if owner is not None:
                 await conn.execute(query("set_identity"), identity_params(owner))
             yield conn
@@ -201,7 +373,7 @@ class Database:
         COMMIT flushes the pipeline.) On an error the server skips to the sync
         and rolls back; the error is raised as a harbor error.
         """
-        async with wrap_db_errors(), self._pool.connection() as conn:
+        async with wrap_db_errors(), self._connection(self._pool) as conn:
             # autocommit: psycopg adds no BEGIN (and no sync after it); the pipeline's
             # implicit transaction holds the identity and the statement
             await conn.set_autocommit(True)
@@ -247,7 +419,7 @@ class Database:
     async def autocommit(self) -> AsyncIterator[Connection]:
         """A pooled connection in autocommit mode, for single-statement calls
         that set the identity themselves (one round trip)."""
-        async with wrap_db_errors(), self._pool.connection() as conn:
+        async with wrap_db_errors(), self._connection(self._pool) as conn:
             await conn.set_autocommit(True)
             try:
                 yield conn
@@ -274,6 +446,8 @@ async def wrap_db_errors() -> AsyncIterator[None]:
         yield
     except psycopg.Error as exc:
         _raise_harbor_error(exc)
+    except _ADAPTATION_ERRORS as exc:
+        _raise_unsendable(exc)
 
 
 @contextlib.contextmanager
@@ -283,24 +457,61 @@ def _wrap_sync() -> Iterator[None]:
         yield
     except psycopg.Error as exc:
         _raise_harbor_error(exc)
+    except _ADAPTATION_ERRORS as exc:
+        _raise_unsendable(exc)
+
+
+#: what the driver raises for a parameter it cannot send (a lone surrogate in a
+#: string, a number beyond its type); the public API checks its input first, so
+#: this is the backstop for values that slip past
+_ADAPTATION_ERRORS = (UnicodeEncodeError, OverflowError)
+
+
+def _raise_unsendable(exc: Exception) -> NoReturn:
+    raise MemoryValidationError(f"a value cannot be sent to the database: {exc}") from None
+
+
+#: SQLSTATE classes (the first two characters) of errors caused by the input:
+#: data exceptions (22: bad value, out of range, bad encoding...), integrity
+#: violations (23: check, not null, unique, exclusion), program limits (54: too
+#: deep, too large).
+_INPUT_CLASSES = frozenset({"22", "23", "54"})
+#: ... except a division by zero: a fault of the SQL, not of the input
+_NOT_INPUT = frozenset({"22012"})
+#: transaction rollbacks: serialization failure (40001), deadlock (40P01)
+_CONFLICT_CLASS = "40"
+#: the server is not there, or going away: connection exceptions (08),
+#: insufficient resources (53), operator intervention (57: shutdown, crash)
+_UNAVAILABLE_CLASSES = frozenset({"08", "53", "57"})
 
 
 def _raise_harbor_error(exc: psycopg.Error) -> NoReturn:
-    if isinstance(exc, errors.InsufficientPrivilege):
-        raise MemoryScopeError(f"not permitted: {_first_line(exc)}") from None
-    if isinstance(
-        exc,
-        errors.CheckViolation
-        | errors.NotNullViolation
-        | errors.InvalidParameterValue
-        | errors.InvalidTextRepresentation
-        | errors.DataException
-        | errors.ProgramLimitExceeded,
+    """The one place a driver error becomes a harbor error, keyed on its
+    SQLSTATE class (psycopg's own classes do not follow them: a class-22 error
+    is a ``psycopg.DataError``, a deadlock an ``OperationalError``)."""
+    error = harbor_error(exc)
+    # an unclassified server error keeps its driver traceback; the rest need none
+    keep = type(error) is MemoryDatabaseError and not str(error).startswith("database unavailable")
+    raise error from (exc if keep else None)
+
+
+def harbor_error(exc: psycopg.Error) -> Exception:
+    """The harbor error for the driver error ``exc`` (see :func:`_raise_harbor_error`)."""
+    state = exc.sqlstate or ""
+    text = _first_line(exc)
+    if state == "42501":
+        return MemoryScopeError(f"not permitted: {text}")
+    if state[:2] in _INPUT_CLASSES and state not in _NOT_INPUT:
+        return MemoryValidationError(f"rejected by the database: {text}")
+    if state[:2] == _CONFLICT_CLASS:
+        return MemoryConcurrencyError(f"conflicting concurrent transaction: {text}")
+    # no SQLSTATE: the driver's own error; only a connection failure is an outage
+    # (a value the driver cannot load, say, is not)
+    if (not state and isinstance(exc, psycopg.OperationalError)) or (
+        state[:2] in _UNAVAILABLE_CLASSES
     ):
-        raise MemoryValidationError(f"rejected by the database: {_first_line(exc)}") from None
-    if isinstance(exc, psycopg.OperationalError):
-        raise MemoryDatabaseError(f"database unavailable: {redact(_first_line(exc))}") from None
-    raise MemoryDatabaseError(f"database error: {_first_line(exc)}") from exc
+        return MemoryDatabaseError(f"database unavailable: {redact(text)}")
+    return MemoryDatabaseError(f"database error: {text}")
 
 
 def _first_line(exc: BaseException) -> str:

@@ -23,6 +23,7 @@ import logging
 import os
 import re
 import subprocess
+import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ __all__ = [
     "bootstrap",
     "check_server",
     "check_url",
+    "clear_stale_pid_file",
     "default_data_dir",
     "embedded_settings",
     "live_handles",
@@ -359,16 +361,126 @@ def _start(pgdata: Path, settings: dict[str, str], cleanup_mode: str | None) -> 
         pgdata.mkdir(parents=True, exist_ok=True)
         # as the wheel's get_server(): one handle per data directory and process
         known = base._instances.get(pgdata)
-        if known is not None:
+        if known is not None and _is_postmaster_of(known.get_pid(), pgdata):
             return known
         with base._lock:
+            if known is not None:
+                _forget_handle(base, known)
             live_handles(pgdata)
+            clear_stale_pid_file(pgdata)
         try:
             return HarborServer(pgdata, cleanup_mode=cleanup_mode)
         except BaseException:
             # the wheel registers the handle before starting the server
             base._instances.pop(pgdata, None)
             raise
+
+
+def _forget_handle(base: Any, handle: Any) -> None:
+    """Drop this process's handle on a server that is gone (it crashed, say), so
+    the next start makes a new one instead of handing out the dead server's URL."""
+    import atexit
+
+    base._instances.pop(handle.pgdata, None)
+    atexit.unregister(handle._cleanup)
+    with contextlib.suppress(OSError, ValueError):
+        handle.global_process_id_list.get_and_remove(os.getpid())
+
+
+_PID_FILE = "postmaster.pid"
+
+
+def _is_postmaster_of(pid: int | None, pgdata: Path) -> bool:
+    """Whether ``pid`` is a live PostgreSQL process serving ``pgdata`` (the
+    postmaster works in its data directory). When that cannot be read (another
+    user's process), a process named postgres counts as live: never remove the
+    file of a server that may be running."""
+    import psutil
+
+    if pid is None or pid <= 0 or pid == os.getpid():
+        return False
+    try:
+        proc = psutil.Process(pid)
+        if "postgres" not in proc.name():
+            return False
+        try:
+            return Path(proc.cwd()).resolve() == pgdata.resolve()
+        except psutil.AccessDenied:
+            return True
+    except psutil.NoSuchProcess:  # gone, or a zombie
+        return False
+    except (psutil.Error, OSError):
+        return True
+
+
+def _orphans(pgdata: Path) -> list[int]:
+    """PostgreSQL processes still working in ``pgdata`` (after the postmaster
+    was killed, its backends run on for a moment and keep its shared memory)."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["name"]):
+        with contextlib.suppress(psutil.Error, OSError):
+            if "postgres" in (proc.info["name"] or "") and (
+                Path(proc.cwd()).resolve() == pgdata.resolve()
+            ):
+                found.append(proc.pid)
+    return found
+
+
+def _zombie(pid: int | None) -> bool:
+    import psutil
+
+    if pid is None or pid <= 0:
+        return False
+    try:
+        return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
+
+
+def clear_stale_pid_file(pgdata: Path, *, wait: float = 10.0) -> bool:
+    """Remove ``pgdata``'s ``postmaster.pid`` if no server owns it; whether it did.
+
+    The file stays when its first line names a live PostgreSQL process in this
+    data directory. Otherwise it is left from a server that died: after a
+    container restart its pid may belong to another process, which makes both
+    the wheel and the server believe a server runs. After a crash the server's
+    backends may outlive it briefly; a new server cannot start until they are
+    gone, so this waits for them (``wait`` seconds at most) first; if some
+    still run then, the file stays and :class:`MemoryConfigurationError` names them.
+    """
+    path = pgdata / _PID_FILE
+    try:
+        text = path.read_text()
+    except OSError:
+        return False
+    first = text.splitlines()[0].strip() if text.strip() else ""
+    pid = int(first) if first.isdigit() else None
+    if _is_postmaster_of(pid, pgdata):
+        return False
+    deadline = time.monotonic() + wait
+    # a killed server is a zombie until reaped, and the server's socket lock file
+    # names it: a new server takes a zombie for a live one and refuses to start
+    while (running := _orphans(pgdata)) or _zombie(pid):
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.1)
+    if running:
+        raise MemoryConfigurationError(
+            f"{path} names pid {first or '(none)'}, which is not a server of this data "
+            f"directory, but PostgreSQL processes {running} still work in it: stop them "
+            "(pg_ctl stop, or end them) before starting the server again"
+        )
+    log.warning(
+        "removing the stale %s in %s (pid %s is not a server of this data directory)",
+        _PID_FILE,
+        pgdata,
+        first or "missing",
+    )
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    return True
 
 
 def stop_embedded(pgdata: Path) -> None:

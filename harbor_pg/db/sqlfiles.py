@@ -8,11 +8,12 @@ by name, so no SQL text is scattered through the Python code.
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
 from importlib import resources
 from importlib.abc import Traversable
 
-__all__ = ["idempotent_files", "query", "read_sql", "sql_root"]
+__all__ = ["idempotent_files", "idempotent_sha256", "query", "read_sql", "sql_root"]
 
 #: Re-runnable files applied after the schema on every install and upgrade, in order.
 IDEMPOTENT_FILES: tuple[str, ...] = (
@@ -44,6 +45,17 @@ def read_sql(relative: str) -> str:
 def idempotent_files() -> list[tuple[str, str]]:
     """(name, text) of every re-runnable file, in application order."""
     return [(name, read_sql(name)) for name in IDEMPOTENT_FILES]
+
+
+def idempotent_sha256() -> str:
+    """The sha256 of every re-runnable file (names and texts, in order): a
+    migration re-applies them only when the one recorded in the database differs."""
+    digest = hashlib.sha256()
+    for name, text in idempotent_files():
+        for part in (name, text):
+            data = part.encode("utf-8")
+            digest.update(len(data).to_bytes(8, "big") + data)
+    return digest.hexdigest()
 
 
 @functools.cache

@@ -78,12 +78,21 @@ def _summary_params(owner: MemoryOwner, memory: Memory, memory_id: str) -> dict[
     }
 
 
+#: The largest magnitude a pgvector component (a float32) holds.
+_FLOAT32_MAX = 3.4028234663852886e38
+
+
 def check_vector(embedding: Sequence[float]) -> list[float]:
-    values = [float(x) for x in embedding]
+    try:
+        values = [float(x) for x in embedding]
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise MemoryValidationError(f"embedding must be a sequence of numbers ({exc})") from None
     if not values:
         raise MemoryValidationError("embedding is empty")
     if not all(math.isfinite(x) for x in values):
         raise MemoryValidationError("embedding contains NaN or infinity")
+    if any(abs(x) > _FLOAT32_MAX for x in values):
+        raise MemoryValidationError("embedding has a component beyond the float32 range")
     return values
 
 
@@ -152,6 +161,24 @@ def _fact_params(owner: MemoryOwner, memory: Memory) -> dict[str, Any]:
     return memory_params(owner, memory)
 
 
+def _dedup_key(owner: MemoryOwner, memory: Memory) -> tuple[str, ...]:
+    """What the exclusion constraint on current duplicates compares (owner key and
+    content hash): the order a batch locks its rows in."""
+    params = memory_params(owner, memory)
+    return tuple(
+        str(params[name] or "")
+        for name in (
+            "tenant_id",
+            "scope",
+            "project_id",
+            "user_id",
+            "session_id",
+            "run_id",
+            "content_hash",
+        )
+    )
+
+
 class MemoryVectors(NamedTuple):
     """The vectors of one memory for one model: of its content, and of its
     context followed by its content (only for a memory with a context)."""
@@ -206,8 +233,12 @@ class PostgresLongTermStore:
         the content (``context_embedding``), both of ``model_id``."""
         vectors = _checked_vectors(memory, embedding, context_embedding, model_id)
         admin = memory.scope in ELEVATED_SCOPES
-        async with self.db.transaction(owner, admin=admin) as conn:
-            return await self._save_one(conn, owner, memory, vectors, model_id)
+
+        async def attempt() -> SaveResult:
+            async with self.db.transaction(owner, admin=admin) as conn:
+                return await self._save_one(conn, owner, memory, vectors, model_id)
+
+        return await self.db.retrying(attempt)
 
     async def save_many(
         self,
@@ -246,11 +277,21 @@ class PostgresLongTermStore:
                 "a batch cannot mix TENANT/GLOBAL memories with narrower ones"
             )
         admin = kinds == {True}
-        async with self.db.transaction(owner, admin=admin) as conn:
-            return [
-                await self._save_one(conn, owner, memory, checked[i], model_id)
-                for i, memory in enumerate(memories)
-            ]
+        # rows are locked in one order, that of the dedup key, so two batches of the
+        # same facts in different orders cannot deadlock; a deadlock or serialization
+        # failure that still happens rolls the batch back and it runs again
+        order = sorted(range(len(memories)), key=lambda i: _dedup_key(owner, memories[i]))
+
+        async def attempt() -> list[SaveResult]:
+            results: dict[int, SaveResult] = {}
+            async with self.db.transaction(owner, admin=admin) as conn:
+                for i in order:
+                    results[i] = await self._save_one(
+                        conn, owner, memories[i], checked[i], model_id
+                    )
+            return [results[i] for i in range(len(memories))]
+
+        return await self.db.retrying(attempt)
 
     async def _save_one(
         self,

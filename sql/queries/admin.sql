@@ -85,3 +85,32 @@ delete from harbor.messages m
  using cut c
  where m.tenant_id = (select harbor.caller_tenant())
    and m.user_id = c.user_id and m.session_id = c.session_id and m.id <= c.last_expired
+
+-- name: migration_lock
+-- Serialise migrations and starts: an advisory lock held to the end of the migration's transaction (concurrent create() calls wait here, one at a time).
+select pg_catalog.pg_advisory_xact_lock(7236837574727530753)
+
+-- name: idempotent_state_exists
+-- Whether the table recording which re-runnable SQL was last applied exists (it is made by the first migration run that applies them).
+select pg_catalog.to_regclass('public.harbor_idempotent_sql') is not null as present
+
+-- name: idempotent_state_create
+-- The one-row table recording the sha256 of the re-runnable SQL files last applied (Alembic bookkeeping, next to its version table; not part of the harbor schema).
+create table public.harbor_idempotent_sql (
+    singleton boolean primary key default true check (singleton),
+    sha256 text not null,
+    applied_at timestamptz not null default pg_catalog.now()
+)
+
+-- name: idempotent_state_read
+-- The sha256 of the re-runnable SQL files last applied (no row: never recorded).
+select sha256 from public.harbor_idempotent_sql
+
+-- name: idempotent_state_record
+-- Record the sha256 of the re-runnable SQL files just applied.
+insert into public.harbor_idempotent_sql (singleton, sha256) values (true, %(sha256)s::text)
+on conflict (singleton) do update set sha256 = excluded.sha256, applied_at = pg_catalog.now()
+
+-- name: idempotent_state_drop
+-- Drop the record of the re-runnable SQL files (the harbor schema is gone: downgraded to base).
+drop table if exists public.harbor_idempotent_sql

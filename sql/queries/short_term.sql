@@ -1,25 +1,35 @@
 -- name: append_message
--- Append one turn to the caller's session; returns its id and timestamp.
+-- Append one turn to the caller's session; returns its id and timestamp. The session's
+-- lock (held to commit) is taken before the id is drawn, so within a session ids are in
+-- commit order: a reader following id > cursor never skips a turn committed later with a
+-- smaller id (the rolling summary's frontier is such a cursor).
 insert into harbor.messages (tenant_id, user_id, session_id, project_id, principal_id, role,
                              content, name, tool_calls, tool_call_id, metadata, token_estimate)
-values (%(tenant_id)s::text, %(user_id)s::text, %(session_id)s::text, %(project_id)s::text,
-        %(principal_id)s::text, %(role)s::harbor.message_role, %(content)s::text, %(name)s::text,
-        %(tool_calls)s::jsonb, %(tool_call_id)s::text, %(metadata)s::jsonb,
-        %(token_estimate)s::integer)
+select %(tenant_id)s::text, %(user_id)s::text, %(session_id)s::text, %(project_id)s::text,
+       %(principal_id)s::text, %(role)s::harbor.message_role, %(content)s::text, %(name)s::text,
+       %(tool_calls)s::jsonb, %(tool_call_id)s::text, %(metadata)s::jsonb,
+       %(token_estimate)s::integer
+  from pg_catalog.pg_advisory_xact_lock(1751216738, pg_catalog.hashtext(
+           %(tenant_id)s::text || chr(31) || %(user_id)s::text || chr(31)
+           || %(session_id)s::text)) session_lock
 returning id, created_at
 
 -- name: append_message_check_summary
 -- append_message, and in the same statement whether the session is now due a background
 -- summary (harbor.summary_due_rows, the new turn counted). A read: nothing is
 -- written for the summary here, and the lease statement stays the one that decides.
+-- The session's lock comes before the id, as in append_message.
 with appended as (
     insert into harbor.messages (tenant_id, user_id, session_id, project_id, principal_id,
                                  role, content, name, tool_calls, tool_call_id, metadata,
                                  token_estimate)
-    values (%(tenant_id)s::text, %(user_id)s::text, %(session_id)s::text,
-            %(project_id)s::text, %(principal_id)s::text, %(role)s::harbor.message_role,
-            %(content)s::text, %(name)s::text, %(tool_calls)s::jsonb, %(tool_call_id)s::text,
-            %(metadata)s::jsonb, %(token_estimate)s::integer)
+    select %(tenant_id)s::text, %(user_id)s::text, %(session_id)s::text,
+           %(project_id)s::text, %(principal_id)s::text, %(role)s::harbor.message_role,
+           %(content)s::text, %(name)s::text, %(tool_calls)s::jsonb, %(tool_call_id)s::text,
+           %(metadata)s::jsonb, %(token_estimate)s::integer
+      from pg_catalog.pg_advisory_xact_lock(1751216738, pg_catalog.hashtext(
+               %(tenant_id)s::text || chr(31) || %(user_id)s::text || chr(31)
+               || %(session_id)s::text)) session_lock
     returning id, created_at
 )
 -- the statement's snapshot does not include the row it inserts: one unseen turn.

@@ -1,0 +1,209 @@
+"""A mixed load through MemoryManager on the embedded server: throughput and
+per-operation latency at 1, 4, 16 and 64 clients, where the time goes, and
+which pool size fits the machine.
+
+    python benchmarks/load.py [--seconds 6] [--clients 1,4,16,64] [--pools 2,4,8,16]
+
+Loopback only (the embedded server's Unix socket), bounded in time (each run
+lasts ``--seconds``). Each client is an asyncio task on one event loop and one
+Database (the application pool) issuing 40% append, 25% recent, 20% recall,
+15% save (inject_memory, hashing embedder) for one of 200 owners.
+
+Per run: ops/s, p50/p99 per operation, and per operation on average: the mean
+latency split into the wait for a pooled connection (the pool's own
+statistics) and the rest (round trips and server work with the connection,
+and the client's own work), and the CPU the client (this process) and the
+server (every PostgreSQL process of the data directory, from /proc) spent.
+Then the same load at 16 clients with several pool sizes, and 16
+clients while another worker starts (migrate.upgrade against the up-to-date
+schema): errors and the slowest call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import statistics
+import sys
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import machine, pct, private_server, with_params
+
+from harbor_pg import ConversationMessage, HashingEmbedder, MemoryManager, MemoryOwner
+from harbor_pg.db import migrate, server
+from harbor_pg.db.connection import Database, default_pool_size
+from harbor_pg.errors import MemoryError
+
+OWNERS = 200
+WORDS = [
+    "pipeline",
+    "ingest",
+    "deploy",
+    "vector",
+    "review",
+    "budget",
+    "schema",
+    "index",
+    "backup",
+    "alert",
+]
+MIX = [("append", 40), ("recent", 25), ("recall", 20), ("save", 15)]
+
+
+def owners() -> list[MemoryOwner]:
+    return [
+        MemoryOwner(tenant_id=f"t{i % 10}", principal_id=f"u{i}", session_id=f"s{i}")
+        for i in range(OWNERS)
+    ]
+
+
+def server_cpu(pgdata: Path) -> float:
+    """CPU seconds used so far by the PostgreSQL processes working in ``pgdata``."""
+    total = 0.0
+    for proc in psutil.process_iter(["name"]):
+        try:
+            if "postgres" in (proc.info["name"] or "") and Path(proc.cwd()) == pgdata:
+                t = proc.cpu_times()
+                total += t.user + t.system
+        except psutil.Error:
+            continue
+    return total
+
+
+async def run(
+    app_url: str,
+    pgdata: Path,
+    clients: int,
+    seconds: float,
+    pool: int,
+    *,
+    start_worker: str | None = None,
+) -> dict[str, Any]:
+    db = Database(app_url, min_size=min(pool, clients), max_size=pool)
+    await db.open()
+    manager = MemoryManager.from_database(db, embedder=HashingEmbedder())
+    people = owners()
+    latencies: dict[str, list[float]] = defaultdict(list)
+    errors: list[str] = []
+    ops = [name for name, weight in MIX for _ in range(weight)]
+
+    async def client(seed: int, deadline: float) -> None:
+        rng = random.Random(seed)
+        while time.perf_counter() < deadline:
+            owner = rng.choice(people)
+            op = rng.choice(ops)
+            words = " ".join(rng.sample(WORDS, 3))
+            t0 = time.perf_counter()
+            try:
+                if op == "append":
+                    await manager.append(owner, ConversationMessage(role="user", content=words))
+                elif op == "recent":
+                    await manager.recent(owner, 12)
+                elif op == "recall":
+                    await manager.recall(owner, words)
+                else:
+                    await manager.inject_memory(owner, f"{owner.principal_id} works on {words}")
+            except MemoryError as exc:
+                errors.append(f"{op}: {exc}")
+            latencies[op].append(time.perf_counter() - t0)
+
+    # warm up (connections, prepared statements), then measure
+    await asyncio.gather(*(client(i, time.perf_counter() + 0.5) for i in range(clients)))
+    latencies.clear()
+    db._pool.pop_stats()
+    cpu_client, cpu_server = time.process_time(), server_cpu(pgdata)
+    starter = None
+    if start_worker is not None:
+        owner_url = start_worker
+
+        def start() -> None:
+            time.sleep(seconds / 3)
+            migrate.upgrade(owner_url)
+
+        starter = threading.Thread(target=start)
+        starter.start()
+    t0 = time.perf_counter()
+    await asyncio.gather(*(client(1000 + i, t0 + seconds) for i in range(clients)))
+    wall = time.perf_counter() - t0
+    cpu_client, cpu_server = time.process_time() - cpu_client, server_cpu(pgdata) - cpu_server
+    stats = db._pool.pop_stats()
+    if starter is not None:
+        starter.join()
+    await manager.close()
+    await db.close()
+    n = sum(len(v) for v in latencies.values())
+    requests = max(stats.get("requests_num", 0), 1)
+    return {
+        "clients": clients,
+        "pool": pool,
+        "ops": n,
+        "ops_s": n / wall,
+        "per_op": {
+            op: (statistics.median(v) * 1000, pct(v, 99) * 1000, len(v))
+            for op, v in sorted(latencies.items())
+        },
+        "max_ms": max((max(v) for v in latencies.values()), default=0) * 1000,
+        "pool_wait_ms": stats.get("requests_wait_ms", 0) / requests,
+        "mean_ms": statistics.fmean(v for vs in latencies.values() for v in vs) * 1000,
+        "queued": stats.get("requests_queued", 0),
+        "client_cpu_ms": cpu_client / n * 1000,
+        "server_cpu_ms": cpu_server / n * 1000,
+        "errors": errors,
+    }
+
+
+def report(r: dict[str, Any]) -> None:
+    ops = ", ".join(f"{op} {p50:.1f}/{p99:.1f}" for op, (p50, p99, _) in r["per_op"].items())
+    print(
+        f"  {r['clients']:>3} clients, pool {r['pool']:>2}: {r['ops_s']:7.0f} ops/s;"
+        f" p50/p99 ms: {ops}\n"
+        f"      per op: mean {r['mean_ms']:.1f} ms = pool wait {r['pool_wait_ms']:.1f} ms +"
+        f" {r['mean_ms'] - r['pool_wait_ms']:.1f} ms with a connection; CPU per op: client"
+        f" {r['client_cpu_ms']:.2f} ms, server"
+        f" {r['server_cpu_ms']:.2f} ms; queued {r['queued']}, errors {len(r['errors'])},"
+        f" slowest {r['max_ms']:.0f} ms",
+        flush=True,
+    )
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=6.0)
+    parser.add_argument("--clients", default="1,4,16,64")
+    parser.add_argument("--pools", default="2,4,8,16")
+    args = parser.parse_args()
+    print(f"machine: {machine()}; default pool size here: {default_pool_size()}")
+    with private_server() as (su, base):
+        server.bootstrap(su)
+        base_url = with_params(su, dbname=server.DATABASE)
+        owner_url = with_params(base_url, user=server.OWNER_ROLE)
+        migrate.upgrade(owner_url)
+        app_url = with_params(base_url, user=server.APP_ROLE)
+        pgdata = (base / "pgdata").resolve()
+        print("mixed load (40% append, 25% recent, 20% recall, 15% save):")
+        for clients in [int(c) for c in args.clients.split(",")]:
+            report(await run(app_url, pgdata, clients, args.seconds, default_pool_size()))
+        print("pool sizes at 16 clients:")
+        for pool in [int(p) for p in args.pools.split(",")]:
+            report(await run(app_url, pgdata, 16, args.seconds, pool))
+        print("16 clients while another worker starts (migrate.upgrade, schema up to date):")
+        r = await run(
+            app_url, pgdata, 16, args.seconds, default_pool_size(), start_worker=owner_url
+        )
+        report(r)
+        for line in r["errors"][:5]:
+            print("     ", line)
+    os._exit(0)  # nothing left to wait for
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
