@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import json
 import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
