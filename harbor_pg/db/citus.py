@@ -109,6 +109,7 @@ class DistributeReport:
     distributed: list[str] = field(default_factory=list)
     already: list[str] = field(default_factory=list)
     workers: int = 0
+    twins: list[str] = field(default_factory=list)
     shards: dict[str, int] = field(default_factory=dict)
 
 
@@ -190,6 +191,12 @@ def distribute(superuser_url: str, *, shard_count: int | None = None) -> Distrib
                 report.distributed.append(table)
             # the policies call the identity functions: every node needs them
             _propagate_functions(conn)
+            report.twins = plpgsql_twins(conn)
+            # a worker draws a distributed table's identity values from the sequence
+            # as the caller (one server needs no privilege on an identity sequence)
+            grant = "grant usage on all sequences in schema harbor to harbor_app, harbor_admin"
+            conn.execute(grant)
+            conn.execute("select run_command_on_workers(%s)", (grant,))
             # one statement at a time: Citus sends a policy's statement text to the workers
             for statement in _statements(derived):
                 conn.execute(statement)
@@ -212,6 +219,84 @@ def _propagate_functions(conn: psycopg.Connection[Any]) -> None:
     ).fetchall()
     for (signature,) in rows:
         conn.execute("select create_distributed_function(%s)", (signature,))
+
+
+# SQL functions whose statements read or write a Citus table: Citus cannot plan
+# such a statement with the function's parameters, so they get a PL/pgSQL twin
+# (same signature, body and privileges); those read by the policies stay SQL, to
+# be inlined into the policies on the shards.
+_SQL_FUNCTIONS_ON_TABLES = """
+select p.oid::regprocedure::text as signature,
+       pg_catalog.pg_get_function_arguments(p.oid) as arguments,
+       pg_catalog.pg_get_function_result(p.oid) as result,
+       p.proretset or p.prorettype = 'pg_catalog.record'::regtype as returns_rows,
+       p.provolatile as volatility, p.prosecdef as definer,
+       coalesce(pg_catalog.pg_get_function_sqlbody(p.oid), p.prosrc) as body,
+       p.prosqlbody is not null as standard_body
+  from pg_catalog.pg_proc p
+ where p.pronamespace = 'harbor'::regnamespace
+   and p.prolang = (select oid from pg_catalog.pg_language where lanname = 'sql')
+   and p.prokind = 'f'
+   and (p.provolatile = 'v' or exists (
+        select 1 from pg_dist_partition d
+         where d.partmethod = 'h'
+           and (pg_catalog.strpos(coalesce(pg_catalog.pg_get_function_sqlbody(p.oid), p.prosrc),
+                                  d.logicalrelid::regclass::text) > 0)))
+   and exists (select 1 from pg_dist_partition d
+                where pg_catalog.strpos(coalesce(pg_catalog.pg_get_function_sqlbody(p.oid),
+                                                 p.prosrc),
+                                        d.logicalrelid::regclass::text) > 0)
+ order by p.oid
+"""
+
+
+def _plpgsql_body(body: str, standard: bool) -> str:
+    text = body.strip()
+    if standard:
+        text = re.sub(r"^BEGIN ATOMIC\s*", "", text, flags=re.IGNORECASE)
+        text = re.sub(r"\s*END$", "", text, flags=re.IGNORECASE)
+        text = re.sub(r"^RETURN\s+", "SELECT ", text, flags=re.IGNORECASE)
+    text = text.strip().rstrip(";").strip()
+    if ";" in _without_strings(text):
+        raise MemoryConfigurationError(
+            "an SQL function of more than one statement cannot be given a PL/pgSQL twin"
+        )
+    return text
+
+
+def _without_strings(text: str) -> str:
+    return re.sub(r"'(?:[^']|'')*'", "''", text)
+
+
+def plpgsql_twins(conn: psycopg.Connection[Any]) -> list[str]:
+    """Re-create each SQL function that reads or writes a distributed table (or any
+    volatile SQL function on a Citus table) as PL/pgSQL with the same signature,
+    body, volatility and security; returns their signatures."""
+    conn.execute("set search_path to pg_catalog")
+    rows = conn.execute(_SQL_FUNCTIONS_ON_TABLES).fetchall()
+    done = []
+    for signature, arguments, result, returns_rows, volatility, definer, body, standard in rows:
+        statement = _plpgsql_body(str(body), bool(standard))
+        if returns_rows:
+            code = f"begin\n    return query\n{statement};\nend"
+            declare = ""
+        else:
+            code = f"begin\n{statement}\n    into v_result;\n    return v_result;\nend"
+            declare = f"declare v_result {result};\n"
+        name = signature.split("(", 1)[0]
+        conn.execute(
+            f"create or replace function {name}({arguments}) returns {result}\n"
+            f"    language plpgsql {_VOLATILITY[str(volatility)]}"
+            f" security {'definer' if definer else 'invoker'}\n"
+            "    set search_path to pg_catalog, pg_temp\n"
+            f"as $citus$\n#variable_conflict use_column\n{declare}{code}\n$citus$"
+        )
+        done.append(str(signature))
+    conn.execute("reset search_path")
+    return done
+
+
+_VOLATILITY = {"v": "volatile", "s": "stable", "i": "immutable"}
 
 
 def _check(conn: psycopg.Connection[Any]) -> None:

@@ -120,6 +120,13 @@ class PostgresShortTermStore:
 
     async def recent(self, owner: MemoryOwner, limit: int) -> list[ConversationMessage]:
         session_key(owner)  # the owner must address a session
+        if self.db.set_local:
+            # on Citus the identity reaches the workers only by SET LOCAL, in a
+            # transaction block (Database.fetch_in_one_round_trip, one round trip too)
+            found = await self.db.fetch_in_one_round_trip(
+                owner, query("recent_turns"), {**identity_params(owner), "limit": limit}
+            )
+            return [message_from_row(r) for r in found]
         # one statement that sets the identity itself: one round trip
         async with self.db.autocommit() as conn:
             cur = await conn.execute(

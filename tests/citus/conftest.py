@@ -11,9 +11,12 @@ with the cluster tests skipped.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -86,13 +89,19 @@ def citus_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
             pytest.fail(f"{REQUIRE_ENV}=1 but {CITUS_HINT}")
         pytest.skip(CITUS_HINT)
     os.environ.setdefault("XDG_RUNTIME_DIR", str(tmp_path_factory.mktemp("xdg")))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        cluster = start_cluster(tmp_path_factory.mktemp("citus"))
+    # not under pytest's base directory: another pytest run on the machine makes
+    # that 0700 again, and the servers' user (when root runs the tests) must traverse it
+    base = Path(tempfile.mkdtemp(prefix="harbor-citus-"))
     try:
-        yield cluster
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cluster = start_cluster(base / "nodes")
+        try:
+            yield cluster
+        finally:
+            cluster.remove()
     finally:
-        cluster.remove()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def make_database(cluster: LocalCluster, name: str) -> ClusterDatabase:
