@@ -777,6 +777,8 @@ class MemoryManager:
             and isinstance(self.working, PostgresWorkingStore | None)
             and isinstance(self.long_term, PostgresLongTermStore | None)
             and self.database is not None
+            # Citus cannot plan recall() inside the one-statement snapshot: three calls
+            and not self.database.set_local
         ):
             return await self._snapshot_sql(owner, text, limit)
         recent = (
