@@ -74,7 +74,8 @@ class ClusterDatabase:
             row = conn.execute(
                 "select nodeport from citus_shards s join pg_dist_shard d using (shardid)"
                 " where s.table_name = 'harbor.memories'::regclass"
-                "   and d.shardid = get_shard_id_for_distribution_column('harbor.memories', %s)",
+                "   and d.shardid"
+                "       = get_shard_id_for_distribution_column('harbor.memories', %s::text)",
                 (tenant,),
             ).fetchone()
         assert row is not None
