@@ -89,3 +89,21 @@ def test_distribute_again_changes_nothing(cluster_db: ClusterDatabase) -> None:
     assert report.distributed == []
     assert set(report.already) == {citus.REFERENCE, *citus.CO_LOCATED}
     assert report.workers == 2
+
+
+def test_the_command_reports_a_distributed_database(cluster_db: ClusterDatabase) -> None:
+    from tests.conftest import run_cli
+
+    done = run_cli("distribute", url=cluster_db.superuser_url)
+    assert done.returncode == 0, done.stderr
+    assert "distributed now: nothing" in done.stdout
+    assert "harbor.memories" in done.stdout and "workers: 2" in done.stdout
+
+
+def test_the_command_refuses_a_server_without_citus(fresh_db: object) -> None:
+    from tests.conftest import PgDatabase, run_cli
+
+    assert isinstance(fresh_db, PgDatabase)
+    done = run_cli("distribute", url=fresh_db.superuser_url)
+    assert done.returncode == 2
+    assert "no citus extension" in done.stderr
