@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -22,6 +23,7 @@ from harbor_pg.context.recall import (
     recalled_from_row,
 )
 from harbor_pg.db.connection import Database
+from harbor_pg.db.replica import READ_URL_ENV, ReadReplica
 from harbor_pg.db.sqlfiles import query
 from harbor_pg.embedders.base import Embedder, normalize_vector
 from harbor_pg.errors import (
@@ -135,6 +137,7 @@ class MemoryManager:
         embedder: Embedder | None = None,
         policy: MemoryPolicy | None = None,
         summary_model: Any = None,
+        replica: ReadReplica | None = None,
     ) -> None:
         self.short_term = short_term
         self.working = working
@@ -149,6 +152,8 @@ class MemoryManager:
         #: writes background session summaries (a MemoryModel or LangChain chat model;
         #: None: the extractive summary, nothing leaves the machine)
         self.summary_model = summary_model
+        #: a hot standby for recall, snapshot, recent and search (None: the primary)
+        self.replica = replica
         self._owns_database = False
         self._background = _Background()
 
@@ -167,6 +172,7 @@ class MemoryManager:
         embeddings: bool = True,
         policy: MemoryPolicy | None = None,
         summary_model: Any = None,
+        read_url: str | None = None,
     ) -> MemoryManager:
         """A manager with every tier, ready to use.
 
@@ -178,6 +184,9 @@ class MemoryManager:
         loads here (:func:`~harbor_pg.embedders.default_embedder`: fastembed,
         ``HARBOR_EMBED_MODEL_PATH``, else the hashing embedder with a WARNING);
         ``embeddings=False`` switches vectors off (lexical recall only).
+
+        ``read_url`` (or ``HARBOR_READ_DATABASE_URL``): a hot standby of that
+        server; reads go there, writes to the primary (:mod:`harbor_pg.db.replica`).
         """
         if in_process:
             return cls(
@@ -210,6 +219,11 @@ class MemoryManager:
             summary_model=summary_model,
         )
         manager._owns_database = True
+        read_url = read_url or os.environ.get(READ_URL_ENV)
+        if read_url:
+            reader = Database(read_url)
+            await reader.open()
+            manager.replica = ReadReplica(reader)
         return manager
 
     @classmethod
@@ -248,6 +262,7 @@ class MemoryManager:
             embedder=self.embedder,
             policy=self.policy,
             summary_model=self.summary_model,
+            replica=self.replica,
         )
         clone._background = self._background  # one set of background summaries to drain
         return clone
@@ -257,6 +272,8 @@ class MemoryManager:
         await self.drain()
         if self._owns_database and self.database is not None:
             await self.database.close()
+            if self.replica is not None:
+                await self.replica.database.close()
 
     async def drain(self) -> None:
         """Wait until every background summary scheduled so far has finished."""
@@ -313,6 +330,7 @@ class MemoryManager:
         """
         store = self._short()
         message = self._turn(owner, turn)
+        self._wrote(owner)
         if not self._summarises(owner):
             return await store.append(owner, message)
         policy = self.policy
@@ -353,7 +371,18 @@ class MemoryManager:
         """
         store = self._short()
         owner.require_scope(MemoryScope.SESSION)
+        if self._reads_replica(owner):
+            assert self.replica is not None
+            store = self.replica.short_term
         return await store.recent(owner, self._recent_limit(limit))
+
+    def _reads_replica(self, owner: MemoryOwner) -> bool:
+        """Whether ``owner``'s read goes to the standby (not right after its own write)."""
+        return self.replica is not None and self.replica.serves(owner)
+
+    def _wrote(self, owner: MemoryOwner) -> None:
+        if self.replica is not None:
+            self.replica.wrote(owner)
 
     def _recent_limit(self, limit: int | None) -> int:
         n = self.config.max_session_turns if limit is None else limit
@@ -363,6 +392,7 @@ class MemoryManager:
 
     async def clear(self, owner: MemoryOwner) -> int:
         """Delete the owner's session turns; returns how many."""
+        self._wrote(owner)
         store = self._short()
         owner.require_scope(MemoryScope.SESSION)
         return await store.clear(owner)
@@ -379,6 +409,7 @@ class MemoryManager:
         self, owner: MemoryOwner, state: dict[str, Any], ttl_seconds: float | None = None
     ) -> dict[str, Any]:
         """Merge ``state``'s keys into the run's working state; returns the result."""
+        self._wrote(owner)
         store = self._working()
         owner.require_scope(MemoryScope.RUN)
         if not isinstance(state, dict):
@@ -417,6 +448,7 @@ class MemoryManager:
         Saving the same content twice in the same scope is a no-op that
         reports the existing memory (``created=False``).
         """
+        self._wrote(caller)
         store = self._long()
         self._check_memory(caller, memory)
         if embedding is None and self._embeds(store):
@@ -447,6 +479,7 @@ class MemoryManager:
         leaves the earlier batches saved and none of the failing one.
         ``progress(saved, total)`` is called after each batch.
         """
+        self._wrote(caller)
         if batch_size < 1:
             raise MemoryValidationError("batch_size must be >= 1")
         store = self._long()
@@ -540,7 +573,13 @@ class MemoryManager:
         token_budget: int | None = None,
     ) -> tuple[Memory, ...]:
         """Hybrid recall under this manager's policy (see :class:`MemoryRecall`). Never raises."""
-        return await self.recaller().recall(
+        recaller = self.recaller()
+        if self._reads_replica(owner):
+            assert self.replica is not None
+            recaller = MemoryRecall(
+                policy=self.policy, memories=self.replica.long_term, embedder=self.embedder
+            )
+        return await recaller.recall(
             owner,
             query,
             anchor_entity_ids=anchor_entity_ids,
@@ -721,10 +760,15 @@ class MemoryManager:
         """Memories visible to ``caller`` that match ``query_text``."""
         if limit < 0:
             raise MemoryValidationError("limit must be >= 0")
-        return await self._long().search(caller, query_text, limit=limit, as_of=as_of)
+        store = self._long()
+        if self._reads_replica(caller):
+            assert self.replica is not None
+            store = self.replica.long_term
+        return await store.search(caller, query_text, limit=limit, as_of=as_of)
 
     async def delete(self, caller: MemoryOwner, memory_id: str) -> bool:
         """Delete one of the caller's own memories; False when none was deleted."""
+        self._wrote(caller)
         return await self._long().delete(caller, memory_id)
 
     async def inject_memory(
@@ -742,6 +786,7 @@ class MemoryManager:
         context: str | None = None,
     ) -> SaveResult:
         """Store a fact you know directly (source ``injected`` by default)."""
+        self._wrote(owner)
         try:
             memory = Memory(
                 content=content,
@@ -800,6 +845,8 @@ class MemoryManager:
 
     async def _snapshot_sql(self, owner: MemoryOwner, text: str, limit: int) -> MemorySnapshot:
         assert self.database is not None
+        database = self.replica.database if self.replica and self._reads_replica(owner) else None
+        database = database or self.database
         owner.require_scope(MemoryScope.SESSION)
         recaller = self.recaller() if self.long_term else None
         request = (
@@ -819,7 +866,7 @@ class MemoryManager:
         }
         # the identity and the statement in one flight and one transaction: one round trip
         try:
-            [row] = await self.database.fetch_in_one_round_trip(owner, query("snapshot"), params)
+            [row] = await database.fetch_in_one_round_trip(owner, query("snapshot"), params)
         except Exception as exc:
             if request is None or request.embedding is None:
                 raise
@@ -827,7 +874,7 @@ class MemoryManager:
             log.warning("snapshot: dense recall failed, falling back to lexical recall: %s", exc)
             request = replace(request, embedding=None, model_id=None, min_similarity=None)
             params.update(recall_params(request))
-            [row] = await self.database.fetch_in_one_round_trip(owner, query("snapshot"), params)
+            [row] = await database.fetch_in_one_round_trip(owner, query("snapshot"), params)
         memories: list[Memory] = []
         if recaller is not None and request is not None:
             ranked = [recalled_from_row(m, typed=False) for m in row["memories"]]
