@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 
-from harbor_pg.errors import MemoryError
+from harbor_pg.errors import MemoryConfigurationError, MemoryError
 
 __all__ = ["main"]
 
@@ -91,6 +91,25 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         migrate.upgrade(info.owner_url, args.revision, progress=_to_stderr)
     after = migrate.current_revision(info.owner_url)
     print(f"schema revision: {before or 'none'} -> {after or 'none'}")
+    return 0
+
+
+def cmd_distribute(args: argparse.Namespace) -> int:
+    """Turn the migrated harbor database on a Citus coordinator into a distributed one
+    (every tenant table by tenant_id, co-located; role bindings as a reference
+    table). Needs a superuser URL (--database-url or HARBOR_DATABASE_URL) of the
+    coordinator's harbor database, with the workers added; see docs/citus.md."""
+    from harbor_pg.db import citus
+
+    url = args.database_url or os.environ.get("HARBOR_DATABASE_URL")
+    if not url:
+        raise MemoryConfigurationError(
+            "harbor-pg distribute needs the coordinator: --database-url or HARBOR_DATABASE_URL"
+        )
+    report = citus.distribute(url, shard_count=args.shard_count)
+    print(f"distributed now: {', '.join(report.distributed) or 'nothing'}")
+    print(f"already distributed: {', '.join(report.already) or 'nothing'}")
+    print(f"workers: {report.workers}; shards of harbor.memories per node: {report.shards}")
     return 0
 
 
@@ -186,6 +205,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--downgrade", action="store_true", help="migrate down to --revision")
     p.set_defaults(func=cmd_migrate)
+    p = sub.add_parser(
+        "distribute",
+        help="distribute a migrated database on a Citus coordinator",
+        description=cmd_distribute.__doc__,
+    )
+    p.add_argument(
+        "--shard-count",
+        type=int,
+        default=None,
+        help="shards per table (default: citus.shard_count, 32)",
+    )
+    p.set_defaults(func=cmd_distribute)
     p = sub.add_parser(
         "status",
         help="server, schema revision, row counts per tier",

@@ -7,6 +7,7 @@ import inspect
 import json
 import logging
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -23,6 +24,7 @@ from harbor_pg.context.recall import (
     recalled_from_row,
 )
 from harbor_pg.db.connection import Database
+from harbor_pg.db.replica import READ_URL_ENV, ReadReplica
 from harbor_pg.db.sqlfiles import query
 from harbor_pg.embedders.base import Embedder, normalize_vector
 from harbor_pg.errors import (
@@ -159,6 +161,7 @@ class MemoryManager:
         embedder: Embedder | None = None,
         policy: MemoryPolicy | None = None,
         summary_model: Any = None,
+        replica: ReadReplica | None = None,
     ) -> None:
         # seed 000's tier objects (WorkingMemory(store), ...) are accepted for their store
         self.short_term: ShortTermStore | None = unwrap_store(short_term)
@@ -174,6 +177,8 @@ class MemoryManager:
         #: writes background session summaries (a MemoryModel or LangChain chat model;
         #: None: the extractive summary, nothing leaves the machine)
         self.summary_model = summary_model
+        #: a hot standby for recall, snapshot, recent and search (None: the primary)
+        self.replica = replica
         self._owns_database = False
         self._background = _Background()
         self._live: LiveTurns | None = None
@@ -193,6 +198,7 @@ class MemoryManager:
         embeddings: bool = True,
         policy: MemoryPolicy | None = None,
         summary_model: Any = None,
+        read_url: str | None = None,
     ) -> MemoryManager:
         """A manager with every tier, ready to use.
 
@@ -204,6 +210,9 @@ class MemoryManager:
         loads here (:func:`~harbor_pg.embedders.default_embedder`: fastembed,
         ``HARBOR_EMBED_MODEL_PATH``, else the hashing embedder with a WARNING);
         ``embeddings=False`` switches vectors off (lexical recall only).
+
+        ``read_url`` (or ``HARBOR_READ_DATABASE_URL``): a hot standby of that
+        server; reads go there, writes to the primary (:mod:`harbor_pg.db.replica`).
         """
         if in_process:
             return cls(
@@ -236,6 +245,11 @@ class MemoryManager:
             summary_model=summary_model,
         )
         manager._owns_database = True
+        read_url = read_url or os.environ.get(READ_URL_ENV)
+        if read_url:
+            reader = Database(read_url)
+            await reader.open()
+            manager.replica = ReadReplica(reader)
         return manager
 
     @classmethod
@@ -274,6 +288,7 @@ class MemoryManager:
             embedder=self.embedder,
             policy=self.policy,
             summary_model=self.summary_model,
+            replica=self.replica,
         )
         clone._background = self._background  # one set of background summaries to drain
         return clone
@@ -283,6 +298,8 @@ class MemoryManager:
         await self.drain()
         if self._owns_database and self.database is not None:
             await self.database.close()
+            if self.replica is not None:
+                await self.replica.database.close()
 
     async def drain(self) -> None:
         """Wait until every background summary scheduled so far has finished."""
@@ -338,6 +355,7 @@ class MemoryManager:
         """
         store = self._short()
         message = self._turn(owner, turn)
+        self._wrote(owner)
         if not self._summarises(owner):
             return await store.append(owner, message)
         policy = self.policy
@@ -378,6 +396,9 @@ class MemoryManager:
         """
         store = self._live_turns()
         owner.require_scope(MemoryScope.SESSION)
+        if self._reads_replica(owner):
+            assert self.replica is not None
+            store = LiveTurns(self.replica.short_term, self.config.session_ttl_seconds)
         turns: list[ConversationMessage] = await store.recent(owner, self._recent_limit(limit))
         return turns
 
@@ -389,6 +410,14 @@ class MemoryManager:
             live = self._live = LiveTurns(store, self.config.session_ttl_seconds)
         return live
 
+    def _reads_replica(self, owner: MemoryOwner) -> bool:
+        """Whether ``owner``'s read goes to the standby (not right after its own write)."""
+        return self.replica is not None and self.replica.serves(owner)
+
+    def _wrote(self, owner: MemoryOwner) -> None:
+        if self.replica is not None:
+            self.replica.wrote(owner)
+
     def _recent_limit(self, limit: int | None) -> int:
         cap = self.policy.max_session_turns
         n = cap if limit is None else check_count(limit, "limit")
@@ -396,6 +425,7 @@ class MemoryManager:
 
     async def clear(self, owner: MemoryOwner) -> int:
         """Delete the owner's session turns; returns how many."""
+        self._wrote(owner)
         store = self._short()
         owner.require_scope(MemoryScope.SESSION)
         return await store.clear(owner)
@@ -412,6 +442,7 @@ class MemoryManager:
         self, owner: MemoryOwner, state: dict[str, Any], ttl_seconds: float | None = None
     ) -> dict[str, Any]:
         """Merge ``state``'s keys into the run's working state; returns the result."""
+        self._wrote(owner)
         store = self._working()
         owner.require_scope(MemoryScope.RUN)
         check_json(state, "working state")
@@ -445,6 +476,7 @@ class MemoryManager:
         Saving the same content twice in the same scope is a no-op that
         reports the existing memory (``created=False``).
         """
+        self._wrote(caller)
         store = self._long()
         self._check_memory(caller, memory)
         if embedding is None and self._embeds(store):
@@ -475,6 +507,7 @@ class MemoryManager:
         leaves the earlier batches saved and none of the failing one.
         ``progress(saved, total)`` is called after each batch.
         """
+        self._wrote(caller)
         if batch_size < 1:
             raise MemoryValidationError("batch_size must be >= 1")
         store = self._long()
@@ -569,7 +602,13 @@ class MemoryManager:
     ) -> tuple[Memory, ...]:
         """Hybrid recall under this manager's policy (see :class:`MemoryRecall`). Never
         raises for a store failure; bad arguments raise MemoryValidationError."""
-        return await self.recaller().recall(
+        recaller = self.recaller()
+        if self._reads_replica(owner):
+            assert self.replica is not None
+            recaller = MemoryRecall(
+                policy=self.policy, memories=self.replica.long_term, embedder=self.embedder
+            )
+        return await recaller.recall(
             owner,
             query,
             anchor_entity_ids=anchor_entity_ids,
@@ -772,11 +811,16 @@ class MemoryManager:
         """Memories visible to ``caller`` that match ``query_text``."""
         check_text(query_text, "query")
         check_count(limit, "limit")
-        return await self._long().search(caller, query_text, limit=limit, as_of=as_of)
+        store = self._long()
+        if self._reads_replica(caller):
+            assert self.replica is not None
+            store = self.replica.long_term
+        return await store.search(caller, query_text, limit=limit, as_of=as_of)
 
     async def delete(self, caller: MemoryOwner, memory_id: str) -> bool:
         """Delete one of the caller's own memories; False when none was deleted."""
         check_text(memory_id, "memory_id")
+        self._wrote(caller)
         return await self._long().delete(caller, memory_id)
 
     async def inject_memory(
@@ -794,6 +838,7 @@ class MemoryManager:
         context: str | None = None,
     ) -> SaveResult:
         """Store a fact you know directly (source ``injected`` by default)."""
+        self._wrote(owner)
         try:
             memory = Memory(
                 content=content,
@@ -834,6 +879,8 @@ class MemoryManager:
             and isinstance(self.working, PostgresWorkingStore | None)
             and isinstance(self.long_term, PostgresLongTermStore | None)
             and self.database is not None
+            # Citus cannot plan recall() inside the one-statement snapshot: three calls
+            and not self.database.set_local
         ):
             return await self._snapshot_sql(owner, text, limit)
         recent = (
@@ -855,6 +902,8 @@ class MemoryManager:
 
     async def _snapshot_sql(self, owner: MemoryOwner, text: str, limit: int) -> MemorySnapshot:
         assert self.database is not None
+        database = self.replica.database if self.replica and self._reads_replica(owner) else None
+        database = database or self.database
         owner.require_scope(MemoryScope.SESSION)
         recaller = self.recaller() if self.long_term else None
         request = (
@@ -875,7 +924,7 @@ class MemoryManager:
         }
         # the identity and the statement in one flight and one transaction: one round trip
         try:
-            [row] = await self.database.fetch_in_one_round_trip(owner, query("snapshot"), params)
+            [row] = await database.fetch_in_one_round_trip(owner, query("snapshot"), params)
         except Exception as exc:
             if request is None or request.embedding is None:
                 raise
@@ -883,7 +932,7 @@ class MemoryManager:
             log.warning("snapshot: dense recall failed, falling back to lexical recall: %s", exc)
             request = replace(request, embedding=None, model_id=None, min_similarity=None)
             params.update(recall_params(request))
-            [row] = await self.database.fetch_in_one_round_trip(owner, query("snapshot"), params)
+            [row] = await database.fetch_in_one_round_trip(owner, query("snapshot"), params)
         memories: list[Memory] = []
         if recaller is not None and request is not None:
             ranked = [recalled_from_row(m, typed=False) for m in row["memories"]]

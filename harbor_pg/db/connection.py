@@ -16,6 +16,7 @@ from typing import Any, NoReturn, TypeVar
 
 import psycopg
 from psycopg import AsyncConnection
+from psycopg import sql as pgsql
 from psycopg.rows import AsyncRowFactory, dict_row
 from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool
@@ -212,6 +213,8 @@ class Database:
             timeout=self.timeout,
         )
         self._admin_pool: AsyncConnectionPool[Connection] | None = None
+        #: on Citus the identity is set with SET LOCAL (found by :meth:`open`)
+        self.set_local = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._guard: asyncio.Task[None] | None = None
         if admin_url:
@@ -239,6 +242,10 @@ class Database:
             raise MemoryConfigurationError(describe_connect_error(self.app_url, exc)) from None
         if self._admin_pool is not None:
             await self._admin_pool.open(wait=False)
+        async with wrap_db_errors(), self._pool.connection() as conn:
+            row = await (await conn.execute(query("deployment"))).fetchone()
+            await conn.rollback()
+        self.set_local = bool(row and row["citus"])
         self._loop = asyncio.get_running_loop()
         self._guard = self._loop.create_task(self._close_when_cancelled(), name="harbor-db-guard")
 
@@ -340,7 +347,9 @@ class Database:
                 )
             pool = self._admin_pool
         async with wrap_db_errors(), self._connection(pool) as conn, conn.transaction():
-            if owner is not None:
+            if owner is not None and self.set_local:
+                await conn.execute(pgsql.SQL(";").join(local_identity(owner)))
+            elif owner is not None:
                 await conn.execute(query("set_identity"), identity_params(owner))
             yield conn
 
@@ -380,9 +389,18 @@ class Database:
             try:
                 # leaving the pipeline block sends the sync and reads every result
                 async with conn.pipeline():
-                    await conn.execute(query("set_identity"), identity_params(owner))
+                    if self.set_local:
+                        # SET LOCAL needs a transaction block (the implicit one of a
+                        # pipeline is not): BEGIN and COMMIT go in the same round trip
+                        await conn.execute("begin")
+                        for command in local_identity(owner):
+                            await conn.execute(command)
+                    else:
+                        await conn.execute(query("set_identity"), identity_params(owner))
                     cur = conn.cursor(row_factory=row_factory)
                     await cur.execute(statement, params)
+                    if self.set_local:
+                        await conn.execute("commit")
                 return await cur.fetchall()
             finally:
                 if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
@@ -412,7 +430,10 @@ class Database:
                 conn.execute(statement)
             conn.commit()
             with conn.transaction():
-                conn.execute(query("set_identity"), identity_params(owner))
+                if self.set_local:
+                    conn.execute(pgsql.SQL(";").join(local_identity(owner)))
+                else:
+                    conn.execute(query("set_identity"), identity_params(owner))
                 yield conn
 
     @contextlib.asynccontextmanager
@@ -437,6 +458,23 @@ def identity_params(owner: MemoryOwner) -> dict[str, str | None]:
         "session_id": owner.session_id,
         "run_id": owner.run_id,
     }
+
+
+def local_identity(owner: MemoryOwner) -> list[pgsql.Composed]:
+    """``owner``'s identity as SET LOCAL commands (``set_identity_local``), for Citus."""
+    values = identity_params(owner)
+    literals = {
+        name: pgsql.Literal(value or "") for name, value in values.items() if name != "user_id"
+    }
+    literals["user_id"] = pgsql.Literal(values["user_id"] or values["principal_id"] or "")
+    text = "\n".join(
+        line for line in query("set_identity_local").splitlines() if not line.startswith("--")
+    )
+    return [
+        pgsql.SQL(command.strip()).format(**literals)
+        for command in text.split(";")
+        if command.strip()
+    ]
 
 
 @contextlib.asynccontextmanager

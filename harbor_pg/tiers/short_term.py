@@ -134,6 +134,11 @@ class PostgresShortTermStore:
         session TTL of inactivity has not expired (see :mod:`harbor_pg.tiers.session_ttl`)."""
         session_key(owner)  # the owner must address a session
         name, params = _recent_query(owner, limit, ttl_seconds)
+        if self.db.set_local:
+            # on Citus the identity reaches the workers only by SET LOCAL, in a
+            # transaction block (Database.fetch_in_one_round_trip, one round trip too)
+            found = await self.db.fetch_in_one_round_trip(owner, query(name), params)
+            return [message_from_row(r) for r in found]
         # one statement that sets the identity itself: one round trip
         async with self.db.autocommit() as conn:
             cur = await conn.execute(query(name), params)

@@ -26,3 +26,20 @@ select harbor.set_identity(%(tenant_id)s::text, project_id => %(project_id)s::te
                            principal_id => %(principal_id)s::text,
                            user_id => %(user_id)s::text, session_id => %(session_id)s::text,
                            run_id => %(run_id)s::text, is_local => true)
+
+-- name: set_identity_local
+-- The caller's identity as SET LOCAL commands, for a Citus deployment (a format
+-- template: each field in braces is filled with a quoted literal). Citus forwards SET LOCAL
+-- to the workers of the transaction (citus.propagate_set_commands = 'local', set
+-- by harbor-pg distribute), not set_config(). Same values as set_identity.
+set local harbor.tenant_id = {tenant_id};
+set local harbor.project_id = {project_id};
+set local harbor.principal_id = {principal_id};
+set local harbor.user_id = {user_id};
+set local harbor.session_id = {session_id};
+set local harbor.run_id = {run_id}
+
+-- name: deployment
+-- Whether this database runs Citus (harbor-pg distribute): the identity is then
+-- set with SET LOCAL (set_identity_local).
+select exists (select 1 from pg_catalog.pg_extension where extname = 'citus') as citus

@@ -1,0 +1,192 @@
+"""One server against a three-node Citus cluster on this machine (issue 26).
+
+The same set on both: MEMORIES user-scoped memories over TENANTS tenants (ten
+users each), loaded with one INSERT ... SELECT as the superuser, no vectors
+(lexical recall). Both run from the embedded binaries with the same settings
+(harbor_pg.testing.nodes: shared_buffers 128MB, fsync off); the cluster is a
+coordinator and two workers, 8 shards a table. Then, through the wrapper
+(MemoryManager on Database pools, identity by set_config on one server and by
+SET LOCAL on Citus), ROUNDS calls each of recall, search, append and save for
+random owners: p50/p99 in ms. recall() never raises: the calls it answered with
+a WARNING (a statement Citus could not plan) are counted.
+
+    .venv/bin/python benchmarks/citus.py [MEMORIES] [TENANTS] [ROUNDS]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import shutil
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import psycopg
+
+from benchmarks._common import machine, pct
+from harbor_pg.db import citus, migrate, server
+from harbor_pg.db.connection import Database
+from harbor_pg.manager import MemoryManager
+from harbor_pg.owner import MemoryOwner
+from harbor_pg.records import ConversationMessage, Memory
+from harbor_pg.testing.nodes import start_cluster, start_node
+
+_WORD_TEXT = (
+    "ingest pipeline review budget travel invoice lighthouse harbor garden kitchen "
+    "printer server backup release roadmap hiring onboarding laptop badge parking "
+    "meeting deadline customer contract renewal vendor design database index query "
+    "recall memory summary tenant project session policy audit report dashboard "
+    "alert incident outage deploy rollback feature branch ticket sprint retro coffee "
+)
+WORDS = _WORD_TEXT.split()
+
+LOAD = """
+insert into harbor.memories (tenant_id, scope, user_id, principal_id, content, content_hash)
+select 't' || (i %% %(tenants)s), 'user', 'u' || ((i / %(tenants)s) %% 10),
+       'u' || ((i / %(tenants)s) %% 10),
+       w[1 + i %% 50] || ' ' || w[1 + (i * 7) %% 50] || ' ' || w[1 + (i * 13) %% 50]
+         || ' note ' || i,
+       md5(i::text) || md5('x' || i)
+  from generate_series(1, %(n)s) i, (select %(words)s::text[] as w) words
+"""
+
+
+class _Count(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.n = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "recall" in record.getMessage():
+            self.n += 1
+
+
+async def _measure(app: str, admin: str, tenants: int, rounds: int) -> dict[str, list[float]]:
+    db = Database(app, admin, min_size=1, max_size=2)
+    await db.open()
+    manager = MemoryManager.from_database(db)
+    rng = random.Random(7)
+    out: dict[str, list[float]] = {"recall": [], "search": [], "append": [], "save": []}
+    for i in range(rounds):
+        t, u = rng.randrange(tenants), rng.randrange(10)
+        owner = MemoryOwner(tenant_id=f"t{t}", principal_id=f"u{u}", session_id="bench")
+        question = f"{rng.choice(WORDS)} {rng.choice(WORDS)}"
+        message = ConversationMessage(role="user", content=question)
+        t0 = time.perf_counter()
+        await manager.recall(owner, question)
+        t1 = time.perf_counter()
+        await manager.search(owner, question)
+        t2 = time.perf_counter()
+        await manager.append(owner, message)
+        t3 = time.perf_counter()
+        await manager.save(owner, Memory(content=f"bench fact {i} {question}"))
+        t4 = time.perf_counter()
+        for name, took in zip(out, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
+            out[name].append(took)
+    await manager.close()
+    await db.close()
+    return out
+
+
+def _load(url: str, n: int, tenants: int) -> float:
+    t0 = time.perf_counter()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(LOAD, {"n": n, "tenants": tenants, "words": WORDS})
+        conn.execute("analyze")
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
+    tenants = int(sys.argv[2]) if len(sys.argv) > 2 else 1_000
+    rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 200
+    counter = _Count()
+    logging.getLogger("harbor_pg").addHandler(counter)
+    base = Path(tempfile.mkdtemp(prefix="harbor-bench-citus-"))
+    results: dict[str, dict[str, list[float]]] = {}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            single = start_node(base / "single", "pg")
+            server.bootstrap(single.url())
+            migrate.upgrade(single.url("harbor", "harbor_owner"))
+            loaded = _load(single.url("harbor"), n, tenants)
+            print(f"one server: loaded {n} memories in {loaded:.1f}s")
+            # a warm-up pass, then the measured one
+            asyncio.run(
+                _measure(
+                    single.url("harbor", "harbor_app"),
+                    single.url("harbor", "harbor_admin"),
+                    tenants,
+                    20,
+                )
+            )
+            counter.n = 0
+            results["one server"] = asyncio.run(
+                _measure(
+                    single.url("harbor", "harbor_app"),
+                    single.url("harbor", "harbor_admin"),
+                    tenants,
+                    rounds,
+                )
+            )
+            results["one server"]["failed recalls"] = [counter.n]
+            single.remove()
+            cluster = start_cluster(base / "cluster")
+            try:
+                cluster.create_database("harbor")
+                coord = cluster.coordinator
+                migrate.upgrade(coord.url("harbor", "harbor_owner"))
+                cluster.add_workers("harbor")
+                report = citus.distribute(coord.url("harbor"))
+                loaded = _load(coord.url("harbor"), n, tenants)
+                print(
+                    f"cluster: loaded {n} memories in {loaded:.1f}s; shards of "
+                    f"harbor.memories per node: {report.shards}"
+                )
+                asyncio.run(
+                    _measure(
+                        coord.url("harbor", "harbor_app"),
+                        coord.url("harbor", "harbor_admin"),
+                        tenants,
+                        20,
+                    )
+                )
+                counter.n = 0
+                results["cluster"] = asyncio.run(
+                    _measure(
+                        coord.url("harbor", "harbor_app"),
+                        coord.url("harbor", "harbor_admin"),
+                        tenants,
+                        rounds,
+                    )
+                )
+                results["cluster"]["failed recalls"] = [counter.n]
+            finally:
+                cluster.remove()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    print(machine())
+    print(f"{n} memories, {tenants} tenants, {rounds} calls each")
+    print("| call | one server p50 / p99 ms | cluster p50 / p99 ms | ratio p50 |")
+    print("|---|---|---|---|")
+    for name in ("recall", "search", "append", "save"):
+        a, b = results["one server"][name], results["cluster"][name]
+        print(
+            f"| {name} | {pct(a, 50) * 1000:.2f} / {pct(a, 99) * 1000:.2f} | "
+            f"{pct(b, 50) * 1000:.2f} / {pct(b, 99) * 1000:.2f} | "
+            f"{pct(b, 50) / pct(a, 50):.1f}x |"
+        )
+    print(
+        f"recalls answered empty with a WARNING: one server "
+        f"{results['one server']['failed recalls'][0]:.0f}, cluster "
+        f"{results['cluster']['failed recalls'][0]:.0f} of {rounds}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,351 @@
+"""Turn a migrated harbor database on a Citus coordinator into a distributed one.
+
+``harbor-pg distribute`` (:func:`distribute`) runs, as a superuser of the
+coordinator, after ``harbor-pg migrate`` and after the workers were added
+(``citus_add_node``). It changes nothing in the single-server schema files:
+what Citus needs is derived from them here, so the two cannot drift.
+
+- ``harbor.role_bindings`` becomes a reference table (a copy on every node):
+  every policy reads it, so each worker must hold it.
+- ``memories``, ``memory_embeddings``, ``messages``, ``working_state`` and
+  ``session_state`` are distributed by ``tenant_id``, co-located with
+  ``memories`` (a tenant's rows of every table sit in one shard group, on one
+  worker; no statement of one tenant joins across shards).
+- GLOBAL memories (tenant ``''``) stay in ``memories`` and hash to one shard
+  like any tenant (see docs/citus.md, "GLOBAL rows", for why and what it costs).
+- The policies are re-created from ``sql/policies/policies.sql`` with each
+  ``(select harbor.f(...))`` written as ``harbor.f(...)``: Citus refuses
+  sub-selects in the policies of a distributed table. On the shards the
+  identity functions are inlined and their lookups still run once a statement.
+- The ``superseded_by`` foreign key keeps its columns and loses ``on delete set
+  null``, which Citus refuses when the key holds the distribution column; a
+  memory and the one it supersedes share an owner, so erasure deletes both in
+  one statement.
+- ``citus.propagate_set_commands = 'local'`` is made the database's default on
+  every node, so the identity the wrapper sets with ``SET LOCAL`` reaches every
+  worker that runs a piece of a statement (``set_config`` is not propagated).
+- ``citus.enable_unsafe_triggers`` is turned on for the database, so the
+  add-only trigger of ``memories`` and the one-tenant trigger of
+  ``role_bindings`` fire on the shards.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+from harbor_pg.db.sqlfiles import read_sql
+from harbor_pg.errors import MemoryConfigurationError
+
+__all__ = [
+    "CO_LOCATED",
+    "REFERENCE",
+    "DistributeReport",
+    "citus_policies",
+    "distribute",
+    "is_distributed",
+]
+
+#: the reference table (copied to every node)
+REFERENCE = "harbor.role_bindings"
+#: distributed by tenant_id, in this order, all co-located with the first
+CO_LOCATED: tuple[str, ...] = (
+    "harbor.memories",
+    "harbor.memory_embeddings",
+    "harbor.messages",
+    "harbor.working_state",
+    "harbor.session_state",
+)
+
+# `(select harbor.f(args))` where args hold no parentheses: the identity look-ups
+_SUBSELECT = re.compile(r"\(\s*select\s+(harbor\.[a-z_]+\([^()]*\))\s*\)", re.IGNORECASE)
+_POLICY_TABLE = re.compile(r"\bon\s+(harbor\.[a-z_]+)", re.IGNORECASE)
+
+_SUPERSEDED_FK = "memories_superseded_by_fkey"
+
+
+def citus_policies(text: str | None = None) -> str:
+    """``sql/policies/policies.sql`` (or ``text``) in the form Citus accepts on a
+    distributed table: every ``(select harbor.f(...))`` becomes ``harbor.f(...)``.
+
+    Raises :class:`MemoryConfigurationError` if any other sub-select remains
+    (the derivation would then need to learn it)."""
+    source = read_sql("policies/policies.sql") if text is None else text
+    derived = _SUBSELECT.sub(r"\1", source)
+    code = "\n".join(line.split("--", 1)[0] for line in derived.splitlines())
+    if re.search(r"\(\s*select\b", code, re.IGNORECASE):
+        raise MemoryConfigurationError(
+            "policies.sql holds a sub-select that harbor_pg.db.citus cannot rewrite for Citus"
+        )
+    return derived
+
+
+def _statements(text: str) -> list[str]:
+    """The statements of a policies file (each ends with ``;`` at a line end)."""
+    out: list[str] = []
+    current: list[str] = []
+    for line in text.splitlines():
+        if not current and (not line.strip() or line.lstrip().startswith("--")):
+            continue
+        current.append(line)
+        if line.split("--", 1)[0].rstrip().endswith(";"):
+            out.append("\n".join(current))
+            current = []
+    return out
+
+
+def _policies_of(text: str, table: str) -> list[str]:
+    return [s for s in _statements(text) if (m := _POLICY_TABLE.search(s)) and m.group(1) == table]
+
+
+@dataclass
+class DistributeReport:
+    """What :func:`distribute` did: tables distributed now, and those already so."""
+
+    distributed: list[str] = field(default_factory=list)
+    already: list[str] = field(default_factory=list)
+    workers: int = 0
+    twins: list[str] = field(default_factory=list)
+    shards: dict[str, int] = field(default_factory=dict)
+
+
+def is_distributed(conn: psycopg.Connection[Any]) -> bool:
+    """Whether ``harbor.memories`` is a Citus distributed table in this database."""
+    row = conn.execute(
+        "select exists (select 1 from pg_extension where extname = 'citus')"
+    ).fetchone()
+    if not row or not row[0]:
+        return False
+    found = conn.execute(
+        "select 1 from pg_dist_partition where logicalrelid = 'harbor.memories'::regclass"
+    ).fetchone()
+    return found is not None
+
+
+def _citus_tables(conn: psycopg.Connection[Any]) -> set[str]:
+    rows = conn.execute("select logicalrelid::regclass::text from pg_dist_partition").fetchall()
+    return {str(r[0]) for r in rows}
+
+
+def _set_everywhere(conn: psycopg.Connection[Any], dbname: str, name: str, value: str) -> None:
+    """``alter database ... set`` on the coordinator (Citus propagates it), checked
+    on every worker."""
+    conn.execute(f'alter database "{dbname}" set {name} = {value}')
+    wrong = conn.execute(
+        "select nodename, nodeport, result from run_command_on_workers(%s)"
+        " where not success or result <> %s",
+        (f"select current_setting('{name}')", value.strip("'")),
+    ).fetchall()
+    if wrong:
+        raise MemoryConfigurationError(f"{name} is not {value} on every worker: {wrong}")
+
+
+def distribute(superuser_url: str, *, shard_count: int | None = None) -> DistributeReport:
+    """Distribute a migrated harbor database on a Citus coordinator (idempotent).
+
+    ``superuser_url`` logs in to the coordinator's harbor database as a
+    superuser. The workers must be registered already. ``shard_count``
+    overrides ``citus.shard_count`` for the co-location group created here.
+    Raises :class:`MemoryConfigurationError` when the database has no Citus,
+    no workers or no harbor schema.
+    """
+    with psycopg.connect(superuser_url, autocommit=True) as conn:
+        _check(conn)
+        report = DistributeReport()
+        report.workers = int(
+            conn.execute("select count(*) from citus_get_active_worker_nodes()").fetchone()[0]  # type: ignore[index]
+        )
+        dbname = conn.info.dbname
+        _set_everywhere(conn, dbname, "citus.propagate_set_commands", "'local'")
+        _set_everywhere(conn, dbname, "citus.enable_unsafe_triggers", "on")
+        conn.execute("set citus.enable_unsafe_triggers = on")
+        if shard_count is not None:
+            conn.execute(f"set citus.shard_count = {int(shard_count)}")
+        policies = read_sql("policies/policies.sql")
+        derived = citus_policies(policies)
+        done = _citus_tables(conn)
+        # Step by step, each committed: a table whose policies were dropped and not yet
+        # re-created denies every row (row security is forced), so a run that stops
+        # half-way fails closed, and running it again picks up where it stopped.
+        if True:
+            for table in (REFERENCE, *CO_LOCATED):
+                if table in done:
+                    report.already.append(table)
+                    continue
+                for statement in _policies_of(policies, table):
+                    if statement.lstrip().lower().startswith("drop policy"):
+                        conn.execute(statement)
+                if table == "harbor.memories":
+                    _relax_superseded_fk(conn)
+                if table == REFERENCE:
+                    conn.execute("select create_reference_table(%s)", (table,))
+                else:
+                    conn.execute(
+                        "select create_distributed_table(%s, 'tenant_id', colocate_with => %s)",
+                        (table, "default" if table == CO_LOCATED[0] else CO_LOCATED[0]),
+                    )
+                report.distributed.append(table)
+            # the policies call the identity functions: every node needs them
+            _propagate_functions(conn)
+            report.twins = plpgsql_twins(conn)
+            # a worker draws a distributed table's identity values from the sequence
+            # as the caller (one server needs no privilege on an identity sequence)
+            grant = "grant usage on all sequences in schema harbor to harbor_app, harbor_admin"
+            conn.execute(grant)
+            conn.execute("select run_command_on_workers(%s)", (grant,))
+            # one statement at a time: Citus sends a policy's statement text to the workers
+            for statement in _statements(derived):
+                conn.execute(statement)
+        report.shards = {
+            str(r[0]): int(r[1])
+            for r in conn.execute(
+                "select nodename || ':' || nodeport, count(*) from citus_shards"
+                " where table_name = 'harbor.memories'::regclass group by 1 order by 1"
+            ).fetchall()
+        }
+        return report
+
+
+def _propagate_functions(conn: psycopg.Connection[Any]) -> None:
+    """Make every function of schema harbor a Citus object (copied to each worker;
+    a function Citus already tracks is created again where it is missing)."""
+    rows = conn.execute(
+        "select p.oid::regprocedure::text from pg_proc p"
+        " where p.pronamespace = 'harbor'::regnamespace order by p.oid"
+    ).fetchall()
+    for (signature,) in rows:
+        conn.execute("select create_distributed_function(%s)", (signature,))
+
+
+# SQL functions whose statements read or write a Citus table: Citus cannot plan
+# such a statement with the function's parameters, so they get a PL/pgSQL twin
+# (same signature, body and privileges); those read by the policies stay SQL, to
+# be inlined into the policies on the shards.
+_SQL_FUNCTIONS_ON_TABLES = """
+select p.oid::regprocedure::text as signature,
+       pg_catalog.pg_get_function_arguments(p.oid) as arguments,
+       pg_catalog.pg_get_function_result(p.oid) as result,
+       p.proretset or p.prorettype = 'pg_catalog.record'::regtype as returns_rows,
+       p.provolatile as volatility, p.prosecdef as definer,
+       coalesce(pg_catalog.pg_get_function_sqlbody(p.oid), p.prosrc) as body,
+       p.prosqlbody is not null as standard_body
+  from pg_catalog.pg_proc p
+ where p.pronamespace = 'harbor'::regnamespace
+   and p.prolang = (select oid from pg_catalog.pg_language where lanname = 'sql')
+   and p.prokind = 'f'
+   and (p.provolatile = 'v' or exists (
+        select 1 from pg_dist_partition d
+         where d.partmethod = 'h'
+           and (pg_catalog.strpos(coalesce(pg_catalog.pg_get_function_sqlbody(p.oid), p.prosrc),
+                                  d.logicalrelid::regclass::text) > 0)))
+   and exists (select 1 from pg_dist_partition d
+                where pg_catalog.strpos(coalesce(pg_catalog.pg_get_function_sqlbody(p.oid),
+                                                 p.prosrc),
+                                        d.logicalrelid::regclass::text) > 0)
+ order by p.oid
+"""
+
+
+def _plpgsql_body(body: str, standard: bool) -> str:
+    text = body.strip()
+    if standard:
+        text = re.sub(r"^BEGIN ATOMIC\s*", "", text, flags=re.IGNORECASE)
+        text = re.sub(r"\s*END$", "", text, flags=re.IGNORECASE)
+        text = re.sub(r"^RETURN\s+", "SELECT ", text, flags=re.IGNORECASE)
+    text = text.strip().rstrip(";").strip()
+    if ";" in _without_strings(text):
+        raise MemoryConfigurationError(
+            "an SQL function of more than one statement cannot be given a PL/pgSQL twin"
+        )
+    return text
+
+
+def _without_strings(text: str) -> str:
+    return re.sub(r"'(?:[^']|'')*'", "''", text)
+
+
+def plpgsql_twins(conn: psycopg.Connection[Any]) -> list[str]:
+    """Re-create each SQL function that reads or writes a distributed table (or any
+    volatile SQL function on a Citus table) as PL/pgSQL with the same signature,
+    body, volatility and security; returns their signatures."""
+    conn.execute("set search_path to pg_catalog")
+    rows = conn.execute(_SQL_FUNCTIONS_ON_TABLES).fetchall()
+    done = []
+    for signature, arguments, result, returns_rows, volatility, definer, body, standard in rows:
+        statement = _plpgsql_body(str(body), bool(standard))
+        if returns_rows:
+            code = f"begin\n    return query\n{statement};\nend"
+            declare = ""
+        else:
+            code = f"begin\n{statement}\n    into v_result;\n    return v_result;\nend"
+            declare = f"declare v_result {result};\n"
+        name = signature.split("(", 1)[0]
+        conn.execute(
+            f"create or replace function {name}({arguments}) returns {result}\n"
+            f"    language plpgsql {_VOLATILITY[str(volatility)]}"
+            f" security {'definer' if definer else 'invoker'}\n"
+            "    set search_path to pg_catalog, pg_temp\n"
+            f"as $citus$\n#variable_conflict use_column\n{declare}{code}\n$citus$"
+        )
+        done.append(str(signature))
+    conn.execute("reset search_path")
+    return done
+
+
+_VOLATILITY = {"v": "volatile", "s": "stable", "i": "immutable"}
+
+
+def _check(conn: psycopg.Connection[Any]) -> None:
+    has = conn.execute(
+        "select exists (select 1 from pg_extension where extname = 'citus'),"
+        " to_regclass('harbor.memories') is not null,"
+        " (select rolsuper from pg_roles where rolname = current_user)"
+    ).fetchone()
+    assert has is not None
+    citus, migrated, superuser = has
+    where = conn.info.dbname
+    if not citus:
+        raise MemoryConfigurationError(
+            f"database {where!r} has no citus extension: create it (create extension citus) on "
+            "the coordinator and every worker, then add the workers (citus_add_node)"
+        )
+    if not migrated:
+        raise MemoryConfigurationError(
+            f"database {where!r} has no harbor schema: run `harbor-pg migrate` first"
+        )
+    if not superuser:
+        raise MemoryConfigurationError("harbor-pg distribute needs a superuser login")
+    workers = conn.execute("select count(*) from citus_get_active_worker_nodes()").fetchone()
+    if not workers or not workers[0]:
+        raise MemoryConfigurationError(
+            f"database {where!r} on this coordinator has no workers: add them with "
+            "select citus_add_node(host, port)"
+        )
+
+
+def _relax_superseded_fk(conn: psycopg.Connection[Any]) -> None:
+    row = conn.execute(
+        "select pg_get_constraintdef(oid) from pg_constraint"
+        " where conname = %s and conrelid = 'harbor.memories'::regclass",
+        (_SUPERSEDED_FK,),
+    ).fetchone()
+    if row is None:
+        return
+    definition = re.sub(r"\s+ON DELETE SET NULL(\s*\([^)]*\))?", "", str(row[0]))
+    conn.execute(f"alter table harbor.memories drop constraint {_SUPERSEDED_FK}")
+    conn.execute(f"alter table harbor.memories add constraint {_SUPERSEDED_FK} {definition}")
+
+
+def apply_idempotent(conn: psycopg.Connection[Any], files: Iterable[tuple[str, str]]) -> None:
+    """Apply the re-runnable SQL files on a distributed database: policies in the
+    form :func:`citus_policies` gives, the others as they are."""
+    for name, text in files:
+        if name == "policies/policies.sql":
+            for statement in _statements(citus_policies(text)):
+                conn.execute(statement)
+        else:
+            conn.execute(text)

@@ -1,0 +1,175 @@
+"""On the cluster: the identity reaches the workers, a worker enforces the policies
+for a direct harbor_app login, and a tenant's writes run on its worker alone."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import errors
+
+from harbor_pg.db.connection import local_identity
+from harbor_pg.db.sqlfiles import query
+from harbor_pg.owner import MemoryOwner
+from harbor_pg.records import ConversationMessage
+from harbor_pg.tiers.short_term import _append_params
+from tests.citus.conftest import ClusterDatabase
+
+OWNER = MemoryOwner(tenant_id="route-a", principal_id="ann", session_id="s1")
+OTHER = MemoryOwner(tenant_id="route-b", principal_id="bob", session_id="s1")
+
+
+def _identity(conn: psycopg.Connection[Any], owner: MemoryOwner) -> None:
+    for command in local_identity(owner):
+        conn.execute(command)
+
+
+def _save(url: str, owner: MemoryOwner, content: str) -> None:
+    with psycopg.connect(url) as conn:
+        _identity(conn, owner)
+        conn.execute(
+            "insert into harbor.memories (tenant_id, scope, user_id, principal_id, content,"
+            " content_hash) values (%s, 'user', %s, %s, %s, md5(%s) || md5(%s))",
+            (owner.tenant_id, owner.user_id, owner.principal_id, content, content, content),
+        )
+
+
+def _visible(url: str, owner: MemoryOwner | None, *, set_config: bool = False) -> list[str]:
+    with psycopg.connect(url) as conn:
+        if owner is not None and set_config:
+            conn.execute(
+                query("set_identity"),
+                {
+                    "tenant_id": owner.tenant_id,
+                    "project_id": None,
+                    "principal_id": owner.principal_id,
+                    "user_id": None,
+                    "session_id": owner.session_id,
+                    "run_id": None,
+                },
+            )
+        elif owner is not None:
+            _identity(conn, owner)
+        rows = conn.execute(
+            "select content from harbor.memories where tenant_id <> '' order by content"
+        ).fetchall()
+    return [r[0] for r in rows]
+
+
+@pytest.fixture(scope="module")
+def routed(cluster_db: ClusterDatabase) -> ClusterDatabase:
+    _save(cluster_db.app_url, OWNER, "ann: routed fact")
+    _save(cluster_db.app_url, OTHER, "bob: routed fact")
+    return cluster_db
+
+
+def test_set_local_identity_reaches_the_workers(routed: ClusterDatabase) -> None:
+    assert _visible(routed.app_url, OWNER) == ["ann: routed fact"]
+    assert _visible(routed.app_url, OTHER) == ["bob: routed fact"]
+
+
+def test_set_config_identity_does_not_reach_them_and_fails_closed(routed: ClusterDatabase) -> None:
+    # the single server's way: the workers' policies see no identity, so nothing
+    assert _visible(routed.app_url, OWNER, set_config=True) == []
+    assert _visible(routed.app_url, None) == []
+
+
+@pytest.mark.parametrize("which", [0, 1])
+def test_a_direct_worker_login_sees_only_its_identity(routed: ClusterDatabase, which: int) -> None:
+    url = routed.worker_url(which, "harbor_app")
+    assert _visible(url, OWNER) == ["ann: routed fact"]
+    assert _visible(url, None) == []
+    with psycopg.connect(url) as conn:
+        _identity(conn, OWNER)
+        # the shard tables themselves are behind the same policies
+        shards = conn.execute(
+            "select c.oid::regclass::text from pg_class c"
+            " where c.relname ~ '^memories_[0-9]+$' and c.relnamespace = 'harbor'::regnamespace"
+        ).fetchall()
+        for (shard,) in shards:
+            leaked = conn.execute(f"select content from {shard} where content like 'bob:%'")
+            assert leaked.fetchall() == []
+
+
+@pytest.mark.parametrize("which", [0, 1])
+def test_a_direct_worker_login_cannot_forge_another_tenants_row(
+    routed: ClusterDatabase, which: int
+) -> None:
+    with psycopg.connect(routed.worker_url(which, "harbor_app")) as conn:
+        _identity(conn, OWNER)
+        with pytest.raises(errors.InsufficientPrivilege):
+            conn.execute(
+                "insert into harbor.memories (tenant_id, scope, user_id, content, content_hash)"
+                " values ('route-b', 'user', 'bob', 'forged', repeat('f', 64))"
+            )
+
+
+def _plan(url: str, owner: MemoryOwner, statement: str, params: dict[str, Any]) -> str:
+    with psycopg.connect(url) as conn:
+        _identity(conn, owner)
+        # values bound client-side: the plan Citus makes for the values a call sends
+        # (a server-side EXPLAIN of $n parameters cannot type them)
+        cur = psycopg.ClientCursor(conn)
+        rows = cur.execute("explain (costs off) " + statement, params).fetchall()
+        conn.rollback()
+    return "\n".join(r[0] for r in rows)
+
+
+def _single_task_on(plan: str, port: int) -> None:
+    assert re.search(r"Task Count: 1\b", plan), plan
+    assert re.findall(r"Node: host=\S+ port=(\d+)", plan) == [str(port)], plan
+
+
+def test_append_runs_on_the_tenants_worker_alone(routed: ClusterDatabase) -> None:
+    params = _append_params(OWNER, ConversationMessage(role="user", content="hello"))
+    plan = _plan(routed.app_url, OWNER, query("append_message"), params)
+    _single_task_on(plan, routed.node_of(OWNER.tenant_id).port)
+
+
+def test_save_runs_on_the_tenants_worker_alone(routed: ClusterDatabase) -> None:
+    params = {
+        "tenant_id": OWNER.tenant_id,
+        "id": None,
+        "scope": "user",
+        "project_id": "",
+        "user_id": OWNER.user_id,
+        "session_id": "",
+        "run_id": "",
+        "principal_id": OWNER.principal_id,
+        "memory_type": "fact",
+        "importance": 0.5,
+        "content": "a fact",
+        "content_hash": "a" * 64,
+        "context": None,
+        "entity_ids": [],
+        "source": "user",
+        "sensitivity": "none",
+        "source_session_id": None,
+        "source_message_ids": [],
+        "metadata": "{}",
+        "valid_from": None,
+    }
+    plan = _plan(routed.app_url, OWNER, query("insert_memory"), params)
+    _single_task_on(plan, routed.node_of(OWNER.tenant_id).port)
+
+
+def test_reading_a_tenants_turns_runs_on_its_worker_alone(routed: ClusterDatabase) -> None:
+    statement = (
+        "select * from harbor.messages m where m.tenant_id = %(t)s and m.user_id = %(u)s"
+        " and m.session_id = %(s)s order by m.id desc limit 20"
+    )
+    params = {"t": OWNER.tenant_id, "u": OWNER.user_id, "s": OWNER.session_id}
+    _single_task_on(
+        _plan(routed.app_url, OWNER, statement, params), routed.node_of(OWNER.tenant_id).port
+    )
+
+
+def test_closing_a_memory_runs_on_the_tenants_worker_alone(routed: ClusterDatabase) -> None:
+    statement = (
+        "update harbor.memories set valid = tstzrange(lower(valid), now(), '[)')"
+        " where tenant_id = %(t)s and id = %(id)s"
+    )
+    plan = _plan(routed.app_url, OWNER, statement, {"t": OWNER.tenant_id, "id": "x"})
+    _single_task_on(plan, routed.node_of(OWNER.tenant_id).port)

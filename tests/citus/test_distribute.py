@@ -1,0 +1,109 @@
+"""harbor-pg distribute on a real cluster: what it makes of a migrated database."""
+
+from __future__ import annotations
+
+import re
+
+import psycopg
+
+from harbor_pg.db import citus
+from harbor_pg.db.sqlfiles import read_sql
+from tests.citus.conftest import ClusterDatabase
+
+
+def test_every_tenant_table_is_distributed_by_tenant_and_colocated(
+    cluster_db: ClusterDatabase,
+) -> None:
+    with psycopg.connect(cluster_db.superuser_url) as conn:
+        rows = conn.execute(
+            "select table_name::text, citus_table_type, distribution_column, colocation_id"
+            " from citus_tables where table_name::text like 'harbor.%' order by 1"
+        ).fetchall()
+    tables = {r[0]: r for r in rows}
+    assert tables["harbor.role_bindings"][1] == "reference"
+    distributed = [tables[t] for t in citus.CO_LOCATED]
+    assert all(r[1] == "distributed" and r[2] == "tenant_id" for r in distributed)
+    assert len({r[3] for r in distributed}) == 1
+    # every table of the schema is in Citus' metadata
+    with psycopg.connect(cluster_db.superuser_url) as conn:
+        local = conn.execute(
+            "select c.oid::regclass::text from pg_class c"
+            " where c.relnamespace = 'harbor'::regnamespace and c.relkind = 'r'"
+            "   and not exists (select 1 from pg_dist_partition p where p.logicalrelid = c.oid)"
+        ).fetchall()
+    assert local == []
+
+
+def test_each_worker_holds_shards_of_every_table(cluster_db: ClusterDatabase) -> None:
+    with psycopg.connect(cluster_db.superuser_url) as conn:
+        rows = conn.execute(
+            "select nodeport, count(*) from citus_shards"
+            " where table_name = 'harbor.memories'::regclass group by 1"
+        ).fetchall()
+    assert {r[0] for r in rows} == {w.port for w in cluster_db.cluster.workers}
+    assert all(r[1] >= 1 for r in rows)
+
+
+def test_policies_are_the_single_server_ones_without_sub_selects(
+    cluster_db: ClusterDatabase,
+) -> None:
+    source = read_sql("policies/policies.sql")
+    names = set(re.findall(r"create policy (\w+) on", source))
+    with psycopg.connect(cluster_db.superuser_url) as conn:
+        found = {
+            r[0]: r[1]
+            for r in conn.execute(
+                "select policyname, coalesce(qual, '') || coalesce(with_check, '')"
+                " from pg_policies where schemaname = 'harbor'"
+            ).fetchall()
+        }
+        on_worker = conn.execute(
+            "select result from run_command_on_workers($$select count(*) from pg_policies"
+            " where schemaname = 'harbor' and tablename = 'memories'$$)"
+        ).fetchall()
+    assert set(found) == names
+    assert not any(re.search(r"\(\s*select", text, re.IGNORECASE) for text in found.values())
+    # the workers hold the distributed tables' policies too (metadata synced)
+    expected = sum(
+        1
+        for n in re.findall(r"create policy \w+ on (harbor\.\w+)", source)
+        if n == "harbor.memories"
+    )
+    assert [int(r[0]) for r in on_worker] == [expected] * len(cluster_db.cluster.workers)
+
+
+def test_derivation_refuses_a_sub_select_it_cannot_rewrite() -> None:
+    import pytest
+
+    from harbor_pg.errors import MemoryConfigurationError
+
+    with pytest.raises(MemoryConfigurationError, match="sub-select"):
+        citus.citus_policies("create policy p on harbor.memories using (tenant_id in (select 1));")
+    assert citus.citus_policies("using (x = (select harbor.caller_tenant()))") == (
+        "using (x = harbor.caller_tenant())"
+    )
+
+
+def test_distribute_again_changes_nothing(cluster_db: ClusterDatabase) -> None:
+    report = citus.distribute(cluster_db.superuser_url)
+    assert report.distributed == []
+    assert set(report.already) == {citus.REFERENCE, *citus.CO_LOCATED}
+    assert report.workers == 2
+
+
+def test_the_command_reports_a_distributed_database(cluster_db: ClusterDatabase) -> None:
+    from tests.conftest import run_cli
+
+    done = run_cli("distribute", url=cluster_db.superuser_url)
+    assert done.returncode == 0, done.stderr
+    assert "distributed now: nothing" in done.stdout
+    assert "harbor.memories" in done.stdout and "workers: 2" in done.stdout
+
+
+def test_the_command_refuses_a_server_without_citus(fresh_db: object) -> None:
+    from tests.conftest import PgDatabase, run_cli
+
+    assert isinstance(fresh_db, PgDatabase)
+    done = run_cli("distribute", url=fresh_db.superuser_url)
+    assert done.returncode == 2
+    assert "no citus extension" in done.stderr
