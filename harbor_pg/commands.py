@@ -192,9 +192,7 @@ def cmd_token_list(args: argparse.Namespace) -> int:
             await manager.close()
         for t in found:
             state = "revoked" if t.revoked_at else "live"
-            who = ", ".join(
-                f"{k}={v}" for k, v in t.owner.model_dump().items() if v is not None
-            )
+            who = ", ".join(f"{k}={v}" for k, v in t.owner.model_dump().items() if v is not None)
             admin = " admin" if t.is_admin else ""
             print(f"{t.id}  {state}{admin}  {who}  {t.name}")
         return 0
@@ -215,12 +213,18 @@ def cmd_export(args: argparse.Namespace) -> int:
             bar = progress_bar(sys.stderr, "export")
             if args.output and args.output != "-":
                 count = await manager.export_memories(
-                    _owner(args), args.output, elevated=args.admin, vectors=args.vectors,
+                    _owner(args),
+                    args.output,
+                    elevated=args.admin,
+                    vectors=args.vectors,
                     progress=bar,
                 )
             else:
                 count = await manager.export_memories(
-                    _owner(args), sys.stdout, elevated=args.admin, vectors=args.vectors,
+                    _owner(args),
+                    sys.stdout,
+                    elevated=args.admin,
+                    vectors=args.vectors,
                     progress=bar,
                 )
         finally:
@@ -284,7 +288,9 @@ def add_commands(sub: Any) -> None:
     t.add_argument("--tenant", required=True, help="tenant id")
     t.set_defaults(func=cmd_token_list)
 
-    p = sub.add_parser("export", help="export memories as JSON Lines", description=cmd_export.__doc__)
+    p = sub.add_parser(
+        "export", help="export memories as JSON Lines", description=cmd_export.__doc__
+    )
     _add_identity(p)
     p.add_argument("-o", "--output", help="file to write (default: stdout)")
     p.add_argument("--vectors", action="store_true", help="include the stored vectors")

@@ -164,8 +164,10 @@ class _MemoryLine(BaseModel):
             value = getattr(self, name)
             if name in keyed and not value:
                 raise ValueError(f"a {self.scope.value} memory needs {name}")
-            if name not in keyed and value and not (
-                self.scope is MemoryScope.RUN and name == "project_id"
+            if (
+                name not in keyed
+                and value
+                and not (self.scope is MemoryScope.RUN and name == "project_id")
             ):
                 raise ValueError(f"a {self.scope.value} memory stores no {name}")
         if "\x00" in self.content or (self.context and "\x00" in self.context):
@@ -239,11 +241,11 @@ async def export_memories(
     """
     db = _require_database(manager)
     if isinstance(destination, str | Path):
-        with open(destination, "w", encoding="utf-8", newline="\n") as sink:
+        with open(destination, "w", encoding="utf-8", newline="\n") as handle:
             return await export_memories(
-                manager, owner, sink, elevated=elevated, vectors=vectors, progress=progress
+                manager, owner, handle, elevated=elevated, vectors=vectors, progress=progress
             )
-    sink = destination
+    sink: IO[str] = destination
     who = MemoryOwner(tenant_id=owner.tenant_id) if elevated else owner
     header = {
         "type": "header",
@@ -317,7 +319,7 @@ def _parse(source: str | Path | IO[str] | Iterable[str]) -> list[tuple[int, _Mem
             raise _bad(number, "the line is not terminated: the file looks truncated")
         try:
             obj = json.loads(raw)
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             raise _bad(number, f"not valid JSON ({exc.msg})") from None
         if not isinstance(obj, dict):
             raise _bad(number, "not a JSON object")

@@ -97,15 +97,27 @@ async def test_stdio_every_tool_and_the_resource(module_db: PgDatabase) -> None:
         saved = _data(
             await s.call_tool(
                 "remember",
-                {"content": "Dana owns the ingest pipeline", "importance": 0.9,
-                 "sensitivity": "low", "entities": ["dana", "ingest"]},
+                {
+                    "content": "Dana owns the ingest pipeline",
+                    "importance": 0.9,
+                    "sensitivity": "low",
+                    "entities": ["dana", "ingest"],
+                },
             )
         )
         assert saved["created"] is True
         again = _data(await s.call_tool("remember", {"content": "Dana owns the ingest pipeline"}))
         assert again == {**saved, "created": False}
-        _data(await s.call_tool("remember", {"content": "The session talks about ingest",
-                                              "scope": "session", "memory_type": "episode"}))
+        _data(
+            await s.call_tool(
+                "remember",
+                {
+                    "content": "The session talks about ingest",
+                    "scope": "session",
+                    "memory_type": "episode",
+                },
+            )
+        )
 
         hits = _data(await s.call_tool("recall", {"query": "who owns the ingest pipeline?"}))
         top = hits["memories"][0]
@@ -145,6 +157,7 @@ async def test_stdio_every_tool_and_the_resource(module_db: PgDatabase) -> None:
         " from harbor.memories where scope = 'session'",
     )
     assert (tenant, user, principal, source) == ("acme", "dana", "dana", "tool:mcp")
+    assert (sensitivity, importance) == ("none", 0.5)
 
 
 async def test_stdio_history_shows_the_supersession_chain(fresh_db: PgDatabase) -> None:
@@ -155,7 +168,9 @@ async def test_stdio_history_shows_the_supersession_chain(fresh_db: PgDatabase) 
         manager = MemoryManager.from_database(db)
         first = await manager.inject_memory(owner, "Dana lives in Lisbon")
         store: Any = manager.long_term
-        second = await store.supersede(owner, first.memory.id, Memory(content="Dana lives in Porto"))
+        second = await store.supersede(
+            owner, first.memory.id, Memory(content="Dana lives in Porto")
+        )
     finally:
         await db.close()
     async with stdio_session(fresh_db, *DANA) as s:
@@ -167,8 +182,13 @@ async def test_stdio_history_shows_the_supersession_chain(fresh_db: PgDatabase) 
 
 
 async def test_stdio_identity_in_arguments_is_ignored(fresh_db: PgDatabase) -> None:
-    forged = {"tenant_id": "evil", "user_id": "bob", "principal_id": "bob", "session_id": "x",
-              "owner": {"tenant_id": "evil"}}
+    forged = {
+        "tenant_id": "evil",
+        "user_id": "bob",
+        "principal_id": "bob",
+        "session_id": "x",
+        "owner": {"tenant_id": "evil"},
+    }
     async with stdio_session(fresh_db, *DANA) as s:
         _data(await s.call_tool("remember", {"content": "Dana prefers tea", **forged}))
         hits = _data(await s.call_tool("recall", {"query": "tea", **forged}))
@@ -284,16 +304,20 @@ def test_http_without_a_valid_token_is_401_and_touches_nothing(
         response = _post(http_server, token)
         assert response.status_code == 401, (token, response.text)
     assert _counts(module_db) == before
-    assert _rows(module_db, "select count(*) from harbor.memories where content like 'written%%'") == [
-        (0,)
-    ]
+    assert _rows(
+        module_db, "select count(*) from harbor.memories where content like 'written%%'"
+    ) == [(0,)]
 
 
 async def test_http_every_tool_with_a_token(http_server: str, module_db: PgDatabase) -> None:
     token, _ = _token(module_db, "--tenant", "http", "--principal", "ana", "--session", "s9")
     async with http_session(http_server, token) as s:
-        saved = _data(await s.call_tool("remember", {"content": "Ana reviews the billing code",
-                                                     "tenant_id": "other", "user_id": "zed"}))
+        saved = _data(
+            await s.call_tool(
+                "remember",
+                {"content": "Ana reviews the billing code", "tenant_id": "other", "user_id": "zed"},
+            )
+        )
         hits = _data(await s.call_tool("recall", {"query": "who reviews billing?"}))
         assert hits["memories"][0]["id"] == saved["id"]
         assert hits["memories"][0]["lexical_rank"] == 1
