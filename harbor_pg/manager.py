@@ -38,6 +38,7 @@ from harbor_pg.records import (
     Sensitivity,
     validate_source,
 )
+from harbor_pg.telemetry import traced
 from harbor_pg.tiers.base import (
     EraseReceipt,
     LongTermStore,
@@ -302,6 +303,7 @@ class MemoryManager:
 
     # -- short-term -----------------------------------------------------------------
 
+    @traced("harbor_pg.append", result=lambda m: {"harbor.message.role": m.role})
     async def append(
         self, owner: MemoryOwner, turn: ConversationMessage | dict[str, Any] | Any
     ) -> ConversationMessage:
@@ -404,6 +406,14 @@ class MemoryManager:
 
     # -- long-term ------------------------------------------------------------------
 
+    @traced(
+        "harbor_pg.save",
+        attributes=lambda self, caller, memory, **kw: {
+            "harbor.memory.scope": memory.scope.value,
+            "harbor.memory.type": memory.memory_type.value,
+        },
+        result=lambda r: {"harbor.memory.created": r.created},
+    )
     async def save(
         self,
         caller: MemoryOwner,
@@ -432,6 +442,11 @@ class MemoryManager:
                 )
         return await store.save(caller, memory, embedding, model_id)
 
+    @traced(
+        "harbor_pg.save_many",
+        attributes=lambda self, caller, memories, **kw: {"harbor.save.count": len(memories)},
+        result=lambda rs: {"harbor.save.created": sum(r.created for r in rs)},
+    )
     async def save_many(
         self,
         caller: MemoryOwner,
@@ -667,6 +682,7 @@ class MemoryManager:
             return
         await self.background_summarizer(model=self.summary_model).maybe_summarise(owner)
 
+    @traced("harbor_pg.extract", result=lambda ids: {"harbor.extract.stored": len(ids)})
     async def extract_memories(
         self,
         owner: MemoryOwner,
@@ -927,6 +943,15 @@ class MemoryManager:
 
     # -- governance -----------------------------------------------------------------
 
+    @traced(
+        "harbor_pg.erase",
+        result=lambda r: {
+            "harbor.erase.short_term": r.short_term,
+            "harbor.erase.working": r.working,
+            "harbor.erase.long_term": r.long_term,
+            "harbor.erase.embeddings": r.embeddings,
+        },
+    )
     async def erase(
         self,
         tenant_id: str,

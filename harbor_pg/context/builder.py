@@ -43,6 +43,7 @@ from harbor_pg.llm.extractive import ExtractiveSummarizer
 from harbor_pg.owner import MemoryOwner
 from harbor_pg.policy import BudgetAllowance, MemoryPolicy
 from harbor_pg.records import ConversationMessage, Memory, MemoryType
+from harbor_pg.telemetry import traced
 from harbor_pg.tiers.base import ShortTermStore, SummaryStore
 
 __all__ = ["ContextRecall", "MemoryContextBuilder"]
@@ -189,6 +190,16 @@ class MemoryContextBuilder:
         allowance = policy.budget.allocate(total)
         return allowance, allowance.session, allowance.episodic
 
+    @traced(
+        "harbor_pg.build",
+        result=lambda c: {
+            "harbor.build.messages": len(c.messages),
+            "harbor.build.recalled": len(c.recalled),
+            "harbor.build.rewritten": c.rewritten,
+            "harbor.build.summary_refreshed": c.summary_refreshed,
+            "harbor.build.degraded": list(c.degraded),
+        },
+    )
     async def build(
         self,
         owner: MemoryOwner,

@@ -21,6 +21,7 @@ from harbor_pg.llm.base import (
     supports_structured_output,
 )
 from harbor_pg.records import ConversationMessage, MemoryType, normalize_content
+from harbor_pg.telemetry import chat_span
 
 __all__ = [
     "MIN_REWRITE_TOKEN_LIMIT",
@@ -80,6 +81,7 @@ class QueryCondenser:
         self.model = model
         self.token_counter: TokenCounter = token_counter or approximate_tokens
 
+    @chat_span("rewrite")
     async def condense(
         self,
         question: str,
