@@ -5,9 +5,23 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from harbor_pg.db import server
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie has exited)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state != "Z"
 
 
 def _cli(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -37,12 +51,10 @@ def test_up_says_how_to_stop_and_stop_stops(tmp_path: Path) -> None:
         assert stop.returncode == 0, stop.stderr
         assert stop.stdout.strip() == f"stopped the embedded server in {pgdata.resolve()}"
         assert not (pgdata / "postmaster.pid").exists()
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            pass
-        else:
-            raise AssertionError(f"the server process {pid} still runs")
+        deadline = time.monotonic() + 10  # pg_ctl returns as the postmaster exits
+        while _running(pid):
+            assert time.monotonic() < deadline, f"the server process {pid} still runs"
+            time.sleep(0.1)
 
         again = _cli("--data-dir", str(data), "stop", env=env)
         assert again.returncode == 0
