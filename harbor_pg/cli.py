@@ -1,4 +1,5 @@
-"""The ``harbor-pg`` command line: up, migrate, status, demo."""
+"""The ``harbor-pg`` command line: up, stop, migrate, status, demo, mcp, token, export,
+import (the last five in :mod:`harbor_pg.commands`)."""
 
 from __future__ import annotations
 
@@ -76,6 +77,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     print(f"application URL: {server.redact(as_url(info.app_url))}")
     print(f"elevated URL:    {server.redact(as_url(info.admin_url))}")
     print("connect with psql and run: select harbor.set_identity('tenant', principal_id => 'me');")
+    if info.embedded:
+        from harbor_pg.commands import stop_hint
+
+        print(f"the server keeps running after this command; stop it with: {stop_hint(args)}")
     return 0
 
 
@@ -170,9 +175,13 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """A short scripted conversation written and read back through the three tiers."""
+    from harbor_pg.commands import stop_hint
     from harbor_pg.demo import run_demo
 
-    return asyncio.run(run_demo(args))
+    code = asyncio.run(run_demo(args))
+    if not (args.database_url or os.environ.get("HARBOR_DATABASE_URL")):
+        print(f"the embedded server keeps running; stop it with: {stop_hint(args)}")
+    return code
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -227,6 +236,9 @@ def build_parser() -> argparse.ArgumentParser:
         "demo", help="a scripted conversation through the three tiers", description=cmd_demo.__doc__
     )
     p.set_defaults(func=cmd_demo)
+    from harbor_pg.commands import add_commands
+
+    add_commands(sub)
     return parser
 
 

@@ -42,6 +42,7 @@ from harbor_pg.records import (
     Sensitivity,
     validate_source,
 )
+from harbor_pg.telemetry import traced
 from harbor_pg.tiers.base import (
     EraseReceipt,
     LongTermStore,
@@ -344,6 +345,7 @@ class MemoryManager:
 
     # -- short-term -----------------------------------------------------------------
 
+    @traced("harbor_pg.append", result=lambda m: {"harbor.message.role": m.role})
     async def append(
         self, owner: MemoryOwner, turn: ConversationMessage | dict[str, Any] | Any
     ) -> ConversationMessage:
@@ -463,6 +465,14 @@ class MemoryManager:
 
     # -- long-term ------------------------------------------------------------------
 
+    @traced(
+        "harbor_pg.save",
+        attributes=lambda self, caller, memory, **kw: {
+            "harbor.memory.scope": memory.scope.value,
+            "harbor.memory.type": memory.memory_type.value,
+        },
+        result=lambda r: {"harbor.memory.created": r.created},
+    )
     async def save(
         self,
         caller: MemoryOwner,
@@ -492,6 +502,11 @@ class MemoryManager:
                 )
         return await store.save(caller, memory, embedding, model_id)
 
+    @traced(
+        "harbor_pg.save_many",
+        attributes=lambda self, caller, memories, **kw: {"harbor.save.count": len(memories)},
+        result=lambda rs: {"harbor.save.created": sum(r.created for r in rs)},
+    )
     async def save_many(
         self,
         caller: MemoryOwner,
@@ -735,6 +750,7 @@ class MemoryManager:
             return
         await self.background_summarizer(model=self.summary_model).maybe_summarise(owner)
 
+    @traced("harbor_pg.extract", result=lambda ids: {"harbor.extract.stored": len(ids)})
     async def extract_memories(
         self,
         owner: MemoryOwner,
@@ -822,6 +838,80 @@ class MemoryManager:
         check_text(memory_id, "memory_id")
         self._wrote(caller)
         return await self._long().delete(caller, memory_id)
+
+    async def history(self, caller: MemoryOwner, memory_id: str) -> list[Memory]:
+        """``memory_id``'s supersession chain as far as ``caller`` may see it, oldest
+        first: the versions it replaced, itself, the versions that replaced it (each
+        with its validity interval). Empty when the memory is not visible."""
+        store = self._long()
+        history = getattr(store, "history", None)
+        if history is None:
+            raise MemoryConfigurationError("memory history needs the PostgreSQL long-term store")
+        result: list[Memory] = await history(caller, memory_id)
+        return result
+
+    async def current_memories(
+        self,
+        caller: MemoryOwner,
+        scopes: Sequence[MemoryScope | str] = (
+            MemoryScope.USER,
+            MemoryScope.SESSION,
+            MemoryScope.PROJECT,
+        ),
+        *,
+        limit: int = 100,
+    ) -> list[Memory]:
+        """``caller``'s currently valid memories in ``scopes`` (user, session and
+        project; those it can address), newest first, at most ``limit``; no summaries."""
+        if limit < 0:
+            raise MemoryValidationError("limit must be >= 0")
+        store = self._long()
+        try:
+            wanted = [MemoryScope(s) for s in scopes]
+        except ValueError as exc:
+            raise MemoryValidationError(str(exc)) from None
+        wanted = [s for s in wanted if caller.can_address(s)]
+        current = getattr(store, "current_memories", None)
+        if current is None:
+            raise MemoryConfigurationError("listing memories needs a store that can list them")
+        found: list[Memory] = await current(caller, wanted, limit=limit)
+        return found
+
+    async def export_memories(
+        self,
+        owner: MemoryOwner,
+        destination: str | Path | Any,
+        *,
+        elevated: bool = False,
+        vectors: bool = False,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> int:
+        """Write ``owner``'s memories, their whole validity history, as JSON Lines
+        (see :mod:`harbor_pg.portability`); ``elevated`` exports the tenant's.
+        Returns how many were written."""
+        from harbor_pg.portability import export_memories
+
+        return await export_memories(
+            self, owner, destination, elevated=elevated, vectors=vectors, progress=progress
+        )
+
+    async def import_memories(
+        self,
+        owner: MemoryOwner,
+        source: str | Path | Any,
+        *,
+        elevated: bool = False,
+        batch_size: int = 200,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> Any:
+        """Read an export back (idempotent: a re-run writes nothing); returns an
+        :class:`~harbor_pg.portability.ImportReport` (read, written, duplicates,
+        refused lines with reasons). See :mod:`harbor_pg.portability`."""
+        from harbor_pg.portability import import_memories
+
+        return await import_memories(
+            self, owner, source, elevated=elevated, batch_size=batch_size, progress=progress
+        )
 
     async def inject_memory(
         self,
@@ -960,6 +1050,15 @@ class MemoryManager:
 
     # -- governance -----------------------------------------------------------------
 
+    @traced(
+        "harbor_pg.erase",
+        result=lambda r: {
+            "harbor.erase.short_term": r.short_term,
+            "harbor.erase.working": r.working,
+            "harbor.erase.long_term": r.long_term,
+            "harbor.erase.embeddings": r.embeddings,
+        },
+    )
     async def erase(
         self,
         tenant_id: str,

@@ -349,3 +349,30 @@ grant select on harbor.memory_embeddings to harbor_search;
 
 grant select, insert, update on harbor.session_state to harbor_app;
 grant select, delete on harbor.session_state to harbor_admin;
+
+-- Bearer tokens of the MCP server (migration 0014): the SHA-256 of a token's
+-- text and the identity it stands for; the text itself is kept nowhere.
+-- Policies: sql/policies/tokens.sql.
+create table harbor.access_tokens (
+    tenant_id    text not null check (tenant_id <> ''),
+    id           text not null default (pg_catalog.gen_random_uuid())::text,
+    token_hash   text not null check (token_hash ~ '^[0-9a-f]{64}$'),
+    name         text not null default '',
+    project_id   text check (project_id <> ''),
+    principal_id text check (principal_id <> ''),
+    user_id      text check (user_id <> ''),
+    session_id   text check (session_id <> ''),
+    run_id       text check (run_id <> ''),
+    is_admin     boolean not null default false,
+    created_at   timestamptz not null default pg_catalog.now(),
+    expires_at   timestamptz,
+    revoked_at   timestamptz,
+    primary key (tenant_id, id),
+    constraint access_tokens_hash_key unique (tenant_id, token_hash)
+);
+create index access_tokens_hash_idx on harbor.access_tokens (token_hash);
+alter table harbor.access_tokens enable row level security;
+alter table harbor.access_tokens force row level security;
+grant select on harbor.access_tokens to harbor_app;
+grant select, insert on harbor.access_tokens to harbor_admin;
+grant update (revoked_at) on harbor.access_tokens to harbor_admin;

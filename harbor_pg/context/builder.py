@@ -43,6 +43,7 @@ from harbor_pg.messages import to_langchain
 from harbor_pg.owner import MemoryOwner
 from harbor_pg.policy import BudgetAllowance, MemoryPolicy
 from harbor_pg.records import ConversationMessage, Memory, MemoryType
+from harbor_pg.telemetry import traced
 from harbor_pg.tiers.base import ShortTermStore, SummaryLease, SummaryStore
 from harbor_pg.tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter, approximate_tokens
 
@@ -201,6 +202,16 @@ class MemoryContextBuilder:
         allowance = policy.budget.allocate(total)
         return allowance, allowance.session, allowance.episodic
 
+    @traced(
+        "harbor_pg.build",
+        result=lambda c: {
+            "harbor.build.messages": len(c.messages),
+            "harbor.build.recalled": len(c.recalled),
+            "harbor.build.rewritten": c.rewritten,
+            "harbor.build.summary_refreshed": c.summary_refreshed,
+            "harbor.build.degraded": list(c.degraded),
+        },
+    )
     async def build(
         self,
         owner: MemoryOwner,

@@ -23,6 +23,7 @@ from harbor_pg.llm.base import (
 )
 from harbor_pg.llm.langchain import as_memory_model
 from harbor_pg.records import ConversationMessage, MemoryType, normalize_content
+from harbor_pg.telemetry import chat_span
 from harbor_pg.tokens import TokenCounter, approximate_tokens
 
 if TYPE_CHECKING:
@@ -92,6 +93,7 @@ class QueryCondenser:
         self.model: MemoryModel = resolved
         self.token_counter: TokenCounter = token_counter or approximate_tokens
 
+    @chat_span("rewrite")
     async def condense(
         self,
         question: str,

@@ -45,6 +45,7 @@ from harbor_pg.errors import MemoryConfigurationError
 from harbor_pg.owner import MemoryOwner, MemoryScope
 from harbor_pg.policy import MemoryPolicy
 from harbor_pg.records import RECALL_MEMORY_TYPES, Memory, MemoryType, Sensitivity
+from harbor_pg.telemetry import DB_SYSTEM, note, traced
 from harbor_pg.tiers.base import LongTermStore
 from harbor_pg.tiers.long_term import PostgresLongTermStore, memory_from_row
 from harbor_pg.tokens import TokenCounter, approximate_tokens
@@ -206,6 +207,11 @@ class MemoryRecall:
         )
         return tuple(item.memory for item in scored)
 
+    @traced(
+        "harbor_pg.recall",
+        attributes=lambda self, owner, query, **kw: {"harbor.recall.top_k": kw.get("top_k")},
+        result=lambda items: {"harbor.recall.returned": len(items)},
+    )
     async def recall_scored(
         self,
         owner: MemoryOwner,
@@ -240,12 +246,15 @@ class MemoryRecall:
         except Exception as exc:  # index failure: retry without the dense leg
             if request.embedding is None:
                 log.warning("recall: the memory store failed, no memories this turn: %s", exc)
+                note("harbor.recall.degraded", "store")
                 return ()
             log.warning("recall: dense search failed, falling back to lexical recall: %s", exc)
+            note("harbor.recall.degraded", "lexical")
             try:
                 items = await self._rank(owner, _without_embedding(request))
             except Exception as again:
                 log.warning("recall: the memory store failed, no memories this turn: %s", again)
+                note("harbor.recall.degraded", "store")
                 return ()
         return self.finish(items, request)
 
@@ -300,6 +309,14 @@ class MemoryRecall:
         counter = self.token_counter or approximate_tokens
         return tuple(budget_prefix(items, request.token_budget, counter))
 
+    @traced(
+        lambda self, request: f"embeddings {self.embedder.model_id}",
+        kind="client",
+        attributes=lambda self, request: {
+            "gen_ai.operation.name": "embeddings",
+            "gen_ai.request.model": self.embedder.model_id,
+        },
+    )
     async def _with_embedding(self, request: RecallRequest) -> RecallRequest:
         assert self.embedder is not None
         try:
@@ -309,6 +326,7 @@ class MemoryRecall:
             )
         except (EmbedderError, Exception) as exc:
             log.warning("recall: the embedder failed, falling back to lexical recall: %s", exc)
+            note("harbor.recall.degraded", "lexical")
             return request
         threshold = self.policy.relevance_threshold
         if threshold is None:
@@ -317,6 +335,24 @@ class MemoryRecall:
             request, embedding=vector, model_id=self.embedder.model_id, min_similarity=threshold
         )
 
+    @traced(
+        "harbor.recall",
+        kind="client",
+        attributes=lambda self, owner, request: {
+            **(
+                {
+                    "db.system.name": DB_SYSTEM,
+                    "db.operation.name": "SELECT",
+                    "db.stored_procedure.name": "harbor.recall",
+                }
+                if isinstance(self.memories, PostgresLongTermStore)
+                else {}
+            ),
+            "harbor.recall.dense": request.embedding is not None,
+            "harbor.recall.top_k": request.top_k,
+        },
+        result=lambda items: {"harbor.recall.candidates": len(items)},
+    )
     async def _rank(self, owner: MemoryOwner, request: RecallRequest) -> list[RecalledMemory]:
         store = self.memories
         if isinstance(store, PostgresLongTermStore):

@@ -38,6 +38,7 @@ from harbor_pg.messages import to_langchain
 from harbor_pg.owner import MemoryOwner, MemoryScope
 from harbor_pg.policy import MemoryPolicy
 from harbor_pg.records import ConversationMessage, Memory, MemoryType
+from harbor_pg.telemetry import chat_span
 from harbor_pg.tiers.base import (
     ShortTermStore,
     SummaryLeaseStore,
@@ -275,6 +276,7 @@ class RollingSummary:
             return RefreshOutcome(prior, frontier, complete=complete, failed=failed)
         return await self._save(owner, prior, frontier, text, folded, complete, failed)
 
+    @chat_span("summary")
     async def _fold(self, page: Sequence[ConversationMessage], prior_text: str | None) -> str:
         if self.model is None:
             # the summarizer's own budget applies (the default one is sized to summary_max_tokens)

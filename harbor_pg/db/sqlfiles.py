@@ -23,6 +23,7 @@ IDEMPOTENT_FILES: tuple[str, ...] = (
     "functions/tiers.sql",
     "functions/recall.sql",
     "policies/policies.sql",
+    "policies/tokens.sql",
     "functions/grants.sql",
 )
 

@@ -6,6 +6,8 @@ import importlib.util
 import logging
 import os
 import socket
+import threading
+import time
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -22,7 +24,13 @@ __all__ = ["default_embedder"]
 logger = logging.getLogger(__name__)
 
 _TRUTHY = {"1", "true", "yes", "on"}
-_HUB_PROBE_TIMEOUT = 2.0
+#: The whole probe (name lookup and TCP connect) ends within this many seconds.
+_HUB_PROBE_TIMEOUT = 0.3
+#: An endpoint found unreachable is not probed again for this long.
+_HUB_PROBE_TTL = 300.0
+_probe_lock = threading.Lock()
+#: endpoint -> monotonic time of the probe that found it unreachable
+_unreachable_since: dict[str, float] = {}
 
 
 def _offline() -> bool:
@@ -30,18 +38,46 @@ def _offline() -> bool:
 
 
 def _hub_reachable(timeout: float = _HUB_PROBE_TIMEOUT) -> bool:
-    """One short TCP connect to the model hub: fastembed itself retries for ~40 s."""
+    """Whether one TCP connect to the model hub succeeds within ``timeout`` seconds.
+
+    fastembed itself retries an unreachable hub for about 40 s, so this is asked
+    first. The deadline covers the name lookup too (``socket.create_connection``'s
+    timeout does not: a resolver that never answers would hold it for the
+    resolver's own timeout), so the lookup and connect run in a daemon thread
+    that is abandoned at the deadline. An unreachable endpoint is remembered
+    for ``_HUB_PROBE_TTL`` seconds, so a process that creates many managers
+    waits for it once.
+    """
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    with _probe_lock:
+        since = _unreachable_since.get(endpoint)
+    if since is not None and time.monotonic() - since < _HUB_PROBE_TTL:
+        return False
     parsed = urlparse(endpoint)
     host = parsed.hostname
     if not host:
         return False
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
+    outcome: list[bool] = []
+    done = threading.Event()
+
+    def connect() -> None:
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                outcome.append(True)
+        except OSError:
+            outcome.append(False)
+        finally:
+            done.set()
+
+    threading.Thread(target=connect, name="harbor-hub-probe", daemon=True).start()
+    reachable = done.wait(timeout) and bool(outcome) and outcome[0]
+    with _probe_lock:
+        if reachable:
+            _unreachable_since.pop(endpoint, None)
+        else:
+            _unreachable_since[endpoint] = time.monotonic()
+    return reachable
 
 
 def _may_be_cached(model_name: str) -> bool:
@@ -92,11 +128,12 @@ def default_embedder(
     2. fastembed's default model (``BAAI/bge-small-en-v1.5``) from fastembed's
        cache;
     3. the same model downloaded, when ``allow_download`` (default: unless
-       ``HF_HUB_OFFLINE`` is set) and a two-second probe reaches the hub;
+       ``HF_HUB_OFFLINE`` is set) and a probe reaches the hub within 0.3 s
+       (a hub found unreachable is not probed again for five minutes);
     4. :class:`HashingEmbedder`.
 
     Falling back logs one WARNING that names the embedder used and why. No
-    step waits on an unreachable network for more than about two seconds.
+    step waits on an unreachable network for more than 0.3 seconds.
 
     Args:
         model_path: a local model directory to prefer.

@@ -73,6 +73,7 @@ from harbor_pg.llm.langchain import as_memory_model
 from harbor_pg.owner import MemoryOwner, MemoryScope
 from harbor_pg.policy import MemoryPolicy
 from harbor_pg.records import ConversationMessage, Memory, MemoryType, content_hash
+from harbor_pg.telemetry import chat_span
 from harbor_pg.tiers.base import ExtractionStore, ShortTermStore
 
 if TYPE_CHECKING:
@@ -314,6 +315,7 @@ class MemoryExtractor:
             and row.invalid_at is None
         ]
 
+    @chat_span("extract")
     async def _ask(self, prompt: Prompt) -> ExtractionResult:
         if supports_structured_output(self.model):
             try:

@@ -531,6 +531,14 @@ class PostgresLongTermStore:
             )
             return cur.rowcount > 0
 
+    async def history(self, owner: MemoryOwner, memory_id: str) -> list[Memory]:
+        """``memory_id``'s supersession chain as far as ``owner`` may see it, oldest first
+        (empty when the memory is not visible)."""
+        rows = await self.db.fetch_in_one_round_trip(
+            owner, query("memory_history"), {"tenant_id": owner.tenant_id, "id": memory_id}
+        )
+        return [memory_from_row(r) for r in rows]
+
     async def load_summary(self, owner: MemoryOwner) -> Memory | None:
         """The newest valid SESSION/SUMMARY memory of ``owner``'s session (see SummaryStore)."""
         key = owner.key(MemoryScope.SESSION)

@@ -121,6 +121,7 @@ def test_cli_up_and_status_start_and_reuse_the_embedded_server(tmp_path: Path) -
         )
         assert up.returncode == 0, up.stderr
         assert "harbor-pg is up" in up.stdout and "application URL" in up.stdout
+        assert "stop it with: harbor-pg stop" in up.stdout
         status = subprocess.run(
             [sys.executable, "-m", "harbor_pg.cli", "status"],
             env=env,
@@ -143,6 +144,9 @@ def test_cli_up_and_status_start_and_reuse_the_embedded_server(tmp_path: Path) -
         assert demo.returncode == 0, demo.stderr
         assert "saved twice, stored once" in demo.stdout
         assert "eve sees 0 of dana's turns" in demo.stdout
+        assert demo.stdout.rstrip().endswith(
+            "the embedded server keeps running; stop it with: harbor-pg stop"
+        )
         # recall with its signals, and the context of the next turn
         assert "relev recency import   score  content" in demo.stdout
         assert "Dana owns the ingest pipeline of the handbook project" in demo.stdout

@@ -17,6 +17,11 @@ HEAVY = (
     "langchain_core.tracers",
     "langsmith",
     "numpy",
+    # spans are optional: the API loads on the first traced call, never at import
+    "opentelemetry.trace",
+    # the MCP server and its web stack load only for `harbor-pg mcp`
+    "mcp",
+    "starlette",
 )
 
 

@@ -1,0 +1,305 @@
+"""The ``harbor-pg`` commands beyond the server's life cycle: mcp, token, export,
+import, stop (registered on the parser of :mod:`harbor_pg.cli`)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shlex
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from harbor_pg.errors import MemoryConfigurationError, MemoryValidationError
+from harbor_pg.owner import MemoryOwner
+
+__all__ = ["add_commands", "progress_bar", "stop_hint"]
+
+_IDENTITY_FIELDS = ("tenant", "project", "principal", "user", "session", "run")
+
+
+def _add_identity(p: argparse.ArgumentParser, *, required: bool = True) -> None:
+    g = p.add_argument_group("identity (whose memory; never taken from a model)")
+    g.add_argument("--tenant", required=required, help="tenant id")
+    g.add_argument("--project", help="project id")
+    g.add_argument("--principal", help="principal (the person or agent acting)")
+    g.add_argument("--user", help="user id (default: the principal)")
+    g.add_argument("--session", help="session id")
+    g.add_argument("--run", help="run id")
+
+
+def _owner(args: argparse.Namespace) -> MemoryOwner:
+    return MemoryOwner(
+        tenant_id=args.tenant,
+        project_id=args.project,
+        principal_id=args.principal,
+        user_id=args.user,
+        session_id=args.session,
+        run_id=args.run,
+    )
+
+
+async def _manager(args: argparse.Namespace, *, embeddings: bool = True) -> Any:
+    from harbor_pg.manager import MemoryManager
+
+    return await MemoryManager.create(
+        database_url=args.database_url,
+        data_dir=Path(args.data_dir) if args.data_dir else None,
+        embeddings=embeddings,
+    )
+
+
+def stop_hint(args: argparse.Namespace) -> str:
+    """The command that stops the embedded server these arguments use."""
+    extra = f" --data-dir {shlex.quote(args.data_dir)}" if getattr(args, "data_dir", None) else ""
+    return f"harbor-pg{extra} stop"
+
+
+def progress_bar(stream: IO[str], what: str) -> Callable[[int, int], None] | None:
+    """A progress bar on ``stream`` when it is a terminal, else None."""
+    if not stream.isatty():
+        return None
+
+    def show(done: int, total: int) -> None:
+        width = 30
+        filled = width if total == 0 else int(width * done / total)
+        percent = 100 if total == 0 else int(100 * done / total)
+        bar = "#" * filled + "-" * (width - filled)
+        end = "\n" if done >= total else ""
+        stream.write(f"\r{what} [{bar}] {percent:3d}% {done}/{total}{end}")
+        stream.flush()
+
+    return show
+
+
+# -- stop -------------------------------------------------------------------------
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    """Stop the embedded PostgreSQL that `up` or `demo` left running."""
+    from harbor_pg.db import server
+
+    if args.database_url or os.environ.get("HARBOR_DATABASE_URL"):
+        raise MemoryConfigurationError(
+            "harbor-pg stops only its embedded server; this one is external "
+            "(HARBOR_DATABASE_URL or --database-url is set)"
+        )
+    data_dir = (Path(args.data_dir) if args.data_dir else server.default_data_dir()).expanduser()
+    pgdata = data_dir.resolve() / "pgdata"
+    if not (pgdata / "postmaster.pid").exists():
+        print(f"no embedded server is running in {pgdata}")
+        return 0
+    server.stop_embedded(pgdata)
+    if (pgdata / "postmaster.pid").exists():
+        print(f"harbor-pg: error: the embedded server in {pgdata} did not stop", file=sys.stderr)
+        return 1
+    print(f"stopped the embedded server in {pgdata}")
+    return 0
+
+
+# -- mcp ---------------------------------------------------------------------------
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    """Serve the memory over the Model Context Protocol: on stdio as the identity
+    given by --tenant and the other identity options, or with --http on streamable
+    HTTP, each request as the identity of its bearer token (harbor-pg token create)."""
+    try:
+        from harbor_pg.mcp import Caller, serve_http, serve_stdio
+    except ImportError as exc:
+        raise MemoryConfigurationError(
+            f"harbor-pg mcp needs the 'mcp' extra: pip install 'harbor-pg[mcp]' ({exc})"
+        ) from None
+
+    async def main() -> None:
+        if args.http:
+            if args.tenant:
+                raise MemoryValidationError(
+                    "over HTTP the identity comes from each request's token: drop --tenant"
+                )
+        elif not args.tenant:
+            raise MemoryValidationError("on stdio the server needs an identity: pass --tenant")
+        manager = await _manager(args)
+        try:
+            if args.http:
+
+                def ready(url: str) -> None:
+                    print(f"harbor-pg MCP server at {url} (Ctrl-C stops it)", file=sys.stderr)
+
+                await serve_http(manager, host=args.host, port=args.port, ready=ready)
+            else:
+                await serve_stdio(manager, Caller(_owner(args), is_admin=args.admin))
+        finally:
+            await manager.close()
+
+    asyncio.run(main())
+    return 0
+
+
+# -- token ---------------------------------------------------------------------------
+
+
+def cmd_token_create(args: argparse.Namespace) -> int:
+    """Create a bearer token for one identity and print it (it is shown only this once)."""
+    from harbor_pg.access_tokens import TokenStore
+
+    async def main() -> int:
+        manager = await _manager(args, embeddings=False)
+        try:
+            issued = await TokenStore(manager.database).create(
+                _owner(args), name=args.name or "", is_admin=args.admin
+            )
+        finally:
+            await manager.close()
+        print(issued.token)
+        print(
+            f"token {issued.record.id} for tenant {args.tenant}"
+            f"{' (administrator)' if args.admin else ''}; keep it secret, it is not stored",
+            file=sys.stderr,
+        )
+        return 0
+
+    return asyncio.run(main())
+
+
+def cmd_token_revoke(args: argparse.Namespace) -> int:
+    """Revoke a token by its id; it stops working at once."""
+    from harbor_pg.access_tokens import TokenStore
+
+    async def main() -> int:
+        manager = await _manager(args, embeddings=False)
+        try:
+            await TokenStore(manager.database).revoke(args.tenant, args.token_id)
+        finally:
+            await manager.close()
+        print(f"revoked token {args.token_id}")
+        return 0
+
+    return asyncio.run(main())
+
+
+def cmd_token_list(args: argparse.Namespace) -> int:
+    """List a tenant's tokens (ids and identities, never the tokens themselves)."""
+    from harbor_pg.access_tokens import TokenStore
+
+    async def main() -> int:
+        manager = await _manager(args, embeddings=False)
+        try:
+            found = await TokenStore(manager.database).list(args.tenant)
+        finally:
+            await manager.close()
+        for t in found:
+            state = "revoked" if t.revoked_at else "live"
+            who = ", ".join(f"{k}={v}" for k, v in t.owner.model_dump().items() if v is not None)
+            admin = " admin" if t.is_admin else ""
+            print(f"{t.id}  {state}{admin}  {who}  {t.name}")
+        return 0
+
+    return asyncio.run(main())
+
+
+# -- export / import -------------------------------------------------------------------
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Write the identity's memories (with --admin, the tenant's) as JSON Lines:
+    full validity history, provenance, governance fields, optionally vectors."""
+
+    async def main() -> int:
+        manager = await _manager(args, embeddings=False)
+        try:
+            bar = progress_bar(sys.stderr, "export")
+            if args.output and args.output != "-":
+                count = await manager.export_memories(
+                    _owner(args),
+                    args.output,
+                    elevated=args.admin,
+                    vectors=args.vectors,
+                    progress=bar,
+                )
+            else:
+                count = await manager.export_memories(
+                    _owner(args),
+                    sys.stdout,
+                    elevated=args.admin,
+                    vectors=args.vectors,
+                    progress=bar,
+                )
+        finally:
+            await manager.close()
+        print(f"exported {count} memories", file=sys.stderr)
+        return 0
+
+    return asyncio.run(main())
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    """Read a JSON Lines export back, idempotently (a re-run writes nothing); prints
+    a summary line, and each refused line with its reason. Exit 1 when any was refused."""
+
+    async def main() -> int:
+        manager = await _manager(args)
+        try:
+            source: Any = sys.stdin if args.file == "-" else args.file
+            report = await manager.import_memories(
+                _owner(args),
+                source,
+                elevated=args.admin,
+                batch_size=args.batch_size,
+                progress=progress_bar(sys.stderr, "import"),
+            )
+        finally:
+            await manager.close()
+        for number, reason in report.refused:
+            print(f"line {number}: refused: {reason}", file=sys.stderr)
+        print(report.summary())
+        return 1 if report.refused else 0
+
+    return asyncio.run(main())
+
+
+def add_commands(sub: Any) -> None:
+    """Register stop, mcp, token, export and import on ``sub`` (argparse subparsers)."""
+    p = sub.add_parser("stop", help="stop the embedded server", description=cmd_stop.__doc__)
+    p.set_defaults(func=cmd_stop)
+
+    p = sub.add_parser("mcp", help="serve the memory over MCP", description=cmd_mcp.__doc__)
+    p.add_argument("--http", action="store_true", help="streamable HTTP instead of stdio")
+    p.add_argument("--host", default="127.0.0.1", help="HTTP address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
+    p.add_argument("--admin", action="store_true", help="stdio: the identity may erase")
+    _add_identity(p, required=False)
+    p.set_defaults(func=cmd_mcp)
+
+    p = sub.add_parser("token", help="create, revoke or list MCP bearer tokens")
+    tsub = p.add_subparsers(dest="token_command", required=True, metavar="ACTION")
+    t = tsub.add_parser("create", help="create a token", description=cmd_token_create.__doc__)
+    _add_identity(t)
+    t.add_argument("--name", help="a label for the token")
+    t.add_argument("--admin", action="store_true", help="its holder may erase in the tenant")
+    t.set_defaults(func=cmd_token_create)
+    t = tsub.add_parser("revoke", help="revoke a token", description=cmd_token_revoke.__doc__)
+    t.add_argument("token_id", help="the token's id (from create or list)")
+    t.add_argument("--tenant", required=True, help="the token's tenant")
+    t.set_defaults(func=cmd_token_revoke)
+    t = tsub.add_parser("list", help="list a tenant's tokens", description=cmd_token_list.__doc__)
+    t.add_argument("--tenant", required=True, help="tenant id")
+    t.set_defaults(func=cmd_token_list)
+
+    p = sub.add_parser(
+        "export", help="export memories as JSON Lines", description=cmd_export.__doc__
+    )
+    _add_identity(p)
+    p.add_argument("-o", "--output", help="file to write (default: stdout)")
+    p.add_argument("--vectors", action="store_true", help="include the stored vectors")
+    p.add_argument("--admin", action="store_true", help="the whole tenant (elevated role)")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("import", help="import a JSON Lines export", description=cmd_import.__doc__)
+    p.add_argument("file", help="the export to read ('-': stdin)")
+    _add_identity(p)
+    p.add_argument("--admin", action="store_true", help="the whole tenant (elevated role)")
+    p.add_argument("--batch-size", type=int, default=200, help="memories per transaction")
+    p.set_defaults(func=cmd_import)

@@ -1,0 +1,121 @@
+"""Every SQL block of the README runs as printed, against the Quickstart's data.
+
+A block runs as harbor_app (with the identity it sets), except statements that
+only a superuser may run (CREATE ROLE, GRANT of a role) and those after a
+``-- as harbor_admin, with harbor.set_identity('T'):`` comment, which run as
+the elevated role in tenant T, as the comment says.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+import psycopg
+import pytest
+import pytest_asyncio
+
+from harbor_pg.db.connection import Database
+from harbor_pg.embedders import HashingEmbedder
+from harbor_pg.manager import MemoryManager
+from harbor_pg.owner import MemoryOwner
+from harbor_pg.records import Memory
+from tests.conftest import PgDatabase, repo_root
+
+_BLOCK = re.compile(r"```sql\n(.*?)```", re.S)
+_STATEMENT_END = re.compile(r";[ \t]*(?:--[^\n]*)?\n")
+_AS_ADMIN = re.compile(r"--\s*as harbor_admin, with harbor\.set_identity\('([^']+)'\)")
+OWNER = MemoryOwner(
+    tenant_id="acme", project_id="handbook", principal_id="dana", session_id="s1", run_id="r1"
+)
+DEFAULT_MODEL = "BAAI/bge-small-en-v1.5"
+
+
+def readme_blocks() -> list[str]:
+    return _BLOCK.findall((repo_root() / "README.md").read_text(encoding="utf-8"))
+
+
+def statements(block: str) -> list[str]:
+    parts, start = [], 0
+    for end in _STATEMENT_END.finditer(block):
+        parts.append(block[start : end.end()].strip())
+        start = end.end()
+    rest = block[start:].strip()
+    assert not rest or rest.startswith("--"), f"a statement without its semicolon: {rest!r}"
+    return parts
+
+
+@pytest_asyncio.fixture
+async def quickstart(fresh_db: PgDatabase) -> AsyncIterator[PgDatabase]:
+    """The Quickstart's memory, with a vector under the default embedder's model id."""
+    db = Database(fresh_db.app_url, fresh_db.admin_url)
+    await db.open()
+    try:
+        manager = MemoryManager.from_database(db)
+        vector = (await HashingEmbedder(384).embed(["Dana owns the ingest pipeline"]))[0]
+        await manager.save(
+            OWNER,
+            Memory(content="Dana owns the ingest pipeline"),
+            embedding=vector,
+            model_id=DEFAULT_MODEL,
+        )
+        await manager.inject_memory(OWNER, "The handbook uses pgvector", scope="project")
+    finally:
+        await db.close()
+    yield fresh_db
+
+
+def _run_block(db: PgDatabase, block: str) -> list[list[tuple[Any, ...]]]:
+    results: list[list[tuple[Any, ...]]] = []
+    with (
+        psycopg.connect(db.app_url, autocommit=True) as app,
+        psycopg.connect(db.superuser_url, autocommit=True) as su,
+        psycopg.connect(db.admin_url, autocommit=True) as admin,
+    ):
+        conn = app
+        for statement in statements(block):
+            switch = _AS_ADMIN.search(statement)
+            if switch:
+                admin.execute("select harbor.set_identity(%s)", (switch.group(1),))
+                conn = admin
+            elif re.match(r"(create role|grant \w+ to)", statement, re.I):
+                conn = su
+            cur = conn.execute(statement.replace("%", "%%"))
+            results.append(cur.fetchall() if cur.description else [])
+            if conn is su:
+                conn = app
+    return results
+
+
+def test_the_readme_has_the_sql_blocks_this_test_knows() -> None:
+    blocks = readme_blocks()
+    assert len(blocks) == 3, "a README SQL block was added or removed: extend this test"
+
+
+def test_identity_block(quickstart: PgDatabase) -> None:
+    _, rows = _run_block(quickstart, readme_blocks()[0])
+    # no project in this identity: the project's memory is not dana's to see here
+    assert rows == [("Dana owns the ingest pipeline", "user")]
+
+
+def test_recall_blocks_run_as_printed(quickstart: PgDatabase) -> None:
+    _, lexical, dense = _run_block(quickstart, readme_blocks()[1])
+    assert lexical[0][1] == "Dana owns the ingest pipeline"
+    rank, content, dense_rank, similarity, score = dense[0]
+    assert (rank, content, dense_rank) == (1, "Dana owns the ingest pipeline", 1)
+    assert similarity == pytest.approx(1.0, abs=1e-5) and score > 0
+
+
+def test_bound_role_block(quickstart: PgDatabase) -> None:
+    try:
+        _run_block(quickstart, readme_blocks()[2])
+        analyst = psycopg.conninfo.make_conninfo(quickstart.app_url, user="analyst")
+        with psycopg.connect(analyst, autocommit=True) as conn:
+            conn.execute("select harbor.set_identity('acme')")
+            rows = conn.execute("select content, scope from harbor.memories").fetchall()
+        assert rows == [("The handbook uses pgvector", "project")]
+    finally:
+        with psycopg.connect(quickstart.superuser_url, autocommit=True) as su:
+            su.execute("delete from harbor.role_bindings where role_name = 'analyst'")
+            su.execute("drop role if exists analyst")
