@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import math
@@ -10,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -68,6 +69,8 @@ log = logging.getLogger("harbor_pg")
 #: Every field of a MemoryOwner; a snapshot owner must equal the bound caller on each.
 _IDENTITY_FIELDS = tuple(MemoryOwner.model_fields)
 
+_T = TypeVar("_T")
+
 #: Parameters of a snapshot that recalls nothing.
 _NO_RECALL = RecallRequest(query="", scopes=(), top_k=0)
 
@@ -119,8 +122,13 @@ class MemoryManager:
     arguments starts the embedded PostgreSQL and wires every tier.
 
     Bind the manager to the authenticated caller (``caller=`` or
-    :meth:`bound_to`) and :meth:`snapshot` rejects any owner that is not that
-    caller.
+    :meth:`bound_to`) and every method rejects, with :class:`MemoryScopeError`,
+    an owner that is not exactly that caller: the ones taking an owner, the
+    governance ones for another tenant or subject, and the helpers it hands
+    out (:meth:`recaller`, :meth:`context_builder`,
+    :meth:`background_summarizer`) on every call. The tier attributes
+    (``short_term``, ``working``, ``long_term``) are the raw stores and are not
+    bound.
     """
 
     def __init__(
@@ -237,7 +245,13 @@ class MemoryManager:
         )
 
     def bound_to(self, caller: MemoryOwner) -> MemoryManager:
-        """The same tiers, bound to an authenticated caller."""
+        """The same tiers, bound to an authenticated caller: every method then
+        rejects any other owner with :class:`MemoryScopeError`.
+
+        A bound manager binds only to its own caller again (bind other callers
+        from the unbound manager).
+        """
+        self._check_caller(caller)
         clone = MemoryManager(
             short_term=self.short_term,
             working=self.working,
@@ -311,6 +325,7 @@ class MemoryManager:
         the cooldown passed; see :meth:`background_summarizer`) it is summarised
         in the background. Append never waits for that and never fails for it.
         """
+        self._check_caller(owner)
         store = self._short()
         message = self._turn(owner, turn)
         if not self._summarises(owner):
@@ -351,6 +366,7 @@ class MemoryManager:
         At most ``max_session_turns`` are addressable; older turns are kept for
         summaries until erased.
         """
+        self._check_caller(owner)
         store = self._short()
         owner.require_scope(MemoryScope.SESSION)
         return await store.recent(owner, self._recent_limit(limit))
@@ -363,6 +379,7 @@ class MemoryManager:
 
     async def clear(self, owner: MemoryOwner) -> int:
         """Delete the owner's session turns; returns how many."""
+        self._check_caller(owner)
         store = self._short()
         owner.require_scope(MemoryScope.SESSION)
         return await store.clear(owner)
@@ -371,6 +388,7 @@ class MemoryManager:
 
     async def scratch(self, owner: MemoryOwner) -> dict[str, Any]:
         """The run's working state ({} when none or expired)."""
+        self._check_caller(owner)
         store = self._working()
         owner.require_scope(MemoryScope.RUN)
         return await store.get(owner)
@@ -379,6 +397,7 @@ class MemoryManager:
         self, owner: MemoryOwner, state: dict[str, Any], ttl_seconds: float | None = None
     ) -> dict[str, Any]:
         """Merge ``state``'s keys into the run's working state; returns the result."""
+        self._check_caller(owner)
         store = self._working()
         owner.require_scope(MemoryScope.RUN)
         if not isinstance(state, dict):
@@ -398,6 +417,7 @@ class MemoryManager:
 
     async def clear_working(self, owner: MemoryOwner) -> int:
         """Delete the run's working state."""
+        self._check_caller(owner)
         store = self._working()
         owner.require_scope(MemoryScope.RUN)
         return await store.clear(owner)
@@ -417,6 +437,7 @@ class MemoryManager:
         Saving the same content twice in the same scope is a no-op that
         reports the existing memory (``created=False``).
         """
+        self._check_caller(caller)
         store = self._long()
         self._check_memory(caller, memory)
         if embedding is None and self._embeds(store):
@@ -447,6 +468,7 @@ class MemoryManager:
         leaves the earlier batches saved and none of the failing one.
         ``progress(saved, total)`` is called after each batch.
         """
+        self._check_caller(caller)
         if batch_size < 1:
             raise MemoryValidationError("batch_size must be >= 1")
         store = self._long()
@@ -539,7 +561,11 @@ class MemoryManager:
         top_k: int | None = None,
         token_budget: int | None = None,
     ) -> tuple[Memory, ...]:
-        """Hybrid recall under this manager's policy (see :class:`MemoryRecall`). Never raises."""
+        """Hybrid recall under this manager's policy (see :class:`MemoryRecall`).
+
+        Never raises for a failing leg; a bound manager rejects another owner.
+        """
+        self._check_caller(owner)
         return await self.recaller().recall(
             owner,
             query,
@@ -570,13 +596,15 @@ class MemoryManager:
         recall = MemoryRecall(policy=chosen, memories=self._long(), embedder=self.embedder)
         if "background" not in options:
             options["background"] = self.background_summarizer(model=model, policy=chosen)
-        return MemoryContextBuilder(
-            policy=chosen,
-            messages=self._short(),
-            memories=self.long_term,  # type: ignore[arg-type]
-            model=model,
-            recall=recall,
-            **options,
+        return self._guarded(
+            MemoryContextBuilder(
+                policy=chosen,
+                messages=self._short(),
+                memories=self.long_term,  # type: ignore[arg-type]
+                model=model,
+                recall=recall,
+                **options,
+            )
         )
 
     def background_summarizer(
@@ -602,7 +630,7 @@ class MemoryManager:
                 model=model,
             )
             self._background.summarizers[key] = found
-        return found
+        return self._guarded(found)
 
     def _summarises(self, owner: MemoryOwner) -> bool:
         """Whether appends for ``owner`` may schedule background summaries."""
@@ -686,6 +714,7 @@ class MemoryManager:
         """
         from harbor_pg.extraction.extractor import MemoryExtractor, extract_memories
 
+        self._check_caller(owner)
         if not extract_facts:
             raise MemoryConfigurationError(
                 "fact extraction is off: pass extract_facts=True (it costs one model call)"
@@ -703,11 +732,14 @@ class MemoryManager:
         )
 
     def recaller(self) -> MemoryRecall:
-        """A :class:`MemoryRecall` over this manager's long-term store, policy and embedder."""
-        return MemoryRecall(policy=self.policy, memories=self._long(), embedder=self.embedder)
+        """A :class:`MemoryRecall` over this manager's long-term store, policy and embedder
+        (on a bound manager, one that rejects any other owner)."""
+        recall = MemoryRecall(policy=self.policy, memories=self._long(), embedder=self.embedder)
+        return self._guarded(recall)
 
     async def get(self, caller: MemoryOwner, memory_id: str) -> Memory | None:
         """One memory the caller may see, or None."""
+        self._check_caller(caller)
         return await self._long().get(caller, memory_id)
 
     async def search(
@@ -719,12 +751,14 @@ class MemoryManager:
         as_of: datetime | None = None,
     ) -> list[Memory]:
         """Memories visible to ``caller`` that match ``query_text``."""
+        self._check_caller(caller)
         if limit < 0:
             raise MemoryValidationError("limit must be >= 0")
         return await self._long().search(caller, query_text, limit=limit, as_of=as_of)
 
     async def delete(self, caller: MemoryOwner, memory_id: str) -> bool:
         """Delete one of the caller's own memories; False when none was deleted."""
+        self._check_caller(caller)
         return await self._long().delete(caller, memory_id)
 
     async def inject_memory(
@@ -742,6 +776,7 @@ class MemoryManager:
         context: str | None = None,
     ) -> SaveResult:
         """Store a fact you know directly (source ``injected`` by default)."""
+        self._check_caller(owner)
         try:
             memory = Memory(
                 content=content,
@@ -841,15 +876,44 @@ class MemoryManager:
 
         Every identity field must be equal, unset ones included: an owner that
         adds a field the caller does not carry (a ``project_id``, a ``run_id``)
-        would widen what the snapshot reads beyond the authenticated caller.
+        would widen what a call reads or writes beyond the authenticated caller.
         """
         if self.caller is None:
             return
+        if not isinstance(owner, MemoryOwner):
+            raise MemoryScopeError(f"owner must be a MemoryOwner, got {type(owner).__name__}")
         for name in _IDENTITY_FIELDS:
             if getattr(owner, name) != getattr(self.caller, name):
                 raise MemoryScopeError(
-                    f"snapshot owner does not match the authenticated caller ({name} differs)"
+                    f"owner does not match the authenticated caller ({name} differs)"
                 )
+
+    def _check_subject(
+        self,
+        tenant_id: str,
+        *,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        principal_id: str | None = None,
+    ) -> None:
+        """On a bound manager, governance acts on the caller's own tenant and rows only."""
+        caller = self.caller
+        if caller is None:
+            return
+        named = {"user_id": user_id, "session_id": session_id, "principal_id": principal_id}
+        if tenant_id != caller.tenant_id:
+            raise MemoryScopeError("tenant_id does not match the authenticated caller")
+        for name, value in named.items():
+            if value is not None and value != getattr(caller, name):
+                raise MemoryScopeError(
+                    f"{name} does not match the authenticated caller ({name} differs)"
+                )
+
+    def _guarded(self, helper: _T) -> _T:
+        """``helper`` as a bound manager hands it out: checking every owner it is given."""
+        if self.caller is None:
+            return helper
+        return cast(_T, _CallerGuard(helper, self._check_caller))
 
     # -- governance -----------------------------------------------------------------
 
@@ -874,6 +938,9 @@ class MemoryManager:
         """
         if user_id is None and principal_id is None:
             raise MemoryValidationError("erase needs a user_id or a principal_id (agent)")
+        self._check_subject(
+            tenant_id, user_id=user_id, session_id=session_id, principal_id=principal_id
+        )
         owner = MemoryOwner(tenant_id=tenant_id)
         if self.database is not None:
             async with self.database.transaction(owner, admin=True) as conn:
@@ -936,6 +1003,7 @@ class MemoryManager:
 
         One transaction on PostgreSQL, as the elevated role.
         """
+        self._check_subject(tenant_id)
         if max_age_seconds is not None and (
             isinstance(max_age_seconds, bool)
             or not isinstance(max_age_seconds, int | float)
@@ -991,6 +1059,37 @@ class MemoryManager:
         store = self._working()
         purge = getattr(store, "purge_expired", None)
         return int(await purge()) if purge else 0
+
+
+class _CallerGuard:
+    """A helper handed out by a bound manager: each method call that passes a
+    :class:`MemoryOwner` (positionally or by keyword) is checked against the
+    bound caller first; everything else is the helper's own."""
+
+    def __init__(self, target: Any, check: Callable[[MemoryOwner], None]) -> None:
+        object.__setattr__(self, "_target", target)
+        object.__setattr__(self, "_check", check)
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._target, name)
+        if not callable(value):
+            return value
+        check = self._check
+
+        @functools.wraps(value)
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            for arg in (*args, *kwargs.values()):
+                if isinstance(arg, MemoryOwner):
+                    check(arg)
+            return value(*args, **kwargs)
+
+        return guarded
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._target, name, value)
+
+    def __repr__(self) -> str:
+        return f"<bound {self._target!r}>"
 
 
 def _to_message(turn: ConversationMessage | dict[str, Any] | Any) -> ConversationMessage:
