@@ -960,6 +960,7 @@ class MemoryManager:
                 working=counts.get("working", 0),
                 long_term=counts.get("long_term", 0),
                 embeddings=counts.get("embeddings", 0),
+                role_bindings=counts.get("role_bindings", 0),
             )
         subject = {"user_id": user_id, "session_id": session_id, "principal_id": principal_id}
         turn_ids = (

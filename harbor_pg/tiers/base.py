@@ -65,11 +65,15 @@ class EraseReceipt:
     working: int
     long_term: int
     embeddings: int
+    #: database roles bound to the erased user (harbor.role_bindings)
+    role_bindings: int = 0
 
     @property
     def total(self) -> int:
         """Rows deleted in all tiers."""
-        return self.short_term + self.working + self.long_term + self.embeddings
+        return (
+            self.short_term + self.working + self.long_term + self.embeddings + self.role_bindings
+        )
 
 
 @dataclass(frozen=True)
