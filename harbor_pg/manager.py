@@ -431,15 +431,20 @@ class MemoryManager:
         *,
         embedding: Sequence[float] | None = None,
         model_id: str | None = None,
+        allow_secrets: bool = False,
     ) -> SaveResult:
         """Store a memory under ``caller`` narrowed to the memory's scope.
 
         Saving the same content twice in the same scope is a no-op that
-        reports the existing memory (``created=False``).
+        reports the existing memory (``created=False``). Content or context
+        that looks like a credential (an API key, a stated password or PIN,
+        ...; see :mod:`harbor_pg.extraction.secrets`) is refused with
+        :class:`MemoryValidationError` naming the kind, unless
+        ``allow_secrets=True``.
         """
         self._check_caller(caller)
         store = self._long()
-        self._check_memory(caller, memory)
+        self._check_memory(caller, memory, allow_secrets=allow_secrets)
         if embedding is None and self._embeds(store):
             vectors = await self._embed([memory])
             if vectors is not None:
@@ -460,20 +465,22 @@ class MemoryManager:
         *,
         batch_size: int = 64,
         progress: Callable[[int, int], None] | None = None,
+        allow_secrets: bool = False,
     ) -> list[SaveResult]:
         """Save many memories: embedded in batches, each batch one transaction.
 
         Every memory is validated before anything is written, so bad input
         writes nothing. On PostgreSQL a batch commits as a whole: a failure
         leaves the earlier batches saved and none of the failing one.
-        ``progress(saved, total)`` is called after each batch.
+        ``progress(saved, total)`` is called after each batch. A memory that
+        looks like a credential is refused as in :meth:`save` (``allow_secrets``).
         """
         self._check_caller(caller)
         if batch_size < 1:
             raise MemoryValidationError("batch_size must be >= 1")
         store = self._long()
         for memory in memories:
-            self._check_memory(caller, memory)
+            self._check_memory(caller, memory, allow_secrets=allow_secrets)
         results: list[SaveResult] = []
         total = len(memories)
         for start in range(0, total, batch_size):
@@ -508,11 +515,24 @@ class MemoryManager:
                 progress(len(results), total)
         return results
 
-    def _check_memory(self, caller: MemoryOwner, memory: Memory) -> None:
+    def _check_memory(
+        self, caller: MemoryOwner, memory: Memory, *, allow_secrets: bool = False
+    ) -> None:
         self._check_content(memory.content, "memory content")
         if not memory.content.strip():
             raise MemoryValidationError("memory content is blank")
         caller.require_scope(memory.scope)
+        if not allow_secrets:
+            from harbor_pg.extraction.secrets import secret_kind
+
+            for what, text in (("content", memory.content), ("context", memory.context)):
+                kind = secret_kind(text) if text else None
+                if kind is not None:
+                    raise MemoryValidationError(
+                        f"memory {what} looks like it holds a secret ({kind}); long-term "
+                        "memory is read back into later prompts, so it is not stored "
+                        "(pass allow_secrets=True if you mean to store it)"
+                    )
 
     def _embeds(self, store: LongTermStore) -> bool:
         return self.embedder is not None and isinstance(store, PostgresLongTermStore)
@@ -774,8 +794,12 @@ class MemoryManager:
         entity_ids: Sequence[str] = (),
         metadata: dict[str, Any] | None = None,
         context: str | None = None,
+        allow_secrets: bool = False,
     ) -> SaveResult:
-        """Store a fact you know directly (source ``injected`` by default)."""
+        """Store a fact you know directly (source ``injected`` by default).
+
+        Refuses a credential as :meth:`save` does, unless ``allow_secrets=True``.
+        """
         self._check_caller(owner)
         try:
             memory = Memory(
@@ -791,7 +815,7 @@ class MemoryManager:
             )
         except (ValidationError, ValueError) as exc:
             raise MemoryValidationError(f"invalid memory: {_first(exc)}") from None
-        return await self.save(owner, memory)
+        return await self.save(owner, memory, allow_secrets=allow_secrets)
 
     # -- combined -------------------------------------------------------------------
 
