@@ -22,6 +22,7 @@ IDEMPOTENT_FILES: tuple[str, ...] = (
     "functions/tiers.sql",
     "functions/recall.sql",
     "policies/policies.sql",
+    "functions/views.sql",
     "functions/grants.sql",
 )
 
