@@ -40,7 +40,11 @@ from harbor_pg.records import (
     validate_source,
 )
 from harbor_pg.tiers.base import (
+    ErasableLongTermStore,
+    ErasableShortTermStore,
+    ErasableWorkingStore,
     EraseReceipt,
+    ErasureSubject,
     LongTermStore,
     RetentionReceipt,
     SaveResult,
@@ -966,7 +970,14 @@ class MemoryManager:
             tenant_id, user_id=user_id, session_id=session_id, principal_id=principal_id
         )
         owner = MemoryOwner(tenant_id=tenant_id)
-        if self.database is not None:
+        stores = (self.short_term, self.working, self.long_term)
+        builtin = PostgresShortTermStore, PostgresWorkingStore, PostgresLongTermStore
+        if self.database is not None and any(isinstance(s, builtin) for s in stores):
+            if not all(s is None or isinstance(s, builtin) for s in stores):
+                raise MemoryConfigurationError(
+                    "erasure over PostgreSQL stores mixed with other stores is not "
+                    "supported: the erasure must be one transaction"
+                )
             async with self.database.transaction(owner, admin=True) as conn:
                 rows = await (
                     await conn.execute(
@@ -986,24 +997,50 @@ class MemoryManager:
                 embeddings=counts.get("embeddings", 0),
                 role_bindings=counts.get("role_bindings", 0),
             )
-        subject = {"user_id": user_id, "session_id": session_id, "principal_id": principal_id}
-        turn_ids = (
-            self.short_term.erase(tenant_id, **subject)
-            if isinstance(self.short_term, InMemoryShortTermStore)
-            else []
+        return await self._erase_in_stores(
+            ErasureSubject(
+                tenant_id=tenant_id,
+                user_id=user_id,
+                session_id=session_id,
+                principal_id=principal_id,
+            )
         )
-        working = (
-            self.working.erase(tenant_id, **subject)
-            if isinstance(self.working, InMemoryWorkingStore)
-            else 0
+
+    async def _erase_in_stores(self, subject: ErasureSubject) -> EraseReceipt:
+        """Erasure through the stores' own ``erase`` (the Erasable* protocols).
+
+        Every configured store must implement it: one that cannot is refused
+        before anything is deleted, so a receipt never reports an erasure that
+        did not happen.
+        """
+        short, working, long = self.short_term, self.working, self.long_term
+        tiers: list[tuple[str, object, type]] = [
+            ("short-term", short, ErasableShortTermStore),
+            ("working", working, ErasableWorkingStore),
+            ("long-term", long, ErasableLongTermStore),
+        ]
+        cannot = [
+            f"the {name} store ({type(store).__name__})"
+            for name, store, protocol in tiers
+            if store is not None and not isinstance(store, protocol)
+        ]
+        if cannot:
+            raise MemoryConfigurationError(
+                f"erasure: {', '.join(cannot)} cannot erase; implement erase() "
+                "(harbor_pg.tiers.base.ErasableShortTermStore, ErasableWorkingStore, "
+                "ErasableLongTermStore) so that nothing is left behind"
+            )
+        turn_ids: list[int] = (
+            await short.erase(subject) if isinstance(short, ErasableShortTermStore) else []
         )
-        long_term, embeddings = (
-            self.long_term.erase(tenant_id, **subject, turn_ids=turn_ids)
-            if isinstance(self.long_term, InMemoryLongTermStore)
+        runs = await working.erase(subject) if isinstance(working, ErasableWorkingStore) else 0
+        memories, vectors = (
+            await long.erase(subject, turn_ids=turn_ids)
+            if isinstance(long, ErasableLongTermStore)
             else (0, 0)
         )
         return EraseReceipt(
-            short_term=len(turn_ids), working=working, long_term=long_term, embeddings=embeddings
+            short_term=len(turn_ids), working=runs, long_term=memories, embeddings=vectors
         )
 
     async def erase_agent_memories(
