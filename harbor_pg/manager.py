@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
+import functools
 import json
 import logging
 import math
@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -44,7 +44,11 @@ from harbor_pg.records import (
 )
 from harbor_pg.telemetry import traced
 from harbor_pg.tiers.base import (
+    ErasableLongTermStore,
+    ErasableShortTermStore,
+    ErasableWorkingStore,
     EraseReceipt,
+    ErasureSubject,
     LongTermStore,
     RetentionReceipt,
     SaveResult,
@@ -75,6 +79,8 @@ log = logging.getLogger("harbor_pg")
 
 #: Every field of a MemoryOwner; a snapshot owner must equal the bound caller on each.
 _IDENTITY_FIELDS = tuple(MemoryOwner.model_fields)
+
+_T = TypeVar("_T")
 
 #: Parameters of a snapshot that recalls nothing.
 _NO_RECALL = RecallRequest(query="", scopes=(), top_k=0)
@@ -146,8 +152,13 @@ class MemoryManager:
     arguments starts the embedded PostgreSQL and wires every tier.
 
     Bind the manager to the authenticated caller (``caller=`` or
-    :meth:`bound_to`) and :meth:`snapshot` rejects any owner that is not that
-    caller.
+    :meth:`bound_to`) and every method rejects, with :class:`MemoryScopeError`,
+    an owner that is not exactly that caller: the ones taking an owner, the
+    governance ones for another tenant or subject, and the helpers it hands
+    out (:meth:`recaller`, :meth:`context_builder`,
+    :meth:`background_summarizer`) on every call. The tier attributes
+    (``short_term``, ``working``, ``long_term``) are the raw stores and are not
+    bound.
     """
 
     def __init__(
@@ -278,7 +289,13 @@ class MemoryManager:
         )
 
     def bound_to(self, caller: MemoryOwner) -> MemoryManager:
-        """The same tiers, bound to an authenticated caller."""
+        """The same tiers, bound to an authenticated caller: every method then
+        rejects any other owner with :class:`MemoryScopeError`.
+
+        A bound manager binds only to its own caller again (bind other callers
+        from the unbound manager).
+        """
+        self._check_caller(caller)
         clone = MemoryManager(
             short_term=self.short_term,
             working=self.working,
@@ -355,6 +372,7 @@ class MemoryManager:
         the cooldown passed; see :meth:`background_summarizer`) it is summarised
         in the background. Append never waits for that and never fails for it.
         """
+        self._check_caller(owner)
         store = self._short()
         message = self._turn(owner, turn)
         self._wrote(owner)
@@ -396,6 +414,7 @@ class MemoryManager:
         At most ``MemoryPolicy.max_session_turns`` (default 50) are addressable;
         older turns are kept for summaries until erased.
         """
+        self._check_caller(owner)
         store = self._live_turns()
         owner.require_scope(MemoryScope.SESSION)
         if self._reads_replica(owner):
@@ -427,6 +446,7 @@ class MemoryManager:
 
     async def clear(self, owner: MemoryOwner) -> int:
         """Delete the owner's session turns; returns how many."""
+        self._check_caller(owner)
         self._wrote(owner)
         store = self._short()
         owner.require_scope(MemoryScope.SESSION)
@@ -436,6 +456,7 @@ class MemoryManager:
 
     async def scratch(self, owner: MemoryOwner) -> dict[str, Any]:
         """The run's working state ({} when none or expired)."""
+        self._check_caller(owner)
         store = self._working()
         owner.require_scope(MemoryScope.RUN)
         return await store.get(owner)
@@ -444,6 +465,7 @@ class MemoryManager:
         self, owner: MemoryOwner, state: dict[str, Any], ttl_seconds: float | None = None
     ) -> dict[str, Any]:
         """Merge ``state``'s keys into the run's working state; returns the result."""
+        self._check_caller(owner)
         self._wrote(owner)
         store = self._working()
         owner.require_scope(MemoryScope.RUN)
@@ -459,6 +481,7 @@ class MemoryManager:
 
     async def clear_working(self, owner: MemoryOwner) -> int:
         """Delete the run's working state."""
+        self._check_caller(owner)
         store = self._working()
         owner.require_scope(MemoryScope.RUN)
         return await store.clear(owner)
@@ -480,15 +503,21 @@ class MemoryManager:
         *,
         embedding: Sequence[float] | None = None,
         model_id: str | None = None,
+        allow_secrets: bool = False,
     ) -> SaveResult:
         """Store a memory under ``caller`` narrowed to the memory's scope.
 
         Saving the same content twice in the same scope is a no-op that
-        reports the existing memory (``created=False``).
+        reports the existing memory (``created=False``). Content or context
+        that looks like a credential (an API key, a stated password or PIN,
+        ...; see :mod:`harbor_pg.extraction.secrets`) is refused with
+        :class:`MemoryValidationError` naming the kind, unless
+        ``allow_secrets=True``.
         """
+        self._check_caller(caller)
         self._wrote(caller)
         store = self._long()
-        self._check_memory(caller, memory)
+        self._check_memory(caller, memory, allow_secrets=allow_secrets)
         if embedding is None and self._embeds(store):
             vectors = await self._embed([memory])
             if vectors is not None:
@@ -514,20 +543,23 @@ class MemoryManager:
         *,
         batch_size: int = 64,
         progress: Callable[[int, int], None] | None = None,
+        allow_secrets: bool = False,
     ) -> list[SaveResult]:
         """Save many memories: embedded in batches, each batch one transaction.
 
         Every memory is validated before anything is written, so bad input
         writes nothing. On PostgreSQL a batch commits as a whole: a failure
         leaves the earlier batches saved and none of the failing one.
-        ``progress(saved, total)`` is called after each batch.
+        ``progress(saved, total)`` is called after each batch. A memory that
+        looks like a credential is refused as in :meth:`save` (``allow_secrets``).
         """
+        self._check_caller(caller)
         self._wrote(caller)
         if batch_size < 1:
             raise MemoryValidationError("batch_size must be >= 1")
         store = self._long()
         for memory in memories:
-            self._check_memory(caller, memory)
+            self._check_memory(caller, memory, allow_secrets=allow_secrets)
         results: list[SaveResult] = []
         total = len(memories)
         for start in range(0, total, batch_size):
@@ -562,11 +594,24 @@ class MemoryManager:
                 progress(len(results), total)
         return results
 
-    def _check_memory(self, caller: MemoryOwner, memory: Memory) -> None:
+    def _check_memory(
+        self, caller: MemoryOwner, memory: Memory, *, allow_secrets: bool = False
+    ) -> None:
         self._check_content(memory.content, "memory content")
         if not memory.content.strip():
             raise MemoryValidationError("memory content is blank")
         caller.require_scope(memory.scope)
+        if not allow_secrets:
+            from harbor_pg.extraction.secrets import secret_kind
+
+            for what, text in (("content", memory.content), ("context", memory.context)):
+                kind = secret_kind(text) if text else None
+                if kind is not None:
+                    raise MemoryValidationError(
+                        f"memory {what} looks like it holds a secret ({kind}); long-term "
+                        "memory is read back into later prompts, so it is not stored "
+                        "(pass allow_secrets=True if you mean to store it)"
+                    )
 
     def _embeds(self, store: LongTermStore) -> bool:
         return self.embedder is not None and isinstance(store, PostgresLongTermStore)
@@ -615,8 +660,12 @@ class MemoryManager:
         top_k: int | None = None,
         token_budget: int | None = None,
     ) -> tuple[Memory, ...]:
-        """Hybrid recall under this manager's policy (see :class:`MemoryRecall`). Never
-        raises for a store failure; bad arguments raise MemoryValidationError."""
+        """Hybrid recall under this manager's policy (see :class:`MemoryRecall`).
+
+        Never raises for a failing leg (bad arguments raise MemoryValidationError);
+        a bound manager rejects another owner.
+        """
+        self._check_caller(owner)
         recaller = self.recaller()
         if self._reads_replica(owner):
             assert self.replica is not None
@@ -653,13 +702,15 @@ class MemoryManager:
         recall = MemoryRecall(policy=chosen, memories=self._long(), embedder=self.embedder)
         if "background" not in options:
             options["background"] = self.background_summarizer(model=model, policy=chosen)
-        return MemoryContextBuilder(
-            policy=chosen,
-            messages=self._live_turns(),
-            memories=self.long_term,  # type: ignore[arg-type]
-            model=model,
-            recall=recall,
-            **options,
+        return self._guarded(
+            MemoryContextBuilder(
+                policy=chosen,
+                messages=self._live_turns(),
+                memories=self.long_term,  # type: ignore[arg-type]
+                model=model,
+                recall=recall,
+                **options,
+            )
         )
 
     def background_summarizer(
@@ -685,7 +736,7 @@ class MemoryManager:
                 model=model,
             )
             self._background.summarizers[key] = found
-        return found
+        return self._guarded(found)
 
     def _summarises(self, owner: MemoryOwner) -> bool:
         """Whether appends for ``owner`` may schedule background summaries."""
@@ -780,6 +831,7 @@ class MemoryManager:
         """
         from harbor_pg.extraction.extractor import MemoryExtractor, extract_memories
 
+        self._check_caller(owner)
         if not extract_facts:
             raise MemoryConfigurationError(
                 "fact extraction is off: pass extract_facts=True (it costs one model call)"
@@ -808,11 +860,14 @@ class MemoryManager:
         )
 
     def recaller(self) -> MemoryRecall:
-        """A :class:`MemoryRecall` over this manager's long-term store, policy and embedder."""
-        return MemoryRecall(policy=self.policy, memories=self._long(), embedder=self.embedder)
+        """A :class:`MemoryRecall` over this manager's long-term store, policy and embedder
+        (on a bound manager, one that rejects any other owner)."""
+        recall = MemoryRecall(policy=self.policy, memories=self._long(), embedder=self.embedder)
+        return self._guarded(recall)
 
     async def get(self, caller: MemoryOwner, memory_id: str) -> Memory | None:
         """One memory the caller may see, or None."""
+        self._check_caller(caller)
         check_text(memory_id, "memory_id")
         return await self._long().get(caller, memory_id)
 
@@ -825,6 +880,7 @@ class MemoryManager:
         as_of: datetime | None = None,
     ) -> list[Memory]:
         """Memories visible to ``caller`` that match ``query_text``."""
+        self._check_caller(caller)
         check_text(query_text, "query")
         check_count(limit, "limit")
         store = self._long()
@@ -835,6 +891,7 @@ class MemoryManager:
 
     async def delete(self, caller: MemoryOwner, memory_id: str) -> bool:
         """Delete one of the caller's own memories; False when none was deleted."""
+        self._check_caller(caller)
         check_text(memory_id, "memory_id")
         self._wrote(caller)
         return await self._long().delete(caller, memory_id)
@@ -843,6 +900,7 @@ class MemoryManager:
         """``memory_id``'s supersession chain as far as ``caller`` may see it, oldest
         first: the versions it replaced, itself, the versions that replaced it (each
         with its validity interval). Empty when the memory is not visible."""
+        self._check_caller(caller)
         store = self._long()
         history = getattr(store, "history", None)
         if history is None:
@@ -863,6 +921,7 @@ class MemoryManager:
     ) -> list[Memory]:
         """``caller``'s currently valid memories in ``scopes`` (user, session and
         project; those it can address), newest first, at most ``limit``; no summaries."""
+        self._check_caller(caller)
         if limit < 0:
             raise MemoryValidationError("limit must be >= 0")
         store = self._long()
@@ -889,6 +948,7 @@ class MemoryManager:
         """Write ``owner``'s memories, their whole validity history, as JSON Lines
         (see :mod:`harbor_pg.portability`); ``elevated`` exports the tenant's.
         Returns how many were written."""
+        self._check_caller(owner)
         from harbor_pg.portability import export_memories
 
         return await export_memories(
@@ -907,6 +967,7 @@ class MemoryManager:
         """Read an export back (idempotent: a re-run writes nothing); returns an
         :class:`~harbor_pg.portability.ImportReport` (read, written, duplicates,
         refused lines with reasons). See :mod:`harbor_pg.portability`."""
+        self._check_caller(owner)
         from harbor_pg.portability import import_memories
 
         return await import_memories(
@@ -926,8 +987,13 @@ class MemoryManager:
         entity_ids: Sequence[str] = (),
         metadata: dict[str, Any] | None = None,
         context: str | None = None,
+        allow_secrets: bool = False,
     ) -> SaveResult:
-        """Store a fact you know directly (source ``injected`` by default)."""
+        """Store a fact you know directly (source ``injected`` by default).
+
+        Refuses a credential as :meth:`save` does, unless ``allow_secrets=True``.
+        """
+        self._check_caller(owner)
         self._wrote(owner)
         try:
             memory = Memory(
@@ -943,7 +1009,7 @@ class MemoryManager:
             )
         except (ValidationError, ValueError, TypeError) as exc:
             raise MemoryValidationError(f"invalid memory: {_first(exc)}") from None
-        return await self.save(owner, memory)
+        return await self.save(owner, memory, allow_secrets=allow_secrets)
 
     # -- combined -------------------------------------------------------------------
 
@@ -1038,15 +1104,44 @@ class MemoryManager:
 
         Every identity field must be equal, unset ones included: an owner that
         adds a field the caller does not carry (a ``project_id``, a ``run_id``)
-        would widen what the snapshot reads beyond the authenticated caller.
+        would widen what a call reads or writes beyond the authenticated caller.
         """
         if self.caller is None:
             return
+        if not isinstance(owner, MemoryOwner):
+            raise MemoryScopeError(f"owner must be a MemoryOwner, got {type(owner).__name__}")
         for name in _IDENTITY_FIELDS:
             if getattr(owner, name) != getattr(self.caller, name):
                 raise MemoryScopeError(
-                    f"snapshot owner does not match the authenticated caller ({name} differs)"
+                    f"owner does not match the authenticated caller ({name} differs)"
                 )
+
+    def _check_subject(
+        self,
+        tenant_id: str,
+        *,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        principal_id: str | None = None,
+    ) -> None:
+        """On a bound manager, governance acts on the caller's own tenant and rows only."""
+        caller = self.caller
+        if caller is None:
+            return
+        named = {"user_id": user_id, "session_id": session_id, "principal_id": principal_id}
+        if tenant_id != caller.tenant_id:
+            raise MemoryScopeError("tenant_id does not match the authenticated caller")
+        for name, value in named.items():
+            if value is not None and value != getattr(caller, name):
+                raise MemoryScopeError(
+                    f"{name} does not match the authenticated caller ({name} differs)"
+                )
+
+    def _guarded(self, helper: _T) -> _T:
+        """``helper`` as a bound manager hands it out: checking every owner it is given."""
+        if self.caller is None:
+            return helper
+        return cast(_T, _CallerGuard(helper, self._check_caller))
 
     # -- governance -----------------------------------------------------------------
 
@@ -1080,12 +1175,18 @@ class MemoryManager:
         """
         if user_id is None and principal_id is None:
             raise MemoryValidationError("erase needs a user_id or a principal_id (agent)")
-        # the ids follow the rules of an owner's (MemoryScopeError otherwise)
-        MemoryOwner(
-            tenant_id=tenant_id, user_id=user_id, session_id=session_id, principal_id=principal_id
+        self._check_subject(
+            tenant_id, user_id=user_id, session_id=session_id, principal_id=principal_id
         )
         owner = MemoryOwner(tenant_id=tenant_id)
-        if self.database is not None:
+        stores = (self.short_term, self.working, self.long_term)
+        builtin = PostgresShortTermStore, PostgresWorkingStore, PostgresLongTermStore
+        if self.database is not None and any(isinstance(s, builtin) for s in stores):
+            if not all(s is None or isinstance(s, builtin) for s in stores):
+                raise MemoryConfigurationError(
+                    "erasure over PostgreSQL stores mixed with other stores is not "
+                    "supported: the erasure must be one transaction"
+                )
             async with self.database.transaction(owner, admin=True) as conn:
                 rows = await (
                     await conn.execute(
@@ -1103,17 +1204,52 @@ class MemoryManager:
                 working=counts.get("working", 0),
                 long_term=counts.get("long_term", 0),
                 embeddings=counts.get("embeddings", 0),
+                role_bindings=counts.get("role_bindings", 0),
             )
-        subject = {"user_id": user_id, "session_id": session_id, "principal_id": principal_id}
-        # any store with the in-process stores' erase methods (sync or async) takes part,
-        # so a store of your own, or one that delegates to them, is erased too
-        turn_ids = list(await _call_optional(self.short_term, "erase", [], tenant_id, **subject))
-        working = int(await _call_optional(self.working, "erase", 0, tenant_id, **subject))
-        long_term, embeddings = await _call_optional(
-            self.long_term, "erase", (0, 0), tenant_id, **subject, turn_ids=turn_ids
+        return await self._erase_in_stores(
+            ErasureSubject(
+                tenant_id=tenant_id,
+                user_id=user_id,
+                session_id=session_id,
+                principal_id=principal_id,
+            )
+        )
+
+    async def _erase_in_stores(self, subject: ErasureSubject) -> EraseReceipt:
+        """Erasure through the stores' own ``erase`` (the Erasable* protocols).
+
+        Every configured store must implement it: one that cannot is refused
+        before anything is deleted, so a receipt never reports an erasure that
+        did not happen.
+        """
+        short, working, long = self.short_term, self.working, self.long_term
+        tiers: list[tuple[str, object, type]] = [
+            ("short-term", short, ErasableShortTermStore),
+            ("working", working, ErasableWorkingStore),
+            ("long-term", long, ErasableLongTermStore),
+        ]
+        cannot = [
+            f"the {name} store ({type(store).__name__})"
+            for name, store, protocol in tiers
+            if store is not None and not isinstance(store, protocol)
+        ]
+        if cannot:
+            raise MemoryConfigurationError(
+                f"erasure: {', '.join(cannot)} cannot erase; implement erase() "
+                "(harbor_pg.tiers.base.ErasableShortTermStore, ErasableWorkingStore, "
+                "ErasableLongTermStore) so that nothing is left behind"
+            )
+        turn_ids: list[int] = (
+            await short.erase(subject) if isinstance(short, ErasableShortTermStore) else []
+        )
+        runs = await working.erase(subject) if isinstance(working, ErasableWorkingStore) else 0
+        memories, vectors = (
+            await long.erase(subject, turn_ids=turn_ids)
+            if isinstance(long, ErasableLongTermStore)
+            else (0, 0)
         )
         return EraseReceipt(
-            short_term=len(turn_ids), working=working, long_term=long_term, embeddings=embeddings
+            short_term=len(turn_ids), working=runs, long_term=memories, embeddings=vectors
         )
 
     async def erase_agent_memories(
@@ -1140,6 +1276,7 @@ class MemoryManager:
 
         One transaction on PostgreSQL, as the elevated role.
         """
+        self._check_subject(tenant_id)
         if max_age_seconds is not None and (
             isinstance(max_age_seconds, bool)
             or not isinstance(max_age_seconds, int | float)
@@ -1223,6 +1360,37 @@ async def _call_optional(store: object, method: str, default: Any, *args: Any, *
         return default
     result = found(*args, **kw)
     return await result if inspect.isawaitable(result) else result
+
+
+class _CallerGuard:
+    """A helper handed out by a bound manager: each method call that passes a
+    :class:`MemoryOwner` (positionally or by keyword) is checked against the
+    bound caller first; everything else is the helper's own."""
+
+    def __init__(self, target: Any, check: Callable[[MemoryOwner], None]) -> None:
+        object.__setattr__(self, "_target", target)
+        object.__setattr__(self, "_check", check)
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._target, name)
+        if not callable(value):
+            return value
+        check = self._check
+
+        @functools.wraps(value)
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            for arg in (*args, *kwargs.values()):
+                if isinstance(arg, MemoryOwner):
+                    check(arg)
+            return value(*args, **kwargs)
+
+        return guarded
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._target, name, value)
+
+    def __repr__(self) -> str:
+        return f"<bound {self._target!r}>"
 
 
 def _to_message(turn: ConversationMessage | dict[str, Any] | Any) -> ConversationMessage:

@@ -122,6 +122,11 @@ create table harbor.memories (
     updated_at         timestamptz not null default pg_catalog.now(),
     fts                tsvector generated always as (
         to_tsvector('english'::regconfig, coalesce(context, '') || ' ' || content)) stored,
+    -- whose conversation source_session_id / source_message_ids belong to (session ids
+    -- repeat across users; a GLOBAL row has no tenant of its own): set on insert from the
+    -- writer's identity by the memories_provenance trigger, NULL for a row naming no source
+    source_tenant_id   text,
+    source_user_id     text,
     primary key (tenant_id, id),
     -- a row stores exactly the owner fields its scope keys on
     constraint memories_scope_key check (

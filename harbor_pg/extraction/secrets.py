@@ -126,6 +126,26 @@ _CREDENTIAL_PAIR = re.compile(
     + r"(?P<user>[^\s/:|\"'`]{1,64})\s{0,3}(?P<sep>[/:|])\s{0,3}(?P<value>[^\s\"'`]{1,200})",
     re.IGNORECASE,
 )
+# "Dana uses Tr0ub4dor&3 as her password", "4821 as the PIN": the value comes first
+_SECRET_KEYWORD = (
+    r"(?:password|passwd|passphrase|pass\s?code|pin(?:\s{1,3}(?:code|number))?)(?![\w-])"
+)
+# (the pattern starts at "as"; the value is read backwards from there by the check,
+# since a pattern opening with the value would try it at every position of the text)
+_AS_PASSWORD = re.compile(
+    r"(?<=\S)\s{1,10}as\s{1,10}(?:(?:my|his|her|their|our|your|the|a|an|its)\s{1,10})?"
+    r"(?:[\w.-]{1,40}['\u2019]s\s{1,10})?(?:(?!as\b)[\w-]{1,40}\s{1,3})?" + _SECRET_KEYWORD,
+    re.IGNORECASE,
+)
+# "password is now hunter22", "her PIN was still 4821", "password is: Tr0ub4dor": an
+# adverb or a colon between the verb and the value
+_PASSWORD_NOW = re.compile(
+    r"\b" + _SECRET_KEYWORD + r"\s{1,10}(?:is|was)\s{0,10}"
+    r"(?::\s{0,10}|(?:now|still|currently|actually|simply|just|set\s{1,3}to|changed\s{1,3}to)"
+    r"\s{1,10}:?\s{0,10})"
+    r"(?P<value>\"[^\"\n]{1,200}\"|'[^'\n]{1,200}'|`[^`\n]{1,200}`|\S{1,200})",
+    re.IGNORECASE,
+)
 _LONG_TOKEN = re.compile(r"[A-Za-z0-9_\-+/=]{32,}")
 _KEYWORD_NEAR = re.compile(r"(?:key|token|secret|password|credential|auth|apikey)", re.IGNORECASE)
 _HEX_OR_UUID = re.compile(r"[0-9a-fA-F-]+")
@@ -291,6 +311,36 @@ def _credential_pair_value(match: re.Match[str]) -> bool:
     return user.lower() in _DEFAULT_ACCOUNTS
 
 
+def _stated_secret_value(match: re.Match[str]) -> bool:
+    """The value after "password is now ..." (see :func:`_looks_like_secret`)."""
+    return _looks_like_secret(match.group("value"), match)
+
+
+def _looks_like_secret(raw: str, match: re.Match[str]) -> bool:
+    """A value in a looser password shape: quoted, a numeric code, or a word with a
+    digit or a symbol; plain words are left alone ("her birthday as her password")."""
+    if raw[:1] in "\"'`" and raw[-1:] == raw[:1] and len(raw) >= 2:
+        return not _is_placeholder(raw[1:-1])
+    value = _strip_value(raw)
+    if _is_placeholder(value) or value.lower() in _NOT_A_PASSWORD:
+        return False
+    if value.isdigit():
+        return len(value) >= 4 and _next_word(match) not in _LENGTH_UNITS
+    return len(value) >= 4 and bool(_SECRET_SYMBOL.search(value))
+
+
+def _as_password_value(match: re.Match[str]) -> bool:
+    """The word (or quoted text) before "as her password", checked as a stated value."""
+    before = match.string[max(0, match.start() - 202) : match.start()]
+    quote = before[-1:]
+    if quote in ('"', "'", "`"):
+        opening = before.rfind(quote, 0, len(before) - 1)
+        if opening >= 0 and "\n" not in before[opening:]:
+            return _looks_like_secret(before[opening:], match)
+    value = before[max(before.rfind(" "), before.rfind("\t"), before.rfind("\n")) + 1 :]
+    return bool(value) and _looks_like_secret(value, match)
+
+
 def _bearer_value(match: re.Match[str]) -> bool:
     value = match.group("value")
     return any(c.isdigit() for c in value) or len(value) >= 24
@@ -351,6 +401,8 @@ _DETECTORS: tuple[tuple[str, re.Pattern[str], _Check | None], ...] = (
     ("connection_string", _URL_CREDENTIALS, _url_value),
     ("credential_pair", _CREDENTIAL_PAIR, _credential_pair_value),
     ("password", _PASSWORD, _password_value),
+    ("password", _PASSWORD_NOW, _stated_secret_value),
+    ("password", _AS_PASSWORD, _as_password_value),
     ("pin", _PIN, _pin_value),
     ("pin", _BARE_PIN, _pin_value),
     ("passphrase", _PASSPHRASE, _passphrase_value),

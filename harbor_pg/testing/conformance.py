@@ -360,6 +360,7 @@ class MemoryStoreConformance:
                 source_session_id="s1",
                 source_message_ids=[str(turn.id)],
             ),
+            allow_secrets=True,  # a stated code: the credential filter would refuse it
         )
         await manager.save(
             dana,
@@ -413,6 +414,41 @@ class MemoryStoreConformance:
         assert [m.content for m in await manager.search(carol, "ticket")] == [
             "carol's ticket colour is blue"
         ]
+
+    async def test_every_store_can_erase(self, manager: MemoryManager) -> None:
+        """Erasure is part of the store protocol: each configured store implements it
+        (the PostgreSQL stores erase together, in harbor.erase)."""
+        from harbor_pg.tiers.base import (
+            ErasableLongTermStore,
+            ErasableShortTermStore,
+            ErasableWorkingStore,
+        )
+        from harbor_pg.tiers.long_term import PostgresLongTermStore
+        from harbor_pg.tiers.short_term import PostgresShortTermStore
+        from harbor_pg.tiers.working import PostgresWorkingStore
+
+        for store, protocol, builtin in (
+            (manager.short_term, ErasableShortTermStore, PostgresShortTermStore),
+            (manager.working, ErasableWorkingStore, PostgresWorkingStore),
+            (manager.long_term, ErasableLongTermStore, PostgresLongTermStore),
+        ):
+            if store is None:
+                continue
+            assert isinstance(store, protocol) or (
+                isinstance(store, builtin) and manager.database is not None
+            ), f"{type(store).__name__} does not implement erase()"
+        turn = await manager.append(ALICE, ConversationMessage(role="user", content="forget me"))
+        await manager.save(
+            BOB,
+            Memory(
+                content="Bob noted what alice said",
+                scope=MemoryScope.PROJECT,
+                source_message_ids=[str(turn.id)],
+            ),
+        )
+        receipt = await manager.erase("t1", user_id="alice")
+        assert (receipt.short_term, receipt.long_term) == (1, 1)
+        assert await manager.search(BOB, "alice said") == []
 
     # -- retention --
 

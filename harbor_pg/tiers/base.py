@@ -16,7 +16,11 @@ from harbor_pg.owner import MemoryOwner, MemoryScope
 from harbor_pg.records import ConversationMessage, Memory
 
 __all__ = [
+    "ErasableLongTermStore",
+    "ErasableShortTermStore",
+    "ErasableWorkingStore",
     "EraseReceipt",
+    "ErasureSubject",
     "ExtractionStore",
     "FactResult",
     "LongTermStore",
@@ -65,11 +69,61 @@ class EraseReceipt:
     working: int
     long_term: int
     embeddings: int
+    #: database roles bound to the erased user (harbor.role_bindings)
+    role_bindings: int = 0
 
     @property
     def total(self) -> int:
         """Rows deleted in all tiers."""
-        return self.short_term + self.working + self.long_term + self.embeddings
+        return (
+            self.short_term + self.working + self.long_term + self.embeddings + self.role_bindings
+        )
+
+
+@dataclass(frozen=True)
+class ErasureSubject:
+    """Whose rows an erasure deletes, in one tenant: a user (all their sessions, or
+    ``session_id`` only) and/or an agent (``principal_id``, the writer of the rows)."""
+
+    tenant_id: str
+    user_id: str | None = None
+    session_id: str | None = None
+    principal_id: str | None = None
+
+
+@runtime_checkable
+class ErasableShortTermStore(Protocol):
+    """A short-term store that can erase (the right to be forgotten).
+
+    :meth:`MemoryManager.erase` refuses to run over a configured store that
+    does not implement this, rather than report an erasure it did not do.
+    """
+
+    async def erase(self, subject: ErasureSubject) -> list[int]:
+        """Delete the subject's turns: a user's turns are those of their sessions and
+        those they wrote as the principal; an agent's, those it wrote. Returns the ids
+        of the deleted turns (the long-term store erases what was derived from them)."""
+        ...
+
+
+@runtime_checkable
+class ErasableWorkingStore(Protocol):
+    """A working store that can erase (see :class:`ErasableShortTermStore`)."""
+
+    async def erase(self, subject: ErasureSubject) -> int:
+        """Delete the subject's runs (expired ones included); return how many."""
+        ...
+
+
+@runtime_checkable
+class ErasableLongTermStore(Protocol):
+    """A long-term store that can erase (see :class:`ErasableShortTermStore`)."""
+
+    async def erase(self, subject: ErasureSubject, *, turn_ids: Sequence[int]) -> tuple[int, int]:
+        """Delete the subject's memories and those derived from its conversations in any
+        scope (naming one of ``turn_ids``, the erased turns, or a source session of the
+        erased user); return (memories, vectors) deleted."""
+        ...
 
 
 @dataclass(frozen=True)

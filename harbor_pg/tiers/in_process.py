@@ -29,6 +29,7 @@ from harbor_pg.records import (
     normalize_content,
 )
 from harbor_pg.tiers.base import (
+    ErasureSubject,
     FactResult,
     NearestMemory,
     SaveResult,
@@ -224,17 +225,13 @@ class InMemoryShortTermStore:
                 del self._turns[key]
         return gone
 
-    def erase(
-        self,
-        tenant_id: str,
-        user_id: str | None = None,
-        session_id: str | None = None,
-        principal_id: str | None = None,
-    ) -> list[int]:
+    async def erase(self, subject: ErasureSubject) -> list[int]:
         """Delete the turns of a user, a session or an agent (``harbor.erase``'s rules).
 
         Returns the ids of the deleted turns (memories derived from them go too).
         """
+        tenant_id, user_id = subject.tenant_id, subject.user_id
+        session_id, principal_id = subject.session_id, subject.principal_id
         if user_id is not None and principal_id is None:
             for key in list(self._sessions):
                 if key[0] == tenant_id and key[1] == user_id and session_id in (None, key[2]):
@@ -313,14 +310,10 @@ class InMemoryWorkingStore:
             del self._state[k]
         return len(dead)
 
-    def erase(
-        self,
-        tenant_id: str,
-        user_id: str | None = None,
-        session_id: str | None = None,
-        principal_id: str | None = None,
-    ) -> int:
+    async def erase(self, subject: ErasureSubject) -> int:
         """Delete the runs of a user, a session or an agent (``harbor.erase``'s rules)."""
+        tenant_id, user_id = subject.tenant_id, subject.user_id
+        session_id, principal_id = subject.session_id, subject.principal_id
         dead = [
             k
             for k, (_state, _expires, principal) in self._state.items()
@@ -730,20 +723,16 @@ class InMemoryLongTermStore:
                 self._rows[k] = m.model_copy(update={"superseded_by": None})
         return vectors
 
-    def erase(
-        self,
-        tenant_id: str,
-        user_id: str | None = None,
-        session_id: str | None = None,
-        principal_id: str | None = None,
-        *,
-        turn_ids: Sequence[int] = (),
+    async def erase(
+        self, subject: ErasureSubject, *, turn_ids: Sequence[int] = ()
     ) -> tuple[int, int]:
         """Delete the memories of a user, a session or an agent (``harbor.erase``'s rules).
 
         A memory derived from one of ``turn_ids`` (the erased turns) goes too.
         Returns (memories, embeddings) deleted.
         """
+        tenant_id, user_id = subject.tenant_id, subject.user_id
+        session_id, principal_id = subject.session_id, subject.principal_id
         derived = {str(i) for i in turn_ids}
         dead = {
             k

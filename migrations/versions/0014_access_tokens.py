@@ -1,7 +1,7 @@
 """Access tokens: bearer tokens that the MCP server maps to a bound identity.
 
 Revision ID: 0014
-Revises: 0009
+Revises: 0011
 Create Date: 2026-12-01
 
 ``harbor-pg token create`` stores a token as the SHA-256 of its text, with the
@@ -19,7 +19,7 @@ role manages its tenant's tokens. Every key starts with tenant_id (Citus).
 from alembic import op
 
 revision = "0014"
-down_revision = "0009"
+down_revision = "0011"
 branch_labels = None
 depends_on = None
 

@@ -80,16 +80,29 @@ $$;
 
 -- Right to erasure: delete, in the caller's transaction, every row of the
 -- caller's tenant that belongs to a user (all their sessions), to one session
--- of a user, or to an agent (the principal that wrote it). Returns one row per
--- tier with counts; no copy of the erased text is written anywhere.
+-- of a user, or to an agent (the principal that wrote it), and every memory
+-- derived from them in any scope, GLOBAL included. Returns one row per tier
+-- with counts; no copy of the erased text is written anywhere.
 --
--- A user's rows are those keyed to them (user_id) and those they wrote as the
--- principal in any scope: a PROJECT memory stores user_id = '' and the author
--- in principal_id. A session's memories are those of the session and those
--- derived from it (source_session_id). Any memory derived from a turn being
--- erased (source_message_ids) goes too, whoever wrote it, so a fact an agent
--- extracted from the conversation does not outlive it. Embeddings are deleted
--- with their memories and counted.
+-- Provenance decides, not scope:
+-- * a user's rows are those keyed to them (user_id) and those they wrote as the
+--   principal in any scope (a PROJECT memory stores user_id = '' and the author
+--   in principal_id); a session's are those of the session;
+-- * a memory derived from the erased conversations goes too, whoever wrote it
+--   and in whatever scope: its source (source_tenant_id, source_user_id,
+--   source_session_id) is the erased user's (session), or it names an erased
+--   turn (source_message_ids). The source is qualified by its user, so erasing
+--   one user's session `s1` never takes what another user's `s1` produced;
+-- * a rolling summary of a session that lost turns is deleted, and that
+--   session's summary bookkeeping with it, so the next summary is folded from
+--   the turns that remain (a summary's source_message_ids lists only its last
+--   fold, so the ids cannot tell which turns it holds);
+-- * a memory whose successor is erased gets the chain back: it is linked to the
+--   nearest successor that stays, or, when the erased successor was the current
+--   version, reopened (current again), unless its content is current again
+--   under the same owner already;
+-- * erasing a user (not one session) removes the role bindings naming them.
+-- Embeddings go with their memories (counted, then ON DELETE CASCADE).
 create or replace function harbor.erase(
     user_id text default null,
     session_id text default null,
@@ -105,7 +118,16 @@ declare
     s text := erase.session_id;
     p text := erase.principal_id;
     turn_ids text[];
-    memory_ids text[];
+    -- the (user, session) of every session that lost turns, as user || chr(31) || session
+    -- (ids hold no control characters: set_identity refuses them)
+    sessions text[];
+    gone_local text[];   -- ids of the tenant's memories to delete
+    gone_global text[];  -- ids of GLOBAL memories (tenant '') to delete
+    -- the surviving predecessors of erased memories (parallel arrays)
+    chain_tenant text[];
+    chain_id text[];
+    chain_successor text[];
+    chain_reopen boolean[];
     n bigint;
 begin
     if t is null then
@@ -114,42 +136,110 @@ begin
     if u is null and p is null then
         raise exception 'harbor.erase: name a user_id or a principal_id' using errcode = '22023';
     end if;
+    -- lets the add-only guard reopen a version whose successor is erased (guards.sql)
+    perform pg_catalog.set_config('harbor.erasing', 'on', true);
 
-    -- the turns first: their ids find the memories derived from them
+    -- the turns first: their ids and sessions find what was derived from them
     with gone as (
         delete from harbor.messages x
          where x.tenant_id = t
            and (u is null or x.user_id = u or x.principal_id = u)
            and (s is null or x.session_id = s)
            and (p is null or x.principal_id = p)
-        returning x.id)
-    select coalesce(array_agg(gone.id::text), '{}'), count(*) into turn_ids, n from gone;
+        returning x.id, x.user_id, x.session_id)
+    select coalesce(array_agg(gone.id::text), '{}'),
+           coalesce(array_agg(distinct gone.user_id || chr(31) || gone.session_id), '{}'),
+           count(*)
+      into turn_ids, sessions, n from gone;
     tier := 'short_term'; deleted := n; return next;
 
-    select coalesce(array_agg(distinct d.id), '{}') into memory_ids
-      from (select m.id from harbor.memories m
-             where m.tenant_id = t
-               and (u is null or m.user_id = u or m.principal_id = u)
-               and (s is null or m.session_id = s or m.source_session_id = s)
-               and (p is null or m.principal_id = p)
-            union all
-            select m.id from harbor.memories m
-             cross join lateral unnest(m.source_message_ids) as src(message_id)
-              join unnest(turn_ids) as gone(message_id) on gone.message_id = src.message_id
-             where m.tenant_id = t and m.source_message_ids <> '{}') d;
+    with doomed as (
+        -- keyed to the subject, or written by it
+        select m.tenant_id, m.id from harbor.memories m
+         where m.tenant_id = t
+           and (u is null or m.user_id = u or m.principal_id = u)
+           and (s is null or m.session_id = s
+                or (m.source_session_id = s and (u is null or m.source_user_id = u)))
+           and (p is null or m.principal_id = p)
+        union
+        -- derived from the subject's conversations, in any scope
+        select m.tenant_id, m.id from harbor.memories m
+         where m.tenant_id = any (array['', t])
+           and m.source_tenant_id = t
+           and u is not null and m.source_user_id = u
+           and m.source_session_id is not null
+           and (s is null or m.source_session_id = s)
+           and (p is null or m.principal_id = p)
+        union
+        -- derived from an erased turn (message ids are the tenant's)
+        select m.tenant_id, m.id from harbor.memories m
+         where m.tenant_id = any (array['', t])
+           and (m.tenant_id = t or m.source_tenant_id = t)
+           and m.source_message_ids operator(pg_catalog.&&) turn_ids
+        union
+        -- the rolling summary of a session that lost turns
+        select m.tenant_id, m.id from harbor.memories m
+         where m.tenant_id = t and m.scope = 'session' and m.memory_type = 'summary'
+           and m.user_id || chr(31) || m.session_id = any (sessions))
+    select coalesce(array_agg(d.id) filter (where d.tenant_id = t), '{}'),
+           coalesce(array_agg(d.id) filter (where d.tenant_id = ''), '{}')
+      into gone_local, gone_global from doomed d;
 
-    delete from harbor.memory_embeddings x
-     using unnest(memory_ids) as gone(id)
-     where x.tenant_id = t and x.memory_id = gone.id;
-    get diagnostics n = row_count;
+    select count(*) into n from harbor.memory_embeddings x
+     where (x.tenant_id = t and x.memory_id = any (gone_local))
+        or (x.tenant_id = '' and x.memory_id = any (gone_global));
     tier := 'embeddings'; deleted := n; return next;
+
+    -- the chains through an erased memory: each surviving predecessor, the nearest
+    -- surviving successor after it (if any), and whether the chain ended at an
+    -- erased current version
+    with recursive walk(tenant_id, pred, succ) as (
+        select m.tenant_id, m.id, m.superseded_by from harbor.memories m
+         where (m.tenant_id = t and m.superseded_by = any (gone_local)
+                and not m.id = any (gone_local))
+            or (m.tenant_id = '' and m.superseded_by = any (gone_global)
+                and not m.id = any (gone_global))
+        union
+        select w.tenant_id, w.pred, x.superseded_by
+          from walk w join harbor.memories x on x.tenant_id = w.tenant_id and x.id = w.succ
+         where x.superseded_by is not null
+           and x.id = any (case when w.tenant_id = '' then gone_global else gone_local end)),
+    chain as (
+        select w.tenant_id, w.pred,
+               max(w.succ) filter (where not w.succ = any (
+                   case when w.tenant_id = '' then gone_global else gone_local end)) as successor,
+               coalesce(bool_or(upper_inf(x.valid) and x.id = any (
+                   case when w.tenant_id = '' then gone_global else gone_local end)), false)
+                   as reopen
+          from walk w join harbor.memories x on x.tenant_id = w.tenant_id and x.id = w.succ
+         group by w.tenant_id, w.pred)
+    select coalesce(array_agg(c.tenant_id), '{}'), coalesce(array_agg(c.pred), '{}'),
+           coalesce(array_agg(c.successor), '{}'), coalesce(array_agg(c.reopen), '{}')
+      into chain_tenant, chain_id, chain_successor, chain_reopen from chain c;
 
     -- successors of an erased memory lose their link (ON DELETE SET NULL)
     delete from harbor.memories m
-     using unnest(memory_ids) as gone(id)
-     where m.tenant_id = t and m.id = gone.id;
+     where (m.tenant_id = t and m.id = any (gone_local))
+        or (m.tenant_id = '' and m.id = any (gone_global));
     get diagnostics n = row_count;
     tier := 'long_term'; deleted := n; return next;
+
+    update harbor.memories m set superseded_by = c.successor
+      from unnest(chain_tenant, chain_id, chain_successor, chain_reopen)
+           as c(tenant_id, id, successor, reopen)
+     where m.tenant_id = c.tenant_id and m.id = c.id and c.successor is not null;
+    update harbor.memories m set valid = tstzrange(lower(m.valid), null, '[)')
+      from unnest(chain_tenant, chain_id, chain_successor, chain_reopen)
+           as c(tenant_id, id, successor, reopen)
+     where m.tenant_id = c.tenant_id and m.id = c.id and c.successor is null and c.reopen
+       and not upper_inf(m.valid)
+       and not exists (
+           select 1 from harbor.memories d
+            where d.tenant_id = m.tenant_id and d.scope = m.scope
+              and d.project_id = m.project_id and d.user_id = m.user_id
+              and d.session_id = m.session_id and d.run_id = m.run_id
+              and d.content_hash = m.content_hash and d.id <> m.id
+              and d.valid && tstzrange(lower(m.valid), null, '[)'));
 
     delete from harbor.working_state w
      where w.tenant_id = t
@@ -159,12 +249,22 @@ begin
     get diagnostics n = row_count;
     tier := 'working'; deleted := n; return next;
 
-    -- summary bookkeeping of the erased sessions (no text, but it names them)
+    -- summary bookkeeping of the erased sessions and of those that lost turns (no text,
+    -- but it names them; and a deleted summary must be folded again from the start)
     delete from harbor.session_state x
      where x.tenant_id = t
-       and u is not null and p is null
-       and x.user_id = u
-       and (s is null or x.session_id = s);
+       and ((u is not null and p is null and x.user_id = u and (s is null or x.session_id = s))
+            or x.user_id || chr(31) || x.session_id = any (sessions));
+
+    -- the database roles bound to the erased user
+    n := 0;
+    if u is not null and s is null and p is null then
+        delete from harbor.role_bindings b where b.tenant_id = t and b.user_id = u;
+        get diagnostics n = row_count;
+    end if;
+    tier := 'role_bindings'; deleted := n; return next;
+
+    perform pg_catalog.set_config('harbor.erasing', '', true);
     return;
 end
 $$;

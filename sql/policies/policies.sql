@@ -112,9 +112,30 @@ create policy memories_delete on harbor.memories for delete to harbor_app
 drop policy if exists memories_admin_read on harbor.memories;
 create policy memories_admin_read on harbor.memories for select to harbor_admin
     using (tenant_id = any (array['', (select harbor.caller_tenant())]));
+-- and, for erasure, a GLOBAL memory derived from this tenant's conversations (the
+-- column comes with revision 0011; this file also runs on the revisions before it)
 drop policy if exists memories_admin_delete on harbor.memories;
-create policy memories_admin_delete on harbor.memories for delete to harbor_admin
-    using (tenant_id = (select harbor.caller_tenant()));
+do $$
+begin
+    if exists (select 1 from pg_catalog.pg_attribute
+                where attrelid = 'harbor.memories'::pg_catalog.regclass
+                  and attname = 'source_tenant_id' and not attisdropped) then
+        create policy memories_admin_delete on harbor.memories for delete to harbor_admin
+            using (tenant_id = (select harbor.caller_tenant())
+                   or (tenant_id = '' and source_tenant_id = (select harbor.caller_tenant())));
+    else
+        create policy memories_admin_delete on harbor.memories for delete to harbor_admin
+            using (tenant_id = (select harbor.caller_tenant()));
+    end if;
+end
+$$;
+-- erasure mends the chains through an erased memory in the tenant (and GLOBAL): it
+-- relinks a predecessor to the next surviving version or reopens it; the grant allows
+-- only valid/superseded_by, and the add-only trigger allows reopening only in erase
+drop policy if exists memories_admin_chain on harbor.memories;
+create policy memories_admin_chain on harbor.memories for update to harbor_admin
+    using (tenant_id = any (array['', (select harbor.caller_tenant())]))
+    with check (tenant_id = any (array['', (select harbor.caller_tenant())]));
 drop policy if exists memories_admin_insert on harbor.memories;
 create policy memories_admin_insert on harbor.memories for insert to harbor_admin
     with check ((scope = 'tenant' and tenant_id = (select harbor.caller_tenant()))
@@ -151,6 +172,11 @@ create policy memory_embeddings_admin on harbor.memory_embeddings for all to har
     using (tenant_id = (select harbor.caller_tenant()))
     with check ((scope = 'tenant' and tenant_id = (select harbor.caller_tenant()))
                 or scope = 'global');
+-- GLOBAL vectors are as public as GLOBAL memories: the elevated role counts those an
+-- erasure takes (their memories' deletion cascades to them)
+drop policy if exists memory_embeddings_admin_global_read on harbor.memory_embeddings;
+create policy memory_embeddings_admin_global_read on harbor.memory_embeddings for select
+    to harbor_admin using (tenant_id = '');
 drop policy if exists memory_embeddings_search on harbor.memory_embeddings;
 create policy memory_embeddings_search on harbor.memory_embeddings for select
     to harbor_search using (true);

@@ -30,14 +30,16 @@ select id from harbor.memories m
 
 -- name: insert_embedding
 -- Store one vector of a memory for one model (owner key copied from the memory): of the
--- content alone, or (with_context) of the context line followed by the content.
+-- content alone, or (with_context) of the context line followed by the content. Only for a
+-- memory this transaction created, so no vector of it can exist yet: no ON CONFLICT clause,
+-- which would need the right to read the row it conflicts with (the elevated role may not
+-- read GLOBAL vectors, so a GLOBAL memory could not be saved with one).
 insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims, embedding, scope,
                                       project_id, user_id, session_id, run_id, with_context)
 select m.tenant_id, m.id, %(model_id)s::text, %(dims)s::integer, %(embedding)s::public.vector,
        m.scope, m.project_id, m.user_id, m.session_id, m.run_id, %(with_context)s::boolean
   from harbor.memories m
  where m.tenant_id = %(tenant_id)s::text and m.id = %(memory_id)s::text
-on conflict (tenant_id, memory_id, model_id, with_context) do nothing
 
 -- name: get_memory
 -- One memory by id, if the caller may see it.

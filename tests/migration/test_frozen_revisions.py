@@ -30,7 +30,8 @@ FROZEN = {
     "0007_vector_owner_key.py": "be9aa738eab44a04",
     "0008_owner_terms.py": "b520d5bb0725ce4b",
     "0009_repair_owner_terms.py": "5cbc203b1ab60a32",
-    "0014_access_tokens.py": "2e7a580992ddb84c",
+    "0011_memory_provenance_owner.py": "17c0f745e5380daf",
+    "0014_access_tokens.py": "da339af60580ee14",
 }
 
 
