@@ -88,11 +88,15 @@ def _statements(text: str) -> list[str]:
     """The statements of a policies file (each ends with ``;`` at a line end)."""
     out: list[str] = []
     current: list[str] = []
+    quoted = False  # inside a $$ ... $$ body (a DO block), where ';' ends nothing
     for line in text.splitlines():
         if not current and (not line.strip() or line.lstrip().startswith("--")):
             continue
         current.append(line)
-        if line.split("--", 1)[0].rstrip().endswith(";"):
+        code = line.split("--", 1)[0]
+        if code.count("$$") % 2:
+            quoted = not quoted
+        if not quoted and code.rstrip().endswith(";"):
             out.append("\n".join(current))
             current = []
     return out

@@ -117,9 +117,10 @@ create policy memories_admin_read on harbor.memories for select to harbor_admin
 drop policy if exists memories_admin_delete on harbor.memories;
 do $$
 begin
-    if exists (select 1 from pg_catalog.pg_attribute
-                where attrelid = 'harbor.memories'::pg_catalog.regclass
-                  and attname = 'source_tenant_id' and not attisdropped) then
+    perform 1 from pg_catalog.pg_attribute
+     where attrelid = 'harbor.memories'::pg_catalog.regclass
+       and attname = 'source_tenant_id' and not attisdropped;
+    if found then
         create policy memories_admin_delete on harbor.memories for delete to harbor_admin
             using (tenant_id = (select harbor.caller_tenant())
                    or (tenant_id = '' and source_tenant_id = (select harbor.caller_tenant())));
