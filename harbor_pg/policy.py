@@ -12,7 +12,7 @@ instead of misbehaving on some later turn.
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from pydantic import (
     BaseModel,
@@ -25,6 +25,7 @@ from pydantic import (
 
 from harbor_pg.errors import MemoryConfigurationError
 from harbor_pg.owner import MemoryScope
+from harbor_pg.records import Sensitivity
 
 __all__ = [
     "DEFAULT_RECALL_SCOPES",
@@ -260,6 +261,14 @@ class MemoryPolicy(BaseModel):
       reach; ``None`` uses the threshold the embedder was calibrated for.
     - ``budget``: optional :class:`BudgetSplit` for callers that pass one total
       prompt budget; ``None`` means only the seed-000 budgets apply.
+    - ``recall_max_sensitivity``: the most sensitive memories recall (and so the
+      snapshot and the context builder) may put in front of a model; memories
+      classified above it are left out while candidates are generated, so they
+      never take a place in the result. Default ``pii``: ``sensitive`` memories
+      need an explicit opt-in (``recall_max_sensitivity="sensitive"``).
+    - ``recall_fusion``: how recall fuses its dense and lexical lists, ``"rrf"``
+      (reciprocal rank fusion, the default) or ``"weighted"`` (a blend of each
+      leg's scores, min-max normalised over its candidates); see ``harbor.recall()``.
 
     Any violation raises :class:`MemoryConfigurationError` naming the field.
     The model is frozen; derive variants with :meth:`with_changes`, which
@@ -290,6 +299,8 @@ class MemoryPolicy(BaseModel):
     rrf_k: int = 60
     relevance_threshold: float | None = None
     budget: BudgetSplit | None = None
+    recall_max_sensitivity: Sensitivity = Sensitivity.PII
+    recall_fusion: Literal["rrf", "weighted"] = "rrf"
 
     @field_validator(*_INT_FIELDS, mode="before")
     @classmethod
