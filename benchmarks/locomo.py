@@ -16,9 +16,15 @@ and/or the query embedding). No language model runs at query time.
 Policy for this benchmark, said plainly:
   * each memory carries the preceding turn as its ``context`` (DESIGN.md:
     turns lean on their neighbours); ``--no-context`` switches it off;
-  * recency cannot distort the result: every memory is saved at ingest time,
-    so all are equally recent (LoCoMo's historical dates are not used as
-    validity times), and every memory has the same importance (0.5);
+  * as a user would run the product: each turn is valid from its session's
+    date (LoCoMo's ``session_N_date_time``), and "now" is an hour after the
+    conversation's last session, with the shipped recency half-life; the
+    ``recency off`` lines show the same recall without it (``--undated``
+    saves every turn at ingest time instead); every memory has the same
+    importance (0.5);
+  * the shipped ranking defaults (MemoryPolicy, harbor.recall()); the ``old
+    defaults`` line is main before issue 21 (rrf_k 60, weights 1:1, a
+    one-week half-life);
   * no relevance threshold on the dense leg for the main table (a question
     is never left without candidates); one extra row shows the hybrid with
     the embedder's calibrated threshold;
@@ -154,8 +160,11 @@ async def run(args: argparse.Namespace, su: str) -> None:
         "dense",
         "lexical",
         "hybrid",
+        "dense, recency off",
+        "lexical, recency off",
         "hybrid, recency off",
         "hybrid, fusion weighted",
+        "hybrid, old defaults",
         "hybrid+threshold",
     ] + [f"hybrid, lexical weight {w:g}" for w in weights]
     scores: dict[str, dict[int, dict[int, list[float]]]] = {
@@ -200,8 +209,26 @@ async def run(args: argparse.Namespace, su: str) -> None:
                 "dense": replace(base, query="", min_similarity=None),
                 "lexical": replace(base, embedding=None, model_id=None, min_similarity=None),
                 "hybrid": replace(base, min_similarity=None),
+                "dense, recency off": replace(
+                    base, query="", min_similarity=None, recency_half_life_hours=None
+                ),
+                "lexical, recency off": replace(
+                    base,
+                    embedding=None,
+                    model_id=None,
+                    min_similarity=None,
+                    recency_half_life_hours=None,
+                ),
                 "hybrid, recency off": replace(
                     base, min_similarity=None, recency_half_life_hours=None
+                ),
+                # main before issue 21: rrf_k 60, weights 1:1, a one-week half-life
+                "hybrid, old defaults": replace(
+                    base,
+                    min_similarity=None,
+                    rrf_k=60,
+                    dense_weight=1.0,
+                    recency_half_life_hours=168.0,
                 ),
                 "hybrid, fusion weighted": replace(base, min_similarity=None, fusion="weighted"),
                 "hybrid+threshold": replace(base, min_similarity=embedder.relevance_threshold),

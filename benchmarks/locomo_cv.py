@@ -33,7 +33,7 @@ import os
 import pickle
 import statistics
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -269,12 +269,16 @@ def score_conv(
 
 def grid(args: argparse.Namespace) -> list[Point]:
     points = []
-    half_lives: list[float | None] = [None, 168.0, 720.0, 2160.0, 8760.0]
-    for vec, hl in itertools.product(("nearer", "mean"), half_lives):
-        for k, wd in itertools.product((5, 10, 20, 30, 60, 120), (0.25, 0.5, 0.75, 1.0)):
-            points.append(Point("rrf", k, wd, 1.0, vec, hl))
-        for wd in (0.25, 0.5, 0.75, 1.0, 1.5):
-            points.append(Point("weighted", 60, wd, 1.0, vec, hl))
+    half_lives: list[float | None] = [None, 168.0, 720.0, 2160.0, 4320.0, 8760.0]
+    for vec, hl in itertools.product(args.vectors.split(","), half_lives):
+        if "rrf" in args.fusions:
+            for k, wd in itertools.product(
+                (1, 2, 3, 5, 10, 20, 30, 60, 120), (0.25, 0.5, 0.6, 0.75, 1.0)
+            ):
+                points.append(Point("rrf", k, wd, 1.0, vec, hl))
+        if "weighted" in args.fusions:
+            for wd in (0.25, 0.4, 0.5, 0.6, 0.75, 1.0, 1.5):
+                points.append(Point("weighted", 60, wd, 1.0, vec, hl))
     return points
 
 
@@ -292,11 +296,21 @@ def sweep(args: argparse.Namespace) -> None:
 
     names = [c["sample_id"] for c in convs]
     print(f"{len(points)} grid points, {len(convs)} conversations, candidates {args.candidates}")
-    for label, select in (
-        ("all parameters", lambda p: True),
-        ("recency at the shipped half-life", lambda p: p.half_life_hours == args.half_life),
-        ("recency off", lambda p: p.half_life_hours is None),
-    ):
+    restrictions: list[tuple[str, Callable[[Point], bool]]] = [("all parameters", lambda p: True)]
+    for hl in sorted({p.half_life_hours for p in points}, key=lambda h: h or 0.0):
+        restrictions.append(
+            (
+                f"recency half-life {hl:g} h" if hl is not None else "recency off",
+                lambda p, hl=hl: p.half_life_hours == hl,  # type: ignore[misc]
+            )
+        )
+    restrictions.append(
+        (
+            "the shipped half-life and fusion",
+            lambda p: p.half_life_hours == args.half_life and p.fusion == args.fusion,
+        )
+    )
+    for label, select in restrictions:
         allowed = [i for i, p in enumerate(points) if select(p)]
         folds: dict[int, list[float]] = {k: [] for k in KS}
         chosen = []
@@ -364,10 +378,16 @@ def main() -> None:
     s.add_argument("--cache", required=True)
     s.add_argument("--candidates", type=int, default=50, help="candidates per leg")
     s.add_argument("--half-life", type=float, default=168.0, help="the shipped half-life (h)")
-    s.add_argument("--fusion", default="rrf")
+    s.add_argument("--fusion", default="rrf", help="the shipped fusion")
+    s.add_argument("--fusions", default="rrf,weighted", help="the fusions the grid holds")
     s.add_argument("--rrf-k", type=int, default=60)
     s.add_argument("--dense-weight", type=float, default=1.0)
     s.add_argument("--dense-vector", default="nearer")
+    s.add_argument(
+        "--vectors",
+        default="nearer,mean",
+        help="the dense leg's rules the grid holds (nearer of a turn's two vectors, their mean)",
+    )
     args = ap.parse_args()
     if args.cmd == "dump":
         with private_server() as (su, _base):

@@ -238,7 +238,9 @@ class MemoryPolicy(BaseModel):
     - ``recall_top_k``: how many long-term memories recall may return (0 disables recall).
     - ``recall_scopes``: scopes recall consults; non-empty unless recall is off,
       without duplicates. Strings such as ``"user"`` are accepted.
-    - ``recency_half_life_hours``: recall recency decay half-life (> 0).
+    - ``recency_half_life_hours``: recall recency decay half-life (> 0); 4320
+      (180 days) by default, for conversations that span months (chosen by
+      cross-validation on LoCoMo, benchmarks/RESULTS.md).
     - ``block_budget_fraction``: share, in (0, 1], of ``recent_max_tokens`` the
       recalled memory block may take (see :attr:`block_budget_tokens`).
     - ``query_rewrite``: condense the question into a standalone query.
@@ -256,7 +258,9 @@ class MemoryPolicy(BaseModel):
     - ``max_session_turns``: cap on messages one short-term read returns; must
       be at least ``recent_max_messages``.
     - ``max_content_chars``: longest message or memory content accepted (>= 1).
-    - ``rrf_k``: reciprocal-rank-fusion constant, ``1 / (rrf_k + rank)`` (>= 1).
+    - ``rrf_k``: reciprocal-rank-fusion constant, ``1 / (rrf_k + rank)`` (>= 1);
+      5 by default (cross-validated on LoCoMo: a small constant spreads relevance
+      enough that the recency factor reorders only near-ties).
     - ``relevance_threshold``: minimum relevance, 0..1, a recalled memory must
       reach; ``None`` uses the threshold the embedder was calibrated for.
     - ``budget``: optional :class:`BudgetSplit` for callers that pass one total
@@ -284,7 +288,7 @@ class MemoryPolicy(BaseModel):
     summary_keep_messages: int = 8
     recall_top_k: int = 6
     recall_scopes: tuple[MemoryScope, ...] = DEFAULT_RECALL_SCOPES
-    recency_half_life_hours: float = 168.0
+    recency_half_life_hours: float = 4320.0
     block_budget_fraction: float = 0.15
     query_rewrite: bool = True
     extraction_min_importance: float = 0.3
@@ -296,7 +300,7 @@ class MemoryPolicy(BaseModel):
     summary_cooldown_seconds: float = 300.0
     max_session_turns: int = 50
     max_content_chars: int = 20_000
-    rrf_k: int = 60
+    rrf_k: int = 5
     relevance_threshold: float | None = None
     budget: BudgetSplit | None = None
     recall_max_sensitivity: Sensitivity = Sensitivity.PII

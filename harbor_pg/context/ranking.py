@@ -83,8 +83,8 @@ def fuse(
     legs: Sequence[tuple[int | None, float | None, int | None, float | None]],
     *,
     fusion: str = "rrf",
-    rrf_k: int = 60,
-    dense_weight: float = 1.0,
+    rrf_k: int = 5,
+    dense_weight: float = 0.75,
     lexical_weight: float = 1.0,
 ) -> list[float]:
     """The relevance of each candidate, as ``harbor.recall()`` fuses its two lists.
@@ -117,8 +117,8 @@ def fused_relevance(
     items: Sequence[RecalledMemory],
     *,
     fusion: str = "rrf",
-    rrf_k: int = 60,
-    dense_weight: float = 1.0,
+    rrf_k: int = 5,
+    dense_weight: float = 0.75,
     lexical_weight: float = 1.0,
 ) -> list[float]:
     """The relevance ``harbor.recall()`` gives each of ``items`` (every candidate of a

@@ -77,11 +77,11 @@ class RecallRequest:
     anchor_entity_ids: tuple[str, ...] = ()
     wanted_types: tuple[MemoryType, ...] = ()
     as_of: datetime | None = None
-    recency_half_life_hours: float | None = 168.0
+    recency_half_life_hours: float | None = 4320.0
     entity_weight: float = 0.5
     type_weight: float = 0.5
-    rrf_k: int = 60
-    dense_weight: float = 1.0
+    rrf_k: int = 5
+    dense_weight: float = 0.75
     lexical_weight: float = 1.0
     min_similarity: float | None = None
     token_budget: int | None = None

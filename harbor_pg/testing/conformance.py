@@ -199,7 +199,7 @@ class MemoryStoreConformance:
                 items,
                 fusion=fusion,
                 rrf_k=policy.rrf_k,
-                dense_weight=1.0,
+                dense_weight=0.75,
                 lexical_weight=1.0,
             )
             for item, rel in zip(items, relevance, strict=True):

@@ -690,7 +690,8 @@ $$;
 --   lexical_rank / lexical_score   BM25 rank and score of the OR-semantics match
 --   relevance   the fusion of the two lists. fusion => 'rrf' (the default):
 --               reciprocal rank fusion, sum of weight / (rrf_k + rank) over
---               both lists (dense_weight, lexical_weight); fusion => 'weighted':
+--               both lists (dense_weight, lexical_weight: 0.75 and 1 unless set,
+--               rrf_k 5); fusion => 'weighted':
 --               dense_weight * the similarity + lexical_weight * the BM25
 --               score, each min-max normalised over its leg's candidates (1
 --               when they all score the same, 0 when the memory is not in the
@@ -730,14 +731,14 @@ create or replace function harbor.recall(
     anchor_entity_ids text[] default '{}',
     wanted_types harbor.memory_type[] default '{}',
     as_of timestamptz default null,
-    recency_half_life_hours double precision default 168,
+    recency_half_life_hours double precision default 4320,
     entity_weight double precision default 0.5,
     type_weight double precision default 0.5,
-    rrf_k integer default 60,
+    rrf_k integer default 5,
     min_similarity double precision default null,
     token_budget integer default null,
     candidates integer default null,
-    dense_weight double precision default 1,
+    dense_weight double precision default 0.75,
     lexical_weight double precision default 1,
     fusion text default 'rrf',
     max_sensitivity harbor.sensitivity default 'pii'
