@@ -147,6 +147,11 @@ def test_cli_up_and_status_start_and_reuse_the_embedded_server(tmp_path: Path) -
         assert "relev recency import   score  content" in demo.stdout
         assert "Dana owns the ingest pipeline of the handbook project" in demo.stdout
         assert "recalled : [user] Dana owns the ingest pipeline" in demo.stdout
+        # the sensitivity ceiling: the sensitive memory only with the opt-in
+        lines = demo.stdout.splitlines()
+        shown = next(x for x in lines if x.startswith("  recall 'when is Dana on leave?'"))
+        opted = next(x for x in lines if "with recall_max_sensitivity='sensitive'" in x)
+        assert "medical leave" not in shown and "medical leave" in opted
         # the context of a follow-up turn: a rolling summary of the older turns (the
         # extractive no-model one, default policy) and a rewritten standalone query
         assert "rewrite: a scripted stand-in model" in demo.stdout
