@@ -16,9 +16,15 @@ and/or the query embedding). No language model runs at query time.
 Policy for this benchmark, said plainly:
   * each memory carries the preceding turn as its ``context`` (DESIGN.md:
     turns lean on their neighbours); ``--no-context`` switches it off;
-  * recency cannot distort the result: every memory is saved at ingest time,
-    so all are equally recent (LoCoMo's historical dates are not used as
-    validity times), and every memory has the same importance (0.5);
+  * as a user would run the product: each turn is valid from its session's
+    date (LoCoMo's ``session_N_date_time``), and "now" is an hour after the
+    conversation's last session, with the shipped recency half-life; the
+    ``recency off`` lines show the same recall without it (``--undated``
+    saves every turn at ingest time instead); every memory has the same
+    importance (0.5);
+  * the shipped ranking defaults (MemoryPolicy, harbor.recall()); the ``old
+    defaults`` line is main before issue 21 (rrf_k 60, weights 1:1, a
+    one-week half-life);
   * no relevance threshold on the dense leg for the main table (a question
     is never left without candidates); one extra row shows the hybrid with
     the embedder's calibrated threshold;
@@ -37,12 +43,14 @@ import statistics
 import sys
 import time
 from collections import defaultdict
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine, private_server, with_params
+from _embed_cache import CachedEmbedder
 
 from harbor_pg.context.recall import MemoryRecall, RecallRequest, recall_in_one_round_trip
 from harbor_pg.db import migrate, server
@@ -59,8 +67,25 @@ EVIDENCE = re.compile(r"D(\d+):(\d+)")
 DEFAULT_MODEL = "/work/shared/models/all-MiniLM-L6-v2-int8"
 
 
-def turns_of(sample: dict[str, Any]) -> list[tuple[str, str]]:
-    """(dia_id, rendered text) of every turn, in conversation order."""
+@dataclass(frozen=True)
+class Turn:
+    """One conversation turn: its id, rendered text, session and the session's date."""
+
+    dia_id: str
+    text: str
+    session: int
+    valid_from: datetime | None
+
+
+def session_date(raw: str | None) -> datetime | None:
+    """A LoCoMo session date ("1:56 pm on 8 May, 2023") as a UTC time, None if absent."""
+    if not raw:
+        return None
+    return datetime.strptime(raw.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
+
+
+def turns_of(sample: dict[str, Any]) -> list[Turn]:
+    """Every turn of a conversation, in order, with its session's date."""
     conv = sample["conversation"]
     sessions = sorted(
         (int(k.split("_")[1]), v)
@@ -68,13 +93,36 @@ def turns_of(sample: dict[str, Any]) -> list[tuple[str, str]]:
         if re.fullmatch(r"session_\d+", k) and isinstance(v, list)
     )
     out = []
-    for _n, turns in sessions:
+    for n, turns in sessions:
+        when = session_date(conv.get(f"session_{n}_date_time"))
         for t in turns:
             text = f'{t["speaker"]} said, "{t["text"]}"'
             if t.get("blip_caption"):
                 text += f" and shared {t['blip_caption']}"
-            out.append((t["dia_id"], text))
+            out.append(Turn(t["dia_id"], text, n, when))
     return out
+
+
+def turn_memories(sample: dict[str, Any], turns: list[Turn], *, context: bool) -> list[Memory]:
+    """The memories of a conversation's turns: valid from their session's date, each
+    with the preceding turn as its context (unless ``context`` is false)."""
+    memories = []
+    previous: str | None = None
+    for turn in turns:
+        memories.append(
+            Memory(
+                # a deterministic id per turn, in no meaningful order: ties in a
+                # ranking break by id, so random ids moved R@k by 0.1-0.2 points
+                # from one run to the next
+                id=hashlib.sha256(f"{sample['sample_id']}:{turn.dia_id}".encode()).hexdigest()[:32],
+                content=turn.text,
+                context=previous if context else None,
+                metadata={"dia_id": turn.dia_id},
+                valid_from=turn.valid_from,
+            )
+        )
+        previous = turn.text
+    return memories
 
 
 def evidence_of(qa: dict[str, Any]) -> set[str]:
@@ -93,7 +141,9 @@ def recall_at(ranked: list[str], evidence: set[str], k: int) -> float:
 
 async def run(args: argparse.Namespace, su: str) -> None:
     data = json.loads(Path(args.path).read_text())
-    embedder = FastEmbedEmbedder(model_path=args.model_path, model_id="minilm-l6-int8")
+    embedder: Any = FastEmbedEmbedder(model_path=args.model_path, model_id="minilm-l6-int8")
+    if args.cache:
+        embedder = CachedEmbedder(embedder, args.cache)
     db = Database(
         with_params(su, dbname="harbor", user="harbor_app"),
         with_params(su, dbname="harbor", user="harbor_admin"),
@@ -102,44 +152,47 @@ async def run(args: argparse.Namespace, su: str) -> None:
     )
     await db.open()
     manager = MemoryManager.from_database(db, embedder=embedder)
+    # the shipped policy, with top_k 25 and no relevance floor (see the docstring)
     policy = MemoryPolicy(recall_top_k=25, relevance_threshold=0.0)
     recaller = MemoryRecall(policy=policy, memories=manager.long_term, embedder=embedder)
     weights = [float(w) for w in args.lexical_weights.split(",") if w]
-    modes = ["dense", "lexical", "hybrid", "hybrid+threshold"] + [
-        f"hybrid, lexical weight {w:g}" for w in weights
-    ]
+    modes = [
+        "dense",
+        "lexical",
+        "hybrid",
+        "dense, recency off",
+        "lexical, recency off",
+        "hybrid, recency off",
+        "hybrid, fusion weighted",
+        "hybrid, old defaults",
+        "hybrid+threshold",
+    ] + [f"hybrid, lexical weight {w:g}" for w in weights]
     scores: dict[str, dict[int, dict[int, list[float]]]] = {
         m: {k: defaultdict(list) for k in KS} for m in modes
     }
+    per_conv: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     latencies: dict[str, list[float]] = defaultdict(list)
     t_ingest = 0.0
     n_turns = n_questions = 0
     for sample in data:
         owner = MemoryOwner(tenant_id="locomo", principal_id=sample["sample_id"])
         turns = turns_of(sample)
-        memories = []
-        previous: str | None = None
-        for dia_id, text in turns:
-            memories.append(
-                Memory(
-                    # a deterministic id per turn, in no meaningful order: ties in a
-                    # ranking break by id, so random ids moved R@k by 0.1-0.2 points
-                    # from one run to the next
-                    id=hashlib.sha256(f"{sample['sample_id']}:{dia_id}".encode()).hexdigest()[:32],
-                    content=text,
-                    context=previous if args.context else None,
-                    metadata={"dia_id": dia_id},
-                )
-            )
-            previous = text
+        memories = turn_memories(sample, turns, context=args.context)
+        if not args.dated:
+            memories = [m.model_copy(update={"valid_from": None}) for m in memories]
         t0 = time.perf_counter()
         results = await manager.save_many(owner, memories, batch_size=64)
         t_ingest += time.perf_counter() - t0
+        if isinstance(embedder, CachedEmbedder):
+            embedder.save()
         dia_of: dict[str, list[str]] = defaultdict(list)
-        for (dia_id, _text), res in zip(turns, results, strict=True):
+        for turn, res in zip(turns, results, strict=True):
             assert res.memory.id is not None
-            dia_of[res.memory.id].append(dia_id)
+            dia_of[res.memory.id].append(turn.dia_id)
         n_turns += len(turns)
+        # "now" just after the conversation's last session (ingest time when undated)
+        dates = [t.valid_from for t in turns if t.valid_from is not None]
+        now = max(dates) + timedelta(hours=1) if args.dated and dates else None
         print(
             f"{sample['sample_id']}: {len(turns)} turns ingested"
             f" in {time.perf_counter() - t0:.1f}s,"
@@ -150,12 +203,34 @@ async def run(args: argparse.Namespace, su: str) -> None:
             n_questions += 1
             evidence = evidence_of(qa)
             category = int(qa["category"])
-            base = await recaller.prepare(owner, qa["question"], token_budget=10**9)
+            base = await recaller.prepare(owner, qa["question"], as_of=now, token_budget=10**9)
             assert base is not None and base.embedding is not None
             requests = {
                 "dense": replace(base, query="", min_similarity=None),
                 "lexical": replace(base, embedding=None, model_id=None, min_similarity=None),
                 "hybrid": replace(base, min_similarity=None),
+                "dense, recency off": replace(
+                    base, query="", min_similarity=None, recency_half_life_hours=None
+                ),
+                "lexical, recency off": replace(
+                    base,
+                    embedding=None,
+                    model_id=None,
+                    min_similarity=None,
+                    recency_half_life_hours=None,
+                ),
+                "hybrid, recency off": replace(
+                    base, min_similarity=None, recency_half_life_hours=None
+                ),
+                # main before issue 21: rrf_k 60, weights 1:1, a one-week half-life
+                "hybrid, old defaults": replace(
+                    base,
+                    min_similarity=None,
+                    rrf_k=60,
+                    dense_weight=1.0,
+                    recency_half_life_hours=168.0,
+                ),
+                "hybrid, fusion weighted": replace(base, min_similarity=None, fusion="weighted"),
                 "hybrid+threshold": replace(base, min_similarity=embedder.relevance_threshold),
             }
             for w in weights:
@@ -169,12 +244,19 @@ async def run(args: argparse.Namespace, su: str) -> None:
                 dias = [d for memory_id in ranked for d in dia_of.get(memory_id, [])]
                 for k in KS:
                     scores[mode][k][category].append(recall_at(dias, evidence, k))
+                    per_conv[mode][f"{sample['sample_id']}@{k}"].append(
+                        recall_at(dias, evidence, k)
+                    )
+    if isinstance(embedder, CachedEmbedder):
+        embedder.save()
     await db.close()
 
     print(f"\nmachine: {machine()}")
     print(
         f"data: {len(data)} conversations, {n_turns} turns, {n_questions} questions;"
         f" context={'previous turn' if args.context else 'none'};"
+        f" times={'session dates, now = last session + 1 h' if args.dated else 'ingest time'};"
+        f" recency half-life {policy.recency_half_life_hours:g} h;"
         f" embedder {embedder.model_id} (threshold {embedder.relevance_threshold});"
         f" ingest {t_ingest:.1f}s"
     )
@@ -191,10 +273,18 @@ async def run(args: argparse.Namespace, su: str) -> None:
             ]
             overall = 100 * statistics.mean([x for c in per for x in per[c]])
             print(f"| {mode} | {k} | " + " | ".join(cells) + f" | **{overall:.1f}** |")
+    print("\nper conversation, R@10:")
+    for mode in modes:
+        cells = [
+            f"{name}: {100 * statistics.mean(per_conv[mode][f'{name}@10']):.1f}"
+            for name in (s["sample_id"] for s in data)
+        ]
+        print(f"  {mode:24s} " + ", ".join(cells))
+    print()
     for mode in modes:
         ms = sorted(1000 * x for x in latencies[mode])
         print(
-            f"{mode:17s} harbor.recall p50 {statistics.median(ms):.2f} ms,"
+            f"{mode:24s} harbor.recall p50 {statistics.median(ms):.2f} ms,"
             f" p95 {ms[int(0.95 * (len(ms) - 1))]:.2f} ms"
         )
 
@@ -217,6 +307,17 @@ def main() -> None:
         dest="context",
         action="store_false",
         help="index each turn alone, without the preceding turn",
+    )
+    ap.add_argument(
+        "--undated",
+        dest="dated",
+        action="store_false",
+        help="save every turn at ingest time instead of its session's date",
+    )
+    ap.add_argument(
+        "--cache",
+        default=os.environ.get("HARBOR_BENCH_CACHE", ""),
+        help="directory for a cache of the vectors (outside the repository; default: none)",
     )
     ap.add_argument(
         "--lexical-weights",

@@ -300,6 +300,24 @@ async def run_demo(args: argparse.Namespace) -> int:
                 f"{item.score:>8.4f}  {mem.content}"
             )
 
+        _rule("sensitivity ceiling: 'sensitive' memories need an opt-in")
+        await manager.inject_memory(
+            owner, "Dana is on medical leave in March", sensitivity="sensitive"
+        )
+        leave = "when is Dana on leave?"
+        shown = await manager.recall(owner, leave, top_k=3)
+        print(f"  policy.recall_max_sensitivity = {manager.policy.recall_max_sensitivity.value}")
+        print(f"  recall {leave!r}: {[m.content for m in shown]}")
+        from harbor_pg.context.recall import MemoryRecall
+
+        opted = MemoryRecall(
+            policy=manager.policy.with_changes(recall_max_sensitivity="sensitive"),
+            memories=manager.long_term,
+            embedder=manager.embedder,
+        )
+        shown = await opted.recall(owner, leave, top_k=3)
+        print(f"  with recall_max_sensitivity='sensitive': {[m.content for m in shown]}")
+
         _rule("the conversation goes on")
         for role, text in LATER:
             m = await manager.append(owner, ConversationMessage(role=role, content=text))  # type: ignore[arg-type]

@@ -12,7 +12,7 @@ instead of misbehaving on some later turn.
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from pydantic import (
     BaseModel,
@@ -25,6 +25,7 @@ from pydantic import (
 
 from harbor_pg.errors import MemoryConfigurationError
 from harbor_pg.owner import MemoryScope
+from harbor_pg.records import Sensitivity
 
 __all__ = [
     "DEFAULT_RECALL_SCOPES",
@@ -237,7 +238,9 @@ class MemoryPolicy(BaseModel):
     - ``recall_top_k``: how many long-term memories recall may return (0 disables recall).
     - ``recall_scopes``: scopes recall consults; non-empty unless recall is off,
       without duplicates. Strings such as ``"user"`` are accepted.
-    - ``recency_half_life_hours``: recall recency decay half-life (> 0).
+    - ``recency_half_life_hours``: recall recency decay half-life (> 0); 4320
+      (180 days) by default, for conversations that span months (chosen by
+      cross-validation on LoCoMo, benchmarks/RESULTS.md).
     - ``block_budget_fraction``: share, in (0, 1], of ``recent_max_tokens`` the
       recalled memory block may take (see :attr:`block_budget_tokens`).
     - ``query_rewrite``: condense the question into a standalone query.
@@ -255,11 +258,21 @@ class MemoryPolicy(BaseModel):
     - ``max_session_turns``: cap on messages one short-term read returns; must
       be at least ``recent_max_messages``.
     - ``max_content_chars``: longest message or memory content accepted (>= 1).
-    - ``rrf_k``: reciprocal-rank-fusion constant, ``1 / (rrf_k + rank)`` (>= 1).
+    - ``rrf_k``: reciprocal-rank-fusion constant, ``1 / (rrf_k + rank)`` (>= 1);
+      5 by default (cross-validated on LoCoMo: a small constant spreads relevance
+      enough that the recency factor reorders only near-ties).
     - ``relevance_threshold``: minimum relevance, 0..1, a recalled memory must
       reach; ``None`` uses the threshold the embedder was calibrated for.
     - ``budget``: optional :class:`BudgetSplit` for callers that pass one total
       prompt budget; ``None`` means only the seed-000 budgets apply.
+    - ``recall_max_sensitivity``: the most sensitive memories recall (and so the
+      snapshot and the context builder) may put in front of a model; memories
+      classified above it are left out while candidates are generated, so they
+      never take a place in the result. Default ``pii``: ``sensitive`` memories
+      need an explicit opt-in (``recall_max_sensitivity="sensitive"``).
+    - ``recall_fusion``: how recall fuses its dense and lexical lists, ``"rrf"``
+      (reciprocal rank fusion, the default) or ``"weighted"`` (a blend of each
+      leg's scores, min-max normalised over its candidates); see ``harbor.recall()``.
 
     Any violation raises :class:`MemoryConfigurationError` naming the field.
     The model is frozen; derive variants with :meth:`with_changes`, which
@@ -275,7 +288,7 @@ class MemoryPolicy(BaseModel):
     summary_keep_messages: int = 8
     recall_top_k: int = 6
     recall_scopes: tuple[MemoryScope, ...] = DEFAULT_RECALL_SCOPES
-    recency_half_life_hours: float = 168.0
+    recency_half_life_hours: float = 4320.0
     block_budget_fraction: float = 0.15
     query_rewrite: bool = True
     extraction_min_importance: float = 0.3
@@ -287,9 +300,11 @@ class MemoryPolicy(BaseModel):
     summary_cooldown_seconds: float = 300.0
     max_session_turns: int = 50
     max_content_chars: int = 20_000
-    rrf_k: int = 60
+    rrf_k: int = 5
     relevance_threshold: float | None = None
     budget: BudgetSplit | None = None
+    recall_max_sensitivity: Sensitivity = Sensitivity.PII
+    recall_fusion: Literal["rrf", "weighted"] = "rrf"
 
     @field_validator(*_INT_FIELDS, mode="before")
     @classmethod

@@ -189,6 +189,13 @@ create index memories_lexical_rest_idx
     on harbor.memories (tenant_id, scope, user_id, project_id, session_id, run_id)
     where not harbor.lexical_entry_fits(tenant_id, project_id, user_id, session_id, run_id,
                                         id, fts, entity_ids);
+-- The rows classified above 'none' under their owner keys: the lexical leg
+-- looks up an owner's rows above recall's sensitivity ceiling here, since the
+-- covering index above does not carry the sensitivity (migration 0015).
+create index memories_sensitivity_idx
+    on harbor.memories (tenant_id, scope, user_id, project_id, session_id, run_id, sensitivity)
+    include (id)
+    where sensitivity <> 'none';
 
 -- Embeddings: one or two rows per (memory, model). The owner key is copied from the
 -- memory so the candidate search can filter by visibility without a join;

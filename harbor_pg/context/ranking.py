@@ -10,10 +10,13 @@ against::
     entity = entity_overlap_weight * overlapping_ids / max(1, len(memory.entity_ids))
     type = type_affinity_weight when memory.memory_type was asked for, else 0
 
-``relevance`` is the reciprocal rank fusion of the dense and lexical lists,
-``sum(1 / (rrf_k + rank))``. A memory's "updated" time is the start of its
-validity interval: memories are add-only, so that is when its content became
-what we believe.
+``relevance`` fuses the dense and lexical lists (:func:`fuse`): by default
+the reciprocal rank fusion ``sum(weight / (rrf_k + rank))``; with
+``fusion="weighted"``, ``dense_weight * s_dense + lexical_weight * s_lexical``
+where each leg's score (cosine similarity, BM25) is min-max normalised over
+that leg's candidates (1 when they all score the same, 0 when absent). A
+memory's "updated" time is the start of its validity interval: memories are
+add-only, so that is when its content became what we believe.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ __all__ = [
     "dedupe",
     "entity_boost",
     "final_score",
+    "fuse",
+    "fused_relevance",
     "order_key",
     "recency",
     "render_recalled",
@@ -66,6 +71,75 @@ class RecalledMemory:
 def rrf(ranks: Iterable[int | None], k: int) -> float:
     """Reciprocal rank fusion: ``sum(1 / (k + rank))`` over the lists a memory is in."""
     return sum(1.0 / (k + r) for r in ranks if r is not None)
+
+
+def _unit(value: float | None, low: float, high: float) -> float:
+    if value is None:
+        return 0.0
+    return 1.0 if high <= low else (value - low) / (high - low)
+
+
+def fuse(
+    legs: Sequence[tuple[int | None, float | None, int | None, float | None]],
+    *,
+    fusion: str = "rrf",
+    rrf_k: int = 5,
+    dense_weight: float = 0.75,
+    lexical_weight: float = 1.0,
+) -> list[float]:
+    """The relevance of each candidate, as ``harbor.recall()`` fuses its two lists.
+
+    ``legs`` holds, per candidate, ``(dense_rank, similarity, lexical_rank,
+    lexical_score)`` (``None`` where the candidate is not in that list), for
+    every candidate of both lists: the weighted fusion normalises each leg
+    over all of its candidates.
+    """
+    if fusion == "rrf":
+        return [
+            (dense_weight / (rrf_k + d) if d is not None else 0.0)
+            + (lexical_weight / (rrf_k + lr) if lr is not None else 0.0)
+            for d, _s, lr, _l in legs
+        ]
+    if fusion != "weighted":
+        raise ValueError(f"fusion must be 'rrf' or 'weighted', got {fusion!r}")
+    sims = [s for d, s, _lr, _l in legs if d is not None and s is not None]
+    scores = [x for _d, _s, lr, x in legs if lr is not None and x is not None]
+    s_lo, s_hi = (min(sims), max(sims)) if sims else (0.0, 0.0)
+    l_lo, l_hi = (min(scores), max(scores)) if scores else (0.0, 0.0)
+    return [
+        dense_weight * _unit(s if d is not None else None, s_lo, s_hi)
+        + lexical_weight * _unit(x if lr is not None else None, l_lo, l_hi)
+        for d, s, lr, x in legs
+    ]
+
+
+def fused_relevance(
+    items: Sequence[RecalledMemory],
+    *,
+    fusion: str = "rrf",
+    rrf_k: int = 5,
+    dense_weight: float = 0.75,
+    lexical_weight: float = 1.0,
+) -> list[float]:
+    """The relevance ``harbor.recall()`` gives each of ``items`` (every candidate of a
+    recall, from their leg columns): :func:`fuse`, and for a substring-fallback
+    match the flat relevance of a first-ranked match, ``1 / (rrf_k + 1)`` (with
+    ``fusion="weighted"``, 1)."""
+    flat = 1.0 if fusion == "weighted" else 1.0 / (rrf_k + 1)
+    fused = iter(
+        fuse(
+            [
+                (i.dense_rank, i.similarity, i.lexical_rank, i.lexical_score)
+                for i in items
+                if not i.substring_match
+            ],
+            fusion=fusion,
+            rrf_k=rrf_k,
+            dense_weight=dense_weight,
+            lexical_weight=lexical_weight,
+        )
+    )
+    return [flat if i.substring_match else next(fused) for i in items]
 
 
 def recency(memory: Memory, as_of: datetime, half_life_hours: float | None) -> float:

@@ -80,11 +80,11 @@ class RecallRequest:
     anchor_entity_ids: tuple[str, ...] = ()
     wanted_types: tuple[MemoryType, ...] = ()
     as_of: datetime | None = None
-    recency_half_life_hours: float | None = 168.0
+    recency_half_life_hours: float | None = 4320.0
     entity_weight: float = 0.5
     type_weight: float = 0.5
-    rrf_k: int = 60
-    dense_weight: float = 1.0
+    rrf_k: int = 5
+    dense_weight: float = 0.75
     lexical_weight: float = 1.0
     min_similarity: float | None = None
     token_budget: int | None = None
@@ -92,6 +92,10 @@ class RecallRequest:
     model_id: str | None = None
     #: candidates per leg (None: max(2 x top_k, 50))
     candidates: int | None = None
+    #: how the two legs' lists are fused: "rrf" or "weighted" (see harbor.recall())
+    fusion: str = "rrf"
+    #: the most sensitive memories recall may return (candidates above it are never read)
+    max_sensitivity: Sensitivity = Sensitivity.PII
 
     @property
     def candidates_per_leg(self) -> int:
@@ -296,6 +300,8 @@ class MemoryRecall:
             entity_weight=policy.entity_overlap_weight,
             type_weight=policy.type_affinity_weight,
             rrf_k=policy.rrf_k,
+            fusion=policy.recall_fusion,
+            max_sensitivity=policy.recall_max_sensitivity,
             token_budget=self.block_budget if token_budget is None else max(0, int(token_budget)),
         )
         if self.dense and self.embedder is not None:
@@ -395,6 +401,8 @@ def recall_params(request: RecallRequest) -> dict[str, Any]:
         "candidates": request.candidates,
         "dense_weight": request.dense_weight,
         "lexical_weight": request.lexical_weight,
+        "fusion": request.fusion,
+        "max_sensitivity": request.max_sensitivity.value,
     }
 
 
@@ -544,7 +552,8 @@ async def _generic_recall(
 ) -> list[RecalledMemory]:
     """Any store: its own search per scope, flat relevance, the same scoring rules."""
     as_of = request.as_of or datetime.now(UTC)
-    flat = rrf([1], request.rrf_k)
+    # a first-ranked match's relevance, as harbor.recall() gives its substring matches
+    flat = 1.0 if request.fusion == "weighted" else rrf([1], request.rrf_k)
     candidates: list[RecalledMemory] = []
     for scope in request.scopes:
         try:
@@ -559,6 +568,8 @@ async def _generic_recall(
         for memory in found:
             if memory.scope is not scope or memory.memory_type is MemoryType.SUMMARY:
                 continue
+            if memory.sensitivity.level > request.max_sensitivity.level:
+                continue  # above the ceiling: never a candidate
             rec = recency(memory, as_of, request.recency_half_life_hours)
             ent = entity_boost(memory, request.anchor_entity_ids, request.entity_weight)
             typ = type_boost(memory, request.wanted_types, request.type_weight)

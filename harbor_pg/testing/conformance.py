@@ -198,6 +198,70 @@ class MemoryStoreConformance:
         assert await manager.delete(ALICE, saved.memory.id)
         assert await manager.get(ALICE, saved.memory.id) is None
 
+    async def test_recall_ranks_as_the_python_rules_do(self, manager: MemoryManager) -> None:
+        """Every signal of a recall, recomputed from its columns by
+        harbor_pg.context.ranking, gives the same relevance, recency, score and
+        order: the database's ranking and the Python one agree on the same rows."""
+        from datetime import UTC, datetime, timedelta
+
+        from harbor_pg.context import ranking
+        from harbor_pg.context.recall import MemoryRecall
+        from harbor_pg.embedders.hashing import HashingEmbedder
+
+        embedded = MemoryManager(
+            short_term=manager.short_term,
+            working=manager.working,
+            long_term=manager.long_term,
+            embedder=HashingEmbedder(),
+        )
+        now = datetime.now(UTC)
+        texts = [
+            "the harbor ledger lists every ship",
+            "a ledger of tea shipments",
+            "harbor fees rose in May",
+            "green tea at the harbor office",
+            "nothing to do with the question",
+            "ledger, harbor, tea: all three words",
+        ]
+        for n, text in enumerate(texts):
+            await embedded.save(
+                ALICE,
+                Memory(
+                    content=text,
+                    importance=0.1 * n,
+                    valid_from=now - timedelta(days=3 * n + 1),
+                ),
+            )
+        for fusion in ("rrf", "weighted"):
+            policy = manager.policy.with_changes(
+                recall_top_k=50, recall_fusion=fusion, relevance_threshold=0.0
+            )
+            recaller = MemoryRecall(
+                policy=policy, memories=manager.long_term, embedder=embedded.embedder
+            )
+            items = await recaller.recall_scored(
+                ALICE, "harbor ledger tea", as_of=now, token_budget=10**6
+            )
+            assert len(items) >= 3, fusion
+            relevance = ranking.fused_relevance(
+                items,
+                fusion=fusion,
+                rrf_k=policy.rrf_k,
+                dense_weight=0.75,
+                lexical_weight=1.0,
+            )
+            for item, rel in zip(items, relevance, strict=True):
+                rec = ranking.recency(item.memory, now, policy.recency_half_life_hours)
+                assert item.relevance == pytest.approx(rel, rel=1e-9, abs=1e-12), fusion
+                assert item.recency == pytest.approx(rec, rel=1e-9, abs=1e-12), fusion
+                score = ranking.final_score(
+                    rel, rec, item.memory.importance, item.entity, item.type_boost
+                )
+                assert item.score == pytest.approx(score, rel=1e-6), fusion
+            assert [i.memory.id for i in items] == [
+                i.memory.id for i in sorted(items, key=ranking.order_key)
+            ], fusion
+
     async def test_same_content_twice_is_a_noop(self, manager: MemoryManager) -> None:
         first = await manager.save(ALICE, Memory(content="The deploy runs on Fridays"))
         again = await manager.save(ALICE, Memory(content="  the DEPLOY runs on   fridays "))

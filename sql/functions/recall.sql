@@ -118,12 +118,19 @@ begin
                                                      integer, integer);
     drop function if exists harbor._lexical_candidates(text, harbor.memory_scope[],
                                                        timestamptz, integer, integer);
+    -- (and by p_max_sensitivity, the recall ceiling)
+    drop function if exists harbor._dense_candidates(public.vector, text,
+                                                     harbor.memory_scope[], timestamptz,
+                                                     integer, integer, integer);
+    drop function if exists harbor._lexical_candidates(text, harbor.memory_scope[],
+                                                       timestamptz, integer, integer, integer);
 end
 $$;
 create or replace function harbor._dense_candidates(
     p_embedding public.vector, p_model_id text, p_scopes harbor.memory_scope[],
     p_as_of timestamptz, p_limit integer, p_exact_limit integer default 5000,
-    p_owner_rows integer default null
+    p_owner_rows integer default null,
+    p_max_sensitivity harbor.sensitivity default 'sensitive'
 ) returns table (tenant_id text, memory_id text, dense_rank integer, similarity double precision,
                  scope harbor.memory_scope, memory_type harbor.memory_type, importance real,
                  valid_from timestamptz, content_hash text, entity_ids text[])
@@ -243,6 +250,7 @@ begin
                      -- only the primary key may find the row
                      where coalesce(m.valid operator(pg_catalog.@>) p_as_of, false)
                        and m.memory_type <> 'summary'
+                       and m.sensitivity <= p_max_sensitivity
                        and coalesce(m.scope = any (p_scopes), false)
                      order by win.dist, win.memory_id
                      limit (select wanted.n from wanted)
@@ -312,6 +320,7 @@ begin
                                                e.session_id, e.run_id, $5, $6, $7, $8, $9)
                            and coalesce(m.valid operator(pg_catalog.@>) $4, false)
                            and m.memory_type <> 'summary'
+                           and m.sensitivity <= $11
                          order by (e.embedding::public.vector(%1$s)) operator(public.<=>)
                                   ($1::public.vector(%1$s))
                          limit 2 * $10) w
@@ -319,7 +328,7 @@ begin
                  order by dist, w.memory_id
                  limit $10) c $q$, v_dims)
         using p_embedding, p_model_id, p_scopes, p_as_of, v_tenant, v_project, v_user,
-              v_session, v_run, p_limit;
+              v_session, v_run, p_limit, p_max_sensitivity;
     perform set_config('hnsw.iterative_scan', coalesce(v_scan, 'off'), true),
             set_config('hnsw.ef_search', coalesce(v_ef, '40'), true),
             set_config('hnsw.max_scan_tuples', coalesce(v_tuples, '20000'), true),
@@ -375,7 +384,8 @@ return array(
 -- a question of more than 16 lexemes.
 create or replace function harbor._lexical_candidates(
     p_query text, p_scopes harbor.memory_scope[], p_as_of timestamptz, p_limit integer,
-    p_scan_limit integer default 2000, p_term_limit integer default 32
+    p_scan_limit integer default 2000, p_term_limit integer default 32,
+    p_max_sensitivity harbor.sensitivity default 'sensitive'
 ) returns table (tenant_id text, memory_id text, lexical_rank integer,
                  lexical_score double precision,
                  scope harbor.memory_scope, memory_type harbor.memory_type, importance real,
@@ -404,6 +414,7 @@ declare
     v_keys    text[];
     v_hits    integer;
     v_found   boolean := false;  -- the lookup found every match
+    v_hidden  text[];            -- the owner's memories above p_max_sensitivity
 begin
     if p_query is null or coalesce(p_limit, 0) < 1 then
         return;
@@ -451,6 +462,7 @@ begin
                    and coalesce(m.fts operator(pg_catalog.@@) v_tsq, false)
                    and coalesce(m.valid operator(pg_catalog.@>) p_as_of, false)
                    and m.memory_type <> 'summary'
+                   and m.sensitivity <= p_max_sensitivity
                    -- (in coalesce(): its tenant test, inlined, would otherwise have
                    -- the planner AND the owner's rows of a tenant index to the lookup)
                    and coalesce(harbor._visible(m.scope, m.tenant_id, m.project_id,
@@ -476,6 +488,20 @@ begin
         end if;
     end if;
     if not v_found then
+        -- the owner's memories above the sensitivity ceiling, which the pass
+        -- below must not count as matches: the covering index it reads does not
+        -- carry the sensitivity, a small partial index of the rows above 'none'
+        -- does (usually none of an owner's, so one probe per owner key finds nothing)
+        if p_max_sensitivity < 'sensitive' then
+            select array_agg(m.id) into v_hidden
+              from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user, v_session,
+                                       v_run) k
+              join harbor.memories m
+                on m.tenant_id = k.tenant_id and m.scope = k.scope
+               and m.user_id = k.user_id and m.project_id = k.project_id
+               and m.session_id = k.session_id and m.run_id = k.run_id
+             where m.sensitivity <> 'none' and m.sensitivity > p_max_sensitivity;
+        end if;
         -- one pass over the caller's rows (owner-keyed indexes, at most p_scan_limit + 1
         -- of them): how many there are (the collection size for BM25, and whether
         -- to scan at all) and which match. coalesce(): the text test is a filter
@@ -495,6 +521,7 @@ begin
                        coalesce(m.fts operator(pg_catalog.@@) v_tsq, false)
                        and coalesce(m.valid operator(pg_catalog.@>) p_as_of, false)
                        and m.memory_type <> 'summary'
+                       and (v_hidden is null or m.id <> all (v_hidden))
                        and harbor._visible(m.scope, m.tenant_id, m.project_id, m.user_id,
                                            m.session_id, m.run_id, v_tenant, v_project,
                                            v_user, v_session, v_run) as hit
@@ -566,6 +593,7 @@ begin
                and m.scope = any ($3)
                and coalesce(m.valid operator(pg_catalog.@>) $4, false)
                and m.memory_type <> 'summary'
+               and m.sensitivity <= $12
                and harbor._visible(m.scope, m.tenant_id, m.project_id, m.user_id,
                                    m.session_id, m.run_id, $2, $5, $6, $7, $8))
         select b.tenant_id, b.memory_id, b.lexical_rank, b.lexical_score, x.scope,
@@ -577,7 +605,7 @@ begin
                             (select array_agg(x.fts) from matched x)) b
           join matched x on x.tenant_id = b.tenant_id and x.id = b.memory_id $q$
         using v_tsq, v_tenant, p_scopes, p_as_of, v_project, v_user, v_session, v_run,
-              v_terms, v_total, p_limit;
+              v_terms, v_total, p_limit, p_max_sensitivity;
 end
 $$;
 
@@ -631,8 +659,11 @@ $$;
 -- A function of its own, not inlined (the SET clauses), so that recall()'s
 -- statement does not start this scan on every call: the call sits under a
 -- one-time filter and runs only when the fallback applies.
+drop function if exists harbor._substring_matches(text, harbor.memory_scope[], timestamptz,
+                                                  integer);
 create or replace function harbor._substring_matches(
-    p_query text, p_scopes harbor.memory_scope[], p_as_of timestamptz, p_limit integer
+    p_query text, p_scopes harbor.memory_scope[], p_as_of timestamptz, p_limit integer,
+    p_max_sensitivity harbor.sensitivity default 'sensitive'
 ) returns table (tenant_id text, memory_id text, scope harbor.memory_scope,
                  memory_type harbor.memory_type, importance real, valid_from timestamptz,
                  content_hash text, entity_ids text[])
@@ -647,6 +678,7 @@ as $$
        and m.scope = any (p_scopes)
        and m.valid operator(pg_catalog.@>) p_as_of
        and m.memory_type <> 'summary'
+       and m.sensitivity <= p_max_sensitivity
        and strpos(lower(m.content), lower(btrim(left(p_query, 1000)))) > 0
      limit p_limit
 $$;
@@ -656,9 +688,15 @@ $$;
 --   dense_rank / similarity   nearest-neighbour rank and cosine similarity
 --                             (only for memories at or above min_similarity)
 --   lexical_rank / lexical_score   BM25 rank and score of the OR-semantics match
---   relevance   reciprocal rank fusion: sum of weight / (rrf_k + rank) over
---               both lists (dense_weight, lexical_weight; 1 and 1 unless
---               set); substring-fallback matches get the flat 1 / (rrf_k + 1)
+--   relevance   the fusion of the two lists. fusion => 'rrf' (the default):
+--               reciprocal rank fusion, sum of weight / (rrf_k + rank) over
+--               both lists (dense_weight, lexical_weight: 0.75 and 1 unless set,
+--               rrf_k 5); fusion => 'weighted':
+--               dense_weight * the similarity + lexical_weight * the BM25
+--               score, each min-max normalised over its leg's candidates (1
+--               when they all score the same, 0 when the memory is not in the
+--               list). Substring-fallback matches get the flat 1 / (rrf_k + 1)
+--               (with 'weighted', 1)
 --   recency     0.5 ^ (hours since the memory became valid / half-life), at as_of
 --   entity      entity_weight * |entity_ids & anchors| / max(1, |entity_ids|)
 --   type_boost  type_weight when the memory's type was asked for, else 0
@@ -672,8 +710,18 @@ $$;
 -- Each leg hands over `candidates` memories, by default max(2 x top_k, 50):
 -- on LoCoMo, 4 x top_k gave the same R@5 and R@10 (within 0.3 points) and a
 -- lower R@25 (81.0 against 83.2), and a call at 1,000,000 took 14-15% longer.
+-- Memories classified above max_sensitivity (default 'pii': 'sensitive' ones
+-- need max_sensitivity => 'sensitive') are left out by the candidate legs
+-- themselves, so they never take a place that an allowed memory could fill.
 -- Without an embedding the lexical leg alone ranks; when it finds nothing, a
 -- case-insensitive substring match on the query supplies flat relevance.
+-- (the previous signature, without fusion and max_sensitivity: an overload
+-- left in place would make calls ambiguous)
+drop function if exists harbor.recall(text, public.vector, text, harbor.memory_scope[], integer,
+                                      text[], harbor.memory_type[], timestamptz,
+                                      double precision, double precision, double precision,
+                                      integer, double precision, integer, integer,
+                                      double precision, double precision);
 create or replace function harbor.recall(
     query text,
     query_embedding public.vector default null,
@@ -683,15 +731,17 @@ create or replace function harbor.recall(
     anchor_entity_ids text[] default '{}',
     wanted_types harbor.memory_type[] default '{}',
     as_of timestamptz default null,
-    recency_half_life_hours double precision default 168,
+    recency_half_life_hours double precision default 4320,
     entity_weight double precision default 0.5,
     type_weight double precision default 0.5,
-    rrf_k integer default 60,
+    rrf_k integer default 5,
     min_similarity double precision default null,
     token_budget integer default null,
     candidates integer default null,
-    dense_weight double precision default 1,
-    lexical_weight double precision default 1
+    dense_weight double precision default 0.75,
+    lexical_weight double precision default 1,
+    fusion text default 'rrf',
+    max_sensitivity harbor.sensitivity default 'pii'
 ) returns table (
     rank integer, id text, tenant_id text, scope text, project_id text, principal_id text,
     user_id text, session_id text, run_id text, memory_type text, content text,
@@ -731,6 +781,13 @@ begin
        or recall.dense_weight = 'Infinity' or recall.lexical_weight = 'Infinity' then
         raise exception 'harbor.recall: leg weights must be finite and >= 0' using errcode = '22023';
     end if;
+    if recall.fusion is null or recall.fusion not in ('rrf', 'weighted') then
+        raise exception 'harbor.recall: fusion must be rrf or weighted'
+            using errcode = '22023';
+    end if;
+    if recall.max_sensitivity is null then
+        raise exception 'harbor.recall: max_sensitivity must not be null' using errcode = '22023';
+    end if;
     if recall.token_budget is not null and recall.token_budget < 0 then
         raise exception 'harbor.recall: token_budget must be >= 0' using errcode = '22023';
     end if;
@@ -741,26 +798,39 @@ begin
     v_n := greatest(coalesce(recall.candidates, 0), 2 * recall.top_k, 50);
     return query
     with lexical as materialized (
-        select l.*
-          from harbor._lexical_candidates(v_query, recall.scopes, v_as_of, v_n) l
+        -- (the score range of the leg's candidates: the weighted fusion's scale)
+        select l.*, min(l.lexical_score) over () as score_lo,
+               max(l.lexical_score) over () as score_hi
+          from harbor._lexical_candidates(v_query, recall.scopes, v_as_of, v_n,
+                                          p_max_sensitivity => recall.max_sensitivity) l
          where btrim(v_query) <> ''
     ), dense as (
         -- the lexical leg runs first: its count of the owner's memories spares
         -- the dense leg counting the vectors (when a word matched)
-        select d.*
+        select d.*, min(d.similarity) over () as sim_lo, max(d.similarity) over () as sim_hi
           from harbor._dense_candidates(recall.query_embedding, recall.model_id, recall.scopes,
                                           v_as_of, v_n,
                                           p_owner_rows => (select x.owner_rows
-                                                             from lexical x limit 1)) d
+                                                             from lexical x limit 1),
+                                          p_max_sensitivity => recall.max_sensitivity) d
          where recall.min_similarity is null or d.similarity >= recall.min_similarity
     ), fused as materialized (
         -- both legs carry the ranking columns of their rows (the same row's)
         select coalesce(d.tenant_id, l.tenant_id) as tenant_id,
                coalesce(d.memory_id, l.memory_id) as memory_id,
                d.dense_rank, d.similarity, l.lexical_rank, l.lexical_score, false as substring_match,
-               coalesce(recall.dense_weight / (recall.rrf_k + d.dense_rank), 0)
-                 + coalesce(recall.lexical_weight / (recall.rrf_k + l.lexical_rank), 0)
-                 as relevance,
+               case when recall.fusion = 'weighted' then
+                   -- each leg's score, min-max normalised over its candidates
+                   coalesce(recall.dense_weight
+                            * case when d.sim_hi <= d.sim_lo then 1
+                                   else (d.similarity - d.sim_lo) / (d.sim_hi - d.sim_lo) end, 0)
+                   + coalesce(recall.lexical_weight
+                              * case when l.score_hi <= l.score_lo then 1
+                                     else (l.lexical_score - l.score_lo)
+                                          / (l.score_hi - l.score_lo) end, 0)
+               else coalesce(recall.dense_weight / (recall.rrf_k + d.dense_rank), 0)
+                    + coalesce(recall.lexical_weight / (recall.rrf_k + l.lexical_rank), 0)
+               end as relevance,
                coalesce(d.scope, l.scope) as scope,
                coalesce(d.memory_type, l.memory_type) as memory_type,
                coalesce(d.importance, l.importance) as importance,
@@ -779,9 +849,11 @@ begin
         -- one-time filter: the function runs only then)
         select s.tenant_id, s.memory_id, null::integer, null::double precision,
                null::integer, null::double precision, true,
-               1::double precision / (recall.rrf_k + 1),
+               case when recall.fusion = 'weighted' then 1::double precision
+                    else 1::double precision / (recall.rrf_k + 1) end,
                s.scope, s.memory_type, s.importance, s.valid_from, s.content_hash, s.entity_ids
-          from harbor._substring_matches(v_query, recall.scopes, v_as_of, v_n) s
+          from harbor._substring_matches(v_query, recall.scopes, v_as_of, v_n,
+                                         recall.max_sensitivity) s
          where recall.query_embedding is null
            and btrim(v_query) <> ''
            and not exists (select 1 from fused)
@@ -860,7 +932,9 @@ $$;
 -- moment of the transfer only.
 grant create on schema harbor to harbor_search;
 alter function harbor._dense_candidates(public.vector, text, harbor.memory_scope[], timestamptz,
-                                        integer, integer, integer) owner to harbor_search;
+                                        integer, integer, integer, harbor.sensitivity)
+    owner to harbor_search;
 alter function harbor._lexical_candidates(text, harbor.memory_scope[], timestamptz, integer,
-                                          integer, integer) owner to harbor_search;
+                                          integer, integer, harbor.sensitivity)
+    owner to harbor_search;
 revoke create on schema harbor from harbor_search;

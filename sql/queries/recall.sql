@@ -18,4 +18,6 @@ select r.*
       token_budget => %(token_budget)s::integer,
       candidates => %(candidates)s::integer,
       dense_weight => %(dense_weight)s::double precision,
-      lexical_weight => %(lexical_weight)s::double precision) r
+      lexical_weight => %(lexical_weight)s::double precision,
+      fusion => %(fusion)s::text,
+      max_sensitivity => %(max_sensitivity)s::harbor.sensitivity) r

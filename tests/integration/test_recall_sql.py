@@ -148,7 +148,12 @@ def test_every_signal_is_visible_and_the_score_follows_the_formula(
     assert [r["rank"] for r in rows] == list(range(1, len(rows) + 1))
     assert len(rows) == 3
     for r in rows:
-        fused = sum(1 / (60 + rank) for rank in (r["dense_rank"], r["lexical_rank"]) if rank)
+        # the default leg weights: dense 0.75, lexical 1
+        fused = sum(
+            w / (60 + rank)
+            for w, rank in ((0.75, r["dense_rank"]), (1.0, r["lexical_rank"]))
+            if rank
+        )
         assert r["relevance"] == pytest.approx(fused)
         assert r["score"] == pytest.approx(
             r["relevance"]
@@ -479,7 +484,8 @@ def test_substring_fallback_has_flat_relevance(conns: tuple[Conn, Conn]) -> None
         "Pipeline owners rotate weekly",
         "Deploys go through the pipeline",
     ]
-    assert all(r["substring_match"] and r["relevance"] == pytest.approx(1 / 61) for r in rows)
+    # a first-ranked match's relevance at the default rrf_k 5
+    assert all(r["substring_match"] and r["relevance"] == pytest.approx(1 / 6) for r in rows)
 
 
 def test_scopes_narrow_what_is_read(conns: tuple[Conn, Conn]) -> None:

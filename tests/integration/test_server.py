@@ -151,6 +151,11 @@ def test_cli_up_and_status_start_and_reuse_the_embedded_server(tmp_path: Path) -
         assert "relev recency import   score  content" in demo.stdout
         assert "Dana owns the ingest pipeline of the handbook project" in demo.stdout
         assert "recalled : [user] Dana owns the ingest pipeline" in demo.stdout
+        # the sensitivity ceiling: the sensitive memory only with the opt-in
+        lines = demo.stdout.splitlines()
+        shown = next(x for x in lines if x.startswith("  recall 'when is Dana on leave?'"))
+        opted = next(x for x in lines if "with recall_max_sensitivity='sensitive'" in x)
+        assert "medical leave" not in shown and "medical leave" in opted
         # the context of a follow-up turn: a rolling summary of the older turns (the
         # extractive no-model one, default policy) and a rewritten standalone query
         assert "rewrite: a scripted stand-in model" in demo.stdout
@@ -228,7 +233,7 @@ def test_cli_status_names_functions_with_another_owner(fresh_db: PgDatabase) -> 
         su.execute("alter function harbor.approximate_tokens(text) owner to current_user")
         su.execute(
             "alter function harbor._lexical_candidates(text, harbor.memory_scope[],"
-            " timestamptz, integer, integer, integer) owner to current_user"
+            " timestamptz, integer, integer, integer, harbor.sensitivity) owner to current_user"
         )
         try:
             bad = status()
@@ -237,14 +242,16 @@ def test_cli_status_names_functions_with_another_owner(fresh_db: PgDatabase) -> 
             su.execute("grant create on schema harbor to harbor_search")
             su.execute(
                 "alter function harbor._lexical_candidates(text, harbor.memory_scope[],"
-                " timestamptz, integer, integer, integer) owner to harbor_search"
+                " timestamptz, integer, integer, integer, harbor.sensitivity)"
+                " owner to harbor_search"
             )
             su.execute("revoke create on schema harbor from harbor_search")
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert "owners:   2 harbor function(s) not owned as a migration leaves them" in bad.stdout
     assert (
         f"harbor._lexical_candidates(text,harbor.memory_scope[],timestamp with time zone,"
-        f"integer,integer,integer) is owned by {me}: alter function harbor._lexical_candidates("
+        f"integer,integer,integer,harbor.sensitivity) is owned by {me}: alter function"
+        " harbor._lexical_candidates("
     ) in bad.stdout
     assert "owner to harbor_search;" in bad.stdout
     assert (

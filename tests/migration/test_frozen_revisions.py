@@ -32,6 +32,7 @@ FROZEN = {
     "0009_repair_owner_terms.py": "5cbc203b1ab60a32",
     "0011_memory_provenance_owner.py": "17c0f745e5380daf",
     "0014_access_tokens.py": "da339af60580ee14",
+    "0015_sensitivity_index.py": "134feaae02112eb7",
 }
 
 
