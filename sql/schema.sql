@@ -146,10 +146,7 @@ create table harbor.memories (
         (harbor.memory_dedup_key(project_id, user_id, session_id, run_id, content_hash)) with =,
         valid with &&),
     constraint memories_superseded_by_fkey foreign key (tenant_id, superseded_by)
-        references harbor.memories (tenant_id, id) on delete set null (superseded_by),
-    -- the target of memory_embeddings_memory_fkey: a vector's owner is its memory's
-    constraint memories_owner_key unique (tenant_id, id, scope, project_id, user_id,
-                                          session_id, run_id)
+        references harbor.memories (tenant_id, id) on delete set null (superseded_by)
 );
 -- hot paths: a scope's current rows, validity lookups, full text, entities
 create index memories_owner_idx
@@ -190,10 +187,9 @@ create index memories_lexical_rest_idx
 
 -- Embeddings: one or two rows per (memory, model). The owner key is copied from the
 -- memory so the candidate search can filter by visibility without a join; the
--- foreign key covers the copies, so they cannot differ from the memory's (it is
--- checked without row-level security: a key over the id alone let a caller
--- attach a vector keyed to itself to another user's memory).
--- A model change never mixes vector spaces because every search names model_id.
+-- memory_embeddings_owner trigger (sql/functions/guards.sql) refuses copies that
+-- differ from the memory's. A model change never mixes vector spaces because
+-- every search names model_id.
 create table harbor.memory_embeddings (
     tenant_id  text not null,
     memory_id  text not null,
@@ -210,10 +206,8 @@ create table harbor.memory_embeddings (
     -- the content (a memory saved with a context has both; recall takes the nearer)
     with_context boolean not null default false,
     primary key (tenant_id, memory_id, model_id, with_context),
-    constraint memory_embeddings_memory_fkey
-        foreign key (tenant_id, memory_id, scope, project_id, user_id, session_id, run_id)
-        references harbor.memories (tenant_id, id, scope, project_id, user_id, session_id,
-                                    run_id) on delete cascade,
+    constraint memory_embeddings_memory_fkey foreign key (tenant_id, memory_id)
+        references harbor.memories (tenant_id, id) on delete cascade,
     constraint memory_embeddings_dims check (public.vector_dims(embedding) = dims)
 );
 create index memory_embeddings_owner_idx

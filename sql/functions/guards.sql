@@ -32,6 +32,41 @@ create or replace trigger memories_add_only
     before update on harbor.memories
     for each row execute function harbor._memories_add_only();
 
+-- A vector's owner fields are copies of its memory's (so that the dense leg finds
+-- an owner's vectors without a join), and the write policy can only check the
+-- copies; the foreign key, checked without row-level security, covers the id
+-- alone. So the memory is read here, by primary key and under the writer's own
+-- policies, and a vector is refused unless its memory is one the writer can see
+-- and has the same owner fields: the same error whether the memory is someone
+-- else's or does not exist. (A foreign key over the owner fields was tried
+-- first: its check query is planned generically, and the planner took the owner
+-- index for it, reading every row of the memory's owner for each vector.)
+create or replace function harbor._embedding_owner_is_memorys() returns trigger
+    language plpgsql security invoker
+    set search_path to pg_catalog, pg_temp
+as $$
+declare
+    m record;
+begin
+    select x.scope, x.project_id, x.user_id, x.session_id, x.run_id into m
+      from harbor.memories x
+     where x.tenant_id = new.tenant_id and x.id = new.memory_id;
+    if not found or (m.scope, m.project_id, m.user_id, m.session_id, m.run_id)
+                    is distinct from (new.scope, new.project_id, new.user_id, new.session_id,
+                                      new.run_id) then
+        raise exception 'harbor.memory_embeddings: a vector needs a memory the writer can see, '
+                        'with the same owner fields'
+            using errcode = '23503', constraint = 'memory_embeddings_owner';
+    end if;
+    return new;
+end
+$$;
+
+create or replace trigger memory_embeddings_owner
+    before insert or update of tenant_id, memory_id, scope, project_id, user_id, session_id,
+                               run_id on harbor.memory_embeddings
+    for each row execute function harbor._embedding_owner_is_memorys();
+
 -- A database role is bound in one tenant at most (harbor._binding() looks a role
 -- up by name alone). harbor.bind_role() checks this with a clear message; this
 -- trigger holds the rule for every other writer too (harbor_admin inserting into

@@ -242,11 +242,13 @@ begin
                         on m.tenant_id = win.tenant_id and m.id = win.memory_id
                      -- only the primary key may find the row
                      where coalesce(m.valid operator(pg_catalog.@>) p_as_of, false)
-                       -- the memory's own owner, not only its vector's copy (the
-                       -- foreign key keeps them equal; this does not rely on it)
-                       and harbor._visible(m.scope, m.tenant_id, m.project_id, m.user_id,
-                                           m.session_id, m.run_id, v_tenant, v_project,
-                                           v_user, v_session, v_run)
+                       -- the memory's own owner, not only its vector's copy (a
+                       -- trigger keeps them equal; this does not rely on it), in
+                       -- coalesce() as the tests above, so it is no index condition
+                       and coalesce(harbor._visible(m.scope, m.tenant_id, m.project_id,
+                                                    m.user_id, m.session_id, m.run_id,
+                                                    v_tenant, v_project, v_user, v_session,
+                                                    v_run), false)
                        and m.memory_type <> 'summary'
                        and coalesce(m.scope = any (p_scopes), false)
                      order by win.dist, win.memory_id
@@ -315,9 +317,10 @@ begin
                            and e.scope = any ($3)
                            and harbor._visible(e.scope, e.tenant_id, e.project_id, e.user_id,
                                                e.session_id, e.run_id, $5, $6, $7, $8, $9)
-                           and harbor._visible(m.scope, m.tenant_id, m.project_id,
-                                               m.user_id, m.session_id, m.run_id,
-                                               $5, $6, $7, $8, $9)
+                           and coalesce(harbor._visible(m.scope, m.tenant_id,
+                                                        m.project_id, m.user_id,
+                                                        m.session_id, m.run_id,
+                                                        $5, $6, $7, $8, $9), false)
                            and coalesce(m.valid operator(pg_catalog.@>) $4, false)
                            and m.memory_type <> 'summary'
                          order by (e.embedding::public.vector(%1$s)) operator(public.<=>)

@@ -30,7 +30,7 @@ FROZEN = {
     "0007_vector_owner_key.py": "be9aa738eab44a04",
     "0008_owner_terms.py": "b520d5bb0725ce4b",
     "0009_repair_owner_terms.py": "5cbc203b1ab60a32",
-    "0010_embedding_owner_fkey.py": "1fc4a946a386fb14",
+    "0010_embedding_owner_copies.py": "5605a2872c67af8b",
 }
 
 

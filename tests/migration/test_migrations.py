@@ -344,6 +344,9 @@ def test_0010_deletes_vectors_planted_on_another_owners_memory(empty_db: PgDatab
     """Before 0010 a caller could store a vector keyed to itself for another user's
     memory; 0010 deletes such vectors, keeps every other one, and refuses new ones."""
     migrate.upgrade(empty_db.owner_url, "0009")
+    with psycopg.connect(empty_db.superuser_url, autocommit=True) as su:
+        # the code before 0010: the re-runnable files applied with 0009 are today's
+        su.execute("drop trigger memory_embeddings_owner on harbor.memory_embeddings")
 
     def as_user(user: str) -> psycopg.Connection[Any]:
         conn = psycopg.connect(empty_db.app_url, autocommit=True)
@@ -383,7 +386,7 @@ def test_0010_deletes_vectors_planted_on_another_owners_memory(empty_db: PgDatab
             vector(conn, ids["u2"], "u1", with_context=True)
         except psycopg.errors.UniqueViolation:
             raise AssertionError("the planted vector survived") from None
-        except psycopg.errors.ForeignKeyViolation:
-            pass
+        except psycopg.errors.ForeignKeyViolation as exc:
+            assert exc.diag.constraint_name == "memory_embeddings_owner"
         else:
             raise AssertionError("a vector keyed to u1 was stored for u2's memory")
