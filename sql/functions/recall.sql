@@ -17,12 +17,14 @@ create or replace function harbor._caller_identity(
     set search_path to pg_catalog, pg_temp
 as $$
     select coalesce(b.tenant_id, harbor._setting('tenant_id')),
-           case when b.tenant_id is not null and b.project_id is not null then b.project_id
+           case when b.tenant_id is not null then b.project_id
                 else harbor._setting('project_id') end,
-           case when b.tenant_id is not null and b.user_id is not null then b.user_id
+           case when b.tenant_id is not null then b.user_id
                 else coalesce(harbor._setting('user_id'), harbor._setting('principal_id')) end,
-           harbor._setting('session_id'),
-           harbor._setting('run_id')
+           case when b.tenant_id is not null and b.user_id is null then null
+                else harbor._setting('session_id') end,
+           case when b.tenant_id is not null and b.user_id is null then null
+                else harbor._setting('run_id') end
       from (select 1) one left join harbor._binding() b on true
 $$;
 
