@@ -69,6 +69,12 @@ return (select case when b.tenant_id is not null and b.user_id is null then null
                     else harbor._setting('run_id') end
           from (select 1) one left join harbor._binding() b on true);
 
+-- Whether the caller is a bound role (the harbor_admin policies grant a bound
+-- role nothing, see policies.sql).
+create or replace function harbor.caller_is_bound() returns boolean
+    language sql stable security invoker parallel safe
+return exists (select 1 from harbor._binding());
+
 -- The visibility predicate, shared by every read policy and by the candidate
 -- functions. A row is visible when its tenant is the caller's (or '' for
 -- GLOBAL) and its stored owner key equals the caller's identity narrowed to the
@@ -174,9 +180,11 @@ $$;
 -- A role is bound in one tenant at most: harbor._binding() looks a role up by
 -- name alone, so a second binding elsewhere would leave its identity to
 -- whichever row came first. Every key must include tenant_id compared with =
--- (Citus), so no constraint can say "one tenant per role"; the check is here,
--- and the advisory lock (per role name) makes concurrent binds of one role
--- take turns.
+-- (Citus), so no constraint can say "one tenant per role"; the check is in the
+-- role_bindings_one_tenant trigger (guards.sql), with the rules on which roles
+-- may be bound, and a table lock makes concurrent binds take turns (a lock
+-- only writers of role_bindings can take: an advisory lock key can be taken,
+-- and held, by any login).
 -- harbor_admin may read every tenant's bindings for this (policies.sql).
 create or replace function harbor.bind_role(
     role_name name, tenant_id text, project_id text default null, user_id text default null
@@ -187,8 +195,7 @@ as $$
 begin
     -- a role bound in another tenant is refused by the role_bindings_one_tenant
     -- trigger (guards.sql) when the row is inserted, under this same lock
-    perform pg_advisory_xact_lock(
-        hashtextextended('harbor.bind_role:' || bind_role.role_name::text, 0));
+    lock table harbor.role_bindings in share row exclusive mode;
     if exists (select 1 from harbor.role_bindings b
                 where b.role_name = bind_role.role_name
                   and b.tenant_id = bind_role.tenant_id) then
