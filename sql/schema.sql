@@ -198,8 +198,10 @@ create index memories_sensitivity_idx
     where sensitivity <> 'none';
 
 -- Embeddings: one or two rows per (memory, model). The owner key is copied from the
--- memory so the candidate search can filter by visibility without a join;
--- a model change never mixes vector spaces because every search names model_id.
+-- memory so the candidate search can filter by visibility without a join; the
+-- memory_embeddings_owner trigger (sql/functions/guards.sql) refuses copies that
+-- differ from the memory's. A model change never mixes vector spaces because
+-- every search names model_id.
 create table harbor.memory_embeddings (
     tenant_id  text not null,
     memory_id  text not null,

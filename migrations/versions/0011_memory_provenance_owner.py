@@ -1,7 +1,7 @@
 """Qualify a memory's provenance with the conversation's owner: who the source session belongs to.
 
 Revision ID: 0011
-Revises: 0009
+Revises: 0010
 Create Date: 2026-12-01
 
 A memory derived from a conversation names the session (``source_session_id``)
@@ -23,7 +23,7 @@ that name a source.
 from alembic import op
 
 revision = "0011"
-down_revision = "0009"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 

@@ -58,6 +58,36 @@ begin
 end
 $$;
 
+-- A vector's owner fields are copies of its memory's (so that the dense leg finds
+-- an owner's vectors without a join), and the write policy can only check the
+-- copies; the foreign key, checked without row-level security, covers the id
+-- alone. So the memory is read here, by primary key and under the writer's own
+-- policies, and a vector is refused unless its memory is one the writer can see
+-- and has the same owner fields: the same error whether the memory is someone
+-- else's or does not exist. (A foreign key over the owner fields was tried
+-- first: its check query is planned generically, and the planner took the owner
+-- index for it, reading every row of the memory's owner for each vector.)
+create or replace function harbor._embedding_owner_is_memorys() returns trigger
+    language plpgsql security invoker
+    set search_path to pg_catalog, pg_temp
+as $$
+declare
+    m record;
+begin
+    select x.scope, x.project_id, x.user_id, x.session_id, x.run_id into m
+      from harbor.memories x
+     where x.tenant_id = new.tenant_id and x.id = new.memory_id;
+    if not found or (m.scope, m.project_id, m.user_id, m.session_id, m.run_id)
+                    is distinct from (new.scope, new.project_id, new.user_id, new.session_id,
+                                      new.run_id) then
+        raise exception 'harbor.memory_embeddings: a vector needs a memory the writer can see, '
+                        'with the same owner fields'
+            using errcode = '23503', constraint = 'memory_embeddings_owner';
+    end if;
+    return new;
+end
+$$;
+
 -- (the columns come with revision 0011; this file also runs on the revisions before it)
 do $$
 begin
@@ -73,19 +103,51 @@ begin
 end
 $$;
 
--- A database role is bound in one tenant at most (harbor._binding() looks a role
--- up by name alone). harbor.bind_role() checks this with a clear message; this
--- trigger holds the rule for every other writer too (harbor_admin inserting into
--- role_bindings directly, a superuser), under the same per-role advisory lock.
--- role_bindings is keyed by (tenant_id, role_name) for Citus, so no unique index
--- on role_name alone can say it.
+create or replace trigger memory_embeddings_owner
+    before insert or update of tenant_id, memory_id, scope, project_id, user_id, session_id,
+                               run_id on harbor.memory_embeddings
+    for each row execute function harbor._embedding_owner_is_memorys();
+
+-- Who may be bound, and by whom. This trigger holds the rules for every writer of
+-- role_bindings (harbor.bind_role, harbor.unbind_role, harbor_admin writing the
+-- table directly, a superuser):
+-- * a role is bound in one tenant at most (harbor._binding() looks a role up by
+--   name alone). role_bindings is keyed by (tenant_id, role_name) for Citus, so
+--   no unique index on role_name alone can say it;
+-- * harbor-pg's own roles, members of harbor_admin, superusers and BYPASSRLS
+--   roles are never bound: a binding would not confine them (harbor_admin is an
+--   operator's role across tenants: it writes GLOBAL memories, which every
+--   tenant reads), or, for harbor_search, would change the identity that the
+--   candidate functions see for every caller;
+-- * a bound role manages no bindings, its own included (a role bound and then
+--   granted harbor_admin could otherwise unbind itself).
+-- Writers take turns on a table lock, which only roles with write rights on the
+-- table can take (an advisory lock key can be taken by any login, and held).
 create or replace function harbor._role_binding_one_tenant() returns trigger
     language plpgsql security invoker
     set search_path to pg_catalog, pg_temp
 as $$
 begin
-    perform pg_advisory_xact_lock(
-        hashtextextended('harbor.bind_role:' || new.role_name::text, 0));
+    lock table harbor.role_bindings in share row exclusive mode;
+    if exists (select 1 from harbor._binding()) then
+        raise exception 'harbor.bind_role: role % is bound to an identity, and a bound role '
+                        'cannot change bindings', session_user
+            using errcode = '42501';
+    end if;
+    if tg_op = 'DELETE' then
+        return old;
+    end if;
+    if new.role_name in ('harbor_owner', 'harbor_app', 'harbor_admin', 'harbor_search')
+       or exists (select 1 from pg_catalog.pg_roles r
+                   where r.rolname = new.role_name
+                     and (r.rolsuper or r.rolbypassrls
+                          or pg_catalog.pg_has_role(r.oid, 'harbor_admin', 'MEMBER'))) then
+        raise exception 'harbor.bind_role: role % cannot be bound', new.role_name
+            using errcode = '42501',
+                  hint = 'Only roles that inherit from harbor_app, and are neither members of '
+                         'harbor_admin nor superusers nor BYPASSRLS, can be bound; harbor-pg''s '
+                         'own roles never.';
+    end if;
     if exists (select 1 from harbor.role_bindings b
                 where b.role_name = new.role_name
                   and b.tenant_id is distinct from new.tenant_id) then
@@ -100,5 +162,29 @@ end
 $$;
 
 create or replace trigger role_bindings_one_tenant
-    before insert or update of tenant_id, role_name on harbor.role_bindings
+    before insert or update or delete on harbor.role_bindings
     for each row execute function harbor._role_binding_one_tenant();
+
+-- A memory's successor (superseded_by) is a memory the writer can see. The
+-- foreign key is checked without row-level security, so without this a caller
+-- could link its memory to another user's memory id (ids are not secret), and
+-- anything that follows the link would take the caller's word for it.
+create or replace function harbor._memory_successor_visible() returns trigger
+    language plpgsql security invoker
+    set search_path to pg_catalog, pg_temp
+as $$
+begin
+    if new.superseded_by is not null
+       and (tg_op = 'INSERT' or new.superseded_by is distinct from old.superseded_by)
+       and not exists (select 1 from harbor.memories s
+                        where s.tenant_id = new.tenant_id and s.id = new.superseded_by) then
+        raise exception 'harbor.memories: a successor must be a memory the writer can see'
+            using errcode = '23503', constraint = 'memories_superseded_by_visible';
+    end if;
+    return new;
+end
+$$;
+
+create or replace trigger memories_superseded_by_visible
+    before insert or update of superseded_by on harbor.memories
+    for each row execute function harbor._memory_successor_visible();

@@ -33,31 +33,47 @@ create or replace function harbor.caller_tenant() returns text
     language sql stable security invoker parallel safe
 return coalesce((select b.tenant_id from harbor._binding() b), harbor._setting('tenant_id'));
 
+-- For a bound role the binding is the whole identity: a field it names is
+-- forced, and a field it does not name is NULL (nothing keyed on it is
+-- visible or writable), whatever the session set. Session and run are the one
+-- exception: a role bound to a user picks among that user's own sessions and
+-- runs (every row they key also carries the bound user); a role bound to no
+-- user has none.
 create or replace function harbor.caller_project() returns text
     language sql stable security invoker parallel safe
-return (select case when b.tenant_id is not null and b.project_id is not null then b.project_id
+return (select case when b.tenant_id is not null then b.project_id
                     else harbor._setting('project_id') end
           from (select 1) one left join harbor._binding() b on true);
 
 create or replace function harbor.caller_user() returns text
     language sql stable security invoker parallel safe
-return (select case when b.tenant_id is not null and b.user_id is not null then b.user_id
+return (select case when b.tenant_id is not null then b.user_id
                     else coalesce(harbor._setting('user_id'), harbor._setting('principal_id')) end
           from (select 1) one left join harbor._binding() b on true);
 
 create or replace function harbor.caller_principal() returns text
     language sql stable security invoker parallel safe
-return (select case when b.tenant_id is not null and b.user_id is not null then b.user_id
+return (select case when b.tenant_id is not null then b.user_id
                     else harbor._setting('principal_id') end
           from (select 1) one left join harbor._binding() b on true);
 
 create or replace function harbor.caller_session() returns text
     language sql stable security invoker parallel safe
-return harbor._setting('session_id');
+return (select case when b.tenant_id is not null and b.user_id is null then null
+                    else harbor._setting('session_id') end
+          from (select 1) one left join harbor._binding() b on true);
 
 create or replace function harbor.caller_run() returns text
     language sql stable security invoker parallel safe
-return harbor._setting('run_id');
+return (select case when b.tenant_id is not null and b.user_id is null then null
+                    else harbor._setting('run_id') end
+          from (select 1) one left join harbor._binding() b on true);
+
+-- Whether the caller is a bound role (the harbor_admin policies grant a bound
+-- role nothing, see policies.sql).
+create or replace function harbor.caller_is_bound() returns boolean
+    language sql stable security invoker parallel safe
+return exists (select 1 from harbor._binding());
 
 -- The visibility predicate, shared by every read policy and by the candidate
 -- functions. A row is visible when its tenant is the caller's (or '' for
@@ -105,8 +121,10 @@ return r_scope in ('project', 'user', 'session', 'run')
 
 -- The documented SQL entry point: set who you are, for the transaction
 -- (is_local => true, what the Python wrapper does) or for the session.
--- user_id defaults to principal_id. For a bound role, fields that contradict the
--- binding are refused (they would be ignored anyway).
+-- user_id defaults to principal_id. For a bound role, a field that contradicts
+-- the binding, or that the binding leaves unset (see harbor.caller_project),
+-- is refused: it would be ignored anyway, and silently ignoring it would hide
+-- the caller's mistake.
 create or replace function harbor.set_identity(
     tenant_id text,
     project_id text default null,
@@ -135,10 +153,19 @@ begin
     select * into b from harbor._binding();
     if b.tenant_id is not null then
         if tenant_id is distinct from b.tenant_id
-           or (b.project_id is not null and project_id is not null and project_id <> b.project_id)
-           or (b.user_id is not null and coalesce(user_id, principal_id) is not null
-               and coalesce(user_id, principal_id) <> b.user_id) then
+           or (project_id is not null and project_id is distinct from b.project_id)
+           or (user_id is not null and user_id is distinct from b.user_id)
+           or (principal_id is not null and principal_id is distinct from b.user_id) then
             raise exception 'harbor.set_identity: role % is bound to another identity', session_user
+                using errcode = '42501',
+                      detail = pg_catalog.format('The binding is tenant %s, project %s, user %s; '
+                                                 'a field it does not name cannot be set.',
+                                                 b.tenant_id, coalesce(b.project_id, '(none)'),
+                                                 coalesce(b.user_id, '(none)'));
+        end if;
+        if b.user_id is null and (session_id is not null or run_id is not null) then
+            raise exception 'harbor.set_identity: role % is bound to no user, so it has no '
+                            'session or run', session_user
                 using errcode = '42501';
         end if;
     end if;
@@ -156,9 +183,11 @@ $$;
 -- A role is bound in one tenant at most: harbor._binding() looks a role up by
 -- name alone, so a second binding elsewhere would leave its identity to
 -- whichever row came first. Every key must include tenant_id compared with =
--- (Citus), so no constraint can say "one tenant per role"; the check is here,
--- and the advisory lock (per role name) makes concurrent binds of one role
--- take turns.
+-- (Citus), so no constraint can say "one tenant per role"; the check is in the
+-- role_bindings_one_tenant trigger (guards.sql), with the rules on which roles
+-- may be bound, and a table lock makes concurrent binds take turns (a lock
+-- only writers of role_bindings can take: an advisory lock key can be taken,
+-- and held, by any login).
 -- harbor_admin may read every tenant's bindings for this (policies.sql).
 create or replace function harbor.bind_role(
     role_name name, tenant_id text, project_id text default null, user_id text default null
@@ -169,8 +198,7 @@ as $$
 begin
     -- a role bound in another tenant is refused by the role_bindings_one_tenant
     -- trigger (guards.sql) when the row is inserted, under this same lock
-    perform pg_advisory_xact_lock(
-        hashtextextended('harbor.bind_role:' || bind_role.role_name::text, 0));
+    lock table harbor.role_bindings in share row exclusive mode;
     if exists (select 1 from harbor.role_bindings b
                 where b.role_name = bind_role.role_name
                   and b.tenant_id = bind_role.tenant_id) then

@@ -17,12 +17,14 @@ create or replace function harbor._caller_identity(
     set search_path to pg_catalog, pg_temp
 as $$
     select coalesce(b.tenant_id, harbor._setting('tenant_id')),
-           case when b.tenant_id is not null and b.project_id is not null then b.project_id
+           case when b.tenant_id is not null then b.project_id
                 else harbor._setting('project_id') end,
-           case when b.tenant_id is not null and b.user_id is not null then b.user_id
+           case when b.tenant_id is not null then b.user_id
                 else coalesce(harbor._setting('user_id'), harbor._setting('principal_id')) end,
-           harbor._setting('session_id'),
-           harbor._setting('run_id')
+           case when b.tenant_id is not null and b.user_id is null then null
+                else harbor._setting('session_id') end,
+           case when b.tenant_id is not null and b.user_id is null then null
+                else harbor._setting('run_id') end
       from (select 1) one left join harbor._binding() b on true
 $$;
 
@@ -249,6 +251,13 @@ begin
                         on m.tenant_id = win.tenant_id and m.id = win.memory_id
                      -- only the primary key may find the row
                      where coalesce(m.valid operator(pg_catalog.@>) p_as_of, false)
+                       -- the memory's own owner, not only its vector's copy (a
+                       -- trigger keeps them equal; this does not rely on it), in
+                       -- coalesce() as the tests above, so it is no index condition
+                       and coalesce(harbor._visible(m.scope, m.tenant_id, m.project_id,
+                                                    m.user_id, m.session_id, m.run_id,
+                                                    v_tenant, v_project, v_user, v_session,
+                                                    v_run), false)
                        and m.memory_type <> 'summary'
                        and m.sensitivity <= p_max_sensitivity
                        and coalesce(m.scope = any (p_scopes), false)
@@ -318,6 +327,10 @@ begin
                            and e.scope = any ($3)
                            and harbor._visible(e.scope, e.tenant_id, e.project_id, e.user_id,
                                                e.session_id, e.run_id, $5, $6, $7, $8, $9)
+                           and coalesce(harbor._visible(m.scope, m.tenant_id,
+                                                        m.project_id, m.user_id,
+                                                        m.session_id, m.run_id,
+                                                        $5, $6, $7, $8, $9), false)
                            and coalesce(m.valid operator(pg_catalog.@>) $4, false)
                            and m.memory_type <> 'summary'
                            and m.sensitivity <= $11

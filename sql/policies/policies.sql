@@ -48,7 +48,7 @@ create policy messages_delete on harbor.messages for delete to harbor_app
         (select harbor.caller_run())));
 drop policy if exists messages_admin on harbor.messages;
 create policy messages_admin on harbor.messages for all to harbor_admin
-    using (tenant_id = (select harbor.caller_tenant()));
+    using (not (select harbor.caller_is_bound()) and tenant_id = (select harbor.caller_tenant()));
 
 -- working_state: RUN-scoped, and invisible to reads once expired.
 drop policy if exists working_state_app on harbor.working_state;
@@ -74,9 +74,12 @@ create policy working_state_delete on harbor.working_state for delete to harbor_
         (select harbor.caller_user()), (select harbor.caller_session()),
         (select harbor.caller_run())));
 drop policy if exists working_state_admin on harbor.working_state;
+-- (expired rows of every tenant: harbor.purge_working_state(); only the
+-- unbound administrator, who may take any tenant's identity anyway)
 create policy working_state_admin on harbor.working_state for all to harbor_admin
-    using (tenant_id = (select harbor.caller_tenant())
-           or (expires_at is not null and expires_at <= pg_catalog.now()));
+    using (not (select harbor.caller_is_bound())
+           and (tenant_id = (select harbor.caller_tenant())
+                or (expires_at is not null and expires_at <= pg_catalog.now())));
 
 -- memories
 drop policy if exists memories_read on harbor.memories;
@@ -108,10 +111,14 @@ create policy memories_delete on harbor.memories for delete to harbor_app
         (select harbor.caller_tenant()), (select harbor.caller_project()),
         (select harbor.caller_user()), (select harbor.caller_session()),
         (select harbor.caller_run())));
--- the elevated role: everything in its tenant, plus TENANT and GLOBAL writes
+-- the elevated role: everything in its tenant, plus TENANT and GLOBAL writes.
+-- Every harbor_admin policy starts with "not bound": binding a member of
+-- harbor_admin is refused (guards.sql), and a bound role granted harbor_admin
+-- afterwards gets none of its rights (a GLOBAL write reaches every tenant, so
+-- there is no tenant-confined administrator).
 drop policy if exists memories_admin_read on harbor.memories;
 create policy memories_admin_read on harbor.memories for select to harbor_admin
-    using (tenant_id = any (array['', (select harbor.caller_tenant())]));
+    using (not (select harbor.caller_is_bound()) and tenant_id = any (array['', (select harbor.caller_tenant())]));
 -- and, for erasure, a GLOBAL memory derived from this tenant's conversations (the
 -- column comes with revision 0011; this file also runs on the revisions before it)
 drop policy if exists memories_admin_delete on harbor.memories;
@@ -122,11 +129,13 @@ begin
        and attname = 'source_tenant_id' and not attisdropped;
     if found then
         create policy memories_admin_delete on harbor.memories for delete to harbor_admin
-            using (tenant_id = (select harbor.caller_tenant())
-                   or (tenant_id = '' and source_tenant_id = (select harbor.caller_tenant())));
+            using (not (select harbor.caller_is_bound())
+                   and (tenant_id = (select harbor.caller_tenant())
+                        or (tenant_id = '' and source_tenant_id = (select harbor.caller_tenant()))));
     else
         create policy memories_admin_delete on harbor.memories for delete to harbor_admin
-            using (tenant_id = (select harbor.caller_tenant()));
+            using (not (select harbor.caller_is_bound())
+                   and tenant_id = (select harbor.caller_tenant()));
     end if;
 end
 $$;
@@ -135,17 +144,23 @@ $$;
 -- only valid/superseded_by, and the add-only trigger allows reopening only in erase
 drop policy if exists memories_admin_chain on harbor.memories;
 create policy memories_admin_chain on harbor.memories for update to harbor_admin
-    using (tenant_id = any (array['', (select harbor.caller_tenant())]))
-    with check (tenant_id = any (array['', (select harbor.caller_tenant())]));
+    using (not (select harbor.caller_is_bound())
+           and tenant_id = any (array['', (select harbor.caller_tenant())]))
+    with check (not (select harbor.caller_is_bound())
+                and tenant_id = any (array['', (select harbor.caller_tenant())]));
 drop policy if exists memories_admin_insert on harbor.memories;
 create policy memories_admin_insert on harbor.memories for insert to harbor_admin
-    with check ((scope = 'tenant' and tenant_id = (select harbor.caller_tenant()))
-                or scope = 'global');
+    with check (not (select harbor.caller_is_bound())
+                and ((scope = 'tenant' and tenant_id = (select harbor.caller_tenant()))
+                     or (scope = 'global' and tenant_id = '')));
 drop policy if exists memories_admin_update on harbor.memories;
 create policy memories_admin_update on harbor.memories for update to harbor_admin
-    using ((scope = 'tenant' and tenant_id = (select harbor.caller_tenant())) or scope = 'global')
-    with check ((scope = 'tenant' and tenant_id = (select harbor.caller_tenant()))
-                or scope = 'global');
+    using (not (select harbor.caller_is_bound())
+           and ((scope = 'tenant' and tenant_id = (select harbor.caller_tenant()))
+                or (scope = 'global' and tenant_id = '')))
+    with check (not (select harbor.caller_is_bound())
+                and ((scope = 'tenant' and tenant_id = (select harbor.caller_tenant()))
+                     or (scope = 'global' and tenant_id = '')));
 drop policy if exists memories_search on harbor.memories;
 create policy memories_search on harbor.memories for select to harbor_search using (true);
 
@@ -170,14 +185,15 @@ create policy memory_embeddings_delete on harbor.memory_embeddings for delete to
         (select harbor.caller_run())));
 drop policy if exists memory_embeddings_admin on harbor.memory_embeddings;
 create policy memory_embeddings_admin on harbor.memory_embeddings for all to harbor_admin
-    using (tenant_id = (select harbor.caller_tenant()))
-    with check ((scope = 'tenant' and tenant_id = (select harbor.caller_tenant()))
-                or scope = 'global');
+    using (not (select harbor.caller_is_bound()) and tenant_id = (select harbor.caller_tenant()))
+    with check (not (select harbor.caller_is_bound())
+                and ((scope = 'tenant' and tenant_id = (select harbor.caller_tenant()))
+                     or (scope = 'global' and tenant_id = '')));
 -- GLOBAL vectors are as public as GLOBAL memories: the elevated role counts those an
 -- erasure takes (their memories' deletion cascades to them)
 drop policy if exists memory_embeddings_admin_global_read on harbor.memory_embeddings;
 create policy memory_embeddings_admin_global_read on harbor.memory_embeddings for select
-    to harbor_admin using (tenant_id = '');
+    to harbor_admin using (not (select harbor.caller_is_bound()) and tenant_id = '');
 drop policy if exists memory_embeddings_search on harbor.memory_embeddings;
 create policy memory_embeddings_search on harbor.memory_embeddings for select
     to harbor_search using (true);
@@ -195,4 +211,4 @@ create policy session_state_app on harbor.session_state for all to harbor_app
         (select harbor.caller_run())));
 drop policy if exists session_state_admin on harbor.session_state;
 create policy session_state_admin on harbor.session_state for all to harbor_admin
-    using (tenant_id = (select harbor.caller_tenant()));
+    using (not (select harbor.caller_is_bound()) and tenant_id = (select harbor.caller_tenant()));

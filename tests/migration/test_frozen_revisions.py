@@ -30,7 +30,8 @@ FROZEN = {
     "0007_vector_owner_key.py": "be9aa738eab44a04",
     "0008_owner_terms.py": "b520d5bb0725ce4b",
     "0009_repair_owner_terms.py": "5cbc203b1ab60a32",
-    "0011_memory_provenance_owner.py": "17c0f745e5380daf",
+    "0010_embedding_owner_copies.py": "5605a2872c67af8b",
+    "0011_memory_provenance_owner.py": "83f6ab6a44189dd8",
     "0014_access_tokens.py": "da339af60580ee14",
     "0015_sensitivity_index.py": "134feaae02112eb7",
 }

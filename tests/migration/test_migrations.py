@@ -338,3 +338,55 @@ def test_0009_leaves_an_owner_term_index_of_the_current_0008(empty_db: PgDatabas
     migrate.upgrade(empty_db.owner_url, "0009")  # named: later revisions follow it
     assert migrate.current_revision(empty_db.owner_url) == "0009"
     assert index_file() == before  # REINDEX would have given it a new file
+
+
+def test_0010_deletes_vectors_planted_on_another_owners_memory(empty_db: PgDatabase) -> None:
+    """Before 0010 a caller could store a vector keyed to itself for another user's
+    memory; 0010 deletes such vectors, keeps every other one, and refuses new ones."""
+    migrate.upgrade(empty_db.owner_url, "0009")
+    with psycopg.connect(empty_db.superuser_url, autocommit=True) as su:
+        # the code before 0010: the re-runnable files applied with 0009 are today's
+        su.execute("drop trigger memory_embeddings_owner on harbor.memory_embeddings")
+
+    def as_user(user: str) -> psycopg.Connection[Any]:
+        conn = psycopg.connect(empty_db.app_url, autocommit=True)
+        conn.execute("select harbor.set_identity('t1', principal_id => %s)", (user,))
+        return conn
+
+    def vector(
+        conn: psycopg.Connection[Any], memory_id: str, user: str, with_context: bool = False
+    ) -> None:
+        conn.execute(
+            "insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims,"
+            " embedding, scope, user_id, with_context)"
+            " values ('t1', %s, 'm', 3, '[1,0,0]', 'user', %s, %s)",
+            (memory_id, user, with_context),
+        )
+
+    ids = {}
+    for user in ("u1", "u2"):
+        with as_user(user) as conn:
+            ids[user] = conn.execute(
+                "insert into harbor.memories (tenant_id, scope, user_id, principal_id, content,"
+                " content_hash) values ('t1', 'user', %s, %s, 'a fact', repeat('a', 64))"
+                " returning id",
+                (user, user),
+            ).fetchone()[0]  # type: ignore[index]
+            vector(conn, ids[user], user)
+    with as_user("u1") as conn:
+        vector(conn, ids["u2"], "u1", with_context=True)  # the planted one
+    migrate.upgrade(empty_db.owner_url)
+    with psycopg.connect(empty_db.superuser_url) as su:
+        rows = su.execute(
+            "select memory_id, user_id from harbor.memory_embeddings order by user_id"
+        ).fetchall()
+    assert rows == [(ids["u1"], "u1"), (ids["u2"], "u2")]
+    with as_user("u1") as conn:
+        try:
+            vector(conn, ids["u2"], "u1", with_context=True)
+        except psycopg.errors.UniqueViolation:
+            raise AssertionError("the planted vector survived") from None
+        except psycopg.errors.ForeignKeyViolation as exc:
+            assert exc.diag.constraint_name == "memory_embeddings_owner"
+        else:
+            raise AssertionError("a vector keyed to u1 was stored for u2's memory")

@@ -1,17 +1,21 @@
 """Fixtures for raw-SQL break-out attempts.
 
-Rows are seeded as the superuser (who bypasses RLS). Each attack then runs
-connected as the application role with an identity set, or as a database
-role bound to an identity by an administrator.
+Every row is written through the role a real caller has: narrow scopes by
+``harbor_app`` with the owner's identity set (harbor.set_identity), TENANT and
+GLOBAL memories by ``harbor_admin`` with its tenant set. The superuser only
+creates login roles and grants them, as an operator would; bindings are made
+by ``harbor_admin`` with harbor.bind_role. Each attack then runs connected as
+the application role with an identity set, or as a role bound to an identity.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from tests.conftest import PgDatabase
 
@@ -48,57 +52,170 @@ WORKING = [
 ]
 
 IDENTITY = dict(tenant_id="t1", project_id="p1", principal_id="u1", session_id="s1", run_id="r1")
+# bound to the same identity as IDENTITY's tenant, project and user: it picks session and run
 BOUND_ROLE = "harbor_test_analyst"
+# one role per kind of binding: (tenant, project, user)
+BOUND_ROLES = {
+    "harbor_test_bound_tenant": ("t1", None, None),
+    "harbor_test_bound_project": ("t1", "p1", None),
+    "harbor_test_bound_user": ("t1", None, "u1"),
+    BOUND_ROLE: ("t1", "p1", "u1"),
+}
+
+
+def writer(
+    db: PgDatabase, tenant: str, scope: str, project: str, user: str, session: str, run: str
+) -> psycopg.Connection[Any]:
+    """A connection as the role that may write a row of this owner, its identity set.
+
+    GLOBAL and TENANT rows: ``harbor_admin`` (GLOBAL rows belong to no tenant, so any
+    tenant will do). The narrow scopes: ``harbor_app`` as the row's own identity, the
+    principal being the row's user (none for a PROJECT row).
+    """
+    if scope in ("global", "tenant"):
+        conn = psycopg.connect(db.admin_url, autocommit=True)
+        conn.execute("select harbor.set_identity(%s)", (tenant or "t1",))
+        return conn
+    conn = psycopg.connect(db.app_url, autocommit=True)
+    conn.execute(
+        "select harbor.set_identity(%s, %s, %s, null, %s, %s)",
+        (tenant, project or None, user or None, session or None, run or None),
+    )
+    return conn
+
+
+def insert_memory(conn: psycopg.Connection[Any], columns: Mapping[str, Any]) -> str:
+    """Insert one memory with these columns (the principal is the caller's); its id."""
+    names = list(columns)
+    stmt = sql.SQL(
+        "insert into harbor.memories ({}, principal_id) values ({},"
+        " coalesce(harbor.caller_principal(), '')) returning id"
+    ).format(
+        sql.SQL(", ").join(map(sql.Identifier, names)),
+        sql.SQL(", ").join(sql.Placeholder(n) for n in names),
+    )
+    row = conn.execute(stmt, dict(columns)).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def insert_vector(
+    conn: psycopg.Connection[Any], memory: Mapping[str, Any], model_id: str, dims: int, vector: str
+) -> None:
+    """Insert a vector of ``memory`` (its owner fields copied, as every writer does)."""
+    conn.execute(
+        "insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims, embedding,"
+        " scope, project_id, user_id, session_id, run_id)"
+        " values (%(tenant_id)s, %(id)s, %(model_id)s, %(dims)s, %(vector)s::vector, %(scope)s,"
+        " %(project_id)s, %(user_id)s, %(session_id)s, %(run_id)s)",
+        {
+            "project_id": "",
+            "user_id": "",
+            "session_id": "",
+            "run_id": "",
+            **memory,
+            "model_id": model_id,
+            "dims": dims,
+            "vector": vector,
+        },
+    )
+
+
+def write_memory(
+    db: PgDatabase,
+    row: tuple[str, str, str, str, str, str, str],
+    content_hash: str,
+    *,
+    vector: tuple[str, int, str] | None = None,
+    **columns: Any,
+) -> str:
+    """Write one MEMORIES-shaped row (and optionally a vector of it) as its writer."""
+    t, scope, p, u, s, r, content = row
+    memory = dict(
+        tenant_id=t,
+        scope=scope,
+        project_id=p,
+        user_id=u,
+        session_id=s,
+        run_id=r,
+        content=content,
+        content_hash=content_hash,
+        **columns,
+    )
+    with writer(db, t, scope, p, u, s, r) as conn:
+        memory["id"] = insert_memory(conn, memory)
+        if vector is not None:
+            insert_vector(conn, memory, *vector)
+    return str(memory["id"])
+
+
+def create_login_roles(db: PgDatabase, *roles: str) -> None:
+    """Login roles granted harbor_app (the operator's part: the superuser)."""
+    with psycopg.connect(db.superuser_url, autocommit=True) as conn:
+        for role in roles:
+            conn.execute(sql.SQL("drop role if exists {}").format(sql.Identifier(role)))
+            conn.execute(sql.SQL("create role {} login").format(sql.Identifier(role)))
+            conn.execute(sql.SQL("grant harbor_app to {}").format(sql.Identifier(role)))
+            conn.execute(
+                sql.SQL("grant connect on database {} to {}").format(
+                    sql.Identifier(db.name), sql.Identifier(role)
+                )
+            )
+
+
+def bind(db: PgDatabase, role: str, tenant: str, project: str | None, user: str | None) -> None:
+    """Bind ``role`` as the tenant's administrator does."""
+    with psycopg.connect(db.admin_url, autocommit=True) as conn:
+        conn.execute("select harbor.set_identity(%s)", (tenant,))
+        conn.execute(
+            "select harbor.bind_role(%s, %s, project_id => %s, user_id => %s)",
+            (role, tenant, project, user),
+        )
+
+
+def drop_roles(db: PgDatabase, *roles: str) -> None:
+    with psycopg.connect(db.superuser_url, autocommit=True) as conn:
+        for role in roles:
+            conn.execute(sql.SQL("drop owned by {}").format(sql.Identifier(role)))
+            conn.execute(sql.SQL("drop role {}").format(sql.Identifier(role)))
 
 
 def seed(db: PgDatabase) -> None:
-    with psycopg.connect(db.superuser_url, autocommit=True) as conn:
-        for i, (t, scope, p, u, s, r, content) in enumerate(MEMORIES):
+    for i, row in enumerate(MEMORIES):
+        write_memory(db, row, f"{i:064x}", vector=("m", 3, "[1,0,0]"))
+    for t, u, s, content in MESSAGES:
+        with writer(db, t, "session", "", u, s, "") as conn:
             conn.execute(
-                "insert into harbor.memories (tenant_id, scope, project_id, user_id, session_id,"
-                " run_id, content, content_hash) values (%s,%s,%s,%s,%s,%s,%s,%s)",
-                (t, scope, p, u, s, r, content, f"{i:064x}"),
+                "insert into harbor.messages (tenant_id, user_id, session_id, principal_id, role,"
+                " content) values (%s, %s, %s, %s, 'user', %s)",
+                (t, u, s, u, content),
             )
-        for t, u, s, content in MESSAGES:
-            conn.execute(
-                "insert into harbor.messages (tenant_id, user_id, session_id, role, content)"
-                " values (%s,%s,%s,'user',%s)",
-                (t, u, s, content),
-            )
-        for t, p, u, s, r, tag in WORKING:
+    for t, p, u, s, r, tag in WORKING:
+        with writer(db, t, "run", p, u, s, r) as conn:
             conn.execute(
                 "insert into harbor.working_state (tenant_id, project_id, user_id, session_id,"
-                " run_id, state) values (%s,%s,%s,%s,%s, jsonb_build_object('tag', %s::text))",
-                (t, p, u, s, r, tag),
+                " run_id, principal_id, state)"
+                " values (%s,%s,%s,%s,%s,%s, jsonb_build_object('tag', %s::text))",
+                (t, p, u, s, r, u, tag),
             )
-        conn.execute(
-            "insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims, embedding,"
-            " scope, project_id, user_id, session_id, run_id)"
-            " select tenant_id, id, 'm', 3, '[1,0,0]', scope, project_id, user_id, session_id,"
-            " run_id from harbor.memories"
-        )
-        conn.execute(f"drop role if exists {BOUND_ROLE}")
-        conn.execute(f"create role {BOUND_ROLE} login")
-        conn.execute(f"grant harbor_app to {BOUND_ROLE}")
-        conn.execute(f'grant connect on database "{db.name}" to {BOUND_ROLE}')
-    with psycopg.connect(db.admin_url, autocommit=True) as conn:
-        conn.execute("select harbor.set_identity('t1')")
-        conn.execute("select harbor.bind_role(%s, 't1', user_id => 'u1')", (BOUND_ROLE,))
+    create_login_roles(db, *BOUND_ROLES)
+    for role, (t, p, u) in BOUND_ROLES.items():
+        bind(db, role, t, p, u)
 
 
 @pytest.fixture(scope="module")
 def seeded(module_db: PgDatabase) -> Iterator[PgDatabase]:
     seed(module_db)
     yield module_db
-    with psycopg.connect(module_db.superuser_url, autocommit=True) as conn:
-        conn.execute(f"drop owned by {BOUND_ROLE}")
+    drop_roles(module_db, *BOUND_ROLES)
 
 
 @pytest.fixture(params=["app", "bound"])
 def attacker(
     request: pytest.FixtureRequest, seeded: PgDatabase
 ) -> Iterator[psycopg.Connection[Any]]:
-    """A raw connection as the app role (identity t1/p1/u1/s1/r1) or as the bound role."""
+    """A raw connection as the app role (identity t1/p1/u1/s1/r1) or as the role bound to
+    t1/p1/u1 (which picks session s1 and run r1)."""
     user = "harbor_app" if request.param == "app" else BOUND_ROLE
     conn = psycopg.connect(seeded.url_for(user), autocommit=True)
     if request.param == "app":
@@ -109,7 +226,7 @@ def attacker(
         )
     else:
         # a bound role names only what its binding leaves open
-        conn.execute("select harbor.set_identity('t1', 'p1', null, null, 's1', 'r1')")
+        conn.execute("select harbor.set_identity('t1', session_id => 's1', run_id => 'r1')")
     try:
         yield conn
     finally:

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from psycopg import errors
 
-from tests.security.conftest import BOUND_ROLE
+from tests.security.conftest import BOUND_ROLE, write_memory
 
 Conn = psycopg.Connection[Any]
 
@@ -404,22 +404,12 @@ def victims(seeded: Any) -> Any:
     """The seeded database plus the victims' memories and their vectors.
 
     None of them is visible to the attacker identities (t1/p1/u1/s1/r1, or the
-    role bound to t1/u1), so the other tests of this module are unaffected.
+    role bound to t1/p1/u1), so the other tests of this module are unaffected.
+    Each is written by its owner (harbor_app as that identity, harbor_admin for
+    the TENANT row).
     """
-    with psycopg.connect(seeded.superuser_url, autocommit=True) as conn:
-        for i, (t, scope, p, u, s, r, content) in enumerate(VICTIM_MEMORIES):
-            conn.execute(
-                "insert into harbor.memories (tenant_id, id, scope, project_id, user_id,"
-                " session_id, run_id, content, content_hash)"
-                " values (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                (t, f"victim-{i}", scope, p, u, s, r, content, f"{i + 1000:064x}"),
-            )
-            conn.execute(
-                "insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims,"
-                " embedding, scope, project_id, user_id, session_id, run_id)"
-                " values (%s, %s, 'm', 3, %s::vector, %s, %s, %s, %s, %s)",
-                (t, f"victim-{i}", VICTIM_VECTOR, scope, p, u, s, r),
-            )
+    for i, row in enumerate(VICTIM_MEMORIES):
+        write_memory(seeded, row, f"{i + 1000:064x}", vector=("m", 3, VICTIM_VECTOR))
     return seeded
 
 

@@ -5,19 +5,22 @@
 For every identity shape, both code paths of each function (exact scan of the
 caller's rows, and the index walk) are compared with a plain SELECT under
 row-level security on the same connection: the id sets must be equal.
+Every row is written by its owner's role (tests/security/conftest.py).
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg.types.range import Range
 
 from tests.conftest import PgDatabase
-from tests.security.conftest import MEMORIES
+from tests.security.conftest import MEMORIES, bind, drop_roles, write_memory
 
 Conn = psycopg.Connection[Any]
 
@@ -34,51 +37,38 @@ def _vector(rng: random.Random) -> str:
 @pytest.fixture(scope="module")
 def recall_db(module_db: PgDatabase) -> Iterator[PgDatabase]:
     rng = random.Random(3)
+    now = datetime.now(UTC)
+    for i, row in enumerate(MEMORIES):
+        # distinct ranking columns per row: a leg that mixed rows up would show
+        t, scope, p, u, s, r, content = row
+        write_memory(
+            module_db,
+            (t, scope, p, u, s, r, content + " shared words"),
+            f"{i:064x}",
+            vector=("m384", DIMS, _vector(rng)),
+            importance=(i % 10) / 10,
+            entity_ids=[f"e{i}-{k}" for k in range(i % 3)],
+            memory_type=("fact", "preference", "episode")[i % 3],
+            valid=Range(now - timedelta(hours=i + 1), None, "[)"),
+        )
+    # a closed (superseded) row and a rolling summary: never candidates now
+    write_memory(
+        module_db,
+        ("t1", "user", "", "u1", "", "", "mine: closed fact shared words"),
+        "c" * 64,
+        vector=("m384", DIMS, _vector(rng)),
+        valid=Range(now - timedelta(days=2), now - timedelta(days=1), "[)"),
+    )
+    write_memory(
+        module_db,
+        ("t1", "session", "", "u1", "s1", "", "mine: summary shared words"),
+        "d" * 64,
+        vector=("m384", DIMS, _vector(rng)),
+        id="summary:s1",
+        memory_type="summary",
+    )
+    # a nologin role bound to t1/u1, taken on with SET ROLE by a login role
     with psycopg.connect(module_db.superuser_url, autocommit=True) as conn:
-        for i, (t, scope, p, u, s, r, content) in enumerate(MEMORIES):
-            # distinct ranking columns per row: a leg that mixed rows up would show
-            conn.execute(
-                "insert into harbor.memories (tenant_id, scope, project_id, user_id, session_id,"
-                " run_id, content, content_hash, importance, entity_ids, memory_type, valid)"
-                " values (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,"
-                " tstzrange(now() - %s * interval '1 hour', null))",
-                (
-                    t,
-                    scope,
-                    p,
-                    u,
-                    s,
-                    r,
-                    content + " shared words",
-                    f"{i:064x}",
-                    (i % 10) / 10,
-                    [f"e{i}-{k}" for k in range(i % 3)],
-                    ("fact", "preference", "episode")[i % 3],
-                    i + 1,
-                ),
-            )
-        # a closed (superseded) row and a rolling summary: never candidates now
-        conn.execute(
-            "insert into harbor.memories (tenant_id, scope, user_id, content, content_hash, valid)"
-            " values ('t1', 'user', 'u1', 'mine: closed fact shared words', repeat('c', 64),"
-            " tstzrange(now() - interval '2 days', now() - interval '1 day'))"
-        )
-        conn.execute(
-            "insert into harbor.memories (tenant_id, id, scope, user_id, session_id, memory_type,"
-            " content, content_hash) values ('t1', 'summary:s1', 'session', 'u1', 's1',"
-            " 'summary', 'mine: summary shared words', repeat('d', 64))"
-        )
-        rows = conn.execute(
-            "select tenant_id, id, scope, project_id, user_id, session_id, run_id"
-            " from harbor.memories"
-        ).fetchall()
-        for tenant, mid, scope, p, u, s, r in rows:
-            conn.execute(
-                "insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims,"
-                " embedding, scope, project_id, user_id, session_id, run_id)"
-                " values (%s,%s,'m384',%s,%s::vector,%s,%s,%s,%s,%s)",
-                (tenant, mid, DIMS, _vector(rng), scope, p, u, s, r),
-            )
         for role in (LOGIN_ROLE, BOUND_ROLE):
             conn.execute(f"drop role if exists {role}")
         conn.execute(f"create role {BOUND_ROLE} nologin")
@@ -86,14 +76,9 @@ def recall_db(module_db: PgDatabase) -> Iterator[PgDatabase]:
         conn.execute(f"create role {LOGIN_ROLE} login")
         conn.execute(f"grant harbor_app, {BOUND_ROLE} to {LOGIN_ROLE}")
         conn.execute(f'grant connect on database "{module_db.name}" to {LOGIN_ROLE}')
-    with psycopg.connect(module_db.admin_url, autocommit=True) as conn:
-        conn.execute("select harbor.set_identity('t1')")
-        conn.execute("select harbor.bind_role(%s, 't1', user_id => 'u1')", (BOUND_ROLE,))
+    bind(module_db, BOUND_ROLE, "t1", None, "u1")
     yield module_db
-    with psycopg.connect(module_db.superuser_url, autocommit=True) as conn:
-        for role in (LOGIN_ROLE, BOUND_ROLE):
-            conn.execute(f"drop owned by {role}")
-            conn.execute(f"drop role {role}")
+    drop_roles(module_db, LOGIN_ROLE, BOUND_ROLE)
 
 
 # (tenant, project, principal, session, run): every shape an identity can take

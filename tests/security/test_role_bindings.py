@@ -186,3 +186,26 @@ def test_a_direct_insert_cannot_bind_a_role_in_a_second_tenant(roles: PgDatabase
         )
     assert _bindings(roles) == [("t1", ROLE, None), ("t2", OTHER, None)]
     assert _bound_tenant(roles, ROLE) == "t1"
+
+
+def test_a_login_without_grants_cannot_hold_up_bind_role(roles: PgDatabase) -> None:
+    """bind_role took an advisory lock on a key any login can compute and hold."""
+    idle = "harbor_test_no_grants"
+    with psycopg.connect(roles.superuser_url, autocommit=True) as su:
+        su.execute(f"drop role if exists {idle}")
+        su.execute(f"create role {idle} login")
+        su.execute(f'grant connect on database "{roles.name}" to {idle}')
+    try:
+        with psycopg.connect(roles.url_for(idle), autocommit=True) as squatter:
+            for key in (ROLE, OTHER):
+                squatter.execute(
+                    "select pg_advisory_lock(hashtextextended(%s, 0))", (f"harbor.bind_role:{key}",)
+                )
+            with _admin(roles, "t1") as conn:
+                conn.execute("set lock_timeout = '3s'")
+                conn.execute("select harbor.bind_role(%s, 't1')", (ROLE,))
+                assert conn.execute("select harbor.unbind_role(%s)", (ROLE,)).fetchone() == (1,)
+    finally:
+        with psycopg.connect(roles.superuser_url, autocommit=True) as su:
+            su.execute(f"drop owned by {idle}")
+            su.execute(f"drop role {idle}")
