@@ -257,7 +257,8 @@ class Database:
         try:
             await asyncio.Event().wait()
         except asyncio.CancelledError:
-            await self._close_pools(timeout=1.0)
+            if self._guard is not None:  # not cancelled by close(): the loop is ending
+                await self._close_pools(timeout=1.0)
             raise
 
     @property
@@ -268,10 +269,13 @@ class Database:
     async def close(self) -> None:
         """Close the pools."""
         guard, self._guard = self._guard, None
-        if guard is not None and guard is not asyncio.current_task():
-            guard.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await guard
+        if guard is not None and not guard.done():
+            if guard.get_loop() is asyncio.get_running_loop():
+                guard.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await guard
+            elif not guard.get_loop().is_closed():
+                guard.get_loop().call_soon_threadsafe(guard.cancel)
         await self._close_pools()
 
     async def _close_pools(self, timeout: float = 5.0) -> None:
