@@ -27,13 +27,15 @@ from pathlib import Path
 
 import psycopg
 
-from benchmarks._common import machine, pct
 from harbor_pg.db import citus, migrate, server
 from harbor_pg.db.connection import Database
 from harbor_pg.manager import MemoryManager
 from harbor_pg.owner import MemoryOwner
 from harbor_pg.records import ConversationMessage, Memory
 from harbor_pg.testing.nodes import start_cluster, start_node
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import machine, pct
 
 _WORD_TEXT = (
     "ingest pipeline review budget travel invoice lighthouse harbor garden kitchen "
