@@ -41,10 +41,13 @@ __all__ = [
 HARBOR_SCHEMA = "harbor"
 #: harbor-pg's Alembic version table (in the ``public`` schema, beside the application's).
 HARBOR_VERSION_TABLE = "harbor_alembic_version"
+#: harbor-pg's tables in ``public``: its version table and the record of the
+#: re-runnable SQL last applied (harbor_pg.db.migrate)
+HARBOR_PUBLIC_TABLES = frozenset({HARBOR_VERSION_TABLE, "harbor_idempotent_sql"})
 
 
 def include_name(name: str | None, type_: str, parent_names: dict[str, Any]) -> bool:
-    """Alembic ``include_name`` hook: skip the harbor schema and harbor-pg's version table.
+    """Alembic ``include_name`` hook: skip the harbor schema and harbor-pg's tables in public.
 
     Pass it to ``context.configure(include_name=...)`` so autogenerate (and
     ``alembic check``) neither proposes dropping harbor-pg's tables nor
@@ -54,7 +57,7 @@ def include_name(name: str | None, type_: str, parent_names: dict[str, Any]) -> 
         return name != HARBOR_SCHEMA
     if parent_names.get("schema_name") == HARBOR_SCHEMA:
         return False
-    return not (type_ == "table" and name == HARBOR_VERSION_TABLE)
+    return not (type_ == "table" and name in HARBOR_PUBLIC_TABLES)
 
 
 def include_object(
@@ -65,7 +68,7 @@ def include_object(
     table = getattr(obj, "table", None)
     if schema == HARBOR_SCHEMA or getattr(table, "schema", None) == HARBOR_SCHEMA:
         return False
-    return not (type_ == "table" and name == HARBOR_VERSION_TABLE)
+    return not (type_ == "table" and name in HARBOR_PUBLIC_TABLES)
 
 
 def _libpq_url(target: Any) -> str:

@@ -25,7 +25,7 @@ from harbor_pg.context.recall import (
     recalled_from_row,
 )
 from harbor_pg.db.connection import Database
-from harbor_pg.db.replica import READ_URL_ENV, ReadReplica
+from harbor_pg.tiers.replica import READ_URL_ENV, ReadReplica
 from harbor_pg.db.sqlfiles import query
 from harbor_pg.embedders.base import Embedder, normalize_vector
 from harbor_pg.errors import (
@@ -225,7 +225,7 @@ class MemoryManager:
         ``embeddings=False`` switches vectors off (lexical recall only).
 
         ``read_url`` (or ``HARBOR_READ_DATABASE_URL``): a hot standby of that
-        server; reads go there, writes to the primary (:mod:`harbor_pg.db.replica`).
+        server; reads go there, writes to the primary (:mod:`harbor_pg.tiers.replica`).
         """
         if in_process:
             return cls(

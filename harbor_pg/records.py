@@ -29,6 +29,9 @@ __all__ = [
 
 
 def _json_serialisable(value: dict[str, Any]) -> dict[str, Any]:
+    problem = json_problem(value)  # nesting depth first: json.dumps would recurse too deep
+    if problem is not None:
+        raise ValueError(f"metadata {problem}")
     try:
         json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:

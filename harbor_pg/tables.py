@@ -169,6 +169,9 @@ memories = Table(
             persisted=True,
         ),
     ),
+    # whose conversation a memory came from (set by the database; revision 0011)
+    Column("source_tenant_id", Text, server_default=FetchedValue()),
+    Column("source_user_id", Text, server_default=FetchedValue()),
 )
 
 #: One vector per memory and embedding model (and per context variant).

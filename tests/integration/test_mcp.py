@@ -380,9 +380,9 @@ async def test_http_two_tokens_of_two_users_are_isolated(
     dana, _ = _token(module_db, "--tenant", "iso", "--principal", "dana")
     eve, _ = _token(module_db, "--tenant", "iso", "--principal", "eve")
     async with http_session(http_server, dana) as s:
-        mine = _data(await s.call_tool("remember", {"content": "Dana's locker code is 4411"}))
+        mine = _data(await s.call_tool("remember", {"content": "Dana keeps the spare badge in locker 4411"}))
     async with http_session(http_server, eve) as s:
-        hits = _data(await s.call_tool("recall", {"query": "locker code 4411"}))
+        hits = _data(await s.call_tool("recall", {"query": "spare badge locker 4411"}))
         assert hits["memories"] == []
         assert "no memory" in _error(await s.call_tool("forget", {"memory_id": mine["id"]}))
         assert "no memory" in _error(await s.call_tool("history", {"memory_id": mine["id"]}))
@@ -391,7 +391,7 @@ async def test_http_two_tokens_of_two_users_are_isolated(
         )
         assert current == []
     async with http_session(http_server, dana) as s:
-        hits = _data(await s.call_tool("recall", {"query": "locker code 4411"}))
+        hits = _data(await s.call_tool("recall", {"query": "spare badge locker 4411"}))
         assert [m["id"] for m in hits["memories"]] == [mine["id"]]
 
 

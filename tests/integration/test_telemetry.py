@@ -94,7 +94,7 @@ async def test_operations_emit_spans_with_conventions_and_no_content(
     await manager.append(OWNER, ConversationMessage(role="assistant", content="noted: " + SECRET))
     ids = await manager.extract_memories(OWNER, model=model, extract_facts=True)
     assert len(ids) == 1
-    await manager.inject_memory(OWNER, SECRET)
+    await manager.inject_memory(OWNER, SECRET, allow_secrets=True)
     await manager.recall(OWNER, QUESTION)
     built = await manager.context_builder(model=model).build(OWNER, QUESTION)
     assert SECRET in [m.content for m in built.recalled]
@@ -165,7 +165,7 @@ async def test_a_degraded_recall_says_so_and_a_failure_names_only_the_error_type
     spans: InMemorySpanExporter, database: Database
 ) -> None:
     manager = MemoryManager.from_database(database, embedder=BrokenQueryEmbedder())
-    await manager.inject_memory(OWNER, SECRET)
+    await manager.inject_memory(OWNER, SECRET, allow_secrets=True)
     assert [m.content for m in await manager.recall(OWNER, "vault combination")] == [SECRET]
     named = _by_name(spans.get_finished_spans())
     [embedding] = named["embeddings hashing-v1-384"]

@@ -23,11 +23,11 @@ from psycopg import errors
 
 from harbor_pg.db import migrate, server
 from harbor_pg.db.connection import Database
-from harbor_pg.db.replica import ReadReplica
 from harbor_pg.manager import MemoryManager
 from harbor_pg.owner import MemoryOwner
 from harbor_pg.records import ConversationMessage, Memory
 from harbor_pg.testing.nodes import LocalNode, start_node, start_standby
+from harbor_pg.tiers.replica import ReadReplica
 
 ANN = MemoryOwner(tenant_id="rep-t1", principal_id="ann", session_id="s1")
 BOB = MemoryOwner(tenant_id="rep-t2", principal_id="bob", session_id="s1")

@@ -9,6 +9,7 @@ listed in NO_OWNER with the reason it needs none.
 from __future__ import annotations
 
 import inspect
+import io
 from collections.abc import Callable
 from typing import Any
 
@@ -58,6 +59,8 @@ SAMPLES: dict[str, Any] = {
     "question": EVE_SECRET,
     "content": "a fact",
     "memory_id": "m-1",
+    "destination": io.StringIO(),  # export_memories
+    "source": io.StringIO(""),  # import_memories: an empty export
 }
 
 

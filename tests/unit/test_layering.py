@@ -22,18 +22,24 @@ PACKAGE = Path(__file__).resolve().parents[2] / "harbor_pg"
 LAYERS: dict[str, int] = {
     "errors": 0,
     "tokens": 0,
+    "telemetry": 0,
+    "validation": 1,
     "owner": 1,
     "llm": 1,
     "embedders": 2,
     "records": 2,
-    "policy": 2,
+    "policy": 3,
     "messages": 3,
     "fencing": 4,
     "db": 5,
     "tiers": 6,
     "context": 7,
     "extraction": 7,
+    "tables": 6,
+    "access_tokens": 6,
+    "portability": 7,
     "manager": 8,
+    "alembic_env": 9,
     # surfaces over the facade
     "chat_history": 9,
     "demo": 9,
@@ -41,8 +47,9 @@ LAYERS: dict[str, int] = {
     "mcp": 9,
     "inspect": 9,
     # the command line (it runs the demo) and the public names
-    "cli": 10,
-    "__init__": 10,
+    "commands": 10,
+    "cli": 11,
+    "__init__": 11,
 }
 
 
@@ -58,7 +65,12 @@ def _imports(path: Path) -> set[str]:
     module = _module_name(path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    tree = ast.parse(path.read_text(), filename=str(path))
+    # names imported under ``if TYPE_CHECKING:`` only annotate: no runtime dependency
+    for guard in [n for n in ast.walk(tree) if isinstance(n, ast.If)]:
+        if isinstance(guard.test, ast.Name) and guard.test.id == "TYPE_CHECKING":
+            guard.body = []
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
