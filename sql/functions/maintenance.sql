@@ -264,6 +264,14 @@ begin
     end if;
     tier := 'role_bindings'; deleted := n; return next;
 
+    -- the access tokens that stand for the erased user (they name them; table of 0014)
+    if u is not null and s is null and p is null
+       and pg_catalog.to_regclass('harbor.access_tokens') is not null then
+        execute 'delete from harbor.access_tokens k where k.tenant_id = $1'
+                ' and (k.user_id = $2 or (k.user_id is null and k.principal_id = $2))'
+            using t, u;
+    end if;
+
     perform pg_catalog.set_config('harbor.erasing', '', true);
     return;
 end

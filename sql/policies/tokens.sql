@@ -12,6 +12,8 @@ begin
     if pg_catalog.to_regclass('harbor.access_tokens') is null then
         return;
     end if;
+    -- erasure of a user takes the tokens that stand for them (harbor.erase)
+    grant delete on harbor.access_tokens to harbor_admin;
     drop policy if exists access_tokens_holder on harbor.access_tokens;
     create policy access_tokens_holder on harbor.access_tokens for select to harbor_app
         using (token_hash operator(pg_catalog.=) (select harbor._setting('token_hash')));

@@ -17,6 +17,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from harbor_pg.access_tokens import TokenStore
 from harbor_pg.context.summarizer import SessionSummarizer
 from harbor_pg.db.connection import Database
 from harbor_pg.embedders.hashing import HashingEmbedder
@@ -59,6 +60,10 @@ NOT_PERSONAL = {
     ("harbor", "memories", "source"): "a fixed vocabulary (check constraint)",
     ("harbor", "memories", "superseded_by"): "a memory id; ON DELETE SET NULL clears erased ones",
     ("public", "harbor_alembic_version", "version_num"): "the schema revision",
+    ("public", "harbor_idempotent_sql", "sha256"): "a digest of harbor-pg's own SQL files",
+    ("harbor", "access_tokens", "tenant_id"): "the tenant",
+    ("harbor", "access_tokens", "id"): "a random uuid",
+    ("harbor", "access_tokens", "token_hash"): "a SHA-256 digest of a random token",
 }
 
 
@@ -224,6 +229,8 @@ async def test_erasing_a_user_leaves_no_text_of_theirs_in_any_column(
     manager = MemoryManager.from_database(database, embedder=HashingEmbedder())
     prior_id = await fill(manager, database, fresh_db)
     bind(fresh_db, dana_role, DANA2)
+    # an access token (MCP over HTTP) that stands for Dana names her
+    await TokenStore(database).create(DANA2, name=f"badge{TAG}")
     with psycopg.connect(fresh_db.superuser_url) as conn:
         every = set(text_columns(conn))
     uncovered = every - set(NOT_PERSONAL) - columns_holding(fresh_db, TAG)
