@@ -66,7 +66,12 @@ async def quickstart(fresh_db: PgDatabase) -> AsyncIterator[PgDatabase]:
     yield fresh_db
 
 
-def _run_block(db: PgDatabase, block: str) -> list[list[tuple[Any, ...]]]:
+def _run_block(
+    db: PgDatabase, block: str, prelude: str | None = None
+) -> list[list[tuple[Any, ...]]]:
+    """Run ``block`` statement by statement as its comments say (harbor_app unless it
+    names harbor_admin; role and maintenance statements as the server's operator),
+    after ``prelude`` on the application connection."""
     results: list[list[tuple[Any, ...]]] = []
     with (
         psycopg.connect(db.app_url, autocommit=True) as app,
@@ -74,12 +79,18 @@ def _run_block(db: PgDatabase, block: str) -> list[list[tuple[Any, ...]]]:
         psycopg.connect(db.admin_url, autocommit=True) as admin,
     ):
         conn = app
+        if prelude:
+            app.execute(prelude)
         for statement in statements(block):
             switch = _AS_ADMIN.search(statement)
             if switch:
                 admin.execute("select harbor.set_identity(%s)", (switch.group(1),))
                 conn = admin
-            elif re.match(r"(create role|grant \w+ to)", statement, re.I):
+            elif re.match(
+                r"(create role|grant \w+ to|vacuum|checkpoint|select pg_switch_wal)",
+                statement,
+                re.I,
+            ):
                 conn = su
             cur = conn.execute(statement.replace("%", "%%"))
             results.append(cur.fetchall() if cur.description else [])
@@ -90,7 +101,7 @@ def _run_block(db: PgDatabase, block: str) -> list[list[tuple[Any, ...]]]:
 
 def test_the_readme_has_the_sql_blocks_this_test_knows() -> None:
     blocks = readme_blocks()
-    assert len(blocks) == 3, "a README SQL block was added or removed: extend this test"
+    assert len(blocks) == 5, "a README SQL block was added or removed: extend this test"
 
 
 def test_identity_block(quickstart: PgDatabase) -> None:
@@ -109,7 +120,7 @@ def test_recall_blocks_run_as_printed(quickstart: PgDatabase) -> None:
 
 def test_bound_role_block(quickstart: PgDatabase) -> None:
     try:
-        _run_block(quickstart, readme_blocks()[2])
+        _run_block(quickstart, readme_blocks()[3])
         analyst = psycopg.conninfo.make_conninfo(quickstart.app_url, user="analyst")
         with psycopg.connect(analyst, autocommit=True) as conn:
             conn.execute("select harbor.set_identity('acme')")
@@ -119,3 +130,26 @@ def test_bound_role_block(quickstart: PgDatabase) -> None:
         with psycopg.connect(quickstart.superuser_url, autocommit=True) as su:
             su.execute("delete from harbor.role_bindings where role_name = 'analyst'")
             su.execute("drop role if exists analyst")
+
+
+def test_views_block(quickstart: PgDatabase) -> None:
+    with psycopg.connect(quickstart.superuser_url) as su:
+        [(memory_id,)] = su.execute(
+            "select id from harbor.memories where content = 'Dana owns the ingest pipeline'"
+        ).fetchall()
+    block = readme_blocks()[2].replace("'...'", f"'{memory_id}'")
+    current, history = _run_block(
+        quickstart, block, prelude="select harbor.set_identity('acme', principal_id => 'dana')"
+    )
+    assert current == [("Dana owns the ingest pipeline",)]
+    [(version, content, valid_from, valid_to)] = history
+    assert (version, content, valid_to) == (1, "Dana owns the ingest pipeline", None)
+    assert valid_from is not None
+
+
+def test_physical_erasure_block(quickstart: PgDatabase) -> None:
+    results = _run_block(quickstart, readme_blocks()[4])
+    # vacuum, checkpoint, then the WAL switch (and its checkpoint) on one line
+    assert len(results) == 3
+    [(lsn,)] = results[2]
+    assert "/" in str(lsn)
