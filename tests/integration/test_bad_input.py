@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 import struct
+import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
@@ -238,9 +239,12 @@ def test_inject_memory_reads_back_or_fails_cleanly(
     context: str | None,
 ) -> None:
     m = harness.manager
+    # an owner of its own per example: an earlier example's memory with the same text
+    # (the dedup key) must not stand in for this one
+    owner = OWNER.model_copy(update={"principal_id": f"p{uuid.uuid4().hex}"})
     result = harness.outcome(
         lambda: m.inject_memory(
-            OWNER,
+            owner,
             content,
             importance=importance,
             metadata=metadata,
@@ -250,7 +254,7 @@ def test_inject_memory_reads_back_or_fails_cleanly(
     )
     if isinstance(result, MemoryError):
         return
-    stored = harness.run(m.get(OWNER, str(result.memory.id)))
+    stored = harness.run(m.get(owner, str(result.memory.id)))
     assert stored is not None
     if result.created:
         assert stored.content == content
