@@ -194,6 +194,8 @@ def _initdb(base: Path, name: str, user: str | None) -> Path:
             "-U",
             "postgres",
             "--no-sync",
+            # an immediate checkpoint: a spread one waits out most of checkpoint_timeout
+            "--checkpoint=fast",
         ],
         user,
     )
