@@ -194,8 +194,6 @@ def _initdb(base: Path, name: str, user: str | None) -> Path:
             "-U",
             "postgres",
             "--no-sync",
-            # an immediate checkpoint: a spread one waits out most of checkpoint_timeout
-            "--checkpoint=fast",
         ],
         user,
     )
@@ -253,6 +251,8 @@ def start_standby(primary: LocalNode, base: Path, name: str) -> LocalNode:
             "-X",
             "stream",
             "--no-sync",
+            # an immediate checkpoint: a spread one waits out most of checkpoint_timeout
+            "--checkpoint=fast",
         ],
         user,
     )
