@@ -4,7 +4,7 @@ A field the binding names is forced; a field it does not name cannot be set
 by the session at all (harbor.set_identity refuses it, raw settings are
 ignored), so a role bound to a tenant or a project reaches no user's, session's
 or run's rows. A role bound to a user picks among that user's own sessions and
-runs. The table in the README's roles section states the same.
+runs. The table in docs/security.md states the same.
 """
 
 from __future__ import annotations

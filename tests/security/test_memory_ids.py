@@ -3,7 +3,7 @@
 Text comparisons are leakproof, so the planner applies a condition on id
 before the row-level security filter, and EXPLAIN ANALYZE reports the rows
 the policy removed: a binary search over ids recovers every id of the
-tenant. The product's answer (README, threat model) is that ids, and whether
+tenant. The product's answer (docs/security.md, threat model) is that ids, and whether
 an id exists, are not secret; what is secret is everything else about a row.
 So knowing another user's id must give a caller nothing: no vector attached
 to that memory, no successor link to it, no candidate row.

@@ -59,7 +59,7 @@ STORES = textwrap.dedent(
     '''
 )
 
-# the README's example, as a user would paste it
+# docs/integrations.md's example, as a user would paste it
 TESTS = textwrap.dedent(
     """
     from harbor_pg import MemoryManager

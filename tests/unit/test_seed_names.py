@@ -38,7 +38,7 @@ WORKED_EXAMPLE = textwrap.dedent(
     """
 )
 
-#: Every public name seed 000 shows in its examples and module map (README lists
+#: Every public name seed 000 shows in its examples and module map (docs/integrations.md lists
 #: the few it names that harbor-pg deliberately does not provide).
 SEED_NAMES = (
     "InMemoryWorkingMemoryStore",

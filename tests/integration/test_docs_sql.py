@@ -1,4 +1,10 @@
-"""Every SQL block of the README runs as printed, against the Quickstart's data.
+"""Every SQL block of README.md and docs/*.md runs as printed, against the
+Quickstart's data.
+
+Blocks are found by a line they contain (``SQL_BLOCKS``), so moving one to
+another page or adding text around it keeps its test; a new ``sql`` block
+anywhere in README.md or docs/ fails ``test_every_sql_block_is_run`` until a
+test here runs it (or ``NOT_RUN`` says why it cannot run here).
 
 A block runs as harbor_app (with the identity it sets), except statements that
 only a superuser may run (CREATE ROLE, GRANT of a role) and those after a
@@ -32,8 +38,40 @@ OWNER = MemoryOwner(
 DEFAULT_MODEL = "BAAI/bge-small-en-v1.5"
 
 
-def readme_blocks() -> list[str]:
-    return _BLOCK.findall((repo_root() / "README.md").read_text(encoding="utf-8"))
+#: Each block a test runs: the page it is on and a line that finds it there.
+SQL_BLOCKS = {
+    "identity": ("README.md", "select content, scope from harbor.memories;"),
+    "recall": ("docs/recall.md", "from harbor.recall('who owns ingest?', top_k => 5);"),
+    "views": ("docs/recall.md", "select content from harbor.current_memories;"),
+    "bound role": ("docs/security.md", "grant harbor_app to analyst;"),
+    "erase": ("docs/operations.md", "from harbor.erase(user_id => 'dana');"),
+    "physical erasure": ("docs/operations.md", "vacuum (full) harbor.messages,"),
+}
+#: Blocks that cannot run against one embedded server, and why.
+NOT_RUN = {
+    ("docs/citus.md", "create extension citus;"): "needs a Citus node, and psql's \\c",
+}
+
+
+def page_blocks() -> dict[str, list[str]]:
+    """Every sql block of README.md and docs/*.md, by page (relative path)."""
+    root = repo_root()
+    pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    return {
+        p.relative_to(root).as_posix(): _BLOCK.findall(p.read_text(encoding="utf-8"))
+        for p in pages
+    }
+
+
+def _find(page: str, line: str) -> list[str]:
+    return [b for b in page_blocks().get(page, []) if line in b]
+
+
+def sql_block(name: str) -> str:
+    page, line = SQL_BLOCKS[name]
+    found = _find(page, line)
+    assert len(found) == 1, f"{name!r}: {len(found)} sql blocks in {page} contain {line!r}"
+    return found[0]
 
 
 def statements(block: str) -> list[str]:
@@ -99,19 +137,27 @@ def _run_block(
     return results
 
 
-def test_the_readme_has_the_sql_blocks_this_test_knows() -> None:
-    blocks = readme_blocks()
-    assert len(blocks) == 5, "a README SQL block was added or removed: extend this test"
+def test_every_sql_block_is_run() -> None:
+    claimed = [*SQL_BLOCKS.values(), *NOT_RUN]
+    for page, line in claimed:
+        assert len(_find(page, line)) == 1, f"no single sql block in {page} contains {line!r}"
+    unclaimed = [
+        (page, block.splitlines()[0])
+        for page, blocks in page_blocks().items()
+        for block in blocks
+        if not any(p == page and line in block for p, line in claimed)
+    ]
+    assert unclaimed == [], "a sql block no test runs: add it to SQL_BLOCKS and test it"
 
 
 def test_identity_block(quickstart: PgDatabase) -> None:
-    _, rows = _run_block(quickstart, readme_blocks()[0])
+    _, rows = _run_block(quickstart, sql_block("identity"))
     # no project in this identity: the project's memory is not dana's to see here
     assert rows == [("Dana owns the ingest pipeline", "user")]
 
 
 def test_recall_blocks_run_as_printed(quickstart: PgDatabase) -> None:
-    _, lexical, dense = _run_block(quickstart, readme_blocks()[1])
+    _, lexical, dense = _run_block(quickstart, sql_block("recall"))
     assert lexical[0][1] == "Dana owns the ingest pipeline"
     rank, content, dense_rank, similarity, score = dense[0]
     assert (rank, content, dense_rank) == (1, "Dana owns the ingest pipeline", 1)
@@ -120,7 +166,7 @@ def test_recall_blocks_run_as_printed(quickstart: PgDatabase) -> None:
 
 def test_bound_role_block(quickstart: PgDatabase) -> None:
     try:
-        _run_block(quickstart, readme_blocks()[3])
+        _run_block(quickstart, sql_block("bound role"))
         analyst = psycopg.conninfo.make_conninfo(quickstart.app_url, user="analyst")
         with psycopg.connect(analyst, autocommit=True) as conn:
             conn.execute("select harbor.set_identity('acme')")
@@ -137,7 +183,7 @@ def test_views_block(quickstart: PgDatabase) -> None:
         [(memory_id,)] = su.execute(
             "select id from harbor.memories where content = 'Dana owns the ingest pipeline'"
         ).fetchall()
-    block = readme_blocks()[2].replace("'...'", f"'{memory_id}'")
+    block = sql_block("views").replace("'...'", f"'{memory_id}'")
     current, history = _run_block(
         quickstart, block, prelude="select harbor.set_identity('acme', principal_id => 'dana')"
     )
@@ -148,8 +194,19 @@ def test_views_block(quickstart: PgDatabase) -> None:
 
 
 def test_physical_erasure_block(quickstart: PgDatabase) -> None:
-    results = _run_block(quickstart, readme_blocks()[4])
+    results = _run_block(quickstart, sql_block("physical erasure"))
     # vacuum, checkpoint, then the WAL switch (and its checkpoint) on one line
     assert len(results) == 3
     [(lsn,)] = results[2]
     assert "/" in str(lsn)
+
+
+def test_erase_block(quickstart: PgDatabase) -> None:
+    receipt, [(left,)] = _run_block(quickstart, sql_block("erase"))
+    counts = dict(receipt)
+    # dana's USER memory and the PROJECT memory dana wrote, and the one vector
+    assert (counts["long_term"], counts["embeddings"]) == (2, 1)
+    assert left == 0
+    with psycopg.connect(quickstart.superuser_url) as su:
+        [(remaining,)] = su.execute("select count(*) from harbor.memories").fetchall()
+    assert remaining == 0
