@@ -58,8 +58,7 @@ def page_blocks() -> dict[str, list[str]]:
     root = repo_root()
     pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
     return {
-        p.relative_to(root).as_posix(): _BLOCK.findall(p.read_text(encoding="utf-8"))
-        for p in pages
+        p.relative_to(root).as_posix(): _BLOCK.findall(p.read_text(encoding="utf-8")) for p in pages
     }
 
 
