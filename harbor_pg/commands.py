@@ -8,12 +8,15 @@ import asyncio
 import os
 import shlex
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from harbor_pg.errors import MemoryConfigurationError, MemoryValidationError
 from harbor_pg.owner import MemoryOwner
+
+if TYPE_CHECKING:
+    from harbor_pg.access_tokens import TokenStore
 
 __all__ = ["add_commands", "progress_bar", "stop_hint"]
 
@@ -141,18 +144,27 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 # -- token ---------------------------------------------------------------------------
 
 
-def cmd_token_create(args: argparse.Namespace) -> int:
-    """Create a bearer token for one identity and print it (it is shown only this once)."""
+def _with_token_store(
+    args: argparse.Namespace, action: Callable[[TokenStore], Awaitable[int]]
+) -> int:
+    """Run ``action`` on a :class:`TokenStore` over the configured database, then close it."""
     from harbor_pg.access_tokens import TokenStore
 
     async def main() -> int:
         manager = await _manager(args, embeddings=False)
         try:
-            issued = await TokenStore(manager.database).create(
-                _owner(args), name=args.name or "", is_admin=args.admin
-            )
+            return await action(TokenStore(manager.database))
         finally:
             await manager.close()
+
+    return asyncio.run(main())
+
+
+def cmd_token_create(args: argparse.Namespace) -> int:
+    """Create a bearer token for one identity and print it (it is shown only this once)."""
+
+    async def create(store: TokenStore) -> int:
+        issued = await store.create(_owner(args), name=args.name or "", is_admin=args.admin)
         print(issued.token)
         print(
             f"token {issued.record.id} for tenant {args.tenant}"
@@ -161,43 +173,32 @@ def cmd_token_create(args: argparse.Namespace) -> int:
         )
         return 0
 
-    return asyncio.run(main())
+    return _with_token_store(args, create)
 
 
 def cmd_token_revoke(args: argparse.Namespace) -> int:
     """Revoke a token by its id; it stops working at once."""
-    from harbor_pg.access_tokens import TokenStore
 
-    async def main() -> int:
-        manager = await _manager(args, embeddings=False)
-        try:
-            await TokenStore(manager.database).revoke(args.tenant, args.token_id)
-        finally:
-            await manager.close()
+    async def revoke(store: TokenStore) -> int:
+        await store.revoke(args.tenant, args.token_id)
         print(f"revoked token {args.token_id}")
         return 0
 
-    return asyncio.run(main())
+    return _with_token_store(args, revoke)
 
 
 def cmd_token_list(args: argparse.Namespace) -> int:
     """List a tenant's tokens (ids and identities, never the tokens themselves)."""
-    from harbor_pg.access_tokens import TokenStore
 
-    async def main() -> int:
-        manager = await _manager(args, embeddings=False)
-        try:
-            found = await TokenStore(manager.database).list(args.tenant)
-        finally:
-            await manager.close()
-        for t in found:
+    async def list_tokens(store: TokenStore) -> int:
+        for t in await store.list(args.tenant):
             state = "revoked" if t.revoked_at else "live"
             who = ", ".join(f"{k}={v}" for k, v in t.owner.model_dump().items() if v is not None)
             admin = " admin" if t.is_admin else ""
             print(f"{t.id}  {state}{admin}  {who}  {t.name}")
         return 0
 
-    return asyncio.run(main())
+    return _with_token_store(args, list_tokens)
 
 
 # -- export / import -------------------------------------------------------------------

@@ -411,6 +411,7 @@ async def run_demo(args: argparse.Namespace) -> int:
         print(f"  as of now            : {[m.content for m in now]}")
 
         _rule("isolation: another user in the same tenant")
+        # The shape of dana's owner above, on purpose: only the principal differs.
         other = MemoryOwner(
             tenant_id="acme",
             project_id="handbook",

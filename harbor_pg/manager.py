@@ -650,6 +650,8 @@ class MemoryManager:
             for i, (_, with_context) in enumerate(pairs)
         ]
 
+    # Near-copy of MemoryRecall.recall's signature, on purpose: the facade's own documented
+    # entry point, which delegates (as snapshot and the other facade methods do).
     async def recall(
         self,
         owner: MemoryOwner,

@@ -306,6 +306,7 @@ class MemoryPolicy(BaseModel):
     recall_max_sensitivity: Sensitivity = Sensitivity.PII
     recall_fusion: Literal["rrf", "weighted"] = "rrf"
 
+    # The validators below share one shape on purpose: pydantic's one validator per field group.
     @field_validator(*_INT_FIELDS, mode="before")
     @classmethod
     def _int_field(cls, value: object, info: Any) -> int:

@@ -9,6 +9,7 @@
 --                  in sql/functions/recall.sql) and nothing else
 do $roles$
 begin
+    -- One block per role, alike on purpose: each role is created only where it is missing.
     if not exists (select 1 from pg_catalog.pg_roles where rolname = 'harbor_owner') then
         create role harbor_owner login nosuperuser nocreaterole nocreatedb nobypassrls;
     end if;

@@ -322,6 +322,8 @@ create table harbor.session_state (
     primary key (tenant_id, user_id, session_id)
 );
 
+-- Every table enables and forces row-level security, line by line on purpose (FORCE
+-- holds the table owner to the policies too).
 alter table harbor.role_bindings     enable row level security;
 alter table harbor.role_bindings     force row level security;
 alter table harbor.messages          enable row level security;

@@ -358,19 +358,14 @@ class MemoryContextBuilder:
         """Steps 4 and 5: load the summary, refresh it if due; (summary, refreshed)."""
         if self.rolling is None:
             return None, False
-        try:
-            summary = await self.rolling.load(owner)
-        except Exception as exc:
-            log.warning("context: loading the session summary failed (%s)", _describe(exc))
-            degraded.append("summary")
+        loaded, summary = await self._load_summary(owner, degraded)
+        if not loaded:
             return None, False
         if "history" in degraded or not window:
             return summary, False
-        frontier = frontier_of(summary)
-        uncovered = [m for m in window if frontier is None or m.id is None or m.id > frontier]
         # floor, forgiving float noise such as 0.7 * 10 == 6.999999999999999
         trigger = math.floor(self.policy.summary_trigger_fraction * window_budget + 1e-9)
-        if self.rolling.window_tokens(uncovered) <= trigger:
+        if not self._due(window, summary, trigger):
             return summary, False
         # the session's summary lease decides who folds (this turn or a background worker),
         # so no two folds of one due point run and no model call's result is thrown away
@@ -388,16 +383,11 @@ class MemoryContextBuilder:
             if lease is None:
                 # another worker is folding this session now; its summary serves later turns
                 return summary, False
-            try:
-                # a fold that finished between the load above and the lease moved the frontier
-                summary = await self.rolling.load(owner)
-            except Exception as exc:
-                log.warning("context: loading the session summary failed (%s)", _describe(exc))
-                degraded.append("summary")
+            # a fold that finished between the load above and the lease moved the frontier
+            loaded, summary = await self._load_summary(owner, degraded)
+            if not loaded:
                 return None, False
-            frontier = frontier_of(summary)
-            uncovered = [m for m in window if frontier is None or m.id is None or m.id > frontier]
-            if self.rolling.window_tokens(uncovered) <= trigger:
+            if not self._due(window, summary, trigger):
                 await self._finish(owner, lease, lease.turns_at_summary)
                 return summary, False
         outcome = await self.rolling.refresh(
@@ -415,6 +405,27 @@ class MemoryContextBuilder:
                 owner, lease, lease.turns if outcome.complete else lease.turns_at_summary
             )
         return outcome.summary, outcome.saved
+
+    async def _load_summary(
+        self, owner: MemoryOwner, degraded: list[str]
+    ) -> tuple[bool, Memory | None]:
+        """(loaded, the session's summary); a failure is logged and marks ``degraded``."""
+        assert self.rolling is not None
+        try:
+            return True, await self.rolling.load(owner)
+        except Exception as exc:
+            log.warning("context: loading the session summary failed (%s)", _describe(exc))
+            degraded.append("summary")
+            return False, None
+
+    def _due(
+        self, window: Sequence[ConversationMessage], summary: Memory | None, trigger: int
+    ) -> bool:
+        """Whether the window's turns past the summary's frontier exceed ``trigger`` tokens."""
+        assert self.rolling is not None
+        frontier = frontier_of(summary)
+        uncovered = [m for m in window if frontier is None or m.id is None or m.id > frontier]
+        return self.rolling.window_tokens(uncovered) > trigger
 
     async def _finish(self, owner: MemoryOwner, lease: SummaryLease, turns: int) -> None:
         try:

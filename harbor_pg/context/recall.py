@@ -211,6 +211,8 @@ class MemoryRecall:
         )
         return tuple(item.memory for item in scored)
 
+    # recall() above and recall_scored() share their signature on purpose: two public
+    # methods, plain and with every signal; recall() delegates.
     @traced(
         "harbor_pg.recall",
         attributes=lambda self, owner, query, **kw: {"harbor.recall.top_k": kw.get("top_k")},

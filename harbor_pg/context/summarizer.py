@@ -355,6 +355,7 @@ class SessionSummarizer:
     ``summary_keep_messages`` messages.
     """
 
+    # RollingSummary's parameters (it builds one), plus the lease: repeated on purpose.
     def __init__(
         self,
         *,

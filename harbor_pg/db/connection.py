@@ -492,6 +492,7 @@ async def wrap_db_errors() -> AsyncIterator[None]:
         _raise_unsendable(exc)
 
 
+# The synchronous twin of wrap_db_errors, on purpose: one context manager cannot be both.
 @contextlib.contextmanager
 def _wrap_sync() -> Iterator[None]:
     """:func:`wrap_db_errors` for synchronous code."""

@@ -232,6 +232,8 @@ class FastEmbedEmbedder:
         names = [resolved.name, str(config.get("_name_or_path", ""))]
         return name, dimensions, names
 
+    # model_id, dimensions, __repr__ and embed()'s argument check stand in every embedder
+    # (hashing.py, openai.py) on purpose: each class documents its own for help().
     @property
     def model_id(self) -> str:
         """The hub model name, or ``local:<directory name>``."""

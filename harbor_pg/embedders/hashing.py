@@ -69,6 +69,7 @@ class HashingEmbedder:
         self._dimensions = dimensions
         self._model_id = f"hashing-v1-{dimensions}"
 
+    # As in fastembed.py and openai.py, on purpose: each embedder documents its own properties.
     @property
     def model_id(self) -> str:
         """``hashing-v1-<dimensions>``."""

@@ -64,6 +64,7 @@ class OpenAIEmbedder:
             raise MemoryConfigurationError(f"dimensions must be >= 1, got {dimensions!r}")
         if not 1 <= batch_size <= 2048:
             raise MemoryConfigurationError(f"batch_size must be in 1..2048, got {batch_size!r}")
+        # The same call as llm/openai.py's OpenAIModel, on purpose: both share client_setup().
         self._client, self._owns_client, self._timeout = client_setup(
             "OpenAIEmbedder",
             client,

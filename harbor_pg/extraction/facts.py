@@ -304,6 +304,7 @@ class ExtractedFact(BaseModel):
     def _type(cls, value: object) -> MemoryType:
         return parse_memory_type(value)
 
+    # One shape per validator, on purpose: each delegates to its parse_* function.
     @field_validator("scope", mode="before")
     @classmethod
     def _scope(cls, value: object) -> MemoryScope:

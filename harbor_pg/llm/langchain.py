@@ -185,6 +185,8 @@ class LangChainModel:
             if isinstance(result, BaseModel):
                 return schema.model_validate(result.model_dump())
             return schema.model_validate(result)
+        # As llm/openai.py's check of structured output, on purpose: the messages name what was
+        # checked (a LangChain model's output there JSON text).
         except ValidationError as exc:
             problems = validation_problems(exc)
             raise MemoryModelError(

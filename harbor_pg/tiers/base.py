@@ -269,6 +269,8 @@ class SummaryStore(Protocol):
 class SummaryLeaseStore(Protocol):
     """Per-session lease and cooldown for background summaries."""
 
+    # The protocols' signatures stand again in their implementations (tiers/in_process.py,
+    # tiers/short_term.py, tiers/long_term.py) on purpose: an implementation must repeat them.
     async def acquire_summary_lease(
         self,
         owner: MemoryOwner,
@@ -382,6 +384,7 @@ class ExtractionStore(LongTermStore, Protocol):
         """
         ...
 
+    # Repeated by tiers/in_process.py and tiers/long_term.py on purpose (the implementations).
     async def add_fact(
         self,
         owner: MemoryOwner,

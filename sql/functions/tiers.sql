@@ -94,6 +94,8 @@ drop function if exists harbor.summary_due(text, text, text, bigint, double prec
 -- filter the whole tenant's rows under the policies. An SQL-standard body without
 -- SET, so the planner inlines it into the statement that calls it from FROM (the
 -- gate rides in the same statement as the write it guards).
+-- The owner key is tested on the memories and again on their embeddings, on purpose:
+-- each test lets its own owner index serve the lookup.
 create or replace function harbor.nearest_current_memory(
     p_tenant text, p_scope harbor.memory_scope, p_project text, p_user text,
     p_session text, p_run text, p_model_id text, p_dims integer,

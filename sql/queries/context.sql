@@ -4,6 +4,7 @@
 
 -- name: context_load_summary
 -- The newest currently valid SESSION/SUMMARY memory of the caller's session.
+-- The memory column list of get_memory (long_term.sql), repeated on purpose.
 select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, m.user_id,
        m.session_id, m.run_id, m.memory_type::text as memory_type, m.content, m.content_hash,
        m.importance, m.entity_ids, m.source, m.sensitivity::text as sensitivity,

@@ -7,6 +7,7 @@
 -- One branch per scope, each an equality on the full owner key (an OR of the three, with
 -- NULL switches, made the cached generic plan scan the tenant); a NULL key parameter
 -- switches its scope off (the owner cannot address it, or it was not asked for).
+-- The memory column list of get_memory (long_term.sql), repeated on purpose.
 select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, m.user_id,
        m.session_id, m.run_id, m.memory_type::text as memory_type, m.content, m.content_hash,
        m.importance, m.entity_ids, m.source, m.sensitivity::text as sensitivity,

@@ -26,6 +26,8 @@ with recursive back (id, depth) as (
     union
     select id, depth from ahead
 )
+-- The memory column list of get_memory (long_term.sql), repeated on purpose: each
+-- statement stands alone, and memory_from_row reads the columns by name.
 select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, m.user_id,
        m.session_id, m.run_id, m.memory_type::text as memory_type, m.content, m.content_hash,
        m.importance, m.entity_ids, m.source, m.sensitivity::text as sensitivity,
