@@ -167,6 +167,16 @@ def summary_ms(values: list[float]) -> str:
     )
 
 
+def latency_row(name: str, values: list[float]) -> list[str]:
+    """One results-table row: ``name``, then p50, p95 and p99 of ``values`` (seconds) in ms."""
+    return [
+        name,
+        f"{statistics.median(values) * 1000:.3f}",
+        f"{pct(values, 95) * 1000:.3f}",
+        f"{pct(values, 99) * 1000:.3f}",
+    ]
+
+
 def _embedded(pgdata: Path, cleanup_mode: str) -> Any:
     """The embedded server as harbor-pg starts it (shared buffers sized to the
     machine, or HARBOR_SHARED_BUFFERS): what a user of the library gets."""
@@ -220,6 +230,19 @@ def kept_server(base: Path) -> Iterator[tuple[str, Path]]:
 
 def with_params(url: str, **params: str) -> str:
     return conninfo.make_conninfo(url, **params)
+
+
+def harbor_database(su: str) -> Any:
+    """A (not yet opened) ``Database`` on the server's ``harbor`` database: harbor_app for
+    the application, harbor_admin as the elevated role, two connections at most."""
+    from harbor_pg.db.connection import Database
+
+    return Database(
+        with_params(su, dbname="harbor", user="harbor_app"),
+        with_params(su, dbname="harbor", user="harbor_admin"),
+        min_size=1,
+        max_size=2,
+    )
 
 
 def timed() -> float:

@@ -19,9 +19,8 @@ from pathlib import Path
 
 import psycopg
 
-from benchmarks._common import machine, private_server, with_params
+from benchmarks._common import harbor_database, machine, private_server, with_params
 from harbor_pg.db import migrate, server
-from harbor_pg.db.connection import Database
 from harbor_pg.embedders.hashing import HashingEmbedder
 from harbor_pg.manager import MemoryManager
 from harbor_pg.owner import MemoryOwner
@@ -31,12 +30,7 @@ TABLES = ("messages", "working_state", "memories", "memory_embeddings", "session
 
 
 async def fill(su: str, marker: str, rows: int) -> None:
-    db = Database(
-        with_params(su, dbname="harbor", user="harbor_app"),
-        with_params(su, dbname="harbor", user="harbor_admin"),
-        min_size=1,
-        max_size=2,
-    )
+    db = harbor_database(su)
     await db.open()
     try:
         manager = MemoryManager.from_database(db, embedder=HashingEmbedder())

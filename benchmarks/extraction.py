@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
-import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -48,7 +47,15 @@ import psycopg
 from pydantic import BaseModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine, pct, private_server, record, restart_with, summary_ms, with_params
+from _common import (
+    latency_row,
+    machine,
+    private_server,
+    record,
+    restart_with,
+    summary_ms,
+    with_params,
+)
 
 from harbor_pg.db import migrate, server
 from harbor_pg.db.connection import Database, identity_params
@@ -336,16 +343,7 @@ def main(argv: list[str] | None = None) -> None:
             f" {args.shared_buffers or 'as harbor-pg sizes it'}, synchronous_commit"
             f" {args.synchronous_commit}",
             header=["path", "p50 ms", "p95 ms", "p99 ms"],
-            rows=[
-                [
-                    name,
-                    f"{statistics.median(values) * 1000:.3f}",
-                    f"{pct(values, 95) * 1000:.3f}",
-                    f"{pct(values, 99) * 1000:.3f}",
-                ]
-                for name, values in res.items()
-                if values
-            ],
+            rows=[latency_row(name, values) for name, values in res.items() if values],
         )
 
 

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine, private_server, with_params
+from _common import harbor_database, machine, private_server, with_params
 from _embed_cache import CachedEmbedder
 
 from harbor_pg.context.recall import MemoryRecall, RecallRequest, recall_in_one_round_trip
@@ -144,12 +144,7 @@ async def run(args: argparse.Namespace, su: str) -> None:
     embedder: Any = FastEmbedEmbedder(model_path=args.model_path, model_id="minilm-l6-int8")
     if args.cache:
         embedder = CachedEmbedder(embedder, args.cache)
-    db = Database(
-        with_params(su, dbname="harbor", user="harbor_app"),
-        with_params(su, dbname="harbor", user="harbor_admin"),
-        min_size=1,
-        max_size=2,
-    )
+    db = harbor_database(su)
     await db.open()
     manager = MemoryManager.from_database(db, embedder=embedder)
     # the shipped policy, with top_k 25 and no relevance floor (see the docstring)

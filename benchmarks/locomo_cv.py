@@ -42,13 +42,12 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import private_server, with_params
+from _common import harbor_database, private_server, with_params
 from _embed_cache import CachedEmbedder
 from locomo import DEFAULT_MODEL, KS, evidence_of, turn_memories, turns_of
 
 from harbor_pg.context.recall import RecallRequest, recall_in_one_round_trip
 from harbor_pg.db import migrate, server
-from harbor_pg.db.connection import Database
 from harbor_pg.embedders.fastembed import FastEmbedEmbedder
 from harbor_pg.manager import MemoryManager
 from harbor_pg.owner import MemoryOwner, MemoryScope
@@ -64,12 +63,7 @@ async def dump(args: argparse.Namespace, su: str) -> None:
     embedder = CachedEmbedder(
         FastEmbedEmbedder(model_path=args.model_path, model_id="minilm-l6-int8"), args.cache
     )
-    db = Database(
-        with_params(su, dbname="harbor", user="harbor_app"),
-        with_params(su, dbname="harbor", user="harbor_admin"),
-        min_size=1,
-        max_size=2,
-    )
+    db = harbor_database(su)
     await db.open()
     manager = MemoryManager.from_database(db, embedder=embedder)
     out: list[dict[str, Any]] = []

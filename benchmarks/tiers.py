@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ from pathlib import Path
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine, pct, private_server, record, summary_ms, with_params
+from _common import latency_row, machine, private_server, record, summary_ms, with_params
 
 from harbor_pg.db import migrate, server
 from harbor_pg.db.connection import Database
@@ -196,15 +195,7 @@ def main(argv: list[str] | None = None) -> None:
             data=f"{args.turns:,} turns in {args.sessions:,} sessions, {args.memories:,}"
             f" memories, {TENANTS} tenants; {args.calls} calls each",
             header=["call", "p50 ms", "p95 ms", "p99 ms"],
-            rows=[
-                [
-                    name,
-                    f"{statistics.median(values) * 1000:.3f}",
-                    f"{pct(values, 95) * 1000:.3f}",
-                    f"{pct(values, 99) * 1000:.3f}",
-                ]
-                for name, values in res.items()
-            ],
+            rows=[latency_row(name, values) for name, values in res.items()],
         )
 
 
