@@ -212,22 +212,14 @@ def cmd_export(args: argparse.Namespace) -> int:
         manager = await _manager(args, embeddings=False)
         try:
             bar = progress_bar(sys.stderr, "export")
-            if args.output and args.output != "-":
-                count = await manager.export_memories(
-                    _owner(args),
-                    args.output,
-                    elevated=args.admin,
-                    vectors=args.vectors,
-                    progress=bar,
-                )
-            else:
-                count = await manager.export_memories(
-                    _owner(args),
-                    sys.stdout,
-                    elevated=args.admin,
-                    vectors=args.vectors,
-                    progress=bar,
-                )
+            to_file = args.output and args.output != "-"
+            count = await manager.export_memories(
+                _owner(args),
+                args.output if to_file else sys.stdout,
+                elevated=args.admin,
+                vectors=args.vectors,
+                progress=bar,
+            )
         finally:
             await manager.close()
         print(f"exported {count} memories", file=sys.stderr)

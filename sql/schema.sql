@@ -5,6 +5,11 @@
 -- policies are re-runnable and live in sql/functions/ and sql/policies/; they
 -- are applied after this file on every install and upgrade.
 --
+-- The migrations under migrations/versions/ repeat parts of this file on purpose
+-- (the near-copies `duplicates` lists, e.g. 0014's access_tokens table): a
+-- revision is frozen once committed, this file is the fresh install, and
+-- tests/migration/test_migrations.py holds the two to the same schema.
+--
 -- Conventions that make the schema Citus-ready (distribute every table by
 -- tenant_id): every primary key, unique and exclusion constraint starts with
 -- tenant_id, and foreign keys between tables include it. tests/integration
