@@ -50,7 +50,9 @@ _TURNS = [
 
 def policy() -> MemoryPolicy:
     """What the seeding and the served app share: quick summaries, recall as default."""
-    return MemoryPolicy(summarise_after_turns=6, summary_cooldown_seconds=0)
+    return MemoryPolicy(
+        summarise_after_turns=6, summary_cooldown_seconds=0, summary_keep_messages=4
+    )
 
 
 @dataclass(frozen=True)
