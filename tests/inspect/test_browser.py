@@ -236,3 +236,16 @@ def test_every_page_in_chromium(browser: Any, app_url: str, seeded: Seed) -> Non
             assert DANA_TEXT not in html and "runs on Kafka" not in html, name
     finally:
         v.close()
+
+
+def test_without_chromium_the_browser_tests_skip_or_fail_as_told(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setattr(Path, "exists", lambda self: False)
+    monkeypatch.delenv("HARBOR_REQUIRE_CHROMIUM", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="apt-get install chromium"):
+        _chromium()
+    monkeypatch.setenv("HARBOR_REQUIRE_CHROMIUM", "1")
+    with pytest.raises(pytest.fail.Exception, match="apt-get install chromium"):
+        _chromium()
