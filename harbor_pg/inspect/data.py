@@ -309,6 +309,12 @@ class Reader:
                 "no query embedding (no embedder, or it failed): the dense signals are empty"
             )
         shown = recall.finish(real, request)
+        real_ids = [item.memory.id for item in real]
+        if real_ids != [item.memory.id for item in every[: len(real_ids)]]:
+            # the recall function ranked the wider call's pool differently: say so
+            view.notes.append(
+                "the wider call ranked a different candidate pool: the 'lost' rows are approximate"
+            )
         returned_ids = {item.memory.id for item in shown}
         view.returned = len(shown)
         view.examined = len(every)

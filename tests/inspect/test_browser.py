@@ -200,6 +200,9 @@ def test_every_page_in_chromium(browser: Any, app_url: str, seeded: Seed) -> Non
         ]  # fmt: skip
         assert DANA_TEXT in first.inner_text()
         assert "dense leg <b>on</b>" in ranking
+        # no note: the dense leg ran, and the wider call ranked the same pool (its first
+        # rows are what recall returned)
+        assert v.page.locator("p.note").count() == 0, v.page.locator("p.note").all_inner_texts()
 
         # a session: turns, the summary's frontier, working state with its expiry
         v.goto("/session?session=s1&run=r1")
