@@ -1,5 +1,5 @@
-"""The ``harbor-pg`` command line: up, stop, migrate, status, demo, mcp, token, export,
-import (the last five in :mod:`harbor_pg.commands`)."""
+"""The ``harbor-pg`` command line: up, stop, migrate, status, demo, mcp, inspect, token,
+export, import (the last six in :mod:`harbor_pg.commands`)."""
 
 from __future__ import annotations
 

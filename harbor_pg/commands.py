@@ -1,5 +1,5 @@
-"""The ``harbor-pg`` commands beyond the server's life cycle: mcp, token, export,
-import, stop (registered on the parser of :mod:`harbor_pg.cli`)."""
+"""The ``harbor-pg`` commands beyond the server's life cycle: mcp, inspect, token,
+export, import, stop (registered on the parser of :mod:`harbor_pg.cli`)."""
 
 from __future__ import annotations
 
@@ -141,6 +141,45 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- inspect -------------------------------------------------------------------------
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    """Serve the memory inspector, a local web app: memories by scope, type, sensitivity
+    and source (now or as of a time), a memory's history and provenance, why recall
+    ranked what it did, and a session's turns, summary and working state. Bound to
+    127.0.0.1 by default; on any other address every request needs an access token
+    (harbor-pg token create). Prints its URL; Ctrl-C stops it."""
+    try:
+        from harbor_pg.inspect import InspectorSettings, serve
+    except ImportError as exc:
+        raise MemoryConfigurationError(
+            f"harbor-pg inspect needs the 'inspect' extra: pip install 'harbor-pg[inspect]' ({exc})"
+        ) from None
+    if not 0 <= args.port <= 65535:
+        raise MemoryValidationError(f"--port {args.port} is not a TCP port (0-65535)")
+    settings = InspectorSettings(host=args.host, port=args.port, tenant=args.tenant)
+
+    async def main() -> None:
+        manager = await _manager(args)
+        try:
+
+            def ready(url: str) -> None:
+                rule = (
+                    "every request needs an access token (harbor-pg token create)"
+                    if settings.needs_token
+                    else "loopback only, no token needed"
+                )
+                print(f"harbor-pg inspect at {url} ({rule}; Ctrl-C stops it)", flush=True)
+
+            await serve(manager, settings, ready=ready)
+        finally:
+            await manager.close()
+
+    asyncio.run(main())
+    return 0
+
+
 # -- token ---------------------------------------------------------------------------
 
 
@@ -254,7 +293,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub: Any) -> None:
-    """Register stop, mcp, token, export and import on ``sub`` (argparse subparsers)."""
+    """Register stop, mcp, inspect, token, export and import on ``sub`` (argparse subparsers)."""
     p = sub.add_parser("stop", help="stop the embedded server", description=cmd_stop.__doc__)
     p.set_defaults(func=cmd_stop)
 
@@ -265,6 +304,20 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--admin", action="store_true", help="stdio: the identity may erase")
     _add_identity(p, required=False)
     p.set_defaults(func=cmd_mcp)
+
+    p = sub.add_parser(
+        "inspect", help="serve the web memory inspector", description=cmd_inspect.__doc__
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8766, help="port (default 8766; 0: any free one)")
+    p.add_argument("--tenant", help="the tenant the identity page starts with")
+    p.add_argument(
+        "--database-url",
+        default=argparse.SUPPRESS,
+        help="the PostgreSQL to inspect (as the global option; default: $HARBOR_DATABASE_URL "
+        "or the embedded server)",
+    )
+    p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("token", help="create, revoke or list MCP bearer tokens")
     tsub = p.add_subparsers(dest="token_command", required=True, metavar="ACTION")

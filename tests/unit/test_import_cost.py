@@ -22,6 +22,8 @@ HEAVY = (
     # the MCP server and its web stack load only for `harbor-pg mcp`
     "mcp",
     "starlette",
+    # and the inspector's templates only for `harbor-pg inspect`
+    "jinja2",
 )
 
 
