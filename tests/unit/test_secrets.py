@@ -255,6 +255,9 @@ def test_short_tokens_are_not_generic_secrets() -> None:
     assert secret_kind("The build id is Zx8Kq2LmN4pR7tY1vB6") is None
 
 
+# The bounds below are on this process's CPU time, not the wall clock: on a
+# loaded machine other processes' work inflated wall time past the bound while the
+# scan itself stayed linear (a quadratic scan of these inputs takes minutes of CPU).
 def test_adversarial_input_scans_in_linear_time() -> None:
     inputs = [
         "password for the x y " * 20_000,
@@ -263,10 +266,10 @@ def test_adversarial_input_scans_in_linear_time() -> None:
         "Bearer " * 30_000,
         "A1" * 100_000,
     ]
-    started = time.perf_counter()
+    started = time.process_time()
     for text in inputs:
         secret_kind(text)
-    assert time.perf_counter() - started < 5.0
+    assert time.process_time() - started < 5.0
 
 
 @pytest.mark.parametrize(
@@ -287,6 +290,6 @@ def test_adversarial_input_scans_in_linear_time() -> None:
     ids=lambda text: text[:24].strip(),
 )
 def test_adversarial_input_for_the_stated_value_rules_scans_in_linear_time(text: str) -> None:
-    started = time.perf_counter()
+    started = time.process_time()
     secret_kind(text)
-    assert time.perf_counter() - started < 3.0
+    assert time.process_time() - started < 3.0
