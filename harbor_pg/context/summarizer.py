@@ -305,7 +305,7 @@ class RollingSummary:
         metadata: dict[str, Any] = dict(prior.metadata) if prior is not None else {}
         metadata[FRONTIER_KEY] = folded[-1]
         memory = Memory(
-            id=prior.id if prior is not None else summary_memory_id(owner.session_id or ""),
+            id=prior.id if prior is not None else summary_memory_id(owner),
             scope=MemoryScope.SESSION,
             memory_type=MemoryType.SUMMARY,
             content=text,

@@ -188,3 +188,49 @@ $$;
 create or replace trigger memories_superseded_by_visible
     before insert or update of superseded_by on harbor.memories
     for each row execute function harbor._memory_successor_visible();
+
+-- A rolling session summary's id is derived from its whole owner key: 'summary:'
+-- and 32 hex digits of the sha256 of the tenant, project, user, session and run,
+-- each length-prefixed (so the encoding is injective). The id names no session,
+-- and no caller can hold another owner's summary id: a summary row gets the id of
+-- its own owner fields whatever the writer asked for (the write policies keep a
+-- caller to its own owner fields), and no other row may take an id with the
+-- prefix. Python computes the same id (harbor_pg.tiers.base.summary_memory_id).
+create or replace function harbor.summary_id(
+    tenant_id text, project_id text, user_id text, session_id text, run_id text
+) returns text
+    language sql immutable security invoker parallel safe
+return 'summary:' operator(pg_catalog.||) pg_catalog.left(pg_catalog.encode(pg_catalog.sha256(
+    pg_catalog.convert_to(
+        pg_catalog.length(tenant_id) operator(pg_catalog.||) ':' operator(pg_catalog.||) tenant_id
+        operator(pg_catalog.||) ';' operator(pg_catalog.||)
+        pg_catalog.length(project_id) operator(pg_catalog.||) ':' operator(pg_catalog.||) project_id
+        operator(pg_catalog.||) ';' operator(pg_catalog.||)
+        pg_catalog.length(user_id) operator(pg_catalog.||) ':' operator(pg_catalog.||) user_id
+        operator(pg_catalog.||) ';' operator(pg_catalog.||)
+        pg_catalog.length(session_id) operator(pg_catalog.||) ':' operator(pg_catalog.||) session_id
+        operator(pg_catalog.||) ';' operator(pg_catalog.||)
+        pg_catalog.length(run_id) operator(pg_catalog.||) ':' operator(pg_catalog.||) run_id,
+        'UTF8')), 'hex'), 32);
+
+create or replace function harbor._memories_summary_id() returns trigger
+    language plpgsql security invoker
+    set search_path to pg_catalog, pg_temp
+as $$
+begin
+    if new.scope = 'session' and new.memory_type = 'summary' then
+        new.id := harbor.summary_id(new.tenant_id, new.project_id, new.user_id,
+                                    new.session_id, new.run_id);
+    elsif new.id like 'summary:%' then
+        raise exception 'harbor.memories: ids starting with "summary:" belong to rolling '
+                        'session summaries, whose ids the database derives from their owner'
+            using errcode = '23514', constraint = 'memories_summary_id';
+    end if;
+    return new;
+end
+$$;
+
+create or replace trigger memories_summary_id
+    before insert or update of id, tenant_id, scope, project_id, user_id, session_id, run_id,
+                               memory_type on harbor.memories
+    for each row execute function harbor._memories_summary_id();
