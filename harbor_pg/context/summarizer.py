@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from harbor_pg.context.prompts import summary_prompt
 from harbor_pg.context.trimming import summary_boundary
 from harbor_pg.errors import MemoryConfigurationError
+from harbor_pg.extraction.secrets import without_secret_sentences
 from harbor_pg.llm.base import MemoryModel, MemoryModelError
 from harbor_pg.llm.extractive import ExtractiveSummarizer
 from harbor_pg.llm.langchain import as_memory_model
@@ -63,6 +64,9 @@ if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
 
 log = logging.getLogger("harbor_pg.context")
+
+#: the summary text when every sentence of a fold held a credential
+_WITHHELD = "(The earlier turns are not summarised: they held what looked like a credential.)"
 
 #: Metadata key of the summary's frontier (the newest message id it covers).
 FRONTIER_KEY = "last_covered_message_id"
@@ -299,6 +303,14 @@ class RollingSummary:
         complete: bool,
         failed: bool,
     ) -> RefreshOutcome:
+        # the filter every other long-term write passes: a turn that held a credential
+        # must not be carried into the stored summary (and so into every later prompt)
+        text, kind = without_secret_sentences(text)
+        if kind is not None:
+            log.warning(
+                "rolling summary: left out what looked like a secret (%s) from the summary", kind
+            )
+            text = text or (prior.content if prior is not None else "") or _WITHHELD
         limit = self.policy.max_content_chars
         if len(text) > limit:
             text = text[: limit - 1].rstrip() + "\u2026"

@@ -28,7 +28,7 @@ import re
 from collections import Counter
 from collections.abc import Callable
 
-__all__ = ["SECRET_KINDS", "contains_secret", "secret_kind"]
+__all__ = ["SECRET_KINDS", "contains_secret", "secret_kind", "without_secret_sentences"]
 
 # Each detector: (kind, pattern, optional check on the match). Order matters:
 # the more specific vendor prefixes come before the generic shapes they overlap.
@@ -444,3 +444,33 @@ def secret_kind(text: str) -> str | None:
 def contains_secret(text: str) -> bool:
     """True when ``text`` appears to contain a credential (see :func:`secret_kind`)."""
     return secret_kind(text) is not None
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def without_secret_sentences(text: str) -> tuple[str, str | None]:
+    """``text`` without the sentences that hold a credential, and the first kind found.
+
+    For derived text that is stored without a caller to refuse it (the rolling
+    session summary): each line is kept whole when it holds no credential, else
+    split into sentences and the ones with a credential dropped. When the
+    remainder still holds one (a credential the filter only sees across
+    sentences), the result is empty. The kind is ``None`` when nothing was
+    dropped.
+    """
+    kind = secret_kind(text)
+    if kind is None:
+        return text, None
+    lines = []
+    for line in text.split("\n"):
+        if secret_kind(line) is None:
+            lines.append(line)
+            continue
+        kept = [s for s in _SENTENCE_END.split(line) if secret_kind(s) is None]
+        if kept:
+            lines.append(" ".join(kept))
+    rest = "\n".join(lines).strip()
+    if secret_kind(rest) is not None:
+        return "", kind
+    return rest, kind

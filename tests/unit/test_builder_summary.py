@@ -480,3 +480,52 @@ def test_rolling_summary_validates_its_sizes() -> None:
             memories=InMemoryLongTermStore(),
             page_size=0,
         )
+
+
+# -- the credential filter (every long-term write passes it, the summary too) ------------
+
+
+async def test_a_summary_leaves_out_the_sentences_that_hold_a_secret(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store, memories = InMemoryShortTermStore(), InMemoryLongTermStore()
+    await fill(store, exchange(6, words=20))
+    model = ScriptedModel(
+        summaries=[
+            "Dana chose the blue plan. Her AWS key is AKIAIOSFODNN7EXAMPLE. She ships Friday."
+        ]
+    )
+    with caplog.at_level(logging.WARNING, logger="harbor_pg.context"):
+        context = await make(store, memories, model=model).build(OWNER, QUESTION)
+    row = await memories.load_summary(OWNER)
+    assert row is not None and row.content == "Dana chose the blue plan. She ships Friday."
+    assert context.summary == row.content
+    assert "aws_access_key" in caplog.text and "AKIA" not in caplog.text
+
+
+async def test_a_summary_made_only_of_secrets_is_withheld() -> None:
+    store, memories = InMemoryShortTermStore(), InMemoryLongTermStore()
+    await fill(store, exchange(6, words=20))
+    model = ScriptedModel(summaries=["Dana's password is Tr0ub4dor&3."])
+    context = await make(store, memories, model=model).build(OWNER, QUESTION)
+    row = await memories.load_summary(OWNER)
+    assert row is not None and "Tr0ub4dor" not in row.content and row.content.strip()
+    assert context.summary == row.content and context.summary_refreshed
+
+
+async def test_the_extractive_summary_does_not_keep_a_pasted_secret() -> None:
+    store, memories = InMemoryShortTermStore(), InMemoryLongTermStore()
+    token = "ghp_a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+    await fill(
+        store,
+        [
+            user(f"We decided that the deploy uses the token {token} from now on."),
+            assistant("Noted."),
+            *exchange(6, words=20),
+        ],
+    )
+    # the no-model summary keeps decisions verbatim: this one too, but for the token
+    await make(store, memories).build(OWNER, QUESTION)
+    row = await memories.load_summary(OWNER)
+    assert row is not None and row.content.strip()
+    assert token not in row.content and "ghp_" not in row.content
