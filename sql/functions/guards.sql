@@ -7,6 +7,8 @@ create or replace function harbor._memories_add_only() returns trigger
     language plpgsql security invoker
     set search_path to pg_catalog, pg_temp
 as $$
+declare
+    reopened boolean := false;
 begin
     if old.memory_type <> 'summary' and (
            new.content is distinct from old.content
@@ -19,13 +21,28 @@ begin
         raise exception 'harbor.memories is add-only: only valid and superseded_by may change'
             using errcode = '42501', constraint = 'memories_add_only';
     end if;
-    -- one exception: harbor.erase reopens the version before an erased successor
-    -- (the interval keeps its start and becomes open), as the elevated role
+    -- one exception: harbor.erase reopens the version before an erased current successor
+    -- (the interval keeps its start and becomes open). Nothing a caller sets is trusted
+    -- for it: the link to the deleted successor is cleared by the foreign key's ON DELETE
+    -- SET NULL, which PostgreSQL runs as the table's owner (no caller is, and a caller's
+    -- own UPDATE of superseded_by runs as the caller), and then only a row that erase
+    -- listed in harbor.erase_reopen is reopened. Planting that setting gets a caller no
+    -- more than erase gives: the version before a current version it may delete, and
+    -- has deleted, comes back.
+    if old.superseded_by is not null and new.superseded_by is null
+       and upper(old.valid) is not null and new.valid is not distinct from old.valid
+       and coalesce(pg_catalog.current_setting('harbor.erase_reopen', true), '') <> ''
+       and exists (select 1 from pg_catalog.pg_class c join pg_catalog.pg_roles r
+                                on r.oid = c.relowner
+                    where c.oid = tg_relid and r.rolname = current_user)
+       and pg_catalog.current_setting('harbor.erase_reopen', true)::jsonb
+           @> pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_array(old.tenant_id, old.id))
+    then
+        new.valid := pg_catalog.tstzrange(lower(old.valid), null, '[)');
+        reopened := true;
+    end if;
     if upper(old.valid) is not null and new.valid is distinct from old.valid
-       and not (pg_catalog.current_setting('harbor.erasing', true) = 'on'
-                and pg_catalog.pg_has_role(current_user, 'harbor_admin', 'MEMBER')
-                and lower(new.valid) = lower(old.valid) and upper_inf(new.valid)
-                and new.superseded_by is null) then
+       and not reopened then
         raise exception 'harbor.memories: a closed validity interval cannot be reopened'
             using errcode = '42501', constraint = 'memories_add_only';
     end if;
