@@ -1,8 +1,9 @@
 """The rolling session summary, and session summaries written in the background.
 
 One summary per session, stored as a long-term memory of type SUMMARY, scope
-SESSION and source ``"summary"`` under the deterministic id
-``summary:<session_id>``. ``metadata["last_covered_message_id"]`` is its
+SESSION and source ``"summary"`` under an id derived from the whole owner
+(:func:`~harbor_pg.tiers.base.summary_memory_id`; the database assigns it).
+``metadata["last_covered_message_id"]`` is its
 frontier: every message of the session up to that id has been folded in, and
 nothing after it. A refresh folds only messages past the frontier, so unchanged
 history never costs a second summary call; ``source_message_ids`` lists just the
