@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from harbor_pg.context.prompts import summary_prompt
 from harbor_pg.context.trimming import summary_boundary
 from harbor_pg.errors import MemoryConfigurationError
-from harbor_pg.extraction.secrets import without_secret_sentences
+from harbor_pg.credentials import without_secret_sentences
 from harbor_pg.llm.base import MemoryModel, MemoryModelError
 from harbor_pg.llm.extractive import ExtractiveSummarizer
 from harbor_pg.llm.langchain import as_memory_model
