@@ -26,15 +26,21 @@ begin
     -- for it: the link to the deleted successor is cleared by the foreign key's ON DELETE
     -- SET NULL, which PostgreSQL runs as the table's owner (no caller is, and a caller's
     -- own UPDATE of superseded_by runs as the caller), and then only a row that erase
-    -- listed in harbor.erase_reopen is reopened. Planting that setting gets a caller no
-    -- more than erase gives: the version before a current version it may delete, and
-    -- has deleted, comes back.
+    -- listed in harbor.erase_reopen is reopened, for an unbound administrator. Planting
+    -- that setting gets an administrator no more than erase gives: the version before a
+    -- current version it may delete, and has deleted, comes back.
     if old.superseded_by is not null and new.superseded_by is null
        and upper(old.valid) is not null and new.valid is not distinct from old.valid
        and coalesce(pg_catalog.current_setting('harbor.erase_reopen', true), '') <> ''
        and exists (select 1 from pg_catalog.pg_class c join pg_catalog.pg_roles r
                                 on r.oid = c.relowner
                     where c.oid = tg_relid and r.rolname = current_user)
+       -- and the statement that deleted the successor is an unbound administrator's
+       -- (in the referential action current_user is the owner; the `role` setting and
+       -- session_user still name the caller)
+       and pg_catalog.pg_has_role(coalesce(nullif(pg_catalog.current_setting('role'), 'none'),
+                                           session_user::text)::name, 'harbor_admin', 'MEMBER')
+       and not harbor.caller_is_bound()
        and pg_catalog.current_setting('harbor.erase_reopen', true)::jsonb
            @> pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_array(old.tenant_id, old.id))
     then
@@ -230,6 +236,7 @@ return 'summary:' operator(pg_catalog.||) pg_catalog.left(pg_catalog.encode(pg_c
         pg_catalog.length(run_id) operator(pg_catalog.||) ':' operator(pg_catalog.||) run_id,
         'UTF8')), 'hex'), 32);
 
+-- (the WHEN clause keeps the call off every other insert)
 create or replace function harbor._memories_summary_id() returns trigger
     language plpgsql security invoker
     set search_path to pg_catalog, pg_temp
@@ -250,4 +257,5 @@ $$;
 create or replace trigger memories_summary_id
     before insert or update of id, tenant_id, scope, project_id, user_id, session_id, run_id,
                                memory_type on harbor.memories
-    for each row execute function harbor._memories_summary_id();
+    for each row when (new.memory_type = 'summary' or new.id like 'summary:%')
+    execute function harbor._memories_summary_id();

@@ -86,3 +86,18 @@ def test_erase_still_reopens_the_version_before_an_erased_successor(
         # erasing the agent takes the newer version it wrote; u1's own comes back
         admin.execute("select * from harbor.erase(principal_id => 'bot')")
     assert _is_current(fresh_db, old)
+
+
+def test_a_user_who_deletes_their_newer_fact_does_not_reopen_the_older(
+    fresh_db: PgDatabase,
+) -> None:
+    """The referential action runs for anyone who deletes a successor; the reopen is
+    an unbound administrator's (harbor.erase) alone, whatever the user plants."""
+    old, new = _chain(fresh_db)
+    with psycopg.connect(fresh_db.app_url, autocommit=True) as conn:
+        conn.execute("select harbor.set_identity('t1', principal_id => 'bot', user_id => 'u1')")
+        conn.execute(
+            "select set_config('harbor.erase_reopen', %s, false)", (json.dumps([["t1", old]]),)
+        )
+        assert conn.execute("delete from harbor.memories where id = %s", (new,)).rowcount == 1
+    assert not _is_current(fresh_db, old)
