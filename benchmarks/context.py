@@ -460,7 +460,12 @@ def reset_summary(su: str) -> None:
     with psycopg.connect(with_params(su, dbname="harbor"), autocommit=True) as c:
         c.execute(
             "delete from harbor.memories where tenant_id = %s and id = %s",
-            (TENANT, summary_memory_id(SESSION)),
+            (
+                TENANT,
+                summary_memory_id(
+                    MemoryOwner(tenant_id=TENANT, principal_id=ME, session_id=SESSION)
+                ),
+            ),
         )
         c.execute(
             "delete from harbor.session_state where tenant_id = %s and session_id = %s",

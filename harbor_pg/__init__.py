@@ -14,6 +14,7 @@ from harbor_pg.errors import (
     MemoryConfigurationError,
     MemoryDatabaseError,
     MemoryError,
+    MemoryNotFoundError,
     MemoryScopeError,
     MemoryValidationError,
 )
@@ -76,6 +77,7 @@ __all__ = [
     "MemoryManagerConfig",
     "MemoryModel",
     "MemoryModelError",
+    "MemoryNotFoundError",
     "MemoryOwner",
     "MemoryPolicy",
     "MemoryRecall",

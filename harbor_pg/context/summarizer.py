@@ -1,8 +1,9 @@
 """The rolling session summary, and session summaries written in the background.
 
 One summary per session, stored as a long-term memory of type SUMMARY, scope
-SESSION and source ``"summary"`` under the deterministic id
-``summary:<session_id>``. ``metadata["last_covered_message_id"]`` is its
+SESSION and source ``"summary"`` under an id derived from the whole owner
+(:func:`~harbor_pg.tiers.base.summary_memory_id`; the database assigns it).
+``metadata["last_covered_message_id"]`` is its
 frontier: every message of the session up to that id has been folded in, and
 nothing after it. A refresh folds only messages past the frontier, so unchanged
 history never costs a second summary call; ``source_message_ids`` lists just the
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from harbor_pg.context.prompts import summary_prompt
 from harbor_pg.context.trimming import summary_boundary
 from harbor_pg.errors import MemoryConfigurationError
+from harbor_pg.credentials import without_secret_sentences
 from harbor_pg.llm.base import MemoryModel, MemoryModelError
 from harbor_pg.llm.extractive import ExtractiveSummarizer
 from harbor_pg.llm.langchain import as_memory_model
@@ -63,6 +65,9 @@ if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
 
 log = logging.getLogger("harbor_pg.context")
+
+#: the summary text when every sentence of a fold held a credential
+_WITHHELD = "(The earlier turns are not summarised: they held what looked like a credential.)"
 
 #: Metadata key of the summary's frontier (the newest message id it covers).
 FRONTIER_KEY = "last_covered_message_id"
@@ -299,13 +304,21 @@ class RollingSummary:
         complete: bool,
         failed: bool,
     ) -> RefreshOutcome:
+        # the filter every other long-term write passes: a turn that held a credential
+        # must not be carried into the stored summary (and so into every later prompt)
+        text, kind = without_secret_sentences(text)
+        if kind is not None:
+            log.warning(
+                "rolling summary: left out what looked like a secret (%s) from the summary", kind
+            )
+            text = text or (prior.content if prior is not None else "") or _WITHHELD
         limit = self.policy.max_content_chars
         if len(text) > limit:
             text = text[: limit - 1].rstrip() + "\u2026"
         metadata: dict[str, Any] = dict(prior.metadata) if prior is not None else {}
         metadata[FRONTIER_KEY] = folded[-1]
         memory = Memory(
-            id=prior.id if prior is not None else summary_memory_id(owner.session_id or ""),
+            id=prior.id if prior is not None else summary_memory_id(owner),
             scope=MemoryScope.SESSION,
             memory_type=MemoryType.SUMMARY,
             content=text,

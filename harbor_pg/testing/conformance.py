@@ -445,6 +445,36 @@ class MemoryStoreConformance:
         assert await manager.scratch(dana_s2) == {"s": 2}
         assert await manager.scratch(dana) == {}
 
+    async def test_erase_session_tells_users_sessions_of_the_same_name_apart(
+        self, manager: MemoryManager
+    ) -> None:
+        """Provenance is qualified by the conversation's user: an agent writes PROJECT
+        memories from Dana's session s1 and from Bob's session s1; erasing Dana's s1
+        takes the first (whoever wrote it) and leaves the second."""
+        dana = MemoryOwner(
+            tenant_id="t1",
+            project_id="p1",
+            principal_id="notes-bot",
+            user_id="dana",
+            session_id="s1",
+        )
+        bob = dana.model_copy(update={"user_id": "bob"})
+        await manager.append(dana, ConversationMessage(role="user", content="dana's turn"))
+        await manager.append(bob, ConversationMessage(role="user", content="bob's turn"))
+        for owner, text in (
+            (dana, "Dana's parcel goes to dock 3"),
+            (bob, "Bob's parcel goes to dock 5"),
+        ):
+            await manager.save(
+                owner, Memory(content=text, scope=MemoryScope.PROJECT, source_session_id="s1")
+            )
+        receipt = await manager.erase("t1", user_id="dana", session_id="s1")
+        assert (receipt.short_term, receipt.long_term) == (1, 1)
+        assert [m.content for m in await manager.search(bob, "parcel dock")] == [
+            "Bob's parcel goes to dock 5"
+        ]
+        assert [m.content for m in await manager.recent(bob)] == ["bob's turn"]
+
     async def test_erase_agent_clears_its_turns_and_working_state(
         self, manager: MemoryManager
     ) -> None:

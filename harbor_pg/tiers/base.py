@@ -32,25 +32,41 @@ __all__ = [
     "SummaryLeaseStore",
     "SummaryStore",
     "WorkingStore",
-    "summary_fallback_id",
     "summary_memory_id",
 ]
 
 
-def summary_memory_id(session_id: str) -> str:
-    """The deterministic id of a session's rolling summary: ``summary:<session_id>``."""
-    return f"summary:{session_id}"
+def summary_memory_id(owner: MemoryOwner) -> str:
+    """The id of ``owner``'s rolling session summary: ``summary:`` and 32 hex digits.
 
+    The digits are the start of the sha256 of the owner's SESSION key (tenant,
+    project, user, session and run, each length-prefixed), so the id names no
+    session and two users' sessions of the same name get different ids. The
+    PostgreSQL store does not take the caller's word for it: the database gives
+    every summary row the id of its own owner fields (``harbor.summary_id`` in
+    sql/functions/guards.sql computes the same value) and refuses the prefix on
+    any other row, so no one can hold another owner's summary id.
 
-def summary_fallback_id(owner: MemoryOwner, memory_id: str) -> str:
-    """Per-user variant of a summary id, for when another user's row already holds it.
-
-    Memory ids are unique per tenant, while session ids are chosen by the
-    application and may repeat across users. The suffix is a digest of the
-    tenant and user, so the variant is stable for one session key.
+    Raises:
+        TypeError: ``owner`` is not a :class:`MemoryOwner` (the id was once
+            derived from the session id alone).
+        MemoryScopeError: ``owner`` has no user or no session.
     """
-    digest = hashlib.sha256(f"{owner.tenant_id}\x00{owner.user_id or ''}".encode()).hexdigest()
-    return f"{memory_id}:{digest[:16]}"
+    if not isinstance(owner, MemoryOwner):
+        raise TypeError(
+            "summary_memory_id takes the session's MemoryOwner (the id is derived from the "
+            f"whole owner key), not {type(owner).__name__}"
+        )
+    key = owner.key(MemoryScope.SESSION)
+    fields = (
+        key["tenant_id"],
+        key["project_id"],
+        key["user_id"],
+        key["session_id"],
+        key["run_id"],
+    )
+    encoded = ";".join(f"{len(v)}:{v}" for v in fields)
+    return "summary:" + hashlib.sha256(encoded.encode("utf-8")).hexdigest()[:32]
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from harbor_pg.tiers.base import (
     NearestMemory,
     SaveResult,
     SummaryLease,
-    summary_fallback_id,
+    summary_memory_id,
 )
 from harbor_pg.tiers.session_ttl import live_turns
 
@@ -364,6 +364,19 @@ def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
     return math.fsum(x * y for x, y in zip(a, b, strict=True)) / norm if norm else 0.0
 
 
+def _summary_rule(owner: MemoryOwner, memory: Memory) -> str | None:
+    """The id ``memory`` is stored under, by the database's rule (``memories_summary_id``):
+    a SESSION summary gets its owner's summary id, and no other memory a ``summary:`` id."""
+    if memory.scope is MemoryScope.SESSION and memory.memory_type is MemoryType.SUMMARY:
+        return summary_memory_id(owner)
+    if memory.id is not None and memory.id.startswith("summary:"):
+        raise MemoryValidationError(
+            'ids starting with "summary:" belong to rolling session summaries, whose ids '
+            "are derived from their owner"
+        )
+    return memory.id
+
+
 class InMemoryLongTermStore:
     """Memories in a list; same visibility, dedup and validity rules as PostgreSQL."""
 
@@ -372,6 +385,13 @@ class InMemoryLongTermStore:
         self._lock = asyncio.Lock()
         # memory id -> (model_id, vector); entries of deleted rows are dropped lazily
         self._vectors: dict[str, tuple[str, list[float]]] = {}
+        # memory id -> (tenant, user) of the conversation a memory names as its source (the
+        # memories_provenance trigger's columns): session ids repeat across users
+        self._sources: dict[str, tuple[str, str]] = {}
+
+    def _note_source(self, owner: MemoryOwner, memory: Memory) -> None:
+        if memory.id and (memory.source_session_id is not None or memory.source_message_ids):
+            self._sources[memory.id] = (owner.tenant_id, owner.user_id or "")
 
     async def save(
         self,
@@ -385,6 +405,7 @@ class InMemoryLongTermStore:
         key = owner.key(memory.scope)
         digest = memory.content_hash or content_hash(memory.scope, memory.content)
         vector = _check_embedding(embedding, model_id)
+        memory_id = _summary_rule(owner, memory)
         now = _now()
         async with self._lock:
             for row in self._rows.values():
@@ -398,7 +419,7 @@ class InMemoryLongTermStore:
             stored = memory.model_copy(
                 update={
                     **key,
-                    "id": memory.id or str(uuid.uuid4()),
+                    "id": memory_id or str(uuid.uuid4()),
                     "principal_id": owner.principal_id or "",
                     "content_hash": digest,
                     "valid_from": memory.valid_from or now,
@@ -407,6 +428,7 @@ class InMemoryLongTermStore:
                 }
             )
             self._rows[stored.id or ""] = stored
+            self._note_source(owner, stored)
             if vector is not None and model_id:
                 self._vectors[stored.id or ""] = (model_id, vector)
             return SaveResult(memory=stored, created=True)
@@ -560,6 +582,7 @@ class InMemoryLongTermStore:
             )
             new_id = stored.id or ""
             self._rows[new_id] = stored
+            self._note_source(owner, stored)
             if vector is not None and model_id:
                 self._vectors[new_id] = (model_id, vector)
             self._rows[memory_id] = old.model_copy(
@@ -645,8 +668,10 @@ class InMemoryLongTermStore:
             "metadata": dict(memory.metadata),
             "updated_at": now,
         }
+        # the id of the owner's summary, whatever the caller passed (as the database does)
+        memory_id = summary_memory_id(owner)
         async with self._lock:
-            row = self._rows.get(memory.id)
+            row = self._rows.get(memory_id)
             if (
                 row is not None
                 and row.scope is MemoryScope.SESSION
@@ -657,17 +682,10 @@ class InMemoryLongTermStore:
             ):
                 # ownership (principal, project, created_at, provenance) stays as first saved
                 refreshed = row.model_copy(update=changes)
-                self._rows[memory.id] = refreshed
+                self._rows[memory_id] = refreshed
                 return refreshed
-            if expected_frontier is not None:
-                return None
-            memory_id = memory.id
-            if row is not None:
-                if _visible(row, owner):
-                    return None  # another writer created it first
-                memory_id = summary_fallback_id(owner, memory.id)
-                if memory_id in self._rows:
-                    return None
+            if expected_frontier is not None or row is not None:
+                return None  # another writer refreshed (or created) it first
             stored = memory.model_copy(
                 update={
                     **key,
@@ -684,6 +702,7 @@ class InMemoryLongTermStore:
                 }
             )
             self._rows[memory_id] = stored
+            self._note_source(owner, stored)
             return stored
 
     def apply_retention(
@@ -716,6 +735,7 @@ class InMemoryLongTermStore:
         vectors = 0
         for k in dead:
             del self._rows[k]
+            self._sources.pop(k, None)
             if self._vectors.pop(k, None) is not None:
                 vectors += 1
         for k, m in list(self._rows.items()):
@@ -734,21 +754,41 @@ class InMemoryLongTermStore:
         tenant_id, user_id = subject.tenant_id, subject.user_id
         session_id, principal_id = subject.session_id, subject.principal_id
         derived = {str(i) for i in turn_ids}
-        dead = {
-            k
-            for k, m in self._rows.items()
-            if m.tenant_id == tenant_id
-            and (
-                _erased(
+
+        def doomed(k: str, m: Memory) -> bool:
+            source = self._sources.get(k)
+            if m.tenant_id == tenant_id:
+                # keyed to the subject or written by it; a memory's own session, or the
+                # session it came from when that was the subject's (the source's user decides)
+                sessions: tuple[str | None, ...] = (m.session_id or "",)
+                if user_id is None or (source is not None and source[1] == user_id):
+                    sessions += (m.source_session_id,)
+                if _erased(
                     m.user_id or "",
                     m.principal_id or "",
-                    (m.session_id or "", m.source_session_id),
+                    sessions,
                     user_id,
                     session_id,
                     principal_id,
-                )
-                or not derived.isdisjoint(m.source_message_ids)
-            )
-        }
+                ):
+                    return True
+            if m.tenant_id not in ("", tenant_id):
+                return False
+            if source is not None and source[0] == tenant_id:
+                # derived from the subject's conversations, in any scope (GLOBAL too)
+                if (
+                    user_id is not None
+                    and source[1] == user_id
+                    and m.source_session_id is not None
+                    and (session_id is None or m.source_session_id == session_id)
+                    and (principal_id is None or m.principal_id == principal_id)
+                ):
+                    return True
+            elif m.tenant_id != tenant_id:
+                return False
+            # derived from an erased turn
+            return not derived.isdisjoint(m.source_message_ids)
+
+        dead = {k for k, m in self._rows.items() if doomed(k, m)}
         vectors = self._drop(dead)
         return len(dead), vectors

@@ -16,7 +16,7 @@ from harbor_pg.db.vectors import PgVector
 from harbor_pg.errors import MemoryScopeError, MemoryValidationError
 from harbor_pg.owner import MemoryOwner, MemoryScope
 from harbor_pg.records import Memory, MemoryType, content_hash
-from harbor_pg.tiers.base import FactResult, NearestMemory, SaveResult, summary_fallback_id
+from harbor_pg.tiers.base import FactResult, NearestMemory, SaveResult
 
 __all__ = [
     "ELEVATED_SCOPES",
@@ -560,17 +560,9 @@ class PostgresLongTermStore:
                 )
             ).fetchone()
             if row is None and expected_frontier is None:
+                # the database gives the row the id of its owner (harbor.summary_id), so a
+                # conflict is this session's own summary, created by a concurrent writer
                 row = await (await conn.execute(query("context_insert_summary"), params)).fetchone()
-                if row is None:
-                    seen = await (
-                        await conn.execute(query("context_summary_id_visible"), params)
-                    ).fetchone()
-                    if seen is not None and not seen["visible"]:
-                        # the id belongs to another user's session: use this user's variant
-                        params["id"] = summary_fallback_id(owner, memory.id)
-                        row = await (
-                            await conn.execute(query("context_insert_summary"), params)
-                        ).fetchone()
             if row is None:
                 return None  # another writer refreshed (or created) it first
             stored = await (

@@ -7,6 +7,8 @@ create or replace function harbor._memories_add_only() returns trigger
     language plpgsql security invoker
     set search_path to pg_catalog, pg_temp
 as $$
+declare
+    reopened boolean := false;
 begin
     if old.memory_type <> 'summary' and (
            new.content is distinct from old.content
@@ -19,13 +21,34 @@ begin
         raise exception 'harbor.memories is add-only: only valid and superseded_by may change'
             using errcode = '42501', constraint = 'memories_add_only';
     end if;
-    -- one exception: harbor.erase reopens the version before an erased successor
-    -- (the interval keeps its start and becomes open), as the elevated role
+    -- one exception: harbor.erase reopens the version before an erased current successor
+    -- (the interval keeps its start and becomes open). Nothing a caller sets is trusted
+    -- for it: the link to the deleted successor is cleared by the foreign key's ON DELETE
+    -- SET NULL, which PostgreSQL runs as the table's owner (no caller is, and a caller's
+    -- own UPDATE of superseded_by runs as the caller), and then only a row that erase
+    -- listed in harbor.erase_reopen is reopened, for an unbound administrator. Planting
+    -- that setting gets an administrator no more than erase gives: the version before a
+    -- current version it may delete, and has deleted, comes back.
+    if old.superseded_by is not null and new.superseded_by is null
+       and upper(old.valid) is not null and new.valid is not distinct from old.valid
+       and coalesce(pg_catalog.current_setting('harbor.erase_reopen', true), '') <> ''
+       and exists (select 1 from pg_catalog.pg_class c join pg_catalog.pg_roles r
+                                on r.oid = c.relowner
+                    where c.oid = tg_relid and r.rolname = current_user)
+       -- and the statement that deleted the successor is an unbound administrator's
+       -- (in the referential action current_user is the owner; the `role` setting and
+       -- session_user still name the caller)
+       and pg_catalog.pg_has_role(coalesce(nullif(pg_catalog.current_setting('role'), 'none'),
+                                           session_user::text)::name, 'harbor_admin', 'MEMBER')
+       and not harbor.caller_is_bound()
+       and pg_catalog.current_setting('harbor.erase_reopen', true)::jsonb
+           @> pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_array(old.tenant_id, old.id))
+    then
+        new.valid := pg_catalog.tstzrange(lower(old.valid), null, '[)');
+        reopened := true;
+    end if;
     if upper(old.valid) is not null and new.valid is distinct from old.valid
-       and not (pg_catalog.current_setting('harbor.erasing', true) = 'on'
-                and pg_catalog.pg_has_role(current_user, 'harbor_admin', 'MEMBER')
-                and lower(new.valid) = lower(old.valid) and upper_inf(new.valid)
-                and new.superseded_by is null) then
+       and not reopened then
         raise exception 'harbor.memories: a closed validity interval cannot be reopened'
             using errcode = '42501', constraint = 'memories_add_only';
     end if;
@@ -188,3 +211,51 @@ $$;
 create or replace trigger memories_superseded_by_visible
     before insert or update of superseded_by on harbor.memories
     for each row execute function harbor._memory_successor_visible();
+
+-- A rolling session summary's id is derived from its whole owner key: 'summary:'
+-- and 32 hex digits of the sha256 of the tenant, project, user, session and run,
+-- each length-prefixed (so the encoding is injective). The id names no session,
+-- and no caller can hold another owner's summary id: a summary row gets the id of
+-- its own owner fields whatever the writer asked for (the write policies keep a
+-- caller to its own owner fields), and no other row may take an id with the
+-- prefix. Python computes the same id (harbor_pg.tiers.base.summary_memory_id).
+create or replace function harbor.summary_id(
+    tenant_id text, project_id text, user_id text, session_id text, run_id text
+) returns text
+    language sql immutable security invoker parallel safe
+return 'summary:' operator(pg_catalog.||) pg_catalog.left(pg_catalog.encode(pg_catalog.sha256(
+    pg_catalog.convert_to(
+        pg_catalog.length(tenant_id) operator(pg_catalog.||) ':' operator(pg_catalog.||) tenant_id
+        operator(pg_catalog.||) ';' operator(pg_catalog.||)
+        pg_catalog.length(project_id) operator(pg_catalog.||) ':' operator(pg_catalog.||) project_id
+        operator(pg_catalog.||) ';' operator(pg_catalog.||)
+        pg_catalog.length(user_id) operator(pg_catalog.||) ':' operator(pg_catalog.||) user_id
+        operator(pg_catalog.||) ';' operator(pg_catalog.||)
+        pg_catalog.length(session_id) operator(pg_catalog.||) ':' operator(pg_catalog.||) session_id
+        operator(pg_catalog.||) ';' operator(pg_catalog.||)
+        pg_catalog.length(run_id) operator(pg_catalog.||) ':' operator(pg_catalog.||) run_id,
+        'UTF8')), 'hex'), 32);
+
+-- (the WHEN clause keeps the call off every other insert)
+create or replace function harbor._memories_summary_id() returns trigger
+    language plpgsql security invoker
+    set search_path to pg_catalog, pg_temp
+as $$
+begin
+    if new.scope = 'session' and new.memory_type = 'summary' then
+        new.id := harbor.summary_id(new.tenant_id, new.project_id, new.user_id,
+                                    new.session_id, new.run_id);
+    elsif new.id like 'summary:%' then
+        raise exception 'harbor.memories: ids starting with "summary:" belong to rolling '
+                        'session summaries, whose ids the database derives from their owner'
+            using errcode = '23514', constraint = 'memories_summary_id';
+    end if;
+    return new;
+end
+$$;
+
+create or replace trigger memories_summary_id
+    before insert or update of id, tenant_id, scope, project_id, user_id, session_id, run_id,
+                               memory_type on harbor.memories
+    for each row when (new.memory_type = 'summary' or new.id like 'summary:%')
+    execute function harbor._memories_summary_id();

@@ -136,9 +136,6 @@ begin
     if u is null and p is null then
         raise exception 'harbor.erase: name a user_id or a principal_id' using errcode = '22023';
     end if;
-    -- lets the add-only guard reopen a version whose successor is erased (guards.sql)
-    perform pg_catalog.set_config('harbor.erasing', 'on', true);
-
     -- the turns first: their ids and sessions find what was derived from them
     with gone as (
         delete from harbor.messages x
@@ -217,29 +214,39 @@ begin
            coalesce(array_agg(c.successor), '{}'), coalesce(array_agg(c.reopen), '{}')
       into chain_tenant, chain_id, chain_successor, chain_reopen from chain c;
 
-    -- successors of an erased memory lose their link (ON DELETE SET NULL)
+    -- the predecessors to reopen: their chain ended at an erased current version, and their
+    -- content is not current under the same owner in a row that stays. The add-only guard
+    -- (guards.sql) reopens them when the foreign key clears their link to the erased row,
+    -- and only then: a row listed here whose successor is not deleted stays closed.
+    perform pg_catalog.set_config('harbor.erase_reopen', coalesce((
+        select pg_catalog.jsonb_agg(pg_catalog.jsonb_build_array(m.tenant_id, m.id))
+          from unnest(chain_tenant, chain_id, chain_successor, chain_reopen)
+               as c(tenant_id, id, successor, reopen)
+          join harbor.memories m on m.tenant_id = c.tenant_id and m.id = c.id
+         where c.successor is null and c.reopen and not upper_inf(m.valid)
+           and not exists (
+               select 1 from harbor.memories d
+                where d.tenant_id = m.tenant_id and d.scope = m.scope
+                  and d.project_id = m.project_id and d.user_id = m.user_id
+                  and d.session_id = m.session_id and d.run_id = m.run_id
+                  and d.content_hash = m.content_hash and d.id <> m.id
+                  and not d.id = any (case when d.tenant_id = '' then gone_global
+                                           else gone_local end)
+                  and d.valid && tstzrange(lower(m.valid), null, '[)')))::text, ''), true);
+
+    -- successors of an erased memory lose their link (ON DELETE SET NULL), and the listed
+    -- predecessors are reopened then
     delete from harbor.memories m
      where (m.tenant_id = t and m.id = any (gone_local))
         or (m.tenant_id = '' and m.id = any (gone_global));
     get diagnostics n = row_count;
     tier := 'long_term'; deleted := n; return next;
+    perform pg_catalog.set_config('harbor.erase_reopen', '', true);
 
     update harbor.memories m set superseded_by = c.successor
       from unnest(chain_tenant, chain_id, chain_successor, chain_reopen)
            as c(tenant_id, id, successor, reopen)
      where m.tenant_id = c.tenant_id and m.id = c.id and c.successor is not null;
-    update harbor.memories m set valid = tstzrange(lower(m.valid), null, '[)')
-      from unnest(chain_tenant, chain_id, chain_successor, chain_reopen)
-           as c(tenant_id, id, successor, reopen)
-     where m.tenant_id = c.tenant_id and m.id = c.id and c.successor is null and c.reopen
-       and not upper_inf(m.valid)
-       and not exists (
-           select 1 from harbor.memories d
-            where d.tenant_id = m.tenant_id and d.scope = m.scope
-              and d.project_id = m.project_id and d.user_id = m.user_id
-              and d.session_id = m.session_id and d.run_id = m.run_id
-              and d.content_hash = m.content_hash and d.id <> m.id
-              and d.valid && tstzrange(lower(m.valid), null, '[)'));
 
     delete from harbor.working_state w
      where w.tenant_id = t
@@ -272,7 +279,6 @@ begin
             using t, u;
     end if;
 
-    perform pg_catalog.set_config('harbor.erasing', '', true);
     return;
 end
 $$;

@@ -19,7 +19,8 @@ select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, 
  limit 1
 
 -- name: context_insert_summary
--- Create the session summary under its deterministic id; nothing if the id is taken, or if
+-- Create the session summary (the database sets its id from the owner fields: harbor.summary_id
+-- in guards.sql); nothing if this session's summary exists already, or if
 -- a concurrent writer just created the same summary text (no conflict target, so the
 -- exclusion constraint on owner + content hash is an arbiter too: two builders folding the
 -- same turns at once produce the same text, and the loser must see a lost race, not an error).
@@ -33,11 +34,6 @@ values (%(tenant_id)s::text, %(id)s::text, 'session', '', %(user_id)s::text,
         %(session_id)s::text, %(source_message_ids)s::text[], %(metadata)s::jsonb)
 on conflict do nothing
 returning id
-
--- name: context_summary_id_visible
--- Whether the caller can see a memory with this id (tells a lost race from a foreign id).
-select exists (select 1 from harbor.memories m
-                where m.tenant_id = %(tenant_id)s::text and m.id = %(id)s::text) as visible
 
 -- name: context_refresh_summary
 -- Refresh the summary in place, only if its frontier is still the one the caller read.

@@ -55,6 +55,14 @@ def summary_rows(db: PgDatabase) -> list[dict[str, Any]]:
         ).fetchall()
 
 
+def sql_summary_id(db: PgDatabase, *fields: str) -> str:
+    """harbor.summary_id() of the owner fields, computed by the database."""
+    with psycopg.connect(db.superuser_url) as conn:
+        row = conn.execute("select harbor.summary_id(%s, %s, %s, %s, %s)", fields).fetchone()
+        assert row is not None
+        return str(row[0])
+
+
 def test_postgres_stores_implement_the_summary_protocols() -> None:
     assert isinstance(PostgresLongTermStore.__new__(PostgresLongTermStore), SummaryStore)
     assert isinstance(PostgresShortTermStore.__new__(PostgresShortTermStore), SummaryLeaseStore)
@@ -70,7 +78,10 @@ async def test_summary_row_frontier_and_folded_ids(
 
     assert context.summary_refreshed and context.summary == "The user asked about six projects."
     [row] = summary_rows(fresh_db)
-    assert row["id"] == summary_memory_id("s1") == "summary:s1"
+    # derived from the whole owner key (project '' at SESSION scope), naming no session;
+    # the database computes the same id (harbor.summary_id)
+    assert row["id"] == summary_memory_id(OWNER) == "summary:4d020140d199ca4a7ef430368aed373c"
+    assert row["id"] == sql_summary_id(fresh_db, "t1", "", "alice", "s1", "")
     assert row["scope"] == "session" and row["memory_type"] == "summary"
     assert row["source"] == "summary" and row["source_session_id"] == "s1"
     assert (row["tenant_id"], row["user_id"], row["session_id"]) == ("t1", "alice", "s1")
@@ -154,8 +165,8 @@ async def test_two_users_with_the_same_session_id_each_get_a_summary(
     assert bob_context.summary == "bob summary"
     assert bob_context.degraded == ()
     rows = {r["user_id"]: r for r in summary_rows(fresh_db)}
-    assert rows["alice"]["id"] == "summary:s1"
-    assert rows["bob"]["id"].startswith("summary:s1:")
+    assert rows["alice"]["id"] == summary_memory_id(OWNER)
+    assert rows["bob"]["id"] == summary_memory_id(bob) != rows["alice"]["id"]
     assert (await memories.load_summary(OWNER)).content == "alice summary"  # type: ignore[union-attr]
     assert (await memories.load_summary(bob)).content == "bob summary"  # type: ignore[union-attr]
     # and bob's refresh updates bob's row
@@ -185,7 +196,7 @@ async def test_summary_store_compare_and_set(database: Database) -> None:
 
     def summary(content: str, frontier: int) -> Memory:
         return Memory(
-            id=summary_memory_id("s1"),
+            id=summary_memory_id(OWNER),
             scope=MemoryScope.SESSION,
             memory_type=MemoryType.SUMMARY,
             content=content,

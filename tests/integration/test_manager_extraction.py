@@ -12,6 +12,7 @@ from harbor_pg.errors import MemoryConfigurationError
 from harbor_pg.manager import MemoryManager, MemoryManagerConfig
 from harbor_pg.owner import MemoryOwner
 from harbor_pg.records import ConversationMessage
+from harbor_pg.tiers.base import summary_memory_id
 
 DANA = MemoryOwner(tenant_id="acme", principal_id="dana", session_id="s1")
 
@@ -84,6 +85,6 @@ async def test_builders_summarise_sessions_in_the_background(database: Database)
     await manager.background_summarizer(policy=policy).drain()
     summary = await manager.long_term.load_summary(DANA)  # type: ignore[attr-defined]
     assert summary is not None and summary.memory_type.value == "summary"
-    assert summary.id is not None and summary.id.startswith("summary:s1")
+    assert summary.id == summary_memory_id(DANA)
     raw = await manager.recent(DANA, 50)
     assert len(raw) == 16  # raw turns are kept

@@ -76,7 +76,7 @@ async def test_idle_session_expires_and_retention_reclaims_it(
     summary = await expiring.long_term.save_summary(  # type: ignore[attr-defined]
         OWNER,
         Memory(
-            id=summary_memory_id("s1"),
+            id=summary_memory_id(OWNER),
             scope=MemoryScope.SESSION,
             memory_type=MemoryType.SUMMARY,
             content="u1 and the bot discussed ingest.",

@@ -34,6 +34,7 @@ FROZEN = {
     "0011_memory_provenance_owner.py": "83f6ab6a44189dd8",
     "0014_access_tokens.py": "da339af60580ee14",
     "0015_sensitivity_index.py": "134feaae02112eb7",
+    "0016_summary_owner_ids.py": "462a88159cb33022",
 }
 
 

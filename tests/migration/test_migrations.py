@@ -390,3 +390,77 @@ def test_0010_deletes_vectors_planted_on_another_owners_memory(empty_db: PgDatab
             assert exc.diag.constraint_name == "memory_embeddings_owner"
         else:
             raise AssertionError("a vector keyed to u1 was stored for u2's memory")
+
+
+def test_0016_rekeys_summaries_by_their_whole_owner(empty_db: PgDatabase) -> None:
+    """Before 0016 a summary's id was summary:<session> (or a per-user variant); 0016
+    gives each the id derived from its owner, keeps the newest of an owner's summaries,
+    drops vectors of summaries, and leaves other memories alone."""
+    import hashlib
+
+    from harbor_pg.owner import MemoryOwner
+    from harbor_pg.tiers.base import summary_memory_id
+
+    migrate.upgrade(empty_db.owner_url, "0015")
+    with psycopg.connect(empty_db.superuser_url, autocommit=True) as su:
+        # the code before 0016: the re-runnable files applied with 0015 are today's
+        su.execute("drop trigger memories_summary_id on harbor.memories")
+
+    def variant(user: str) -> str:
+        return "summary:s1:" + hashlib.sha256(f"t1\x00{user}".encode()).hexdigest()[:16]
+
+    rows = [  # (user, id, content, age)
+        ("alice", "summary:s1", "alice's summary", "2 hours"),
+        ("bob", variant("bob"), "bob's summary", "2 hours"),
+        ("carol", variant("carol"), "carol's stale summary", "2 hours"),
+        ("carol", "summary:s1-carol", "carol's newest summary", "1 hour"),
+    ]
+    for user, memory_id, content, age in rows:
+        with psycopg.connect(empty_db.app_url, autocommit=True) as conn:
+            conn.execute(
+                "select harbor.set_identity('t1', principal_id => %s, session_id => 's1')",
+                (user,),
+            )
+            conn.execute(
+                "insert into harbor.memories (tenant_id, id, scope, user_id, session_id,"
+                " principal_id, memory_type, content, content_hash, updated_at)"
+                " values ('t1', %s, 'session', %s, 's1', %s, 'summary', %s,"
+                " encode(sha256(convert_to(%s, 'UTF8')), 'hex'), now() - %s::interval)",
+                (memory_id, user, user, content, content, age),
+            )
+            if user == "alice":
+                conn.execute(
+                    "insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims,"
+                    " embedding, scope, user_id, session_id)"
+                    " values ('t1', 'summary:s1', 'm', 3, '[1,0,0]', 'session', 'alice', 's1')"
+                )
+                conn.execute(
+                    "insert into harbor.memories (tenant_id, scope, user_id, session_id,"
+                    " principal_id, content, content_hash)"
+                    " values ('t1', 'session', 'alice', 's1', 'alice', 'a fact', repeat('f', 64))"
+                )
+    migrate.upgrade(empty_db.owner_url)
+    with psycopg.connect(empty_db.superuser_url) as su:
+        after = su.execute(
+            "select user_id, id, content from harbor.memories where memory_type = 'summary'"
+            " order by user_id"
+        ).fetchall()
+        facts = su.execute(
+            "select count(*) from harbor.memories where memory_type = 'fact'"
+        ).fetchone()
+        vectors = su.execute("select count(*) from harbor.memory_embeddings").fetchone()
+        derived = [
+            su.execute("select harbor.summary_id('t1', '', %s, 's1', '')", (user,)).fetchone()[0]  # type: ignore[index]
+            for user in ("alice", "bob", "carol")
+        ]
+
+    def owner(user: str) -> MemoryOwner:
+        return MemoryOwner(tenant_id="t1", principal_id=user, session_id="s1")
+
+    assert after == [
+        ("alice", summary_memory_id(owner("alice")), "alice's summary"),
+        ("bob", summary_memory_id(owner("bob")), "bob's summary"),
+        ("carol", summary_memory_id(owner("carol")), "carol's newest summary"),
+    ]
+    assert [r[1] for r in after] == derived
+    assert facts == (1,) and vectors == (0,)

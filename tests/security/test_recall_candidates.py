@@ -64,7 +64,6 @@ def recall_db(module_db: PgDatabase) -> Iterator[PgDatabase]:
         ("t1", "session", "", "u1", "s1", "", "mine: summary shared words"),
         "d" * 64,
         vector=("m384", DIMS, _vector(rng)),
-        id="summary:s1",
         memory_type="summary",
     )
     # a nologin role bound to t1/u1, taken on with SET ROLE by a login role

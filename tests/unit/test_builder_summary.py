@@ -15,7 +15,7 @@ from harbor_pg.context.summarizer import (
     SessionSummarizer,
     frontier_of,
 )
-from harbor_pg.errors import MemoryConfigurationError, MemoryScopeError
+from harbor_pg.errors import MemoryConfigurationError, MemoryScopeError, MemoryValidationError
 from harbor_pg.llm.base import MemoryModelError
 from harbor_pg.llm.extractive import ExtractiveSummarizer
 from harbor_pg.owner import MemoryOwner, MemoryScope
@@ -67,7 +67,8 @@ async def test_refresh_saves_the_summary_row_with_frontier_and_folded_ids() -> N
     assert context.summary == "The user asked about six projects."
     row = await memories.load_summary(OWNER)
     assert row is not None
-    assert row.id == "summary:s1" == summary_memory_id("s1")
+    # derived from the whole owner key (project '' at SESSION scope): it names no session
+    assert row.id == summary_memory_id(OWNER) == "summary:4d020140d199ca4a7ef430368aed373c"
     assert row.scope is MemoryScope.SESSION
     assert row.memory_type is MemoryType.SUMMARY
     assert row.source == "summary"
@@ -114,7 +115,7 @@ async def test_later_refresh_folds_only_new_messages_into_the_prior_summary() ->
     assert "first summary" in second_call.user  # the prior summary is folded in
     row = await memories.load_summary(OWNER)
     assert row is not None and row.content == "second summary"
-    assert row.id == "summary:s1" and row.created_at == created
+    assert row.id == summary_memory_id(OWNER) and row.created_at == created
     new_ids = [m.id for m in [*first_batch, *second_batch] if m.id > first_batch[7].id]
     # uncovered = 4 + 6 messages; keep 4 -> the 6 oldest of them are folded
     assert row.source_message_ids == [str(i) for i in new_ids[:6]]
@@ -328,9 +329,9 @@ async def test_explicit_summarizer_wins_over_the_model() -> None:
 # -- the summary store contract (in-process) ---------------------------------------------
 
 
-def summary(content: str, frontier: int, session: str = "s1") -> Memory:
+def summary(content: str, frontier: int, owner: MemoryOwner = OWNER) -> Memory:
     return Memory(
-        id=summary_memory_id(session),
+        id=summary_memory_id(owner),
         scope=MemoryScope.SESSION,
         memory_type=MemoryType.SUMMARY,
         content=content,
@@ -349,20 +350,28 @@ async def test_save_summary_is_a_compare_and_set_on_the_frontier() -> None:
     assert second is not None and second.content == "b" and frontier_of(second) == 9
 
 
-async def test_same_session_id_of_another_user_gets_a_fallback_id() -> None:
+async def test_same_session_id_of_another_user_gets_an_id_of_its_own() -> None:
     memories = InMemoryLongTermStore()
     bob = MemoryOwner(tenant_id="t1", principal_id="bob", session_id="s1")
     mine = await memories.save_summary(OWNER, summary("alice's", 5), expected_frontier=None)
+    # bob asks for alice's id: the store gives bob's summary bob's id, as the database does
     theirs = await memories.save_summary(bob, summary("bob's", 3), expected_frontier=None)
     assert mine is not None and theirs is not None
-    assert mine.id == "summary:s1"
-    assert theirs.id is not None and theirs.id.startswith("summary:s1:") and theirs.id != mine.id
+    assert mine.id == summary_memory_id(OWNER)
+    assert theirs.id == summary_memory_id(bob) != mine.id
+    assert "s1" not in mine.id and "s1" not in theirs.id
     assert (await memories.load_summary(bob)).content == "bob's"  # type: ignore[union-attr]
     assert (await memories.load_summary(OWNER)).content == "alice's"  # type: ignore[union-attr]
-    again = await memories.save_summary(
-        bob, summary("bob's 2", 8).model_copy(update={"id": theirs.id}), expected_frontier=3
-    )
+    again = await memories.save_summary(bob, summary("bob's 2", 8, bob), expected_frontier=3)
     assert again is not None and again.id == theirs.id
+
+
+async def test_a_summary_id_cannot_be_taken_by_another_memory() -> None:
+    memories = InMemoryLongTermStore()
+    bob = MemoryOwner(tenant_id="t1", principal_id="bob", session_id="s1")
+    with pytest.raises(MemoryValidationError, match="summary"):
+        await memories.save(bob, Memory(id=summary_memory_id(OWNER), content="squatter"))
+    assert await memories.save_summary(OWNER, summary("a", 5), expected_frontier=None)
 
 
 # -- background summaries (in-process) ---------------------------------------------------
@@ -471,3 +480,52 @@ def test_rolling_summary_validates_its_sizes() -> None:
             memories=InMemoryLongTermStore(),
             page_size=0,
         )
+
+
+# -- the credential filter (every long-term write passes it, the summary too) ------------
+
+
+async def test_a_summary_leaves_out_the_sentences_that_hold_a_secret(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store, memories = InMemoryShortTermStore(), InMemoryLongTermStore()
+    await fill(store, exchange(6, words=20))
+    model = ScriptedModel(
+        summaries=[
+            "Dana chose the blue plan. Her AWS key is AKIAIOSFODNN7EXAMPLE. She ships Friday."
+        ]
+    )
+    with caplog.at_level(logging.WARNING, logger="harbor_pg.context"):
+        context = await make(store, memories, model=model).build(OWNER, QUESTION)
+    row = await memories.load_summary(OWNER)
+    assert row is not None and row.content == "Dana chose the blue plan. She ships Friday."
+    assert context.summary == row.content
+    assert "aws_access_key" in caplog.text and "AKIA" not in caplog.text
+
+
+async def test_a_summary_made_only_of_secrets_is_withheld() -> None:
+    store, memories = InMemoryShortTermStore(), InMemoryLongTermStore()
+    await fill(store, exchange(6, words=20))
+    model = ScriptedModel(summaries=["Dana's password is Tr0ub4dor&3."])
+    context = await make(store, memories, model=model).build(OWNER, QUESTION)
+    row = await memories.load_summary(OWNER)
+    assert row is not None and "Tr0ub4dor" not in row.content and row.content.strip()
+    assert context.summary == row.content and context.summary_refreshed
+
+
+async def test_the_extractive_summary_does_not_keep_a_pasted_secret() -> None:
+    store, memories = InMemoryShortTermStore(), InMemoryLongTermStore()
+    token = "ghp_a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+    await fill(
+        store,
+        [
+            user(f"We decided that the deploy uses the token {token} from now on."),
+            assistant("Noted."),
+            *exchange(6, words=20),
+        ],
+    )
+    # the no-model summary keeps decisions verbatim: this one too, but for the token
+    await make(store, memories).build(OWNER, QUESTION)
+    row = await memories.load_summary(OWNER)
+    assert row is not None and row.content.strip()
+    assert token not in row.content and "ghp_" not in row.content

@@ -21,6 +21,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "harbor_pg"
 #: own unit; units that share a layer are peers and may not import each other.
 LAYERS: dict[str, int] = {
     "errors": 0,
+    "credentials": 0,
     "tokens": 0,
     "telemetry": 0,
     "validation": 1,

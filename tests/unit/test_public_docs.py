@@ -41,3 +41,13 @@ def test_every_public_method_of_an_exported_class_is_documented() -> None:
             if not (value.__doc__ or "").strip():
                 missing.append(f"{name}.{member}")
     assert missing == []
+
+
+def test_every_error_class_is_exported_from_the_package() -> None:
+    """A caller catches what the package raises without importing its modules
+    (harbor_pg.MemoryNotFoundError was raised by revoke_access_token but not exported)."""
+    from harbor_pg import errors
+
+    missing = [name for name in errors.__all__ if name not in harbor_pg.__all__]
+    assert missing == []
+    assert harbor_pg.MemoryNotFoundError is errors.MemoryNotFoundError
