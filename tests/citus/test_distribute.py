@@ -20,7 +20,7 @@ def test_every_tenant_table_is_distributed_by_tenant_and_colocated(
             " from citus_tables where table_name::text like 'harbor.%' order by 1"
         ).fetchall()
     tables = {r[0]: r for r in rows}
-    assert tables["harbor.role_bindings"][1] == "reference"
+    assert all(tables[t][1] == "reference" for t in citus.REFERENCE_TABLES)
     distributed = [tables[t] for t in citus.CO_LOCATED]
     assert all(r[1] == "distributed" and r[2] == "tenant_id" for r in distributed)
     assert len({r[3] for r in distributed}) == 1
@@ -47,7 +47,7 @@ def test_each_worker_holds_shards_of_every_table(cluster_db: ClusterDatabase) ->
 def test_policies_are_the_single_server_ones_without_sub_selects(
     cluster_db: ClusterDatabase,
 ) -> None:
-    source = read_sql("policies/policies.sql")
+    source = read_sql("policies/policies.sql") + read_sql("policies/tokens.sql")
     names = set(re.findall(r"create policy (\w+) on", source))
     with psycopg.connect(cluster_db.superuser_url) as conn:
         found = {
@@ -87,7 +87,7 @@ def test_derivation_refuses_a_sub_select_it_cannot_rewrite() -> None:
 def test_distribute_again_changes_nothing(cluster_db: ClusterDatabase) -> None:
     report = citus.distribute(cluster_db.superuser_url)
     assert report.distributed == []
-    assert set(report.already) == {citus.REFERENCE, *citus.CO_LOCATED}
+    assert set(report.already) == {*citus.REFERENCE_TABLES, *citus.CO_LOCATED}
     assert report.workers == 2
 
 
