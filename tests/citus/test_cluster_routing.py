@@ -122,10 +122,35 @@ def _single_task_on(plan: str, port: int) -> None:
     assert re.findall(r"Node: host=\S+ port=(\d+)", plan) == [str(port)], plan
 
 
+def _nodes_written(
+    url: str, owner: MemoryOwner, statement: str, params: dict[str, Any]
+) -> set[int]:
+    """The ports of the nodes Citus sends commands to while running ``statement``
+    (``citus.log_remote_commands``), rolled back afterwards."""
+    ports: set[int] = set()
+    with psycopg.connect(url) as conn:
+
+        def seen(diag: psycopg.errors.Diagnostic) -> None:
+            found = re.search(r"on server \S+@\S+:(\d+)", diag.message_detail or "")
+            if found and (diag.message_primary or "").startswith("issuing"):
+                ports.add(int(found.group(1)))
+
+        conn.add_notice_handler(seen)
+        _identity(conn, owner)
+        conn.execute("set local citus.log_remote_commands = on")
+        conn.execute(statement, params)
+        conn.rollback()
+    return ports
+
+
 def test_append_runs_on_the_tenants_worker_alone(routed: ClusterDatabase) -> None:
     params = _append_params(OWNER, ConversationMessage(role="user", content="hello"))
     plan = _plan(routed.app_url, OWNER, query("append_message"), params)
-    _single_task_on(plan, routed.node_of(OWNER.tenant_id).port)
+    # the session lock is taken on the coordinator (the SELECT reads no table), then
+    # the row goes to its shard: the write reaches the tenant's worker and no other
+    assert "INSERT/SELECT method: pull to coordinator" in plan, plan
+    port = routed.node_of(OWNER.tenant_id).port
+    assert _nodes_written(routed.app_url, OWNER, query("append_message"), params) == {port}
 
 
 def test_save_runs_on_the_tenants_worker_alone(routed: ClusterDatabase) -> None:
