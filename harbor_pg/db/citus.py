@@ -94,21 +94,42 @@ def citus_policies(text: str | None = None) -> str:
     return derived
 
 
+_DOLLAR = re.compile(r"\$[A-Za-z_]*\$")
+_ATOMIC = re.compile(r"\bbegin\s+atomic\b", re.IGNORECASE)
+_ATOMIC_END = re.compile(r"^\s*end\s*;\s*$", re.IGNORECASE)
+
+
 def _statements(text: str) -> list[str]:
-    """The statements of a policies file (each ends with ``;`` at a line end)."""
+    """The statements of a harbor SQL file (each ends with ``;`` at a line end,
+    outside a dollar-quoted body and a ``begin atomic ... end;`` body)."""
     out: list[str] = []
     current: list[str] = []
-    quoted = False  # inside a $$ ... $$ body (a DO block), where ';' ends nothing
+    tag: str | None = None  # the open dollar quote, where ';' ends nothing
+    atomic = False
     for line in text.splitlines():
         if not current and (not line.strip() or line.lstrip().startswith("--")):
             continue
         current.append(line)
-        code = line.split("--", 1)[0]
-        if code.count("$$") % 2:
-            quoted = not quoted
-        if not quoted and code.rstrip().endswith(";"):
+        code = line if tag else line.split("--", 1)[0]
+        for found in _DOLLAR.finditer(code):
+            if tag is None:
+                tag = found.group(0)
+            elif found.group(0) == tag:
+                tag = None
+        if tag is None and not atomic and _ATOMIC.search(code):
+            atomic = True
+            continue
+        if atomic:
+            if _ATOMIC_END.match(code):
+                atomic = False
+                out.append("\n".join(current))
+                current = []
+            continue
+        if tag is None and code.rstrip().endswith(";"):
             out.append("\n".join(current))
             current = []
+    if "".join(current).strip():
+        out.append("\n".join(current))
     return out
 
 
@@ -491,6 +512,9 @@ def apply_idempotent(conn: psycopg.Connection[Any], files: Iterable[tuple[str, s
         if name in _POLICY_FILES:
             _apply_policy_file(conn, name, text)
         else:
-            conn.execute(text)
+            # one statement at a time: Citus forwards some statements to the workers
+            # as the text it was given, which must then be one statement
+            for statement in _statements(text):
+                conn.execute(statement)
     _propagate_functions(conn)
     citus_functions(conn)

@@ -110,3 +110,30 @@ def test_the_command_refuses_a_server_without_citus(fresh_db: object) -> None:
     done = run_cli("distribute", url=fresh_db.superuser_url)
     assert done.returncode == 2
     assert "no citus extension" in done.stderr
+
+
+def test_migrate_again_reapplies_the_citus_forms(cluster_db: ClusterDatabase) -> None:
+    """`harbor-pg migrate` on a distributed database re-applies the re-runnable files
+    in the forms Citus takes: the policies derived, recall runnable afterwards."""
+    from harbor_pg.db import migrate
+    from harbor_pg.db.connection import local_identity
+    from harbor_pg.owner import MemoryOwner
+
+    with psycopg.connect(cluster_db.superuser_url, autocommit=True) as conn:
+        conn.execute("update public.harbor_idempotent_sql set sha256 = 'stale'")
+    migrate.upgrade(cluster_db.owner_url, progress=None)
+    owner = MemoryOwner(tenant_id="migrate-t", principal_id="max", session_id="s1")
+    with psycopg.connect(cluster_db.app_url) as conn:
+        for command in local_identity(owner):
+            conn.execute(command)
+        conn.execute(
+            "insert into harbor.memories (tenant_id, scope, user_id, principal_id, content,"
+            " content_hash) values ('migrate-t', 'user', 'max', 'max',"
+            " 'the lighthouse keeper logs storms', repeat('d', 64))"
+        )
+        rows = conn.execute("select content from harbor.recall('lighthouse storms')").fetchall()
+        conn.rollback()
+    assert rows == [("the lighthouse keeper logs storms",)]
+    with psycopg.connect(cluster_db.superuser_url) as conn:
+        state = conn.execute("select sha256 from public.harbor_idempotent_sql").fetchone()
+    assert state is not None and state[0] != "stale"
