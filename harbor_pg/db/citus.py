@@ -379,14 +379,24 @@ def plpgsql_twins(conn: psycopg.Connection[Any]) -> list[str]:
     return done
 
 
-# Statements of the single-server functions that Citus cannot plan, each with the
-# form it can: (function, pattern, replacement). A pattern that no longer
-# matches (the function was rewritten) leaves the function as it is.
+# Statements of the single-server functions that Citus cannot plan or route, each
+# with the form it can: (function, pattern, replacement). A pattern that no longer
+# matches (the function was rewritten) leaves that statement as it is (recall then
+# still answers, and the routing test in tests/citus says it is no longer routed).
+#
+# Routing: the candidate legs select the caller's rows by joining the owner keys
+# of harbor._recall_keys() to the tables, which Citus cannot prune on; each such
+# statement gets a literal predicate on the distribution column, the tenants the
+# requested scopes can address: the caller's, and '' only with the global scope.
+# Under custom plans the CASE folds to a constant array, so a call without the
+# global scope reads one shard (the tenant's), with it two.
+_TENANTS = "(case when 'global' = any ({scopes}) then array['', {tenant}] else array[{tenant}] end)"
+_LEG = _TENANTS.format(scopes="p_scopes", tenant="v_tenant")
 _REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     # recall's hydration: a LATERAL probe with OFFSET 0 over a CTE ("Offset clause is
     # currently unsupported when a lateral subquery references ... CTEs") becomes a
     # join on the distribution column and the id (the same rows: the probe's tenant
-    # test was the join's)
+    # test was the join's), routed by the caller's tenant
     (
         "recall",
         re.compile(
@@ -396,9 +406,64 @@ _REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
             re.IGNORECASE,
         ),
         r"join harbor.memories \3 on \3.tenant_id = \2.tenant_id and \3.id = \2.memory_id"
-        "\n         where true",
+        r" and \3.tenant_id = any "
+        + _TENANTS.format(scopes="recall.scopes", tenant="v_citus_tenant")
+        + "\n         where true",
+    ),
+    (
+        "recall",
+        re.compile(r"\$function\$\s*declare\n", re.IGNORECASE),
+        "$function$\ndeclare\n    v_citus_tenant text := harbor.caller_tenant();\n",
+    ),
+    # the legs' owner-key joins
+    (
+        "_dense_candidates",
+        re.compile(r"(\w+)\.tenant_id = k\.tenant_id"),
+        r"\1.tenant_id = k.tenant_id and \1.tenant_id = any " + _LEG,
+    ),
+    (
+        "_lexical_candidates",
+        re.compile(r"(\w+)\.tenant_id = k\.tenant_id"),
+        r"\1.tenant_id = k.tenant_id and \1.tenant_id = any " + _LEG,
+    ),
+    (
+        "_dense_candidates",
+        re.compile(r"join harbor\.memory_embeddings e\s+on harbor\.vector_owner_key\("),
+        "join harbor.memory_embeddings e\n on e.tenant_id = any "
+        + _LEG
+        + " and harbor.vector_owner_key(",
+    ),
+    (
+        "_dense_candidates",
+        re.compile(r"on m\.tenant_id = win\.tenant_id"),
+        "on m.tenant_id = win.tenant_id and m.tenant_id = any " + _LEG,
+    ),
+    (
+        "_dense_candidates",
+        re.compile(r"on m\.tenant_id = e\.tenant_id and m\.id = e\.memory_id"),
+        "on m.tenant_id = e.tenant_id and m.id = e.memory_id and m.tenant_id = any "
+        + _TENANTS.format(scopes="$3", tenant="$5")
+        + " and e.tenant_id = any "
+        + _TENANTS.format(scopes="$3", tenant="$5"),
+    ),
+    (
+        "_lexical_candidates",
+        re.compile(r"from harbor\.memories m\s+where harbor\.memory_owner_terms\("),
+        "from harbor.memories m\n where m.tenant_id = any "
+        + _LEG
+        + " and harbor.memory_owner_terms(",
+    ),
+    (
+        "_lexical_candidates",
+        re.compile(r"and m\.tenant_id = any \(array\['', \$2\]\)"),
+        "and m.tenant_id = any " + _TENANTS.format(scopes="$3", tenant="$2"),
     ),
 )
+
+#: the functions recall() calls in its statement (run on the worker with it)
+_NESTED = ("_dense_candidates", "_lexical_candidates", "_substring_matches")
+
+_REWRITTEN_MARK = "-- (harbor-pg distribute: Citus form)"
 
 
 def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
@@ -431,16 +496,35 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
     ).fetchall()
     for (signature,) in definers:
         conn.execute(f"alter function {signature} security invoker")
-    for name, pattern, replacement in _REWRITES:
+    # recall's statement, routed by the tenant, runs on the tenant's worker as one
+    # task, and with it the candidate legs it calls: there their own statements (each
+    # routed to the same tenant, so to the local shards) are a distributed query
+    # inside a query on a shard, which Citus allows only when told to
+    for (signature,) in conn.execute(
+        "select p.oid::regprocedure::text from pg_proc p"
+        " where p.pronamespace = 'harbor'::regnamespace and p.proname = any (%s)",
+        (list(_NESTED),),
+    ).fetchall():
+        conn.execute(
+            f"alter function {signature} set citus.allow_nested_distributed_execution = on"
+        )
+    for name in dict.fromkeys(n for n, _p, _r in _REWRITES):
         for (oid,) in conn.execute(
             "select p.oid from pg_proc p where p.pronamespace = 'harbor'::regnamespace"
             " and p.proname = %s",
             (name,),
         ).fetchall():
-            definition = conn.execute("select pg_get_functiondef(%s)", (oid,)).fetchone()[0]
-            rewritten = pattern.sub(replacement, str(definition))
+            definition = str(conn.execute("select pg_get_functiondef(%s)", (oid,)).fetchone()[0])
+            if _REWRITTEN_MARK in definition:
+                continue  # (distribute run again: already in the Citus form)
+            rewritten = definition
+            for function, pattern, replacement in _REWRITES:
+                if function == name:
+                    rewritten = pattern.sub(lambda m, r=replacement: m.expand(r), rewritten)
             if rewritten != definition:
-                conn.execute(rewritten)
+                conn.execute(
+                    rewritten.replace("AS $function$", "AS $function$\n" + _REWRITTEN_MARK, 1)
+                )
     return twins
 
 

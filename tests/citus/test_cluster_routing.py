@@ -122,25 +122,85 @@ def _single_task_on(plan: str, port: int) -> None:
     assert re.findall(r"Node: host=\S+ port=(\d+)", plan) == [str(port)], plan
 
 
-def _nodes_written(
+def _remote_commands(
     url: str, owner: MemoryOwner, statement: str, params: dict[str, Any]
-) -> set[int]:
-    """The ports of the nodes Citus sends commands to while running ``statement``
-    (``citus.log_remote_commands``), rolled back afterwards."""
-    ports: set[int] = set()
+) -> list[tuple[int, str]]:
+    """(port, command) of each command Citus sends to a node while running
+    ``statement`` (``citus.log_remote_commands``), rolled back afterwards."""
+    sent: list[tuple[int, str]] = []
     with psycopg.connect(url) as conn:
 
         def seen(diag: psycopg.errors.Diagnostic) -> None:
             found = re.search(r"on server \S+@\S+:(\d+)", diag.message_detail or "")
-            if found and (diag.message_primary or "").startswith("issuing"):
-                ports.add(int(found.group(1)))
+            text = diag.message_primary or ""
+            if found and text.startswith("issuing "):
+                sent.append((int(found.group(1)), text.removeprefix("issuing ")))
 
         conn.add_notice_handler(seen)
         _identity(conn, owner)
         conn.execute("set local citus.log_remote_commands = on")
         conn.execute(statement, params)
         conn.rollback()
-    return ports
+    return sent
+
+
+def _nodes_written(
+    url: str, owner: MemoryOwner, statement: str, params: dict[str, Any]
+) -> set[int]:
+    """The ports of the nodes Citus sends commands to while running ``statement``."""
+    return {port for port, _command in _remote_commands(url, owner, statement, params)}
+
+
+def _queries(commands: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """The commands that are statements (not the transaction or the SET LOCALs)."""
+    control = re.compile(r"^(BEGIN|COMMIT|ROLLBACK|SET |SELECT assign_distributed|PREPARE)", re.I)
+    return [(p, c) for p, c in commands if not control.match(c)]
+
+
+def test_recall_runs_on_the_tenants_worker_alone(routed: ClusterDatabase) -> None:
+    # every statement recall() and its candidate legs send (Citus's remote-command
+    # log) goes to the tenant's worker: none to another node, and the answer is right
+    statement = "select content from harbor.recall('routed fact')"
+    port = routed.node_of(OWNER.tenant_id).port
+    # recall's statement goes to the tenant's worker as one task, the candidate legs
+    # it calls with it (they run there, on the local shards): one query sent, to one node
+    sent = _queries(_remote_commands(routed.app_url, OWNER, statement, {}))
+    assert len(sent) == 1 and sent[0][0] == port, sent
+    assert "_lexical_candidates" in sent[0][1] and "_dense_candidates" in sent[0][1]
+    assert _visible_recall(routed.app_url, OWNER, statement) == ["ann: routed fact"]
+
+
+def test_recall_with_the_global_scope_adds_only_the_global_shard(
+    routed: ClusterDatabase,
+) -> None:
+    statement = "select content from harbor.recall('routed fact', scopes => '{global,user}')"
+    ports = {routed.node_of(OWNER.tenant_id).port, routed.node_of("").port}
+    assert _nodes_written(routed.app_url, OWNER, statement, {}) == ports
+
+
+def test_snapshot_runs_on_the_tenants_worker_alone(routed: ClusterDatabase) -> None:
+    # on Citus a snapshot is its three reads (harbor_pg.manager.snapshot): recent
+    # turns, working state and recall; each reaches the tenant's worker alone
+    from harbor_pg.tiers.short_term import _recent_query
+    from harbor_pg.tiers.working import run_key
+
+    port = routed.node_of(OWNER.tenant_id).port
+    run_owner = MemoryOwner(tenant_id="route-a", principal_id="ann", session_id="s1", run_id="r1")
+    name, params = _recent_query(OWNER, 20, 3600.0)
+    statements = [
+        (query(name), params),
+        (query("scratch"), run_key(run_owner)),
+        ("select content from harbor.recall('routed fact')", {}),
+    ]
+    for statement, values in statements:
+        assert _nodes_written(routed.app_url, OWNER, statement, values) == {port}, statement
+    _single_task_on(_plan(routed.app_url, OWNER, query("scratch"), run_key(run_owner)), port)
+
+
+def _visible_recall(url: str, owner: MemoryOwner, statement: str) -> list[str]:
+    with psycopg.connect(url) as conn:
+        _identity(conn, owner)
+        return [r[0] for r in conn.execute(statement).fetchall()]
 
 
 def test_append_runs_on_the_tenants_worker_alone(routed: ClusterDatabase) -> None:
