@@ -173,9 +173,18 @@ def test_recall_runs_on_the_tenants_worker_alone(routed: ClusterDatabase) -> Non
 def test_recall_with_the_global_scope_adds_only_the_global_shard(
     routed: ClusterDatabase,
 ) -> None:
+    with psycopg.connect(routed.superuser_url) as conn:
+        conn.execute(
+            "insert into harbor.memories (tenant_id, scope, user_id, principal_id, content,"
+            " content_hash) values ('', 'global', '', 'admin', 'global: routed fact',"
+            " repeat('9', 64)) on conflict do nothing"
+        )
     statement = "select content from harbor.recall('routed fact', scopes => '{global,user}')"
     ports = {routed.node_of(OWNER.tenant_id).port, routed.node_of("").port}
     assert _nodes_written(routed.app_url, OWNER, statement, {}) == ports
+    # the tenant's memory and the GLOBAL one, each once (bob's stays out)
+    found = _visible_recall(routed.app_url, OWNER, statement)
+    assert sorted(found) == ["ann: routed fact", "global: routed fact"]
 
 
 def test_snapshot_runs_on_the_tenants_worker_alone(routed: ClusterDatabase) -> None:
