@@ -396,7 +396,11 @@ _REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     # recall's hydration: a LATERAL probe with OFFSET 0 over a CTE ("Offset clause is
     # currently unsupported when a lateral subquery references ... CTEs") becomes a
     # join on the distribution column and the id (the same rows: the probe's tenant
-    # test was the join's), routed by the caller's tenant
+    # test was the join's). Not given a tenant predicate: routed to one shard, the
+    # whole statement would go to the worker with the legs in it, whose statements
+    # Citus then refuses as nested distributed queries (and, allowed, fails on a
+    # reused worker connection: "the backend has already been assigned a
+    # transaction id"); so the hydration of the top_k ids visits every shard
     (
         "recall",
         re.compile(
@@ -406,14 +410,7 @@ _REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
             re.IGNORECASE,
         ),
         r"join harbor.memories \3 on \3.tenant_id = \2.tenant_id and \3.id = \2.memory_id"
-        r" and \3.tenant_id = any "
-        + _TENANTS.format(scopes="recall.scopes", tenant="v_citus_tenant")
-        + "\n         where true",
-    ),
-    (
-        "recall",
-        re.compile(r"\$function\$\s*declare\n", re.IGNORECASE),
-        "$function$\ndeclare\n    v_citus_tenant text := harbor.caller_tenant();\n",
+        "\n         where true",
     ),
     # the legs' owner-key joins
     (
@@ -460,9 +457,6 @@ _REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ),
 )
 
-#: the functions recall() calls in its statement (run on the worker with it)
-_NESTED = ("_dense_candidates", "_lexical_candidates", "_substring_matches")
-
 _REWRITTEN_MARK = "-- (harbor-pg distribute: Citus form)"
 
 
@@ -496,18 +490,6 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
     ).fetchall()
     for (signature,) in definers:
         conn.execute(f"alter function {signature} security invoker")
-    # recall's statement, routed by the tenant, runs on the tenant's worker as one
-    # task, and with it the candidate legs it calls: there their own statements (each
-    # routed to the same tenant, so to the local shards) are a distributed query
-    # inside a query on a shard, which Citus allows only when told to
-    for (signature,) in conn.execute(
-        "select p.oid::regprocedure::text from pg_proc p"
-        " where p.pronamespace = 'harbor'::regnamespace and p.proname = any (%s)",
-        (list(_NESTED),),
-    ).fetchall():
-        conn.execute(
-            f"alter function {signature} set citus.allow_nested_distributed_execution = on"
-        )
     for name in dict.fromkeys(n for n, _p, _r in _REWRITES):
         for (oid,) in conn.execute(
             "select p.oid from pg_proc p where p.pronamespace = 'harbor'::regnamespace"
