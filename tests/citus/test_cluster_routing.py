@@ -287,3 +287,39 @@ def test_closing_a_memory_runs_on_the_tenants_worker_alone(routed: ClusterDataba
     )
     plan = _plan(routed.app_url, OWNER, statement, {"t": OWNER.tenant_id, "id": "x"})
     _single_task_on(plan, routed.node_of(OWNER.tenant_id).port)
+
+
+def test_an_access_token_resolves_on_the_cluster_and_only_for_its_holder(
+    routed: ClusterDatabase,
+) -> None:
+    # harbor.access_tokens is a reference table: the holder's lookup (hash named with
+    # set_config, which Citus does not forward) is answered on the coordinator
+    token_hash = "7" * 64
+    with psycopg.connect(routed.admin_url) as conn:
+        _identity(conn, OWNER)
+        conn.execute(
+            query("token_insert"),
+            {
+                "tenant_id": OWNER.tenant_id,
+                "token_hash": token_hash,
+                "name": "cluster",
+                "project_id": None,
+                "principal_id": OWNER.principal_id,
+                "user_id": None,
+                "session_id": None,
+                "run_id": None,
+                "is_admin": False,
+                "expires_at": None,
+            },
+        )
+        conn.commit()
+
+    def lookup(named: str) -> list[str]:
+        with psycopg.connect(routed.app_url) as conn:
+            conn.execute(query("token_holder"), {"token_hash": named})
+            rows = conn.execute(query("token_identity"), {"token_hash": token_hash}).fetchall()
+            conn.rollback()
+        return [r[2] for r in rows]
+
+    assert lookup(token_hash) == [OWNER.tenant_id]
+    assert lookup("8" * 64) == []  # a caller without the token sees no row
