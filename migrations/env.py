@@ -24,6 +24,7 @@ from typing import Any
 from alembic import context
 from sqlalchemy import create_engine, pool, text
 
+from harbor_pg.db import citus
 from harbor_pg.db.migrate import _sqlalchemy_url
 from harbor_pg.db.sqlfiles import idempotent_files, idempotent_sha256, query
 
@@ -88,8 +89,13 @@ def _apply_idempotent(raw: Any, moved: bool) -> None:
         row = raw.execute(query("idempotent_state_read")).fetchone()
         if row is not None and row[0] == sha256:
             return
-    for _name, sql in idempotent_files():
-        raw.execute(sql)
+    if citus.is_distributed(raw):
+        # a Citus coordinator after `harbor-pg distribute`: the policies in the form
+        # Citus accepts, then the functions in the form it runs (harbor_pg.db.citus)
+        citus.apply_idempotent(raw, idempotent_files())
+    else:
+        for _name, sql in idempotent_files():
+            raw.execute(sql)
     raw.execute(query("idempotent_state_record"), {"sha256": sha256})
 
 

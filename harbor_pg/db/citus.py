@@ -44,7 +44,10 @@ from harbor_pg.errors import MemoryConfigurationError
 __all__ = [
     "CO_LOCATED",
     "REFERENCE",
+    "REFERENCE_TABLES",
     "DistributeReport",
+    "apply_idempotent",
+    "citus_functions",
     "citus_policies",
     "distribute",
     "is_distributed",
@@ -52,6 +55,13 @@ __all__ = [
 
 #: the reference table (copied to every node)
 REFERENCE = "harbor.role_bindings"
+#: every reference table: the bindings, and the access tokens (migration 0014), which
+#: are looked up by their hash before any tenant is known (a distributed table would
+#: send each lookup to every shard), and which the coordinator reads locally, where
+#: the token hash set with set_config() is seen
+REFERENCE_TABLES: tuple[str, ...] = (REFERENCE, "harbor.access_tokens")
+#: the policy files, with the tables whose policies they hold
+_POLICY_FILES: tuple[str, ...] = ("policies/policies.sql", "policies/tokens.sql")
 #: distributed by tenant_id, in this order, all co-located with the first
 CO_LOCATED: tuple[str, ...] = (
     "harbor.memories",
@@ -84,21 +94,42 @@ def citus_policies(text: str | None = None) -> str:
     return derived
 
 
+_DOLLAR = re.compile(r"\$[A-Za-z_]*\$")
+_ATOMIC = re.compile(r"\bbegin\s+atomic\b", re.IGNORECASE)
+_ATOMIC_END = re.compile(r"^\s*end\s*;\s*$", re.IGNORECASE)
+
+
 def _statements(text: str) -> list[str]:
-    """The statements of a policies file (each ends with ``;`` at a line end)."""
+    """The statements of a harbor SQL file (each ends with ``;`` at a line end,
+    outside a dollar-quoted body and a ``begin atomic ... end;`` body)."""
     out: list[str] = []
     current: list[str] = []
-    quoted = False  # inside a $$ ... $$ body (a DO block), where ';' ends nothing
+    tag: str | None = None  # the open dollar quote, where ';' ends nothing
+    atomic = False
     for line in text.splitlines():
         if not current and (not line.strip() or line.lstrip().startswith("--")):
             continue
         current.append(line)
-        code = line.split("--", 1)[0]
-        if code.count("$$") % 2:
-            quoted = not quoted
-        if not quoted and code.rstrip().endswith(";"):
+        code = line if tag else line.split("--", 1)[0]
+        for found in _DOLLAR.finditer(code):
+            if tag is None:
+                tag = found.group(0)
+            elif found.group(0) == tag:
+                tag = None
+        if tag is None and not atomic and _ATOMIC.search(code):
+            atomic = True
+            continue
+        if atomic:
+            if _ATOMIC_END.match(code):
+                atomic = False
+                out.append("\n".join(current))
+                current = []
+            continue
+        if tag is None and code.rstrip().endswith(";"):
             out.append("\n".join(current))
             current = []
+    if "".join(current).strip():
+        out.append("\n".join(current))
     return out
 
 
@@ -169,41 +200,41 @@ def distribute(superuser_url: str, *, shard_count: int | None = None) -> Distrib
         conn.execute("set citus.enable_unsafe_triggers = on")
         if shard_count is not None:
             conn.execute(f"set citus.shard_count = {int(shard_count)}")
-        policies = read_sql("policies/policies.sql")
-        derived = citus_policies(policies)
         done = _citus_tables(conn)
         # Step by step, each committed: a table whose policies were dropped and not yet
         # re-created denies every row (row security is forced), so a run that stops
         # half-way fails closed, and running it again picks up where it stopped.
-        if True:
-            for table in (REFERENCE, *CO_LOCATED):
-                if table in done:
-                    report.already.append(table)
-                    continue
-                for statement in _policies_of(policies, table):
-                    if statement.lstrip().lower().startswith("drop policy"):
-                        conn.execute(statement)
-                if table == "harbor.memories":
-                    _relax_superseded_fk(conn)
-                if table == REFERENCE:
-                    conn.execute("select create_reference_table(%s)", (table,))
-                else:
-                    conn.execute(
-                        "select create_distributed_table(%s, 'tenant_id', colocate_with => %s)",
-                        (table, "default" if table == CO_LOCATED[0] else CO_LOCATED[0]),
-                    )
-                report.distributed.append(table)
-            # the policies call the identity functions: every node needs them
-            _propagate_functions(conn)
-            report.twins = plpgsql_twins(conn)
-            # a worker draws a distributed table's identity values from the sequence
-            # as the caller (one server needs no privilege on an identity sequence)
-            grant = "grant usage on all sequences in schema harbor to harbor_app, harbor_admin"
-            conn.execute(grant)
-            conn.execute("select run_command_on_workers(%s)", (grant,))
-            # one statement at a time: Citus sends a policy's statement text to the workers
-            for statement in _statements(derived):
-                conn.execute(statement)
+        for table in (*REFERENCE_TABLES, *CO_LOCATED):
+            if conn.execute("select to_regclass(%s)", (table,)).fetchone()[0] is None:
+                continue  # (a table of a later migration than this database's)
+            if table in done:
+                report.already.append(table)
+                continue
+            # Citus refuses the single-server form of a policy (a sub-select)
+            for (name,) in conn.execute(
+                "select policyname from pg_policies where schemaname || '.' || tablename = %s",
+                (table,),
+            ).fetchall():
+                conn.execute(f'drop policy "{name}" on {table}')
+            if table == "harbor.memories":
+                _relax_superseded_fk(conn)
+            if table in REFERENCE_TABLES:
+                conn.execute("select create_reference_table(%s)", (table,))
+            else:
+                conn.execute(
+                    "select create_distributed_table(%s, 'tenant_id', colocate_with => %s)",
+                    (table, "default" if table == CO_LOCATED[0] else CO_LOCATED[0]),
+                )
+            report.distributed.append(table)
+        # the policies call the identity functions: every node needs them
+        _propagate_functions(conn)
+        report.twins = citus_functions(conn)
+        # a worker draws a distributed table's identity values from the sequence
+        # as the caller (one server needs no privilege on an identity sequence)
+        grant = "grant usage on all sequences in schema harbor to harbor_app, harbor_admin"
+        conn.execute(grant)
+        conn.execute("select run_command_on_workers(%s)", (grant,))
+        _apply_policies(conn)
         report.shards = {
             str(r[0]): int(r[1])
             for r in conn.execute(
@@ -228,20 +259,30 @@ def _propagate_functions(conn: psycopg.Connection[Any]) -> None:
 # SQL functions whose statements read or write a Citus table: Citus cannot plan
 # such a statement with the function's parameters, so they get a PL/pgSQL twin
 # (same signature, body and privileges); those read by the policies stay SQL, to
-# be inlined into the policies on the shards.
+# be inlined into the policies on the shards. Also the SQL functions that call
+# harbor._binding() (it reads the reference table) outside the policies: their
+# twins read the bindings themselves (_binding's statement written in place:
+# Citus refuses a query that only inlining shows to read a Citus table).
 _SQL_FUNCTIONS_ON_TABLES = """
 select p.oid::regprocedure::text as signature,
        pg_catalog.pg_get_function_arguments(p.oid) as arguments,
        pg_catalog.pg_get_function_result(p.oid) as result,
-       p.proretset or p.prorettype = 'pg_catalog.record'::regtype as returns_rows,
+       p.proretset as returns_set,
+       p.prorettype = 'pg_catalog.record'::regtype as returns_record,
        p.provolatile as volatility, p.prosecdef as definer,
        coalesce(pg_catalog.pg_get_function_sqlbody(p.oid), p.prosrc) as body,
-       p.prosqlbody is not null as standard_body
+       p.prosqlbody is not null as standard_body,
+       case when p.proargmodes is null then '{}'::text[]
+            else array(select a.name
+                         from unnest(p.proargnames, p.proargmodes) a(name, mode)
+                        where a.mode in ('o', 'b', 't')) end as out_names,
+       p.proname::text as name,
+       p.proparallel as parallel
   from pg_catalog.pg_proc p
  where p.pronamespace = 'harbor'::regnamespace
    and p.prolang = (select oid from pg_catalog.pg_language where lanname = 'sql')
    and p.prokind = 'f'
-   and (p.provolatile = 'v' or exists (
+   and (((p.provolatile = 'v' or exists (
         select 1 from pg_dist_partition d
          where d.partmethod = 'h'
            and (pg_catalog.strpos(coalesce(pg_catalog.pg_get_function_sqlbody(p.oid), p.prosrc),
@@ -249,9 +290,14 @@ select p.oid::regprocedure::text as signature,
    and exists (select 1 from pg_dist_partition d
                 where pg_catalog.strpos(coalesce(pg_catalog.pg_get_function_sqlbody(p.oid),
                                                  p.prosrc),
-                                        d.logicalrelid::regclass::text) > 0)
+                                        d.logicalrelid::regclass::text) > 0))
+        or (p.proname <> '_binding'
+            and pg_catalog.strpos(coalesce(pg_catalog.pg_get_function_sqlbody(p.oid), p.prosrc),
+                                  'harbor._binding(') > 0))
  order by p.oid
 """
+
+_BINDING_CALL = re.compile(r"harbor\._binding\(\s*\)")
 
 
 def _plpgsql_body(body: str, standard: bool) -> str:
@@ -272,32 +318,196 @@ def _without_strings(text: str) -> str:
     return re.sub(r"'(?:[^']|'')*'", "''", text)
 
 
+def _called_by_policies() -> set[str]:
+    """The harbor functions the policy files call (kept SQL, to be inlined)."""
+    text = "\n".join(read_sql(name) for name in _POLICY_FILES)
+    return set(re.findall(r"harbor\.([a-z_]+)\(", text))
+
+
 def plpgsql_twins(conn: psycopg.Connection[Any]) -> list[str]:
     """Re-create each SQL function that reads or writes a distributed table (or any
-    volatile SQL function on a Citus table) as PL/pgSQL with the same signature,
-    body, volatility and security; returns their signatures."""
+    volatile SQL function on a Citus table, or one that reads the bindings outside
+    the policies) as PL/pgSQL with the same signature, body, volatility and
+    security; returns their signatures."""
     conn.execute("set search_path to pg_catalog")
+    binding = conn.execute(
+        "select pg_catalog.pg_get_function_sqlbody('harbor._binding'::regproc)"
+    ).fetchone()
+    binding_select = "(" + _plpgsql_body(str(binding[0]), True) + ")" if binding else None
+    keep = _called_by_policies()
     rows = conn.execute(_SQL_FUNCTIONS_ON_TABLES).fetchall()
     done = []
-    for signature, arguments, result, returns_rows, volatility, definer, body, standard in rows:
+    for (
+        signature,
+        arguments,
+        result,
+        returns_set,
+        returns_record,
+        volatility,
+        definer,
+        body,
+        standard,
+        out_names,
+        name,
+        parallel,
+    ) in rows:
         statement = _plpgsql_body(str(body), bool(standard))
-        if returns_rows:
+        if _BINDING_CALL.search(statement):
+            if name in keep or binding_select is None:
+                continue
+            statement = _BINDING_CALL.sub(lambda _m: binding_select, statement)
+        if returns_set:
             code = f"begin\n    return query\n{statement};\nend"
+            declare = ""
+        elif returns_record and out_names:
+            code = f"begin\n{statement}\n    into {', '.join(out_names)};\nend"
             declare = ""
         else:
             code = f"begin\n{statement}\n    into v_result;\n    return v_result;\nend"
             declare = f"declare v_result {result};\n"
-        name = signature.split("(", 1)[0]
+        qualified = signature.split("(", 1)[0]
         conn.execute(
-            f"create or replace function {name}({arguments}) returns {result}\n"
+            f"create or replace function {qualified}({arguments}) returns {result}\n"
             f"    language plpgsql {_VOLATILITY[str(volatility)]}"
-            f" security {'definer' if definer else 'invoker'}\n"
+            f" security {'definer' if definer else 'invoker'}"
+            f"{' parallel safe' if parallel == 's' else ''}\n"
             "    set search_path to pg_catalog, pg_temp\n"
             f"as $citus$\n#variable_conflict use_column\n{declare}{code}\n$citus$"
         )
         done.append(str(signature))
     conn.execute("reset search_path")
     return done
+
+
+# Statements of the single-server functions that Citus cannot plan or route, each
+# with the form it can: (function, pattern, replacement). A pattern that no longer
+# matches (the function was rewritten) leaves that statement as it is (recall then
+# still answers, and the routing test in tests/citus says it is no longer routed).
+#
+# Routing: the candidate legs select the caller's rows by joining the owner keys
+# of harbor._recall_keys() to the tables, which Citus cannot prune on; each such
+# statement gets a literal predicate on the distribution column, the tenants the
+# requested scopes can address: the caller's, and '' only with the global scope.
+# Under custom plans the CASE folds to a constant array, so a call without the
+# global scope reads one shard (the tenant's), with it two.
+_TENANTS = "(case when 'global' = any ({scopes}) then array['', {tenant}] else array[{tenant}] end)"
+_LEG = _TENANTS.format(scopes="p_scopes", tenant="v_tenant")
+_REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
+    # recall's hydration: a LATERAL probe with OFFSET 0 over a CTE ("Offset clause is
+    # currently unsupported when a lateral subquery references ... CTEs") becomes a
+    # join on the distribution column and the id (the same rows: the probe's tenant
+    # test was the join's). Not given a tenant predicate: routed to one shard, the
+    # whole statement would go to the worker with the legs in it, whose statements
+    # Citus then refuses as nested distributed queries (and, allowed, fails on a
+    # reused worker connection: "the backend has already been assigned a
+    # transaction id"); so the hydration of the top_k ids visits every shard
+    (
+        "recall",
+        re.compile(
+            r"cross join lateral \(\s*select (\w+)\.\* from harbor\.memories \1"
+            r" where \1\.id = (\w+)\.memory_id offset 0\) (\w+)"
+            r"\s+where \3\.tenant_id = \2\.tenant_id",
+            re.IGNORECASE,
+        ),
+        r"join harbor.memories \3 on \3.tenant_id = \2.tenant_id and \3.id = \2.memory_id"
+        "\n         where true",
+    ),
+    # the legs' owner-key joins
+    (
+        "_dense_candidates",
+        re.compile(r"(\w+)\.tenant_id = k\.tenant_id"),
+        r"\1.tenant_id = k.tenant_id and \1.tenant_id = any " + _LEG,
+    ),
+    (
+        "_lexical_candidates",
+        re.compile(r"(\w+)\.tenant_id = k\.tenant_id"),
+        r"\1.tenant_id = k.tenant_id and \1.tenant_id = any " + _LEG,
+    ),
+    (
+        "_dense_candidates",
+        re.compile(r"join harbor\.memory_embeddings e\s+on harbor\.vector_owner_key\("),
+        "join harbor.memory_embeddings e\n on e.tenant_id = any "
+        + _LEG
+        + " and harbor.vector_owner_key(",
+    ),
+    (
+        "_dense_candidates",
+        re.compile(r"on m\.tenant_id = win\.tenant_id"),
+        "on m.tenant_id = win.tenant_id and m.tenant_id = any " + _LEG,
+    ),
+    (
+        "_dense_candidates",
+        re.compile(r"on m\.tenant_id = e\.tenant_id and m\.id = e\.memory_id"),
+        "on m.tenant_id = e.tenant_id and m.id = e.memory_id and m.tenant_id = any "
+        + _TENANTS.format(scopes="$3", tenant="$5")
+        + " and e.tenant_id = any "
+        + _TENANTS.format(scopes="$3", tenant="$5"),
+    ),
+    (
+        "_lexical_candidates",
+        re.compile(r"from harbor\.memories m\s+where harbor\.memory_owner_terms\("),
+        "from harbor.memories m\n where m.tenant_id = any "
+        + _LEG
+        + " and harbor.memory_owner_terms(",
+    ),
+    (
+        "_lexical_candidates",
+        re.compile(r"and m\.tenant_id = any \(array\['', \$2\]\)"),
+        "and m.tenant_id = any " + _TENANTS.format(scopes="$3", tenant="$2"),
+    ),
+)
+
+_REWRITTEN_MARK = "-- (harbor-pg distribute: Citus form)"
+
+
+def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
+    """Give the harbor functions the form Citus can run (idempotent); returns the
+    signatures of the PL/pgSQL twins made.
+
+    - the PL/pgSQL twins (:func:`plpgsql_twins`);
+    - ``plan_cache_mode = force_custom_plan`` where a function asks for generic
+      plans: Citus cannot plan a multi-shard statement with unbound parameters
+      ("could not create distributed plan");
+    - SECURITY DEFINER functions owned by a role that cannot log in (the recall
+      candidate legs, owned by harbor_search) become SECURITY INVOKER: Citus
+      opens its worker connections as the current user, which such a role cannot
+      be. The policies on the shards then hold their rows to the caller's (the
+      legs apply the same visibility test again), so the guarantee stands;
+    - the statement rewrites of ``_REWRITES``.
+    """
+    twins = plpgsql_twins(conn)
+    generic = conn.execute(
+        "select p.oid::regprocedure::text from pg_proc p"
+        " where p.pronamespace = 'harbor'::regnamespace"
+        "   and 'plan_cache_mode=force_generic_plan' = any (p.proconfig)"
+    ).fetchall()
+    for (signature,) in generic:
+        conn.execute(f"alter function {signature} set plan_cache_mode = force_custom_plan")
+    definers = conn.execute(
+        "select p.oid::regprocedure::text from pg_proc p join pg_roles r on r.oid = p.proowner"
+        " where p.pronamespace = 'harbor'::regnamespace and p.prosecdef"
+        "   and not r.rolcanlogin"
+    ).fetchall()
+    for (signature,) in definers:
+        conn.execute(f"alter function {signature} security invoker")
+    for name in dict.fromkeys(n for n, _p, _r in _REWRITES):
+        for (oid,) in conn.execute(
+            "select p.oid from pg_proc p where p.pronamespace = 'harbor'::regnamespace"
+            " and p.proname = %s",
+            (name,),
+        ).fetchall():
+            definition = str(conn.execute("select pg_get_functiondef(%s)", (oid,)).fetchone()[0])
+            if _REWRITTEN_MARK in definition:
+                continue  # (distribute run again: already in the Citus form)
+            rewritten = definition
+            for function, pattern, replacement in _REWRITES:
+                if function == name:
+                    rewritten = pattern.sub(lambda m, r=replacement: m.expand(r), rewritten)
+            if rewritten != definition:
+                conn.execute(
+                    rewritten.replace("AS $function$", "AS $function$\n" + _REWRITTEN_MARK, 1)
+                )
+    return twins
 
 
 _VOLATILITY = {"v": "volatile", "s": "stable", "i": "immutable"}
@@ -344,12 +554,33 @@ def _relax_superseded_fk(conn: psycopg.Connection[Any]) -> None:
     conn.execute(f"alter table harbor.memories add constraint {_SUPERSEDED_FK} {definition}")
 
 
+def _apply_policy_file(conn: psycopg.Connection[Any], name: str, text: str) -> None:
+    derived = citus_policies(text)
+    if name == "policies/policies.sql":
+        # one statement at a time: Citus sends a policy's statement text to the workers
+        for statement in _statements(derived):
+            conn.execute(statement)
+    else:
+        conn.execute(derived)  # (a DO block: Citus propagates each statement in it)
+
+
+def _apply_policies(conn: psycopg.Connection[Any]) -> None:
+    for name in _POLICY_FILES:
+        _apply_policy_file(conn, name, read_sql(name))
+
+
 def apply_idempotent(conn: psycopg.Connection[Any], files: Iterable[tuple[str, str]]) -> None:
-    """Apply the re-runnable SQL files on a distributed database: policies in the
-    form :func:`citus_policies` gives, the others as they are."""
+    """Apply the re-runnable SQL files on a distributed database (what ``harbor-pg
+    migrate`` does there): the policies in the form :func:`citus_policies` gives,
+    the others as they are, then the functions given the form Citus runs
+    (:func:`citus_functions`, which the single-server files just replaced)."""
     for name, text in files:
-        if name == "policies/policies.sql":
-            for statement in _statements(citus_policies(text)):
-                conn.execute(statement)
+        if name in _POLICY_FILES:
+            _apply_policy_file(conn, name, text)
         else:
-            conn.execute(text)
+            # one statement at a time: Citus forwards some statements to the workers
+            # as the text it was given, which must then be one statement
+            for statement in _statements(text):
+                conn.execute(statement)
+    _propagate_functions(conn)
+    citus_functions(conn)

@@ -128,6 +128,15 @@ declare
     chain_id text[];
     chain_successor text[];
     chain_reopen boolean[];
+    -- the erased memories' links and whether each is current, and the
+    -- surviving predecessors of erased memories (parallel arrays)
+    gone_tenant text[];
+    gone_id text[];
+    gone_successor text[];
+    gone_current boolean[];
+    start_tenant text[];
+    start_id text[];
+    start_successor text[];
     n bigint;
 begin
     if t is null then
@@ -189,26 +198,38 @@ begin
 
     -- the chains through an erased memory: each surviving predecessor, the nearest
     -- surviving successor after it (if any), and whether the chain ended at an
-    -- erased current version
-    with recursive walk(tenant_id, pred, succ) as (
-        select m.tenant_id, m.id, m.superseded_by from harbor.memories m
-         where (m.tenant_id = t and m.superseded_by = any (gone_local)
-                and not m.id = any (gone_local))
-            or (m.tenant_id = '' and m.superseded_by = any (gone_global)
-                and not m.id = any (gone_global))
+    -- erased current version. The erased memories and the predecessors are read
+    -- by id (no join, no recursion over the table: on Citus a recursive CTE must
+    -- name one tenant, and here there can be two); the walk then runs over them.
+    select coalesce(array_agg(m.tenant_id), '{}'), coalesce(array_agg(m.id), '{}'),
+           coalesce(array_agg(m.superseded_by), '{}'), coalesce(array_agg(upper_inf(m.valid)), '{}')
+      into gone_tenant, gone_id, gone_successor, gone_current
+      from harbor.memories m
+     where (m.tenant_id = t and m.id = any (gone_local))
+        or (m.tenant_id = '' and m.id = any (gone_global));
+    select coalesce(array_agg(m.tenant_id), '{}'), coalesce(array_agg(m.id), '{}'),
+           coalesce(array_agg(m.superseded_by), '{}')
+      into start_tenant, start_id, start_successor
+      from harbor.memories m
+     where (m.tenant_id = t and m.superseded_by = any (gone_local)
+            and not m.id = any (gone_local))
+        or (m.tenant_id = '' and m.superseded_by = any (gone_global)
+            and not m.id = any (gone_global));
+    with recursive gone as (
+        select * from unnest(gone_tenant, gone_id, gone_successor, gone_current)
+                      g(tenant_id, id, superseded_by, is_current)
+    ), walk(tenant_id, pred, succ) as (
+        select * from unnest(start_tenant, start_id, start_successor)
         union
         select w.tenant_id, w.pred, x.superseded_by
-          from walk w join harbor.memories x on x.tenant_id = w.tenant_id and x.id = w.succ
-         where x.superseded_by is not null
-           and x.id = any (case when w.tenant_id = '' then gone_global else gone_local end)),
+          from walk w join gone x on x.tenant_id = w.tenant_id and x.id = w.succ
+         where x.superseded_by is not null),
     chain as (
+        -- (a successor not among the erased one survives: the nearest surviving one)
         select w.tenant_id, w.pred,
-               max(w.succ) filter (where not w.succ = any (
-                   case when w.tenant_id = '' then gone_global else gone_local end)) as successor,
-               coalesce(bool_or(upper_inf(x.valid) and x.id = any (
-                   case when w.tenant_id = '' then gone_global else gone_local end)), false)
-                   as reopen
-          from walk w join harbor.memories x on x.tenant_id = w.tenant_id and x.id = w.succ
+               max(w.succ) filter (where x.id is null) as successor,
+               coalesce(bool_or(x.is_current), false) as reopen
+          from walk w left join gone x on x.tenant_id = w.tenant_id and x.id = w.succ
          group by w.tenant_id, w.pred)
     select coalesce(array_agg(c.tenant_id), '{}'), coalesce(array_agg(c.pred), '{}'),
            coalesce(array_agg(c.successor), '{}'), coalesce(array_agg(c.reopen), '{}')

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import psycopg
-import pytest
 
 from harbor_pg.db.connection import Database
 from harbor_pg.manager import MemoryManager
@@ -12,13 +11,6 @@ from tests.citus.conftest import ClusterDatabase
 
 
 class TestCitusStores(MemoryStoreConformance):
-    # Known gap (docs/citus.md, "Limits"): for some questions Citus cannot plan the
-    # main statement of harbor.recall() ("could not create distributed plan"), and
-    # recall then returns nothing with a WARNING. strict: the day it passes, this fails.
-    @pytest.mark.xfail(strict=True, reason="recall(): Citus cannot plan its main statement")
-    def test_snapshot(self) -> None:
-        MemoryStoreConformance.test_snapshot(self)  # type: ignore[call-arg]
-
     async def make_manager(self) -> MemoryManager:
         cluster_db: ClusterDatabase = self.request.getfixturevalue("cluster_db")
         # each conformance test expects a store with nothing of its owners in it

@@ -122,10 +122,124 @@ def _single_task_on(plan: str, port: int) -> None:
     assert re.findall(r"Node: host=\S+ port=(\d+)", plan) == [str(port)], plan
 
 
+def _remote_commands(
+    url: str, owner: MemoryOwner, statement: str, params: dict[str, Any]
+) -> list[tuple[int, str]]:
+    """(port, command) of each command Citus sends to a node while running
+    ``statement`` (``citus.log_remote_commands``), rolled back afterwards."""
+    sent: list[tuple[int, str]] = []
+    with psycopg.connect(url) as conn:
+
+        def seen(diag: psycopg.errors.Diagnostic) -> None:
+            found = re.search(r"on server \S+@\S+:(\d+)", diag.message_detail or "")
+            text = diag.message_primary or ""
+            if found and text.startswith("issuing "):
+                sent.append((int(found.group(1)), text.removeprefix("issuing ")))
+
+        conn.add_notice_handler(seen)
+        _identity(conn, owner)
+        conn.execute("set local citus.log_remote_commands = on")
+        conn.execute(statement, params)
+        conn.rollback()
+    return sent
+
+
+def _nodes_written(
+    url: str, owner: MemoryOwner, statement: str, params: dict[str, Any]
+) -> set[int]:
+    """The ports of the nodes Citus sends commands to while running ``statement``."""
+    return {port for port, _command in _remote_commands(url, owner, statement, params)}
+
+
+def _queries(commands: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """The commands that are statements (not the transaction or the SET LOCALs)."""
+    control = re.compile(r"^(BEGIN|COMMIT|ROLLBACK|SET |SELECT assign_distributed|PREPARE)", re.I)
+    return [(p, c) for p, c in commands if not control.match(c)]
+
+
+def _legs_and_hydration(
+    commands: list[tuple[int, str]],
+) -> tuple[set[int], set[int]]:
+    """The nodes reached by recall's candidate-leg statements, and by its hydration
+    (the statement that joins the ranked ids, an intermediate result Citus first
+    copies to the workers: ``COPY ... (format result)``)."""
+
+    def hydrating(command: str) -> bool:
+        return "read_intermediate_result" in command or (
+            command.startswith("COPY ") and "format result" in command
+        )
+
+    legs = {p for p, c in _queries(commands) if not hydrating(c)}
+    hydration = {p for p, c in _queries(commands) if hydrating(c)}
+    return legs, hydration
+
+
+def test_recall_candidate_legs_run_on_the_tenants_worker_alone(routed: ClusterDatabase) -> None:
+    # every statement of the candidate legs (Citus's remote-command log) goes to the
+    # tenant's worker; only the hydration of the top_k ids still visits every worker
+    # (docs/citus.md, Limits), and the answer is right
+    statement = "select content from harbor.recall('routed fact')"
+    port = routed.node_of(OWNER.tenant_id).port
+    legs, hydration = _legs_and_hydration(_remote_commands(routed.app_url, OWNER, statement, {}))
+    assert legs == {port}
+    assert hydration <= {w.port for w in routed.cluster.workers}
+    assert _visible_recall(routed.app_url, OWNER, statement) == ["ann: routed fact"]
+
+
+def test_recall_with_the_global_scope_adds_only_the_global_shard(
+    routed: ClusterDatabase,
+) -> None:
+    with psycopg.connect(routed.superuser_url) as conn:
+        conn.execute(
+            "insert into harbor.memories (tenant_id, scope, user_id, principal_id, content,"
+            " content_hash) values ('', 'global', '', 'admin', 'global: routed fact',"
+            " repeat('9', 64)) on conflict do nothing"
+        )
+    statement = "select content from harbor.recall('routed fact', scopes => '{global,user}')"
+    ports = {routed.node_of(OWNER.tenant_id).port, routed.node_of("").port}
+    legs, _hydration = _legs_and_hydration(_remote_commands(routed.app_url, OWNER, statement, {}))
+    assert legs == ports
+    # the tenant's memory and the GLOBAL one, each once (bob's stays out)
+    found = _visible_recall(routed.app_url, OWNER, statement)
+    assert sorted(found) == ["ann: routed fact", "global: routed fact"]
+
+
+def test_snapshot_runs_on_the_tenants_worker_alone(routed: ClusterDatabase) -> None:
+    # on Citus a snapshot is its three reads (harbor_pg.manager.snapshot): recent
+    # turns, working state and recall; each reaches the tenant's worker alone (recall:
+    # its candidate legs, as above)
+    from harbor_pg.tiers.short_term import _recent_query
+    from harbor_pg.tiers.working import run_key
+
+    port = routed.node_of(OWNER.tenant_id).port
+    run_owner = MemoryOwner(tenant_id="route-a", principal_id="ann", session_id="s1", run_id="r1")
+    name, params = _recent_query(OWNER, 20, 3600.0)
+    statements = [
+        (query(name), params),
+        (query("scratch"), run_key(run_owner)),
+    ]
+    for statement, values in statements:
+        assert _nodes_written(routed.app_url, OWNER, statement, values) == {port}, statement
+    recall = "select content from harbor.recall('routed fact')"
+    legs, _hydration = _legs_and_hydration(_remote_commands(routed.app_url, OWNER, recall, {}))
+    assert legs == {port}
+    _single_task_on(_plan(routed.app_url, OWNER, query("scratch"), run_key(run_owner)), port)
+
+
+def _visible_recall(url: str, owner: MemoryOwner, statement: str) -> list[str]:
+    with psycopg.connect(url) as conn:
+        _identity(conn, owner)
+        return [r[0] for r in conn.execute(statement).fetchall()]
+
+
 def test_append_runs_on_the_tenants_worker_alone(routed: ClusterDatabase) -> None:
     params = _append_params(OWNER, ConversationMessage(role="user", content="hello"))
     plan = _plan(routed.app_url, OWNER, query("append_message"), params)
-    _single_task_on(plan, routed.node_of(OWNER.tenant_id).port)
+    # the session lock is taken on the coordinator (the SELECT reads no table), then
+    # the row goes to its shard: the write reaches the tenant's worker and no other
+    assert "INSERT/SELECT method: pull to coordinator" in plan, plan
+    port = routed.node_of(OWNER.tenant_id).port
+    assert _nodes_written(routed.app_url, OWNER, query("append_message"), params) == {port}
 
 
 def test_save_runs_on_the_tenants_worker_alone(routed: ClusterDatabase) -> None:
@@ -173,3 +287,39 @@ def test_closing_a_memory_runs_on_the_tenants_worker_alone(routed: ClusterDataba
     )
     plan = _plan(routed.app_url, OWNER, statement, {"t": OWNER.tenant_id, "id": "x"})
     _single_task_on(plan, routed.node_of(OWNER.tenant_id).port)
+
+
+def test_an_access_token_resolves_on_the_cluster_and_only_for_its_holder(
+    routed: ClusterDatabase,
+) -> None:
+    # harbor.access_tokens is a reference table: the holder's lookup (hash named with
+    # set_config, which Citus does not forward) is answered on the coordinator
+    token_hash = "7" * 64
+    with psycopg.connect(routed.admin_url) as conn:
+        _identity(conn, OWNER)
+        conn.execute(
+            query("token_insert"),
+            {
+                "tenant_id": OWNER.tenant_id,
+                "token_hash": token_hash,
+                "name": "cluster",
+                "project_id": None,
+                "principal_id": OWNER.principal_id,
+                "user_id": None,
+                "session_id": None,
+                "run_id": None,
+                "is_admin": False,
+                "expires_at": None,
+            },
+        )
+        conn.commit()
+
+    def lookup(named: str) -> list[str]:
+        with psycopg.connect(routed.app_url) as conn:
+            conn.execute(query("token_holder"), {"token_hash": named})
+            rows = conn.execute(query("token_identity"), {"token_hash": token_hash}).fetchall()
+            conn.rollback()
+        return [r[2] for r in rows]
+
+    assert lookup(token_hash) == [OWNER.tenant_id]
+    assert lookup("8" * 64) == []  # a caller without the token sees no row

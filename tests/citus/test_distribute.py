@@ -20,7 +20,7 @@ def test_every_tenant_table_is_distributed_by_tenant_and_colocated(
             " from citus_tables where table_name::text like 'harbor.%' order by 1"
         ).fetchall()
     tables = {r[0]: r for r in rows}
-    assert tables["harbor.role_bindings"][1] == "reference"
+    assert all(tables[t][1] == "reference" for t in citus.REFERENCE_TABLES)
     distributed = [tables[t] for t in citus.CO_LOCATED]
     assert all(r[1] == "distributed" and r[2] == "tenant_id" for r in distributed)
     assert len({r[3] for r in distributed}) == 1
@@ -47,7 +47,7 @@ def test_each_worker_holds_shards_of_every_table(cluster_db: ClusterDatabase) ->
 def test_policies_are_the_single_server_ones_without_sub_selects(
     cluster_db: ClusterDatabase,
 ) -> None:
-    source = read_sql("policies/policies.sql")
+    source = read_sql("policies/policies.sql") + read_sql("policies/tokens.sql")
     names = set(re.findall(r"create policy (\w+) on", source))
     with psycopg.connect(cluster_db.superuser_url) as conn:
         found = {
@@ -64,10 +64,13 @@ def test_policies_are_the_single_server_ones_without_sub_selects(
     assert set(found) == names
     assert not any(re.search(r"\(\s*select", text, re.IGNORECASE) for text in found.values())
     # the workers hold the distributed tables' policies too (metadata synced)
-    expected = sum(
-        1
-        for n in re.findall(r"create policy \w+ on (harbor\.\w+)", source)
-        if n == "harbor.memories"
+    # (distinct names: a DO block creates one policy in one of two forms)
+    expected = len(
+        {
+            name
+            for name, table in re.findall(r"create policy (\w+) on (harbor\.\w+)", source)
+            if table == "harbor.memories"
+        }
     )
     assert [int(r[0]) for r in on_worker] == [expected] * len(cluster_db.cluster.workers)
 
@@ -87,7 +90,7 @@ def test_derivation_refuses_a_sub_select_it_cannot_rewrite() -> None:
 def test_distribute_again_changes_nothing(cluster_db: ClusterDatabase) -> None:
     report = citus.distribute(cluster_db.superuser_url)
     assert report.distributed == []
-    assert set(report.already) == {citus.REFERENCE, *citus.CO_LOCATED}
+    assert set(report.already) == {*citus.REFERENCE_TABLES, *citus.CO_LOCATED}
     assert report.workers == 2
 
 
@@ -107,3 +110,30 @@ def test_the_command_refuses_a_server_without_citus(fresh_db: object) -> None:
     done = run_cli("distribute", url=fresh_db.superuser_url)
     assert done.returncode == 2
     assert "no citus extension" in done.stderr
+
+
+def test_migrate_again_reapplies_the_citus_forms(cluster_db: ClusterDatabase) -> None:
+    """`harbor-pg migrate` on a distributed database re-applies the re-runnable files
+    in the forms Citus takes: the policies derived, recall runnable afterwards."""
+    from harbor_pg.db import migrate
+    from harbor_pg.db.connection import local_identity
+    from harbor_pg.owner import MemoryOwner
+
+    with psycopg.connect(cluster_db.superuser_url, autocommit=True) as conn:
+        conn.execute("update public.harbor_idempotent_sql set sha256 = 'stale'")
+    migrate.upgrade(cluster_db.owner_url, progress=None)
+    owner = MemoryOwner(tenant_id="migrate-t", principal_id="max", session_id="s1")
+    with psycopg.connect(cluster_db.app_url) as conn:
+        for command in local_identity(owner):
+            conn.execute(command)
+        conn.execute(
+            "insert into harbor.memories (tenant_id, scope, user_id, principal_id, content,"
+            " content_hash) values ('migrate-t', 'user', 'max', 'max',"
+            " 'the lighthouse keeper logs storms', repeat('d', 64))"
+        )
+        rows = conn.execute("select content from harbor.recall('lighthouse storms')").fetchall()
+        conn.rollback()
+    assert rows == [("the lighthouse keeper logs storms",)]
+    with psycopg.connect(cluster_db.superuser_url) as conn:
+        state = conn.execute("select sha256 from public.harbor_idempotent_sql").fetchone()
+    assert state is not None and state[0] != "stale"

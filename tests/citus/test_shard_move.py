@@ -1,4 +1,5 @@
-"""Moving a tenant's shard to the other worker while a writer and a reader run."""
+"""Moving a tenant's shard to the other worker, and isolating a tenant to a shard of
+its own, while a writer and a reader run: nothing lost or doubled, recall the same."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ import time
 from typing import Any
 
 import psycopg
+import pytest
 
 from harbor_pg.db.connection import local_identity
 from harbor_pg.owner import MemoryOwner
 from tests.citus.conftest import ClusterDatabase
 
 MOVER = MemoryOwner(tenant_id="move-t1", principal_id="mia", session_id="s1")
+ISOLATED = MemoryOwner(tenant_id="isolate-t1", principal_id="mia", session_id="s1")
 
 
 def _conn(url: str) -> psycopg.Connection[Any]:
@@ -20,40 +23,68 @@ def _conn(url: str) -> psycopg.Connection[Any]:
     return conn
 
 
-def _in_identity(conn: psycopg.Connection[Any]) -> None:
-    for command in local_identity(MOVER):
+def _in_identity(conn: psycopg.Connection[Any], owner: MemoryOwner) -> None:
+    for command in local_identity(owner):
         conn.execute(command)
 
 
-def _write(url: str, n: int) -> None:
+def _write(url: str, n: int, owner: MemoryOwner = MOVER) -> None:
     with _conn(url) as conn:
-        _in_identity(conn)
+        _in_identity(conn, owner)
         conn.execute(
             "insert into harbor.memories (tenant_id, scope, user_id, principal_id, content,"
             " content_hash) values (%s, 'user', 'mia', 'mia', %s, md5(%s) || md5(%s))",
-            (MOVER.tenant_id, f"mia note {n}", str(n), str(n)),
+            (owner.tenant_id, f"mia note {n}", str(n), str(n)),
         )
 
 
-def _read(url: str) -> list[str]:
+def _read(url: str, owner: MemoryOwner = MOVER) -> list[str]:
     with _conn(url) as conn:
-        _in_identity(conn)
+        _in_identity(conn, owner)
         rows = conn.execute(
             "select content from harbor.memories where tenant_id = %s order by content",
-            (MOVER.tenant_id,),
+            (owner.tenant_id,),
         ).fetchall()
     return [r[0] for r in rows]
 
 
-def test_a_tenant_moves_to_the_other_worker_losing_and_duplicating_nothing(
-    cluster_db: ClusterDatabase,
+def _recall(url: str, owner: MemoryOwner, as_of: Any) -> list[tuple[Any, ...]]:
+    """recall()'s ranked answer for one question, as of a fixed time."""
+    with _conn(url) as conn:
+        _in_identity(conn, owner)
+        return conn.execute(
+            "select id, content, score from harbor.recall('mia note 7', top_k => 10, as_of => %s)",
+            (as_of,),
+        ).fetchall()
+
+
+def _shard_of(cluster_db: ClusterDatabase, tenant: str) -> tuple[int, str, str]:
+    with psycopg.connect(cluster_db.superuser_url) as conn:
+        row = conn.execute(
+            "select shardid, shardminvalue, shardmaxvalue from pg_dist_shard"
+            " where shardid = get_shard_id_for_distribution_column('harbor.memories', %s::text)",
+            (tenant,),
+        ).fetchone()
+    assert row is not None
+    return int(row[0]), str(row[1]), str(row[2])
+
+
+@pytest.mark.parametrize("operation", ["move", "isolate"])
+def test_a_tenant_moves_or_is_isolated_losing_and_duplicating_nothing(
+    cluster_db: ClusterDatabase, operation: str
 ) -> None:
+    owner = MOVER if operation == "move" else ISOLATED
     url = cluster_db.app_url
     for n in range(50):
-        _write(url, n)
-    before = _read(url)
-    source = cluster_db.node_of(MOVER.tenant_id)
+        _write(url, n, owner)
+    before = _read(url, owner)
+    with psycopg.connect(cluster_db.superuser_url) as conn:
+        as_of = conn.execute("select now()").fetchone()[0]  # type: ignore[index]
+    recalled = _recall(url, owner, as_of)
+    assert recalled and recalled[0][1] == "mia note 7"
+    source = cluster_db.node_of(owner.tenant_id)
     target = next(w for w in cluster_db.cluster.workers if w.port != source.port)
+    shard_before = _shard_of(cluster_db, owner.tenant_id)
     written = list(range(50))
     errors: list[BaseException] = []
     reads: list[int] = []
@@ -63,7 +94,7 @@ def test_a_tenant_moves_to_the_other_worker_losing_and_duplicating_nothing(
         n = 50
         while not stop.is_set():
             try:
-                _write(url, n)
+                _write(url, n, owner)
                 written.append(n)
             except psycopg.Error as exc:  # a write refused is not a write lost
                 errors.append(exc)
@@ -72,7 +103,7 @@ def test_a_tenant_moves_to_the_other_worker_losing_and_duplicating_nothing(
     def reader() -> None:
         while not stop.is_set():
             try:
-                seen = _read(url)
+                seen = _read(url, owner)
                 assert len(seen) == len(set(seen))
                 reads.append(len(seen))
             except psycopg.Error as exc:
@@ -84,21 +115,34 @@ def test_a_tenant_moves_to_the_other_worker_losing_and_duplicating_nothing(
     try:
         time.sleep(0.3)
         with psycopg.connect(cluster_db.superuser_url, autocommit=True) as conn:
-            conn.execute(
-                "select citus_move_shard_placement("
-                " get_shard_id_for_distribution_column('harbor.memories', %s::text),"
-                " %s, %s, %s, %s, shard_transfer_mode => 'block_writes')",
-                (MOVER.tenant_id, source.host, source.port, target.host, target.port),
-            )
+            if operation == "move":
+                conn.execute(
+                    "select citus_move_shard_placement("
+                    " get_shard_id_for_distribution_column('harbor.memories', %s::text),"
+                    " %s, %s, %s, %s, shard_transfer_mode => 'block_writes')",
+                    (owner.tenant_id, source.host, source.port, target.host, target.port),
+                )
+            else:
+                conn.execute(
+                    "select isolate_tenant_to_new_shard('harbor.memories', %s::text,"
+                    " cascade_option => 'CASCADE', shard_transfer_mode => 'block_writes')",
+                    (owner.tenant_id,),
+                )
         time.sleep(0.3)
     finally:
         stop.set()
         for t in threads:
             t.join()
     assert errors == []
-    assert cluster_db.node_of(MOVER.tenant_id).port == target.port
-    after = _read(url)
+    if operation == "move":
+        assert cluster_db.node_of(owner.tenant_id).port == target.port
+    else:
+        shard, low, high = _shard_of(cluster_db, owner.tenant_id)
+        assert shard != shard_before[0] and low == high  # a shard of one hash value
+    after = _read(url, owner)
     expected = sorted(f"mia note {n}" for n in written)
     assert after == expected  # nothing lost, nothing doubled
     assert set(before) <= set(after)
     assert reads and all(r >= len(before) for r in reads)
+    # the same question as of the same time: the same ranked answer
+    assert _recall(url, owner, as_of) == recalled
