@@ -170,11 +170,14 @@ begin
           from (select 1
                   from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user, v_session,
                                            v_run) k
-                  join harbor.memory_embeddings e
-                    on e.tenant_id = k.tenant_id and e.model_id = p_model_id
-                   and e.scope = k.scope and e.user_id = k.user_id
-                   and e.project_id = k.project_id
-                   and e.session_id = k.session_id and e.run_id = k.run_id
+                  -- (an index range scan per owner key, as in the lexical leg)
+                  cross join lateral (
+                      select 1 from harbor.memory_embeddings e
+                       where e.tenant_id = k.tenant_id and e.model_id = p_model_id
+                         and e.scope = k.scope and e.user_id = k.user_id
+                         and e.project_id = k.project_id
+                         and e.session_id = k.session_id and e.run_id = k.run_id
+                      offset 0) e
                  limit v_limit + 1) c;
         if v_seen = 0 then
             return;
@@ -492,10 +495,12 @@ begin
               from (select 1
                       from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user,
                                                v_session, v_run) k
-                      join harbor.memories m
-                        on m.tenant_id = k.tenant_id and m.scope = k.scope
-                       and m.user_id = k.user_id and m.project_id = k.project_id
-                       and m.session_id = k.session_id and m.run_id = k.run_id
+                      cross join lateral (
+                          select 1 from harbor.memories m
+                           where m.tenant_id = k.tenant_id and m.scope = k.scope
+                             and m.user_id = k.user_id and m.project_id = k.project_id
+                             and m.session_id = k.session_id and m.run_id = k.run_id
+                          offset 0) m
                      limit p_scan_limit + 1) c;
             v_found := true;
         end if;
@@ -541,31 +546,47 @@ begin
                   from (-- the owner's rows from the index that carries what is read here
                         -- (side by side, without visiting the table), then those whose
                         -- entry would not fit that index
+                        -- (per owner key, a LATERAL subquery kept whole by OFFSET 0:
+                        -- an index range scan under each key, never a merge join
+                        -- that a generic plan may pick, which reads the index from
+                        -- its start, every other owner's rows before the caller's)
                         select m.tenant_id, m.id, m.fts, m.scope, m.memory_type, m.importance,
                                m.valid, m.content_hash, m.entity_ids, m.project_id, m.user_id,
                                m.session_id, m.run_id
                           from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user,
                                                    v_session, v_run) k
-                          join harbor.memories m
-                            on m.tenant_id = k.tenant_id and m.scope = k.scope
-                           and m.user_id = k.user_id and m.project_id = k.project_id
-                           and m.session_id = k.session_id and m.run_id = k.run_id
-                         where harbor.lexical_entry_fits(m.tenant_id, m.project_id, m.user_id,
-                                                         m.session_id, m.run_id, m.id, m.fts,
-                                                         m.entity_ids)
+                          cross join lateral (
+                              select m.tenant_id, m.id, m.fts, m.scope, m.memory_type,
+                                     m.importance, m.valid, m.content_hash, m.entity_ids,
+                                     m.project_id, m.user_id, m.session_id, m.run_id
+                                from harbor.memories m
+                               where m.tenant_id = k.tenant_id and m.scope = k.scope
+                                 and m.user_id = k.user_id and m.project_id = k.project_id
+                                 and m.session_id = k.session_id and m.run_id = k.run_id
+                                 and harbor.lexical_entry_fits(m.tenant_id, m.project_id,
+                                                               m.user_id, m.session_id,
+                                                               m.run_id, m.id, m.fts,
+                                                               m.entity_ids)
+                              offset 0) m
                         union all
                         select m.tenant_id, m.id, m.fts, m.scope, m.memory_type, m.importance,
                                m.valid, m.content_hash, m.entity_ids, m.project_id, m.user_id,
                                m.session_id, m.run_id
                           from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user,
                                                    v_session, v_run) k
-                          join harbor.memories m
-                            on m.tenant_id = k.tenant_id and m.scope = k.scope
-                           and m.user_id = k.user_id and m.project_id = k.project_id
-                           and m.session_id = k.session_id and m.run_id = k.run_id
-                         where not harbor.lexical_entry_fits(m.tenant_id, m.project_id,
-                                                             m.user_id, m.session_id, m.run_id,
-                                                             m.id, m.fts, m.entity_ids)) m
+                          cross join lateral (
+                              select m.tenant_id, m.id, m.fts, m.scope, m.memory_type,
+                                     m.importance, m.valid, m.content_hash, m.entity_ids,
+                                     m.project_id, m.user_id, m.session_id, m.run_id
+                                from harbor.memories m
+                               where m.tenant_id = k.tenant_id and m.scope = k.scope
+                                 and m.user_id = k.user_id and m.project_id = k.project_id
+                                 and m.session_id = k.session_id and m.run_id = k.run_id
+                                 and not harbor.lexical_entry_fits(m.tenant_id, m.project_id,
+                                                                   m.user_id, m.session_id,
+                                                                   m.run_id, m.id, m.fts,
+                                                                   m.entity_ids)
+                              offset 0) m) m
                  limit p_scan_limit + 1) o;
         if v_seen = 0 then
             return;
