@@ -15,8 +15,10 @@ connection: the shipped defaults, top_k 25, no relevance floor, "now" an
 hour after the conversation's last session.
 
 It prints, per mode, each side's p50 and p95 as the client sees it, the median
-of the paired differences, each side's mean time inside the server
-(``track_functions``), how many answers were identical (ids, ranks, scores to
+of the paired differences, the server process's CPU time per call (its
+on-CPU time from ``/proc/PID/schedstat``, which waiting for a core on a
+shared machine does not inflate), each side's mean time inside the server
+(``track_functions``, all modes together), how many answers were identical (ids, ranks, scores to
 12 digits), and each side's R@5/10/25 (which must not move for a change meant
 to be only faster). ``--ref HEAD`` is the noise floor.
 """
@@ -39,12 +41,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import psycopg
 from _common import kept_server, machine, private_server, with_params
 from _embed_cache import CachedEmbedder
 from _recall_ab import drop_ab, install, old_functions, server_times
 from locomo import DEFAULT_MODEL, KS, evidence_of, recall_at, turn_memories, turns_of
-
-import psycopg
 
 from harbor_pg.context.recall import MemoryRecall, recall_params
 from harbor_pg.db import migrate, server
@@ -102,6 +103,7 @@ async def run(args: argparse.Namespace, su: str, cache: Path, keep: Path | None)
         owner = MemoryOwner(tenant_id="locomo", principal_id=sample["sample_id"])
         turns = turns_of(sample)
         n_turns += len(turns)
+        dia_of: defaultdict[str, list[str]]
         if sample["sample_id"] in known:
             dia_of = defaultdict(list, known[sample["sample_id"]])
         else:
@@ -145,13 +147,15 @@ async def run(args: argparse.Namespace, su: str, cache: Path, keep: Path | None)
             for sql in (new_sql, old_sql):
                 await db.fetch_in_one_round_trip(owner, sql, params[mode])
     before = await server_times(db, su_db)
-    async with db.autocommit() as conn:
-        row = await (await conn.execute("select pg_catalog.pg_backend_pid() as pid")).fetchone()
+    async with db.autocommit() as aconn:
+        cur = await aconn.execute("select pg_catalog.pg_backend_pid() as pid")
+        row = await cur.fetchone()
+        assert row is not None
         backend = int(row["pid"])
     cpu: dict[tuple[str, str], list[float]] = defaultdict(list)
     i = 0
     for round_no in range(args.rounds):
-        for owner, params, evidence, dia_of in work:
+        for owner, params, evidence, dias_of in work:
             for mode in modes:
                 got: dict[str, list[Any]] = {}
                 for side in ("old", "new") if i % 2 else ("new", "old"):
@@ -167,7 +171,7 @@ async def run(args: argparse.Namespace, su: str, cache: Path, keep: Path | None)
                 if round_no == 0:
                     same[mode] += _answer(got["old"]) == _answer(got["new"])
                     for side, rows in got.items():
-                        dias = [d for r in rows for d in dia_of.get(r["id"], [])]
+                        dias = [d for r in rows for d in dias_of.get(r["id"], [])]
                         for k in KS:
                             quality[(mode, side, k)].append(recall_at(dias, evidence, k))
     after = await server_times(db, su_db)
@@ -188,16 +192,15 @@ async def run(args: argparse.Namespace, su: str, cache: Path, keep: Path | None)
             return 1000 * s[int(q * (len(s) - 1))]
 
         r = {
-            side: "/".join(
-                f"{100 * statistics.mean(quality[(mode, side, k)]):.1f}" for k in KS
-            )
+            side: "/".join(f"{100 * statistics.mean(quality[(mode, side, k)]):.1f}" for k in KS)
             for side in ("old", "new")
         }
         print(
             f"{mode:8s} client p50/p95: old {p(old, 0.5):.3f}/{p(old, 0.95):.3f} ms,"
             f" new {p(new, 0.5):.3f}/{p(new, 0.95):.3f} ms;"
             f" paired old - new median {1000 * statistics.median(diffs):+.3f} ms;"
-            f" server CPU p50 old {p(cpu[(mode, 'old')], 0.5):.3f}, new {p(cpu[(mode, 'new')], 0.5):.3f} ms"
+            f" server CPU p50 old {p(cpu[(mode, 'old')], 0.5):.3f},"
+            f" new {p(cpu[(mode, 'new')], 0.5):.3f} ms"
             f" (mean {1000 * statistics.mean(cpu[(mode, 'old')]):.3f},"
             f" {1000 * statistics.mean(cpu[(mode, 'new')]):.3f});"
             f" identical {same[mode]} of {len(work)};"
