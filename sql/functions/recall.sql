@@ -170,11 +170,14 @@ begin
           from (select 1
                   from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user, v_session,
                                            v_run) k
-                  join harbor.memory_embeddings e
-                    on e.tenant_id = k.tenant_id and e.model_id = p_model_id
-                   and e.scope = k.scope and e.user_id = k.user_id
-                   and e.project_id = k.project_id
-                   and e.session_id = k.session_id and e.run_id = k.run_id
+                  -- (an index range scan per owner key, as in the lexical leg)
+                  cross join lateral (
+                      select 1 from harbor.memory_embeddings e
+                       where e.tenant_id = k.tenant_id and e.model_id = p_model_id
+                         and e.scope = k.scope and e.user_id = k.user_id
+                         and e.project_id = k.project_id
+                         and e.session_id = k.session_id and e.run_id = k.run_id
+                      offset 0) e
                  limit v_limit + 1) c;
         if v_seen = 0 then
             return;
@@ -492,10 +495,12 @@ begin
               from (select 1
                       from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user,
                                                v_session, v_run) k
-                      join harbor.memories m
-                        on m.tenant_id = k.tenant_id and m.scope = k.scope
-                       and m.user_id = k.user_id and m.project_id = k.project_id
-                       and m.session_id = k.session_id and m.run_id = k.run_id
+                      cross join lateral (
+                          select 1 from harbor.memories m
+                           where m.tenant_id = k.tenant_id and m.scope = k.scope
+                             and m.user_id = k.user_id and m.project_id = k.project_id
+                             and m.session_id = k.session_id and m.run_id = k.run_id
+                          offset 0) m
                      limit p_scan_limit + 1) c;
             v_found := true;
         end if;
@@ -515,59 +520,126 @@ begin
                and m.session_id = k.session_id and m.run_id = k.run_id
              where m.sensitivity <> 'none' and m.sensitivity > p_max_sensitivity;
         end if;
-        -- one pass over the caller's rows (owner-keyed indexes, at most p_scan_limit + 1
-        -- of them): how many there are (the collection size for BM25, and whether
-        -- to scan at all) and which match. coalesce(): the text test is a filter
-        -- on these rows, never the tenant-wide GIN index (a cached plan cannot know
-        -- how common the words are).
-        select count(*),
-               array_agg(o.tenant_id) filter (where o.hit),
-               array_agg(o.id) filter (where o.hit),
-               array_agg(o.fts) filter (where o.hit),
-               -- built for matches only (a filtered aggregate skips its argument)
-               array_agg(row(o.scope, o.memory_type, o.importance, lower(o.valid),
-                             o.content_hash, o.entity_ids)::harbor._ranking_columns)
-                   filter (where o.hit)
-          into v_seen, v_tenants, v_ids, v_docs, v_cols
-          from (select m.tenant_id, m.id, m.fts, m.scope, m.memory_type, m.importance, m.valid,
-                       m.content_hash, m.entity_ids,
-                       coalesce(m.fts operator(pg_catalog.@@) v_tsq, false)
-                       and coalesce(m.valid operator(pg_catalog.@>) p_as_of, false)
-                       and m.memory_type <> 'summary'
-                       and (v_hidden is null or m.id <> all (v_hidden))
-                       and harbor._visible(m.scope, m.tenant_id, m.project_id, m.user_id,
-                                           m.session_id, m.run_id, v_tenant, v_project,
-                                           v_user, v_session, v_run) as hit
-                  from (-- the owner's rows from the index that carries what is read here
+        -- how many rows the caller's owner keys hold (at most p_scan_limit + 1 counted):
+        -- BM25's collection size, and whether to read them all
+        select count(*) into v_seen
+          from (select 1
+                  from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user,
+                                           v_session, v_run) k
+                  cross join lateral (
+                      select 1 from harbor.memories m
+                       where m.tenant_id = k.tenant_id and m.scope = k.scope
+                         and m.user_id = k.user_id and m.project_id = k.project_id
+                         and m.session_id = k.session_id and m.run_id = k.run_id
+                      offset 0) m
+                 limit p_scan_limit + 1) c;
+        if v_seen = 0 then
+            return;
+        end if;
+        if v_seen <= p_scan_limit then
+            -- one statement over the caller's rows (owner-keyed indexes): the
+            -- matches, BM25 over them (as harbor._bm25, which the other paths
+            -- call), the top p_limit with their columns. No arrays in between:
+            -- building and unnesting them, and joining the columns back, cost
+            -- more than the scoring when most of an owner's rows match (LoCoMo:
+            -- the speakers' names are in every turn). coalesce(): the text test
+            -- is a filter on these rows, never the tenant-wide GIN index (a
+            -- cached plan cannot know how common the words are).
+            return query
+                with docs as materialized (
+                    -- each match's query terms only: marked with weight A (the
+                    -- stored vectors carry no weights, and every lexeme has
+                    -- positions), then kept, in C
+                    select m.tenant_id, m.id,
+                           greatest(pg_catalog.length(m.fts), 1)::double precision as dl,
+                           pg_catalog.ts_filter(pg_catalog.setweight(m.fts, 'A', v_terms),
+                                                '{a}') as terms,
+                           m.scope, m.memory_type, m.importance, lower(m.valid) as valid_from,
+                           m.content_hash, m.entity_ids
+                      from (-- the owner's rows from the index that carries what is read here
                         -- (side by side, without visiting the table), then those whose
                         -- entry would not fit that index
+                        -- (per owner key, a LATERAL subquery kept whole by OFFSET 0:
+                        -- an index range scan under each key, never a merge join
+                        -- that a generic plan may pick, which reads the index from
+                        -- its start, every other owner's rows before the caller's)
                         select m.tenant_id, m.id, m.fts, m.scope, m.memory_type, m.importance,
                                m.valid, m.content_hash, m.entity_ids, m.project_id, m.user_id,
                                m.session_id, m.run_id
                           from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user,
                                                    v_session, v_run) k
-                          join harbor.memories m
-                            on m.tenant_id = k.tenant_id and m.scope = k.scope
-                           and m.user_id = k.user_id and m.project_id = k.project_id
-                           and m.session_id = k.session_id and m.run_id = k.run_id
-                         where harbor.lexical_entry_fits(m.tenant_id, m.project_id, m.user_id,
-                                                         m.session_id, m.run_id, m.id, m.fts,
-                                                         m.entity_ids)
+                          cross join lateral (
+                              select m.tenant_id, m.id, m.fts, m.scope, m.memory_type,
+                                     m.importance, m.valid, m.content_hash, m.entity_ids,
+                                     m.project_id, m.user_id, m.session_id, m.run_id
+                                from harbor.memories m
+                               where m.tenant_id = k.tenant_id and m.scope = k.scope
+                                 and m.user_id = k.user_id and m.project_id = k.project_id
+                                 and m.session_id = k.session_id and m.run_id = k.run_id
+                                 and harbor.lexical_entry_fits(m.tenant_id, m.project_id,
+                                                               m.user_id, m.session_id,
+                                                               m.run_id, m.id, m.fts,
+                                                               m.entity_ids)
+                              offset 0) m
                         union all
                         select m.tenant_id, m.id, m.fts, m.scope, m.memory_type, m.importance,
                                m.valid, m.content_hash, m.entity_ids, m.project_id, m.user_id,
                                m.session_id, m.run_id
                           from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user,
                                                    v_session, v_run) k
-                          join harbor.memories m
-                            on m.tenant_id = k.tenant_id and m.scope = k.scope
-                           and m.user_id = k.user_id and m.project_id = k.project_id
-                           and m.session_id = k.session_id and m.run_id = k.run_id
-                         where not harbor.lexical_entry_fits(m.tenant_id, m.project_id,
-                                                             m.user_id, m.session_id, m.run_id,
-                                                             m.id, m.fts, m.entity_ids)) m
-                 limit p_scan_limit + 1) o;
-        if v_seen = 0 then
+                          cross join lateral (
+                              select m.tenant_id, m.id, m.fts, m.scope, m.memory_type,
+                                     m.importance, m.valid, m.content_hash, m.entity_ids,
+                                     m.project_id, m.user_id, m.session_id, m.run_id
+                                from harbor.memories m
+                               where m.tenant_id = k.tenant_id and m.scope = k.scope
+                                 and m.user_id = k.user_id and m.project_id = k.project_id
+                                 and m.session_id = k.session_id and m.run_id = k.run_id
+                                 and not harbor.lexical_entry_fits(m.tenant_id, m.project_id,
+                                                                   m.user_id, m.session_id,
+                                                                   m.run_id, m.id, m.fts,
+                                                                   m.entity_ids)
+                              offset 0) m) m
+                     where coalesce(m.fts operator(pg_catalog.@@) v_tsq, false)
+                       and coalesce(m.valid operator(pg_catalog.@>) p_as_of, false)
+                       and m.memory_type <> 'summary'
+                       and (v_hidden is null or m.id <> all (v_hidden))
+                       and harbor._visible(m.scope, m.tenant_id, m.project_id, m.user_id,
+                                           m.session_id, m.run_id, v_tenant, v_project,
+                                           v_user, v_session, v_run)
+                ), postings as materialized (
+                    -- (the set-returning function in the select list: one call per
+                    -- document without a result store of its own)
+                    select x.tenant_id, x.id, x.dl, (x.u).lexeme as lexeme,
+                           coalesce(cardinality((x.u).positions), 1)::double precision as tf
+                      from (select d.tenant_id, d.id, d.dl, pg_catalog.unnest(d.terms) as u
+                              from docs d) x
+                ), df as (
+                    select p.lexeme, count(*)::double precision as n
+                      from postings p group by p.lexeme
+                ), avgdl as (
+                    select greatest(avg(d.dl), 1) as v from docs d
+                ), scored as (
+                    select p.tenant_id, p.id,
+                           sum(ln(1 + (greatest(v_seen::double precision, df.n) - df.n + 0.5)
+                                      / (df.n + 0.5))
+                               * p.tf * 2.2 / (p.tf + 1.2 * (0.25 + 0.75 * p.dl / a.v)))
+                               as score
+                      from postings p join df on df.lexeme = p.lexeme cross join avgdl a
+                     group by p.tenant_id, p.id
+                ), top as (
+                    -- the first p_limit; their ranks among all matches are their
+                    -- ranks among these (a rank counts the higher scores only)
+                    select s.tenant_id, s.id, s.score
+                      from scored s
+                     order by s.score desc, s.id
+                     limit p_limit
+                )
+                select t.tenant_id, t.id, (rank() over (order by t.score desc))::integer,
+                       t.score, d.scope, d.memory_type, d.importance, d.valid_from,
+                       d.content_hash, d.entity_ids, v_seen
+                  from top t
+                  join docs d on d.tenant_id = t.tenant_id and d.id = t.id;
             return;
         end if;
     end if;
