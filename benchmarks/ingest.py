@@ -112,7 +112,11 @@ def _workload(seed: int, count: int, context_share: float) -> list[tuple[Any, li
         content = f"{_words(rng, 8)} (note {seed}-{i})"
         context = f"{_words(rng, 4)} context" if rng.random() < context_share else None
         out.append(
-            (Memory(content=content, context=context), vecs[2 * i], vecs[2 * i + 1] if context else None)
+            (
+                Memory(content=content, context=context),
+                vecs[2 * i],
+                vecs[2 * i + 1] if context else None,
+            )
         )
     return out
 
@@ -265,7 +269,9 @@ def _report(name: str, sides: dict[str, list[dict[str, Any]]]) -> list[list[str]
             ]
         )
     print(f"{name}:")
-    print("  side | save_many memories/s (median) | save memories/s | save p50/p99 ms | batch range")
+    print(
+        "  side | save_many memories/s (median) | save memories/s | save p50/p99 ms | batch range"
+    )
     for row in rows:
         print("  " + " | ".join(row), flush=True)
     return rows

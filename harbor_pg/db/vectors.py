@@ -62,7 +62,8 @@ class PgVectorArray:
     __slots__ = ("values",)
 
     def __init__(self, values: Sequence[Sequence[float] | None]) -> None:
-        self.values = [None if v is None else tuple(float(x) for x in v) for v in values]
+        # components as given: the caller checked them (a non-number fails in the dumper)
+        self.values = list(values)
 
     def __len__(self) -> int:
         return len(self.values)

@@ -84,14 +84,17 @@ _FLOAT32_MAX = 3.4028234663852886e38
 
 def check_vector(embedding: Sequence[float]) -> list[float]:
     try:
-        values = [float(x) for x in embedding]
+        values = list(map(float, embedding))
     except (TypeError, ValueError, OverflowError) as exc:
         raise MemoryValidationError(f"embedding must be a sequence of numbers ({exc})") from None
     if not values:
         raise MemoryValidationError("embedding is empty")
-    if not all(math.isfinite(x) for x in values):
-        raise MemoryValidationError("embedding contains NaN or infinity")
-    if any(abs(x) > _FLOAT32_MAX for x in values):
+    # a NaN or an infinity anywhere makes the sum NaN or infinite (so does an overflow
+    # of finite components, which the float32 check below then refuses): one pass in C
+    if not math.isfinite(sum(values)):
+        if not all(math.isfinite(x) for x in values):
+            raise MemoryValidationError("embedding contains NaN or infinity")
+    if max(map(abs, values)) > _FLOAT32_MAX:
         raise MemoryValidationError("embedding has a component beyond the float32 range")
     return values
 

@@ -159,7 +159,7 @@ with input as materialized (
      cross join lateral (values (i.embedding, false), (i.context_embedding, true))
            as v(embedding, with_context)
      where v.embedding is not null
-), saved as (
+), saved as materialized (
     select i.ord, (n.m).id is not null as created,
            coalesce(n.m,
                     -- the duplicate: inserted earlier in this statement, or visible to it
