@@ -101,9 +101,14 @@ begin
     if exists (select 1 from pg_catalog.pg_attribute
                 where attrelid = 'harbor.memories'::pg_catalog.regclass
                   and attname = 'source_tenant_id' and not attisdropped) then
+        -- (the condition: rows the function would change; a row naming no source and no
+        -- provenance, what most writes are, skips the call)
         create or replace trigger memories_provenance
             before insert on harbor.memories
-            for each row execute function harbor._memories_provenance();
+            for each row
+            when (new.source_session_id is not null or new.source_message_ids <> '{}'
+                  or new.source_tenant_id is not null or new.source_user_id is not null)
+            execute function harbor._memories_provenance();
     else
         drop trigger if exists memories_provenance on harbor.memories;
     end if;
@@ -195,6 +200,8 @@ begin
 end
 $$;
 
+-- (the condition: the function checks nothing for a row without a successor)
 create or replace trigger memories_superseded_by_visible
     before insert or update of superseded_by on harbor.memories
-    for each row execute function harbor._memory_successor_visible();
+    for each row when (new.superseded_by is not null)
+    execute function harbor._memory_successor_visible();
