@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine, pct, private_server, with_params
@@ -170,21 +171,29 @@ async def run(
 
 
 START_SCRIPT = """
-import asyncio, sys, time
+import asyncio, resource, sys, time
 t0 = time.perf_counter()
 from harbor_pg import MemoryManager
 async def main():
     manager = await MemoryManager.create(data_dir=sys.argv[1], embeddings=False)
     await manager.close()
 asyncio.run(main())
-print(f"{time.perf_counter() - t0:.2f}")
+u = resource.getrusage(resource.RUSAGE_SELF)
+print(f"{time.perf_counter() - t0:.1f} s ({u.ru_utime + u.ru_stime:.1f} s CPU)")
 """
 
 
 async def run_start_windows(
-    app_url: str, data_dir: Path, clients: int, window: float, pairs: int, pool: int
+    app_url: str,
+    su_url: str,
+    data_dir: Path,
+    clients: int,
+    window: float,
+    pairs: int,
+    pool: int,
 ) -> dict[str, Any]:
-    """16 clients without pause; a worker process starting in every other window."""
+    """16 clients without pause; a worker process starting in every other window.
+    Every 0.1 s, the server's backends waiting for a lock are counted."""
     db = Database(app_url, min_size=min(pool, clients), max_size=pool)
     await db.open()
     manager = MemoryManager.from_database(db, embedder=HashingEmbedder())
@@ -215,7 +224,20 @@ async def run_start_windows(
             t1 = time.perf_counter()
             done.append((t1, t1 - t0, error))
 
+    lock_waits: list[tuple[float, int]] = []
+
+    async def watch_locks() -> None:
+        async with await psycopg.AsyncConnection.connect(su_url, autocommit=True) as conn:
+            while not stop.is_set():
+                cur = await conn.execute(
+                    "select count(*) from pg_stat_activity where wait_event_type = 'Lock'"
+                )
+                row = await cur.fetchone()
+                lock_waits.append((time.perf_counter(), int(row[0]) if row else 0))
+                await asyncio.sleep(0.1)
+
     tasks = [asyncio.create_task(client(i)) for i in range(clients)]
+    tasks.append(asyncio.create_task(watch_locks()))
     await asyncio.sleep(1.0)  # warm up
     plan = [w for _ in range(pairs) for w in ("start", "none", "none", "start")][: 2 * pairs]
     windows: list[tuple[str, float, float, str]] = []
@@ -252,6 +274,10 @@ async def run_start_windows(
             "max": max(lat) * 1000,
             "errors": errs,
             "ops_s": len(lat) / (window * sum(k == kind for k, *_ in windows)),
+            "lock_waits": max(
+                (n for k, a, b, _ in windows if k == kind for t, n in lock_waits if a <= t < b),
+                default=0,
+            ),
         }
     result["starts"] = [took for k, _, _, took in windows if k == "start"]
     return result
@@ -290,7 +316,13 @@ async def main() -> None:
         pgdata = (base / "pgdata").resolve()
         if args.mode == "start":
             r = await run_start_windows(
-                app_url, pgdata.parent, 16, args.window, args.pairs, default_pool_size()
+                app_url,
+                base_url,
+                pgdata.parent,
+                16,
+                args.window,
+                args.pairs,
+                default_pool_size(),
             )
             print(
                 f"16 clients, windows of {args.window:.0f} s; worker starts took (s):",
@@ -301,7 +333,8 @@ async def main() -> None:
                 print(
                     f"  {kind:>5}: {w['n']} requests, {w['ops_s']:.0f} ops/s,"
                     f" p50 {w['p50']:.1f} ms, p99 {w['p99']:.1f} ms, slowest {w['max']:.0f} ms,"
-                    f" errors {len(w['errors'])}",
+                    f" errors {len(w['errors'])}, most backends waiting for a lock at once"
+                    f" {w['lock_waits']}",
                     flush=True,
                 )
                 for line in w["errors"][:5]:
