@@ -91,9 +91,8 @@ def check_vector(embedding: Sequence[float]) -> list[float]:
         raise MemoryValidationError("embedding is empty")
     # a NaN or an infinity anywhere makes the sum NaN or infinite (so does an overflow
     # of finite components, which the float32 check below then refuses): one pass in C
-    if not math.isfinite(sum(values)):
-        if not all(math.isfinite(x) for x in values):
-            raise MemoryValidationError("embedding contains NaN or infinity")
+    if not math.isfinite(sum(values)) and not all(math.isfinite(x) for x in values):
+        raise MemoryValidationError("embedding contains NaN or infinity")
     if max(map(abs, values)) > _FLOAT32_MAX:
         raise MemoryValidationError("embedding has a component beyond the float32 range")
     return values
@@ -167,7 +166,8 @@ def _fact_params(owner: MemoryOwner, memory: Memory) -> dict[str, Any]:
 def _distinct_id_runs(params: Sequence[dict[str, Any]]) -> list[tuple[int, int]]:
     """``params`` cut into runs (start, end) in which no given memory id repeats: one
     ``save_memories`` call matches its inserted rows to its input by id."""
-    runs, start, seen = [], 0, set()
+    runs: list[tuple[int, int]] = []
+    start, seen = 0, set[tuple[str, str]]()
     for k, p in enumerate(params):
         key = (p["tenant_id"], p["id"])
         if p["id"] is not None and key in seen:
