@@ -339,7 +339,7 @@ async def main() -> None:
                 )
                 for line in w["errors"][:5]:
                     print("     ", line)
-            os._exit(0)
+            return  # (leaving the block stops the server)
         print("mixed load (40% append, 25% recent, 20% recall, 15% save):")
         for clients in [int(c) for c in args.clients.split(",")]:
             report(await run(app_url, pgdata, clients, args.seconds, default_pool_size()))
@@ -353,8 +353,8 @@ async def main() -> None:
         report(r)
         for line in r["errors"][:5]:
             print("     ", line)
-    os._exit(0)  # nothing left to wait for
 
 
 if __name__ == "__main__":
     asyncio.run(main())
+    os._exit(0)  # nothing left to wait for (the server stopped with its block)
