@@ -17,6 +17,14 @@ server (every PostgreSQL process of the data directory, from /proc) spent.
 Then the same load at 16 clients with several pool sizes, and 16
 clients while another worker starts (migrate.upgrade against the up-to-date
 schema): errors and the slowest call.
+
+``--mode start``: 16 clients run without pause while, every other window of
+``--window`` seconds (in the order start, none, none, start, ...), a worker
+starts in a process of its own: ``MemoryManager.create(data_dir=...)`` against
+the already-migrated embedded server, as a second application process would.
+Reported: request p50/p99, the slowest request and the errors of the windows
+with a start against those without, each request counted in the window it
+ended in.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine, pct, private_server, with_params
@@ -161,6 +170,119 @@ async def run(
     }
 
 
+START_SCRIPT = """
+import asyncio, resource, sys, time
+t0 = time.perf_counter()
+from harbor_pg import MemoryManager
+async def main():
+    manager = await MemoryManager.create(data_dir=sys.argv[1], embeddings=False)
+    await manager.close()
+asyncio.run(main())
+u = resource.getrusage(resource.RUSAGE_SELF)
+print(f"{time.perf_counter() - t0:.1f} s ({u.ru_utime + u.ru_stime:.1f} s CPU)")
+"""
+
+
+async def run_start_windows(
+    app_url: str,
+    su_url: str,
+    data_dir: Path,
+    clients: int,
+    window: float,
+    pairs: int,
+    pool: int,
+) -> dict[str, Any]:
+    """16 clients without pause; a worker process starting in every other window.
+    Every 0.1 s, the server's backends waiting for a lock are counted."""
+    db = Database(app_url, min_size=min(pool, clients), max_size=pool)
+    await db.open()
+    manager = MemoryManager.from_database(db, embedder=HashingEmbedder())
+    people = owners()
+    ops = [name for name, weight in MIX for _ in range(weight)]
+    done: list[tuple[float, float, str | None]] = []  # (end time, latency, error)
+    stop = asyncio.Event()
+
+    async def client(seed: int) -> None:
+        rng = random.Random(seed)
+        while not stop.is_set():
+            owner = rng.choice(people)
+            op = rng.choice(ops)
+            words = " ".join(rng.sample(WORDS, 3))
+            t0 = time.perf_counter()
+            error = None
+            try:
+                if op == "append":
+                    await manager.append(owner, ConversationMessage(role="user", content=words))
+                elif op == "recent":
+                    await manager.recent(owner, 12)
+                elif op == "recall":
+                    await manager.recall(owner, words)
+                else:
+                    await manager.inject_memory(owner, f"{owner.principal_id} works on {words}")
+            except MemoryError as exc:
+                error = f"{op}: {exc}"
+            t1 = time.perf_counter()
+            done.append((t1, t1 - t0, error))
+
+    lock_waits: list[tuple[float, int]] = []
+
+    async def watch_locks() -> None:
+        async with await psycopg.AsyncConnection.connect(su_url, autocommit=True) as conn:
+            while not stop.is_set():
+                cur = await conn.execute(
+                    "select count(*) from pg_stat_activity where wait_event_type = 'Lock'"
+                )
+                row = await cur.fetchone()
+                lock_waits.append((time.perf_counter(), int(row[0]) if row else 0))
+                await asyncio.sleep(0.1)
+
+    tasks = [asyncio.create_task(client(i)) for i in range(clients)]
+    tasks.append(asyncio.create_task(watch_locks()))
+    await asyncio.sleep(1.0)  # warm up
+    plan = [w for _ in range(pairs) for w in ("start", "none", "none", "start")][: 2 * pairs]
+    windows: list[tuple[str, float, float, str]] = []
+    for kind in plan:
+        t0 = time.perf_counter()
+        child = None
+        if kind == "start":
+            child = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-c",
+                START_SCRIPT,
+                str(data_dir),
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
+        await asyncio.sleep(window)
+        took = ""
+        if child is not None:
+            out, err = await child.communicate()
+            took = out.decode().strip() or f"failed: {err.decode()[-300:]}"
+        windows.append((kind, t0, t0 + window, took))
+    stop.set()
+    await asyncio.gather(*tasks)
+    await manager.close()
+    await db.close()
+    result: dict[str, Any] = {}
+    for kind in ("start", "none"):
+        lat = [x for k, a, b, _ in windows if k == kind for t, x, _ in done if a <= t < b]
+        errs = [e for k, a, b, _ in windows if k == kind for t, _, e in done if a <= t < b and e]
+        result[kind] = {
+            "n": len(lat),
+            "p50": statistics.median(lat) * 1000,
+            "p99": pct(lat, 99) * 1000,
+            "max": max(lat) * 1000,
+            "errors": errs,
+            "ops_s": len(lat) / (window * sum(k == kind for k, *_ in windows)),
+            "lock_waits": max(
+                (n for k, a, b, _ in windows if k == kind for t, n in lock_waits if a <= t < b),
+                default=0,
+            ),
+        }
+    result["starts"] = [took for k, _, _, took in windows if k == "start"]
+    return result
+
+
 def report(r: dict[str, Any]) -> None:
     ops = ", ".join(f"{op} {p50:.1f}/{p99:.1f}" for op, (p50, p99, _) in r["per_op"].items())
     print(
@@ -180,6 +302,9 @@ async def main() -> None:
     parser.add_argument("--seconds", type=float, default=6.0)
     parser.add_argument("--clients", default="1,4,16,64")
     parser.add_argument("--pools", default="2,4,8,16")
+    parser.add_argument("--mode", choices=["all", "start"], default="all")
+    parser.add_argument("--window", type=float, default=5.0)
+    parser.add_argument("--pairs", type=int, default=4)
     args = parser.parse_args()
     print(f"machine: {machine()}; default pool size here: {default_pool_size()}")
     with private_server() as (su, base):
@@ -189,6 +314,32 @@ async def main() -> None:
         migrate.upgrade(owner_url)
         app_url = with_params(base_url, user=server.APP_ROLE)
         pgdata = (base / "pgdata").resolve()
+        if args.mode == "start":
+            r = await run_start_windows(
+                app_url,
+                base_url,
+                pgdata.parent,
+                16,
+                args.window,
+                args.pairs,
+                default_pool_size(),
+            )
+            print(
+                f"16 clients, windows of {args.window:.0f} s; worker starts took (s):",
+                ", ".join(r["starts"]),
+            )
+            for kind in ("start", "none"):
+                w = r[kind]
+                print(
+                    f"  {kind:>5}: {w['n']} requests, {w['ops_s']:.0f} ops/s,"
+                    f" p50 {w['p50']:.1f} ms, p99 {w['p99']:.1f} ms, slowest {w['max']:.0f} ms,"
+                    f" errors {len(w['errors'])}, most backends waiting for a lock at once"
+                    f" {w['lock_waits']}",
+                    flush=True,
+                )
+                for line in w["errors"][:5]:
+                    print("     ", line)
+            return  # (leaving the block stops the server)
         print("mixed load (40% append, 25% recent, 20% recall, 15% save):")
         for clients in [int(c) for c in args.clients.split(",")]:
             report(await run(app_url, pgdata, clients, args.seconds, default_pool_size()))
@@ -202,8 +353,8 @@ async def main() -> None:
         report(r)
         for line in r["errors"][:5]:
             print("     ", line)
-    os._exit(0)  # nothing left to wait for
 
 
 if __name__ == "__main__":
     asyncio.run(main())
+    os._exit(0)  # nothing left to wait for (the server stopped with its block)

@@ -24,6 +24,7 @@ from psycopg_pool.base import AttemptWithBackoff
 
 from harbor_pg.db.server import ADMIN_ROLE, APP_ROLE, describe_connect_error, redact
 from harbor_pg.db.sqlfiles import query
+from harbor_pg.db.vectors import register_vector_array
 from harbor_pg.errors import (
     MemoryConcurrencyError,
     MemoryConfigurationError,
@@ -164,6 +165,8 @@ def _role_switcher(target: str) -> Callable[[Connection], Any]:
     async def configure(conn: Connection) -> None:
         set_json_loads(_json_loads, conn)
         row = await (await conn.execute(query("login_role"), {"target": target})).fetchone()
+        if row is not None and row.get("vector_oid") is not None:
+            register_vector_array(conn, int(row["vector_oid"]))
         statement = _set_role(row, target)
         if statement is not None:
             await conn.execute(statement)

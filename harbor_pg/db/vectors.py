@@ -18,7 +18,7 @@ import psycopg
 from psycopg.adapt import Dumper
 from psycopg.pq import Format
 
-__all__ = ["PgVector"]
+__all__ = ["PgVector", "PgVectorArray", "register_vector_array"]
 
 
 class PgVector:
@@ -47,3 +47,52 @@ class _PgVectorBinaryDumper(Dumper):
 
 
 psycopg.adapters.register_dumper(PgVector, _PgVectorBinaryDumper)
+
+
+class PgVectorArray:
+    """A ``public.vector[]`` parameter: one vector (or None) per element, sent in
+    PostgreSQL's binary array form (a batch of 256 vectors in one parameter).
+
+    The binary form names the element type's OID, which differs from one
+    database to the next: :func:`register_vector_array` registers the dumper on
+    each pooled connection with its database's OID. Statements cast it
+    ``%(name)s::public.vector[]``.
+    """
+
+    __slots__ = ("values",)
+
+    def __init__(self, values: Sequence[Sequence[float] | None]) -> None:
+        # components as given: the caller checked them (a non-number fails in the dumper)
+        self.values = list(values)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __repr__(self) -> str:
+        return f"PgVectorArray({len(self.values)} vectors)"
+
+
+def register_vector_array(conn: psycopg.AsyncConnection[object], vector_oid: int) -> None:
+    """Make ``conn`` send :class:`PgVectorArray` parameters (``vector_oid``: the OID of
+    ``public.vector`` in its database)."""
+
+    class _Dumper(Dumper):
+        format = Format.BINARY
+        oid = 0  # the statement's cast names the array type
+
+        def dump(self, obj: PgVectorArray) -> bytes:
+            values = obj.values
+            if not values:
+                return struct.pack(">iiI", 0, 0, vector_oid)  # no dimensions: empty
+            has_null = any(v is None for v in values)
+            # header: dimensions, has-nulls flag, element OID, then length and lower bound
+            parts = [struct.pack(">iiIii", 1, int(has_null), vector_oid, len(values), 1)]
+            for v in values:
+                if v is None:
+                    parts.append(b"\xff\xff\xff\xff")  # length -1: NULL
+                else:
+                    n = len(v)
+                    parts.append(struct.pack(f">iHH{n}f", 4 + 4 * n, n, 0, *v))
+            return b"".join(parts)
+
+    conn.adapters.register_dumper(PgVectorArray, _Dumper)

@@ -12,7 +12,7 @@ from psycopg.types.json import Jsonb
 
 from harbor_pg.db.connection import Connection, Database
 from harbor_pg.db.sqlfiles import query
-from harbor_pg.db.vectors import PgVector
+from harbor_pg.db.vectors import PgVector, PgVectorArray
 from harbor_pg.errors import MemoryScopeError, MemoryValidationError
 from harbor_pg.owner import MemoryOwner, MemoryScope
 from harbor_pg.records import Memory, MemoryType, content_hash
@@ -84,14 +84,16 @@ _FLOAT32_MAX = 3.4028234663852886e38
 
 def check_vector(embedding: Sequence[float]) -> list[float]:
     try:
-        values = [float(x) for x in embedding]
+        values = list(map(float, embedding))
     except (TypeError, ValueError, OverflowError) as exc:
         raise MemoryValidationError(f"embedding must be a sequence of numbers ({exc})") from None
     if not values:
         raise MemoryValidationError("embedding is empty")
-    if not all(math.isfinite(x) for x in values):
+    # a NaN or an infinity anywhere makes the sum NaN or infinite (so does an overflow
+    # of finite components, which the float32 check below then refuses): one pass in C
+    if not math.isfinite(sum(values)) and not all(math.isfinite(x) for x in values):
         raise MemoryValidationError("embedding contains NaN or infinity")
-    if any(abs(x) > _FLOAT32_MAX for x in values):
+    if max(map(abs, values)) > _FLOAT32_MAX:
         raise MemoryValidationError("embedding has a component beyond the float32 range")
     return values
 
@@ -159,6 +161,59 @@ def _fact_params(owner: MemoryOwner, memory: Memory) -> dict[str, Any]:
     if memory.scope in ELEVATED_SCOPES:
         raise MemoryScopeError("extraction writes only the caller's own scopes")
     return memory_params(owner, memory)
+
+
+def _distinct_id_runs(params: Sequence[dict[str, Any]]) -> list[tuple[int, int]]:
+    """``params`` cut into runs (start, end) in which no given memory id repeats: one
+    ``save_memories`` call matches its inserted rows to its input by id."""
+    runs: list[tuple[int, int]] = []
+    start, seen = 0, set[tuple[str, str]]()
+    for k, p in enumerate(params):
+        key = (p["tenant_id"], p["id"])
+        if p["id"] is not None and key in seen:
+            runs.append((start, k))
+            start, seen = k, set()
+        if p["id"] is not None:
+            seen.add(key)
+    runs.append((start, len(params)))
+    return runs
+
+
+def _batch_params(
+    params: Sequence[dict[str, Any]],
+    vectors: Sequence[MemoryVectors | None],
+    model_id: str | None,
+) -> dict[str, Any]:
+    """The array parameters of ``save_memories`` (one element per memory)."""
+
+    def column(name: str) -> list[Any]:
+        return [p[name] for p in params]
+
+    return {
+        "tenant_ids": column("tenant_id"),
+        "ids": column("id"),
+        "scopes": column("scope"),
+        "project_ids": column("project_id"),
+        "user_ids": column("user_id"),
+        "session_ids": column("session_id"),
+        "run_ids": column("run_id"),
+        "principal_ids": column("principal_id"),
+        "memory_types": column("memory_type"),
+        "importances": column("importance"),
+        "contents": column("content"),
+        "content_hashes": column("content_hash"),
+        "contexts": column("context"),
+        "entity_ids": [Jsonb(p["entity_ids"]) for p in params],
+        "sources": column("source"),
+        "sensitivities": column("sensitivity"),
+        "source_session_ids": column("source_session_id"),
+        "source_message_ids": [Jsonb(p["source_message_ids"]) for p in params],
+        "metadata": column("metadata"),
+        "valid_froms": column("valid_from"),
+        "embeddings": PgVectorArray([v.content if v else None for v in vectors]),
+        "context_embeddings": PgVectorArray([v.with_context if v else None for v in vectors]),
+        "model_id": model_id or "",
+    }
 
 
 def _dedup_key(owner: MemoryOwner, memory: Memory) -> tuple[str, ...]:
@@ -233,12 +288,10 @@ class PostgresLongTermStore:
         the content (``context_embedding``), both of ``model_id``."""
         vectors = _checked_vectors(memory, embedding, context_embedding, model_id)
         admin = memory.scope in ELEVATED_SCOPES
-
-        async def attempt() -> SaveResult:
-            async with self.db.transaction(owner, admin=admin) as conn:
-                return await self._save_one(conn, owner, memory, vectors, model_id)
-
-        return await self.db.retrying(attempt)
+        [result] = await self.db.retrying(
+            lambda: self._save_batch(owner, [memory], [vectors], model_id, admin=admin)
+        )
+        return result
 
     async def save_many(
         self,
@@ -255,7 +308,8 @@ class PostgresLongTermStore:
         ``context_vectors[i]`` (optional) that of its context followed by its
         content. Memories of the elevated scopes (TENANT, GLOBAL) are written
         by the elevated role and the others by the application role, so one
-        batch holds only one kind.
+        batch holds only one kind. The batch is one statement (``save_memories``),
+        sent with the identity in one round trip.
         """
         for given in (vectors, context_vectors):
             if given is not None and len(given) != len(memories):
@@ -276,45 +330,81 @@ class PostgresLongTermStore:
             raise MemoryValidationError(
                 "a batch cannot mix TENANT/GLOBAL memories with narrower ones"
             )
+        if not memories:
+            return []
         admin = kinds == {True}
         # rows are locked in one order, that of the dedup key, so two batches of the
         # same facts in different orders cannot deadlock; a deadlock or serialization
         # failure that still happens rolls the batch back and it runs again
         order = sorted(range(len(memories)), key=lambda i: _dedup_key(owner, memories[i]))
-
-        async def attempt() -> list[SaveResult]:
-            results: dict[int, SaveResult] = {}
-            async with self.db.transaction(owner, admin=admin) as conn:
-                for i in order:
-                    results[i] = await self._save_one(
-                        conn, owner, memories[i], checked[i], model_id
-                    )
-            return [results[i] for i in range(len(memories))]
-
-        return await self.db.retrying(attempt)
-
-    async def _save_one(
-        self,
-        conn: Connection,
-        owner: MemoryOwner,
-        memory: Memory,
-        vectors: MemoryVectors | None,
-        model_id: str | None,
-    ) -> SaveResult:
-        memory_id, created = await self.save_in(conn, memory_params(owner, memory))
-        if created and vectors is not None:
-            tenant = owner.tenant_id if memory.scope is not MemoryScope.GLOBAL else ""
-            await self.insert_embedding(conn, tenant, memory_id, vectors.content, model_id or "")
-            if vectors.with_context is not None:
-                await self.insert_embedding(
-                    conn, tenant, memory_id, vectors.with_context, model_id or "", True
-                )
-        cur = await conn.execute(
-            query("get_memory"), {"tenant_id": owner.tenant_id, "id": memory_id}
+        saved = await self.db.retrying(
+            lambda: self._save_batch(
+                owner,
+                [memories[i] for i in order],
+                [checked[i] for i in order],
+                model_id,
+                admin=admin,
+            )
         )
-        row = await cur.fetchone()
-        assert row is not None
-        return SaveResult(memory=memory_from_row(row), created=created)
+        results: list[SaveResult | None] = [None] * len(memories)
+        for i, result in zip(order, saved, strict=True):
+            results[i] = result
+        return [r for r in results if r is not None]
+
+    async def _save_batch(
+        self,
+        owner: MemoryOwner,
+        memories: Sequence[Memory],
+        vectors: Sequence[MemoryVectors | None],
+        model_id: str | None,
+        *,
+        admin: bool,
+    ) -> list[SaveResult]:
+        """Save ``memories`` (in the order given) in one transaction: ``save_memories``
+        once, or once per run of distinct ids when an id repeats; then look up, in a
+        transaction of its own, any duplicate the statement could not see."""
+        params = [memory_params(owner, m) for m in memories]
+        chunks = _distinct_id_runs(params)
+        if len(chunks) == 1 and not admin:
+            rows = await self.db.fetch_in_one_round_trip(
+                owner, query("save_memories"), _batch_params(params, vectors, model_id)
+            )
+        else:
+            rows = []
+            async with self.db.transaction(owner, admin=admin) as conn:
+                for start, end in chunks:
+                    cur = await conn.execute(
+                        query("save_memories"),
+                        _batch_params(params[start:end], vectors[start:end], model_id),
+                    )
+                    rows.extend(await cur.fetchall())
+        unseen = [k for k, row in enumerate(rows) if row["id"] is None]
+        if unseen:
+            found = await self._duplicates(owner, [params[k] for k in unseen], admin=admin)
+            for k, row in zip(unseen, found, strict=True):
+                rows[k] = row
+        return [SaveResult(memory=memory_from_row(r), created=bool(r["created"])) for r in rows]
+
+    async def _duplicates(
+        self, owner: MemoryOwner, params: Sequence[dict[str, Any]], *, admin: bool
+    ) -> list[dict[str, Any]]:
+        """The currently valid rows that blocked these inserts, read in a new snapshot
+        (a concurrent writer's, committed after the insert's statement began)."""
+        found = []
+        async with self.db.transaction(owner, admin=admin) as conn:
+            for p in params:
+                dup = await (await conn.execute(query("find_current_duplicate"), p)).fetchone()
+                if dup is None:  # the conflict was with a row this caller cannot see
+                    raise MemoryValidationError(
+                        "a conflicting memory exists that this caller cannot see"
+                    )
+                cur = await conn.execute(
+                    query("get_memory"), {"tenant_id": owner.tenant_id, "id": dup["id"]}
+                )
+                row = await cur.fetchone()
+                assert row is not None
+                found.append({**row, "created": False})
+        return found
 
     @staticmethod
     async def save_in(conn: Connection, params: dict[str, Any]) -> tuple[str, bool]:

@@ -97,9 +97,16 @@ as $$
 declare
     m record;
 begin
+    -- by primary key: the read policy already tests the tenant, and a second tenant test
+    -- here made the planner count the two as independent, estimate one row for the
+    -- owner index and take it, reading every row of the memory's owner for each vector
+    -- (the fence keeps the tenant test out of the scan)
     select x.scope, x.project_id, x.user_id, x.session_id, x.run_id into m
-      from harbor.memories x
-     where x.tenant_id = new.tenant_id and x.id = new.memory_id;
+      from (select y.tenant_id, y.scope, y.project_id, y.user_id, y.session_id, y.run_id
+              from harbor.memories y
+             where y.id = new.memory_id
+            offset 0) x
+     where x.tenant_id = new.tenant_id;
     if not found or (m.scope, m.project_id, m.user_id, m.session_id, m.run_id)
                     is distinct from (new.scope, new.project_id, new.user_id, new.session_id,
                                       new.run_id) then
@@ -117,9 +124,14 @@ begin
     if exists (select 1 from pg_catalog.pg_attribute
                 where attrelid = 'harbor.memories'::pg_catalog.regclass
                   and attname = 'source_tenant_id' and not attisdropped) then
+        -- (the condition: rows the function would change; a row naming no source and no
+        -- provenance, what most writes are, skips the call)
         create or replace trigger memories_provenance
             before insert on harbor.memories
-            for each row execute function harbor._memories_provenance();
+            for each row
+            when (new.source_session_id is not null or new.source_message_ids <> '{}'
+                  or new.source_tenant_id is not null or new.source_user_id is not null)
+            execute function harbor._memories_provenance();
     else
         drop trigger if exists memories_provenance on harbor.memories;
     end if;
@@ -199,8 +211,11 @@ as $$
 begin
     if new.superseded_by is not null
        and (tg_op = 'INSERT' or new.superseded_by is distinct from old.superseded_by)
-       and not exists (select 1 from harbor.memories s
-                        where s.tenant_id = new.tenant_id and s.id = new.superseded_by) then
+       -- by primary key, the tenant tested outside the scan (see _embedding_owner_is_memorys)
+       and not exists (select 1
+                         from (select s.tenant_id from harbor.memories s
+                                where s.id = new.superseded_by offset 0) s
+                        where s.tenant_id = new.tenant_id) then
         raise exception 'harbor.memories: a successor must be a memory the writer can see'
             using errcode = '23503', constraint = 'memories_superseded_by_visible';
     end if;
@@ -208,9 +223,11 @@ begin
 end
 $$;
 
+-- (the condition: the function checks nothing for a row without a successor)
 create or replace trigger memories_superseded_by_visible
     before insert or update of superseded_by on harbor.memories
-    for each row execute function harbor._memory_successor_visible();
+    for each row when (new.superseded_by is not null)
+    execute function harbor._memory_successor_visible();
 
 -- A rolling session summary's id is derived from its whole owner key: 'summary:'
 -- and 32 hex digits of the sha256 of the tenant, project, user, session and run,

@@ -11,10 +11,13 @@ select pg_catalog.set_config('harbor.tenant_id', %(tenant_id)s::text, true),
        pg_catalog.set_config('harbor.run_id', coalesce(%(run_id)s::text, ''), true)
 
 -- name: login_role
--- Who the pooled connection logged in as, and whether it may switch to the target role.
+-- Who the pooled connection logged in as, and whether it may switch to the target role;
+-- and the OID of public.vector (null before the extension exists), which the binary form
+-- of a vector[] parameter names.
 select current_user::text as current_user,
        r.rolsuper or r.rolbypassrls as privileged,
-       pg_has_role(session_user, %(target)s::name, 'MEMBER') as is_member
+       pg_has_role(session_user, %(target)s::name, 'MEMBER') as is_member,
+       pg_catalog.to_regtype('public.vector')::oid::bigint as vector_oid
   from pg_roles r
  where r.rolname = current_user
 

@@ -92,3 +92,110 @@ select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, 
         or pg_catalog.strpos(pg_catalog.lower(m.content), pg_catalog.lower(%(query)s::text)) > 0)
  order by pg_catalog.ts_rank_cd(m.fts, q.tsq) desc, m.importance desc, lower(m.valid) desc
  limit %(limit)s::integer
+
+-- name: save_memories
+-- Save a batch of memories with their vectors in one statement (save and save_many: one
+-- round trip with the identity). Each array has one element per memory, in the order the
+-- rows are inserted and locked (the caller sorts them by dedup key, so that two batches of
+-- the same facts wait for each other instead of deadlocking); ids are distinct within a
+-- call. A memory is inserted unless a currently valid duplicate exists (the exclusion
+-- constraint decides, also under concurrent writers: ON CONFLICT DO NOTHING); then that
+-- duplicate comes back instead, with created false: one this statement inserted earlier,
+-- or one its snapshot sees. A duplicate it cannot see (a concurrent writer's, committed
+-- after the statement began) comes back as a row with a null id: the caller looks it up
+-- with find_current_duplicate. Vectors: embeddings[i] of memory i's content,
+-- context_embeddings[i] of its context line and content (each may be null), both of
+-- model_id; stored only for a memory inserted here (no vector of it can exist yet, so no
+-- ON CONFLICT clause, which would need the right to read the row it conflicts with).
+-- entity_ids and source_message_ids: one JSON array of strings per memory.
+-- One row per memory, in input order (ord).
+with input as materialized (
+    select u.ord, coalesce(u.id, (pg_catalog.gen_random_uuid())::text) as id, u.tenant_id,
+           u.scope, u.project_id, u.user_id, u.session_id, u.run_id, u.principal_id,
+           u.memory_type, u.importance, u.content, u.content_hash, u.context, u.entity_ids,
+           u.source, u.sensitivity, u.source_session_id, u.source_message_ids, u.metadata,
+           pg_catalog.tstzrange(coalesce(u.valid_from, pg_catalog.now()), null, '[)') as valid,
+           u.embedding, u.context_embedding
+      from unnest(  -- the multi-array form, only unqualified
+               %(tenant_ids)s::text[], %(ids)s::text[], %(scopes)s::harbor.memory_scope[],
+               %(project_ids)s::text[], %(user_ids)s::text[], %(session_ids)s::text[],
+               %(run_ids)s::text[], %(principal_ids)s::text[],
+               %(memory_types)s::harbor.memory_type[], %(importances)s::real[],
+               %(contents)s::text[], %(content_hashes)s::text[], %(contexts)s::text[],
+               %(entity_ids)s::jsonb[], %(sources)s::text[],
+               %(sensitivities)s::harbor.sensitivity[], %(source_session_ids)s::text[],
+               %(source_message_ids)s::jsonb[], %(metadata)s::jsonb[],
+               %(valid_froms)s::timestamptz[], %(embeddings)s::public.vector[],
+               %(context_embeddings)s::public.vector[])
+           with ordinality as u(tenant_id, id, scope, project_id, user_id, session_id, run_id,
+                                principal_id, memory_type, importance, content, content_hash,
+                                context, entity_ids, source, sensitivity, source_session_id,
+                                source_message_ids, metadata, valid_from, embedding,
+                                context_embedding, ord)
+), inserted as (
+    insert into harbor.memories as m (tenant_id, id, scope, project_id, user_id, session_id,
+                                      run_id, principal_id, memory_type, importance, content,
+                                      content_hash, context, entity_ids, source, sensitivity,
+                                      source_session_id, source_message_ids, metadata, valid)
+    select i.tenant_id, i.id, i.scope, i.project_id, i.user_id, i.session_id, i.run_id,
+           i.principal_id, i.memory_type, i.importance, i.content, i.content_hash, i.context,
+           array(select pg_catalog.jsonb_array_elements_text(i.entity_ids)), i.source,
+           i.sensitivity, i.source_session_id,
+           array(select pg_catalog.jsonb_array_elements_text(i.source_message_ids)),
+           i.metadata, i.valid
+      from input i
+     order by i.ord
+    on conflict do nothing
+    returning m
+), embedded as (
+    insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims, embedding,
+                                          scope, project_id, user_id, session_id, run_id,
+                                          with_context)
+    select (n.m).tenant_id, (n.m).id, %(model_id)s::text, public.vector_dims(v.embedding),
+           v.embedding, (n.m).scope, (n.m).project_id, (n.m).user_id, (n.m).session_id,
+           (n.m).run_id, v.with_context
+      from inserted n
+      join input i on i.id = (n.m).id and i.tenant_id = (n.m).tenant_id
+     cross join lateral (values (i.embedding, false), (i.context_embedding, true))
+           as v(embedding, with_context)
+     where v.embedding is not null
+), saved as materialized (
+    select i.ord, (n.m).id is not null as created,
+           coalesce(n.m,
+                    -- the duplicate: inserted earlier in this statement, or visible to it
+                    (select x.m
+                       from (select e.m, 0 as here
+                               from inserted e
+                              where (e.m).tenant_id = i.tenant_id and (e.m).scope = i.scope
+                                and (e.m).project_id = i.project_id
+                                and (e.m).user_id = i.user_id
+                                and (e.m).session_id = i.session_id
+                                and (e.m).run_id = i.run_id
+                                and (e.m).content_hash = i.content_hash
+                                and (e.m).valid operator(pg_catalog.&&) i.valid
+                             union all
+                             select d, 1
+                               from harbor.memories d
+                              where d.tenant_id = i.tenant_id and d.scope = i.scope
+                                and harbor.memory_dedup_key(d.project_id, d.user_id,
+                                                            d.session_id, d.run_id,
+                                                            d.content_hash)
+                                    = harbor.memory_dedup_key(i.project_id, i.user_id,
+                                                              i.session_id, i.run_id,
+                                                              i.content_hash)
+                                and d.valid operator(pg_catalog.&&) i.valid) x
+                      order by x.here, pg_catalog.lower((x.m).valid)
+                      limit 1)) as m
+      from input i
+      left join inserted n on (n.m).id = i.id and (n.m).tenant_id = i.tenant_id
+)
+select s.ord, s.created, (s.m).id, (s.m).tenant_id, (s.m).scope::text as scope,
+       (s.m).project_id, (s.m).principal_id, (s.m).user_id, (s.m).session_id, (s.m).run_id,
+       (s.m).memory_type::text as memory_type, (s.m).content, (s.m).content_hash,
+       (s.m).importance, (s.m).entity_ids, (s.m).source,
+       (s.m).sensitivity::text as sensitivity, pg_catalog.lower((s.m).valid) as valid_from,
+       pg_catalog.upper((s.m).valid) as invalid_at, (s.m).superseded_by,
+       (s.m).source_session_id, (s.m).source_message_ids, (s.m).metadata, (s.m).context,
+       (s.m).created_at, (s.m).updated_at
+  from saved s
+ order by s.ord

@@ -1,0 +1,155 @@
+"""``ingest --mode indexes``: what each secondary index of the memories and their
+vectors costs a write, and whether recall reads it.
+
+For each index (primary keys and constraint indexes excluded: they are the
+guarantees), ``--rounds`` pairs in alternating order of one ``save_memories``
+statement of ``--batch-size`` new memories with their vectors (a share
+``--context`` with a second one), as ``harbor_app`` with the identity set, in
+a transaction that is rolled back: once with every index, once with this index
+dropped inside that transaction (so nothing changes for good). The cost is the
+median of the paired differences, per memory. The HNSW graph's insert costs
+milliseconds a vector and would drown the others in its noise, so it is
+measured first and then left out of both sides of every other pair. Then a recall workload (hybrid,
+top_k 25, owners of the store) runs and ``pg_stat_user_indexes`` says which
+indexes it scanned; the store's owners are all below the exact-scan limit, so
+the HNSW graph (which serves only larger owners) is not expected to be read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import statistics
+import time
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from harbor_pg.db.sqlfiles import query
+from harbor_pg.db.vectors import register_vector_array
+from harbor_pg.owner import MemoryOwner
+from harbor_pg.records import Memory
+from harbor_pg.tiers.long_term import MemoryVectors, _batch_params, memory_params
+
+TABLES = ("memories", "memory_embeddings")
+
+
+def _indexes(conn: psycopg.Connection[Any]) -> list[str]:
+    rows = conn.execute(
+        "select i.indexrelid::regclass::text as name from pg_index i"
+        " join pg_class c on c.oid = i.indrelid"
+        " where c.relnamespace = 'harbor'::regnamespace and c.relname = any (%s)"
+        "   and not i.indisprimary"
+        "   and not exists (select 1 from pg_constraint k where k.conindid = i.indexrelid)"
+        " order by 1",
+        (list(TABLES),),
+    ).fetchall()
+    return [r["name"] for r in rows]
+
+
+def _write_once(
+    conn: psycopg.Connection[Any], tenant: str, n: int, context: float, drop: list[str]
+) -> float:
+    from ingest import _vectors
+
+    rng = random.Random()
+    owner = MemoryOwner(tenant_id=tenant, principal_id=f"u-{tenant}")
+    memories = [
+        Memory(
+            content=f"index cost {rng.random()} {i}",
+            context="a context line" if rng.random() < context else None,
+        )
+        for i in range(n)
+    ]
+    vecs = _vectors(2 * n, rng.randrange(10**9)).tolist()
+    vectors = [
+        MemoryVectors(vecs[2 * i], vecs[2 * i + 1] if m.context else None)
+        for i, m in enumerate(memories)
+    ]
+    params = _batch_params([memory_params(owner, m) for m in memories], vectors, "bench")
+    with conn.transaction(force_rollback=True):
+        for name in drop:
+            conn.execute(f"drop index {name}")
+        conn.execute("set local role harbor_app")
+        conn.execute(
+            "select harbor.set_identity(%s, principal_id => %s, is_local => true)",
+            (tenant, f"u-{tenant}"),
+        )
+        t0 = time.perf_counter()
+        conn.execute(query("save_memories"), params).fetchall()
+        return time.perf_counter() - t0
+
+
+def index_costs(su: str, db_url: str, args: Any) -> None:
+    from recall import tenant_name
+
+    url = psycopg.conninfo.make_conninfo(su, dbname="harbor")
+    with psycopg.connect(url, row_factory=dict_row) as conn:
+        oid = conn.execute("select 'public.vector'::regtype::oid as o").fetchone()
+        assert oid is not None
+        register_vector_array(conn, int(oid["o"]))  # type: ignore[arg-type]
+        names = _indexes(conn)
+        n = args.batch_size
+        print(f"write cost per memory ({n} a statement, {args.rounds} pairs):", flush=True)
+        graph = "harbor.memory_embeddings_hnsw_384"
+        for name in [graph, *(x for x in names if x != graph)]:
+            # the graph's insert (milliseconds a vector here) would drown the others'
+            # cost in its noise: both sides of their pairs go without it
+            base = [] if name == graph else [graph]
+            diffs = []
+            for r in range(args.rounds):
+                tenant = tenant_name(random.randrange(1000))
+                with_first = r % 2 == 0
+                a = _write_once(
+                    conn, tenant, n, args.context, base if with_first else [*base, name]
+                )
+                b = _write_once(
+                    conn, tenant, n, args.context, [*base, name] if with_first else base
+                )
+                with_index, without = (a, b) if with_first else (b, a)
+                diffs.append((with_index - without) / n)
+            size = conn.execute(
+                "select pg_size_pretty(pg_relation_size(%s::regclass)) as s", (name,)
+            ).fetchone()
+            assert size is not None
+            print(
+                f"  {name}: {statistics.median(diffs) * 1e6:.0f} us a memory"
+                f" (paired differences {min(diffs) * 1e6:.0f} to {max(diffs) * 1e6:.0f});"
+                f" {size['s']}",
+                flush=True,
+            )
+    asyncio.run(_recall_scans(su, db_url))
+
+
+async def _recall_scans(su: str, db_url: str) -> None:
+    from recall import owner_of, queries, request_for, tenant_name
+
+    from harbor_pg.context.recall import recall_in_one_round_trip
+    from harbor_pg.db.connection import Database
+
+    url = psycopg.conninfo.make_conninfo(su, dbname="harbor")
+
+    def scans() -> dict[str, int]:
+        with psycopg.connect(url) as c:
+            c.execute("select pg_stat_force_next_flush()")
+            rows = c.execute(
+                "select indexrelid::regclass::text, idx_scan from pg_stat_user_indexes"
+                " where schemaname = 'harbor' and relname = any (%s)",
+                (list(TABLES),),
+            ).fetchall()
+        return {r[0]: int(r[1] or 0) for r in rows}
+
+    db = Database(psycopg.conninfo.make_conninfo(db_url, user="harbor_app"), max_size=1)
+    await db.open()
+    qs = queries(200, [(tenant_name(i), 100) for i in range(1000)], seed=5)
+    time.sleep(1.0)
+    before = scans()
+    for tenant, text, v in qs:
+        await recall_in_one_round_trip(db, owner_of(tenant), request_for(text, v, 25))
+    await db.close()
+    time.sleep(1.0)
+    after = scans()
+    print(f"index scans during {len(qs)} recalls (hybrid, top_k 25):", flush=True)
+    for name in sorted(after):
+        print(f"  {name}: {after[name] - before.get(name, 0)}", flush=True)

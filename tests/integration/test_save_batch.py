@@ -1,0 +1,89 @@
+"""save and save_many as one statement a batch (save_memories): dedup inside the batch
+and against stored rows, repeated ids, both vectors of a memory with a context, all in
+one round trip."""
+
+from __future__ import annotations
+
+import psycopg
+
+from harbor_pg.db.connection import Database
+from harbor_pg.manager import MemoryManager
+from harbor_pg.owner import MemoryOwner
+from harbor_pg.records import Memory
+from harbor_pg.tiers.long_term import PostgresLongTermStore
+from tests.conftest import PgDatabase
+from tests.roundtrips import RoundTripProxy
+
+ALICE = MemoryOwner(tenant_id="t1", principal_id="alice", session_id="s1")
+V = [0.1] * 8
+W = [0.2] * 8
+
+
+async def test_duplicates_in_the_batch_and_in_the_store(database: Database) -> None:
+    manager = MemoryManager.from_database(database)
+    stored = await manager.save(ALICE, Memory(content="Alice likes tea"))
+    results = await manager.save_many(
+        ALICE,
+        [
+            Memory(content="Alice likes coffee"),
+            Memory(content="Alice likes tea"),
+            Memory(content="Alice likes coffee"),
+            Memory(content="Alice likes cake", entity_ids=["cake"], metadata={"k": [1]}),
+        ],
+    )
+    assert [r.created for r in results] == [True, False, False, True]
+    assert results[1].memory.id == stored.memory.id
+    assert results[2].memory.id == results[0].memory.id
+    assert results[3].memory.entity_ids == ["cake"]
+    assert results[3].memory.metadata == {"k": [1]}
+    again = await manager.get(ALICE, results[3].memory.id)
+    assert again is not None and again.content == "Alice likes cake"
+
+
+async def test_a_repeated_id_in_one_batch(database: Database) -> None:
+    manager = MemoryManager.from_database(database)
+    results = await manager.save_many(ALICE, [Memory(id="m-1", content="Alice owns a bike")] * 2)
+    assert [r.created for r in results] == [True, False]
+    assert {r.memory.id for r in results} == {"m-1"}
+
+
+async def test_both_vectors_of_a_memory_with_a_context(
+    database: Database, fresh_db: PgDatabase
+) -> None:
+    store = PostgresLongTermStore(database)
+    results = await store.save_many(
+        ALICE,
+        [Memory(content="Alice moved", context="About her flat"), Memory(content="Alice ran")],
+        [V, V],
+        "test-model",
+        context_vectors=[W, None],
+    )
+    assert all(r.created for r in results)
+    # a duplicate gets no vector of its own
+    dup = await store.save(ALICE, Memory(content="Alice ran"), W, "test-model")
+    assert not dup.created
+    with psycopg.connect(fresh_db.superuser_url) as conn:
+        rows = conn.execute(
+            "select memory_id, with_context, dims, embedding::text from harbor.memory_embeddings"
+            " order by memory_id, with_context"
+        ).fetchall()
+    by_memory = {(r[0], r[1]): (r[2], r[3]) for r in rows}
+    moved, ran = (r.memory.id for r in results)
+    assert set(by_memory) == {(moved, False), (moved, True), (ran, False)}
+    assert by_memory[(moved, True)][1].startswith("[0.2,")
+    assert by_memory[(ran, False)] == (8, "[" + ",".join(["0.1"] * 8) + "]")
+
+
+async def test_a_save_and_a_batch_are_one_round_trip_each(
+    counted: tuple[Database, RoundTripProxy],
+) -> None:
+    db, proxy = counted
+    store = PostgresLongTermStore(db)
+    for i in range(7):  # past psycopg preparing the statement on its fifth use
+        proxy.reset()
+        await store.save(ALICE, Memory(content=f"fact {i}"), V, "test-model")
+        assert proxy.flights == 1
+        proxy.reset()
+        batch = [Memory(content=f"batch {i} fact {k}") for k in range(5)]
+        await store.save_many(ALICE, batch, [V] * 5, "test-model")
+        assert proxy.flights == 1
