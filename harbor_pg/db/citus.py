@@ -455,6 +455,28 @@ _REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
         re.compile(r"and m\.tenant_id = any \(array\['', \$2\]\)"),
         "and m.tenant_id = any " + _TENANTS.format(scopes="$3", tenant="$2"),
     ),
+    # the legs' per-owner-key LATERAL range scans, kept whole by OFFSET 0 on one
+    # server (a generic plan's merge join read every other owner's rows first): Citus
+    # cannot push down a LATERAL subquery with OFFSET ("cannot push down this
+    # subquery") once the global scope adds the '' shard, and custom plans are used
+    # here anyway, so the subqueries become plain joins again (the same rows)
+    ("_lexical_candidates", re.compile(r"\boffset 0\) m\b"), ") m"),
+    ("_dense_candidates", re.compile(r"\boffset 0\) e\b"), ") e"),
+    # the guards look a memory up by primary key alone, the tenant tested outside the
+    # fenced scan (on one server, a second tenant test misled the planner); on a shard
+    # that lookup is a query over every shard, which Citus refuses inside a shard's
+    # trigger ("cannot execute a distributed query from a query on a shard"): the
+    # tenant goes back into the scan, so the lookup stays on the row's own shard
+    (
+        "_embedding_owner_is_memorys",
+        re.compile(r"where y\.id = new\.memory_id"),
+        "where y.tenant_id = new.tenant_id and y.id = new.memory_id",
+    ),
+    (
+        "_memory_successor_visible",
+        re.compile(r"where s\.id = new\.superseded_by offset 0"),
+        "where s.tenant_id = new.tenant_id and s.id = new.superseded_by offset 0",
+    ),
 )
 
 _REWRITTEN_MARK = "-- (harbor-pg distribute: Citus form)"

@@ -364,6 +364,14 @@ class PostgresLongTermStore:
         once, or once per run of distinct ids when an id repeats; then look up, in a
         transaction of its own, any duplicate the statement could not see."""
         params = [memory_params(owner, m) for m in memories]
+        if self.db.set_local:
+            # Citus refuses save_memories (a correlated subquery over a CTE): on a
+            # distributed database each memory is saved by the per-row statements
+            async with self.db.transaction(owner, admin=admin) as conn:
+                return [
+                    await self._save_one(conn, owner, p, v, model_id)
+                    for p, v in zip(params, vectors, strict=True)
+                ]
         chunks = _distinct_id_runs(params)
         if len(chunks) == 1 and not admin:
             rows = await self.db.fetch_in_one_round_trip(
@@ -384,6 +392,30 @@ class PostgresLongTermStore:
             for k, row in zip(unseen, found, strict=True):
                 rows[k] = row
         return [SaveResult(memory=memory_from_row(r), created=bool(r["created"])) for r in rows]
+
+    async def _save_one(
+        self,
+        conn: Connection,
+        owner: MemoryOwner,
+        params: dict[str, Any],
+        vectors: MemoryVectors | None,
+        model_id: str | None,
+    ) -> SaveResult:
+        """Save one memory with the per-row statements (the Citus path of save_many)."""
+        memory_id, created = await self.save_in(conn, params)
+        if created and vectors is not None:
+            tenant = str(params["tenant_id"])
+            await self.insert_embedding(conn, tenant, memory_id, vectors.content, model_id or "")
+            if vectors.with_context is not None:
+                await self.insert_embedding(
+                    conn, tenant, memory_id, vectors.with_context, model_id or "", True
+                )
+        cur = await conn.execute(
+            query("get_memory"), {"tenant_id": owner.tenant_id, "id": memory_id}
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        return SaveResult(memory=memory_from_row(row), created=created)
 
     async def _duplicates(
         self, owner: MemoryOwner, params: Sequence[dict[str, Any]], *, admin: bool
