@@ -92,7 +92,8 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -483,6 +484,35 @@ def durability(su: str, durable: bool) -> None:
         c.execute("select pg_reload_conf()")
 
 
+@contextmanager
+def without_hnsw(urls: Sequence[str]) -> Iterator[None]:
+    """Drop every HNSW index of these databases for a bulk load and build each again,
+    from its own definition, afterwards (every system alike, as a bulk load is done):
+    the load then costs rows, not graph inserts. The ingest workload runs with them."""
+    saved: list[tuple[str, list[tuple[str, str, str]]]] = []
+    for url in urls:
+        with psycopg.connect(url, autocommit=True) as c:
+            rows = c.execute(
+                "select schemaname, indexname, indexdef from pg_indexes"
+                " where indexdef ilike '%% using hnsw %%'"
+            ).fetchall()
+            for schema, name, _ in rows:
+                c.execute(f'drop index "{schema}"."{name}"')
+            saved.append((url, rows))
+    try:
+        yield
+    finally:
+        t0 = time.perf_counter()
+        for url, rows in saved:
+            with psycopg.connect(url, autocommit=True) as c:
+                c.execute("set maintenance_work_mem = '1GB'")
+                for _, _, definition in rows:
+                    c.execute(definition)
+                c.execute("vacuum analyze")
+        built = sum(len(r) for _, r in saved)
+        print(f"{built} HNSW indexes built in {time.perf_counter() - t0:.0f}s", flush=True)
+
+
 def make_database(su: str, name: str) -> str:
     with psycopg.connect(su, autocommit=True) as c:
         c.execute(f'create database "{name}"')
@@ -776,12 +806,10 @@ async def scaling(
                             given.docs[f"{m.context.strip()}\n{m.content}"], rng
                         )
                 t0 = time.perf_counter()
-                if memories:
-                    await harbor.manager.save_many(owner, memories, batch_size=500)
+                with without_hnsw([with_params(su, dbname="harbor")]):
+                    if memories:
+                        await harbor.manager.save_many(owner, memories, batch_size=500)
                 written = size
-                with psycopg.connect(with_params(su, dbname="harbor"), autocommit=True) as c:
-                    c.execute("analyze harbor.memories")
-                    c.execute("analyze harbor.memory_embeddings")
                 load = time.perf_counter() - t0
                 times: dict[str, list[float]] = {k: [] for k in curves}
                 prepared = []
@@ -900,14 +928,18 @@ async def run(args: argparse.Namespace) -> None:
                 version = c.execute("select version()").fetchone()[0].split(" on ")[0]  # type: ignore[index]
                 sb = c.execute("show shared_buffers").fetchone()[0]  # type: ignore[index]
             try:
-                if "locomo" in workloads or "users" in workloads:
+                mem0.memory.vector_store.create_col()  # (mem0 creates it on first use)
+                urls = [with_params(su, dbname=d) for d in ("harbor", "mem0", "memnos")]
+                if "locomo" in workloads:
                     owners = [Owner(c.sample_id, c, list(range(len(c.memories)))) for c in convs]
                     t0 = time.perf_counter()
-                    for o in owners:
-                        await harbor.write(o, batch=True)
-                        for i in o.rows:
-                            mem0.add(o, i)
-                            memnos.remember(o, i)
+                    with without_hnsw(urls):
+                        for o in owners:
+                            await harbor.write(o, batch=True)
+                            for start in range(0, len(o.rows), 100):
+                                mem0.insert_batch(o, o.rows[start : start + 100])
+                            for i in o.rows:
+                                memnos.remember(o, i)
                     print(
                         f"LoCoMo written to the three systems in {time.perf_counter() - t0:.0f}s",
                         flush=True,
@@ -930,16 +962,17 @@ async def run(args: argparse.Namespace) -> None:
                     users = _users(convs, args.users, args.per_user)
                     t0 = time.perf_counter()
                     load: dict[str, float] = defaultdict(float)
-                    for u in users:
-                        t = time.perf_counter()
-                        await harbor.write(u, batch=True)
-                        load["harbor"] += time.perf_counter() - t
-                        t = time.perf_counter()
-                        mem0.insert_batch(u, u.rows)
-                        load["mem0"] += time.perf_counter() - t
-                        t = time.perf_counter()
-                        memnos.session(u, u.rows)
-                        load["memnos"] += time.perf_counter() - t
+                    with without_hnsw(urls):
+                        for u in users:
+                            t = time.perf_counter()
+                            await harbor.write(u, batch=True)
+                            load["harbor"] += time.perf_counter() - t
+                            t = time.perf_counter()
+                            mem0.insert_batch(u, u.rows)
+                            load["mem0"] += time.perf_counter() - t
+                            t = time.perf_counter()
+                            memnos.session(u, u.rows)
+                            load["memnos"] += time.perf_counter() - t
                     print(
                         f"{args.users * args.per_user:,} memories over {args.users:,} owners"
                         " written in"
@@ -950,13 +983,6 @@ async def run(args: argparse.Namespace) -> None:
                         + ")",
                         flush=True,
                     )
-                    for conn_url in (
-                        with_params(su, dbname="harbor"),
-                        with_params(su, dbname="mem0"),
-                        with_params(su, dbname="memnos"),
-                    ):
-                        with psycopg.connect(conn_url, autocommit=True) as c:
-                            c.execute("vacuum analyze")
                 if "users" in workloads:
                     rng = random.Random(11)
                     asks = []
@@ -1089,9 +1115,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--record", action="store_true", help="write the tables into RESULTS.md")
     args = ap.parse_args(argv)
-    if args.quick:
-        args.users, args.per_user, args.questions = 100, 20, 100
-        args.ingest, args.scaling_max, args.scaling_questions = 500, 10_000, 50
+    if args.quick:  # smaller defaults; a size given on the command line stays
+        quick = {
+            "users": 100,
+            "per_user": 20,
+            "questions": 100,
+            "ingest": 500,
+            "scaling_max": 10_000,
+            "scaling_questions": 50,
+        }
+        for name, value in quick.items():
+            if getattr(args, name) == ap.get_default(name):
+                setattr(args, name, value)
     asyncio.run(run(args))
     return 0
 
