@@ -73,10 +73,17 @@ become exact scans; the B-tree and GIN lookups are exact either way), and R@10
 on LoCoMo; then harbor's p50 over each peer's. mem0 and memnos results are
 matched to turns by their ids (mem0) or their text (memnos returns no ids).
 
-``--quick`` (about 3 minutes): 2,000 memories over 100 owners, 100
-questions, 500 rows per ingest mode, scaling to 10,000. Absolute figures move
-with the machine's load; the ratios, measured in one run, are the figure to
-compare.
+``--quick``: 2,000 memories over 100 owners, 100 questions, 500 rows per
+ingest mode, scaling to 10,000, every fourth LoCoMo question: 18 minutes on
+2 cores shared with six other sessions (2026-12-01), most of it harbor-pg's
+own writes (about 20 rows/s on that day's main under that load). The full
+sizes (the defaults: 100,000 memories over 1,000 owners, scaling to 100,000)
+load 200,000 rows into harbor-pg, well over an hour at that speed; under
+15 minutes needs the write path of issue 24. Bulk loads run with every
+system's HNSW indexes dropped and built again afterwards, and commits do not
+wait for the WAL flush (``--durable`` keeps it): the figures are CPU and
+round trips, not the shared disk. Absolute figures move with the machine's
+load; the ratios, measured in one run, are the figure to compare.
 """
 
 from __future__ import annotations
@@ -818,6 +825,7 @@ async def scaling(
                         owner, q.text, as_of=latest, top_k=TOP_K
                     )
                     assert request is not None
+                    request = replace(request, token_budget=None)  # the whole top 25
                     prepared.append(
                         {
                             "hybrid": request,
@@ -917,6 +925,7 @@ async def run(args: argparse.Namespace) -> None:
     )
     peers_needed = any(w in workloads for w in ("locomo", "users", "ingest"))
     table: list[list[str]] = []
+    ingest_rows: list[list[str]] = []
     data_lines: list[str] = []
     if peers_needed:
         # before the peers are imported (mem0 reads its telemetry switch at import)
@@ -1013,8 +1022,7 @@ async def run(args: argparse.Namespace) -> None:
                     table += _with_label(label, recall_rows(tallies, evidence=False))
                     _print_rows(table[-len(tallies) :])
                 if "ingest" in workloads:
-                    for cells in await ingest_workload(convs, harbor, mem0, memnos, args.ingest):
-                        table.append(cells)
+                    ingest_rows = await ingest_workload(convs, harbor, mem0, memnos, args.ingest)
             finally:
                 mem0.close()
                 memnos.close()
@@ -1032,6 +1040,8 @@ async def run(args: argparse.Namespace) -> None:
         plot_scaling(sizes, curves, HERE / "img" / "recall_scaling.png")
     took = time.perf_counter() - started
     print(f"\nmachine: {machine()}; whole run {took / 60:.1f} min")
+    for cells in ingest_rows:
+        print("| " + " | ".join(cells) + " |")
     if table:
         print(
             "\n| workload | system | p50 / p99 | returned (of 25) | completeness | R@10"
@@ -1049,7 +1059,16 @@ async def run(args: argparse.Namespace) -> None:
             " and move between runs; the ratios (one run, questions interleaved) are the"
             f" comparable figure. The whole run took {took / 60:.0f} min."
         )
-        if table:
+        ingest_table = ""
+        if ingest_rows:
+            ingest_table = "\n".join(
+                [
+                    "| ingest | harbor-pg | mem0 | memnos | harbor / peer |",
+                    "|---|---|---|---|---|",
+                    *("| " + " | ".join(cells) + " |" for cells in ingest_rows),
+                ]
+            )
+        if table or ingest_rows:
             record(
                 "peers",
                 title="Side by side with mem0 and memnos (peers)",
@@ -1064,7 +1083,7 @@ async def run(args: argparse.Namespace) -> None:
                     "harbor / peer p50",
                 ],
                 rows=table,
-                notes=contention,
+                notes=(ingest_table + "\n\n" if ingest_table else "") + contention,
             )
         if scaling_rows:
             record(
