@@ -1037,7 +1037,9 @@ async def run(args: argparse.Namespace) -> None:
     sizes = [s for s in SCALING_SIZES if s <= args.scaling_max]
     if "scaling" in workloads:
         scaling_rows, curves = await scaling(convs, given, sizes, args.scaling_questions)
-        plot_scaling(sizes, curves, HERE / "img" / "recall_scaling.png")
+        # the committed plot only with --record (else beside the run's temporary files)
+        where = HERE / "img" if args.record else Path(tempfile.gettempdir())
+        plot_scaling(sizes, curves, where / "recall_scaling.png")
     took = time.perf_counter() - started
     print(f"\nmachine: {machine()}; whole run {took / 60:.1f} min")
     for cells in ingest_rows:
