@@ -1,0 +1,67 @@
+"""The figures ``benchmarks/peers.py`` reports, as pure functions (unit-tested on their own).
+
+Nothing here touches a database or a peer library: lists of what a system
+returned go in, numbers come out.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+
+
+def completeness(returned: Sequence[Hashable], exact: Sequence[Hashable], k: int = 25) -> float:
+    """The share of the exact top ``k`` that ``returned`` holds (1.0 when the exact
+    answer is empty: nothing was missed). Order does not matter, duplicates count once."""
+    wanted = set(list(exact)[:k])
+    if not wanted:
+        return 1.0
+    return len(wanted & set(returned)) / len(wanted)
+
+
+def recall_at(ranked: Sequence[str], evidence: set[str], k: int) -> float:
+    """LoCoMo's recall@k: the share of ``evidence`` among the first ``k`` of ``ranked``
+    (empty evidence counts 1, as the published protocol scores it)."""
+    if not evidence:
+        return 1.0
+    return len(evidence & set(ranked[:k])) / len(evidence)
+
+
+def dialogue_ids(
+    ranked: Iterable[Hashable], mapping: Mapping[Hashable, Sequence[str]]
+) -> list[str]:
+    """The dialogue ids of ``ranked`` results, in order, first occurrence only.
+
+    ``mapping`` takes a result's key (an id, or a text for a system that returns
+    only texts) to the turns it stands for; a text shared by two turns stands for
+    both. Keys the mapping does not know are skipped."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for key in ranked:
+        for dia in mapping.get(key, ()):
+            if dia not in seen:
+                seen.add(dia)
+                out.append(dia)
+    return out
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """The nearest-rank ``p``-th percentile of ``values`` (p in 0..100)."""
+    if not values:
+        raise ValueError("percentile of no values")
+    ordered = sorted(values)
+    k = max(0, min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def latency_ms(values: Sequence[float]) -> tuple[float, float]:
+    """(p50, p99) in milliseconds of latencies given in seconds."""
+    ms = [v * 1000 for v in values]
+    return statistics.median(ms), percentile(ms, 99)
+
+
+def ratio(ours: float, theirs: float) -> str:
+    """``ours / theirs`` as ``0.62x`` (``-`` when either side is missing or zero)."""
+    if not ours or not theirs:
+        return "-"
+    return f"{ours / theirs:.2f}x"
