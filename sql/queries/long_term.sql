@@ -110,7 +110,14 @@ select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, 
 -- entity_ids and source_message_ids: one JSON array of strings per memory.
 -- One row per memory, in input order (ord).
 with input as materialized (
-    select u.ord, coalesce(u.id, (pg_catalog.gen_random_uuid())::text) as id, u.tenant_id,
+    select u.ord,
+           -- a session summary's id is the one the memories_summary_id trigger gives it
+           -- (derived from its owner), so that the inserted row matches its input by id
+           case when u.scope = 'session' and u.memory_type = 'summary'
+                then harbor.summary_id(u.tenant_id, u.project_id, u.user_id, u.session_id,
+                                       u.run_id)
+                else coalesce(u.id, (pg_catalog.gen_random_uuid())::text) end as id,
+           u.tenant_id,
            u.scope, u.project_id, u.user_id, u.session_id, u.run_id, u.principal_id,
            u.memory_type, u.importance, u.content, u.content_hash, u.context, u.entity_ids,
            u.source, u.sensitivity, u.source_session_id, u.source_message_ids, u.metadata,
