@@ -101,7 +101,8 @@ $$;
 --   nearest successor that stays, or, when the erased successor was the current
 --   version, reopened (current again), unless its content is current again
 --   under the same owner already;
--- * erasing a user (not one session) removes the role bindings naming them.
+-- * erasing a user (not one session) removes the role bindings naming them;
+-- * the serialisation locks (harbor.owner_locks) of the erased sessions and runs go.
 -- Embeddings go with their memories (counted, then ON DELETE CASCADE).
 create or replace function harbor.erase(
     user_id text default null,
@@ -121,6 +122,8 @@ declare
     -- the (user, session) of every session that lost turns, as user || chr(31) || session
     -- (ids hold no control characters: set_identity refuses them)
     sessions text[];
+    -- the (user, session, project, run) of every run that lost working state, joined by chr(31)
+    runs text[];
     gone_local text[];   -- ids of the tenant's memories to delete
     gone_global text[];  -- ids of GLOBAL memories (tenant '') to delete
     -- the surviving predecessors of erased memories (parallel arrays)
@@ -269,13 +272,31 @@ begin
            as c(tenant_id, id, successor, reopen)
      where m.tenant_id = c.tenant_id and m.id = c.id and c.successor is not null;
 
-    delete from harbor.working_state w
-     where w.tenant_id = t
-       and (u is null or w.user_id = u or w.principal_id = u)
-       and (s is null or w.session_id = s)
-       and (p is null or w.principal_id = p);
-    get diagnostics n = row_count;
+    with gone as (
+        delete from harbor.working_state w
+         where w.tenant_id = t
+           and (u is null or w.user_id = u or w.principal_id = u)
+           and (s is null or w.session_id = s)
+           and (p is null or w.principal_id = p)
+        returning w.user_id, w.session_id, w.project_id, w.run_id)
+    select coalesce(array_agg(distinct concat_ws(chr(31), gone.user_id, gone.session_id,
+                                                 gone.project_id, gone.run_id)), '{}'),
+           count(*)
+      into runs, n from gone;
     tier := 'working'; deleted := n; return next;
+
+    -- the serialisation locks (migration 0017: ids only, but they name the owner) of the
+    -- erased user's sessions and runs, of the sessions that lost turns, and of the runs
+    -- that lost working state
+    if pg_catalog.to_regclass('harbor.owner_locks') is not null then
+        delete from harbor.owner_locks l
+         where l.tenant_id = t
+           and ((u is not null and p is null and l.user_id = u
+                 and (s is null or l.session_id = s))
+                or (l.scope = 'session' and l.user_id || chr(31) || l.session_id = any (sessions))
+                or (l.scope = 'run' and concat_ws(chr(31), l.user_id, l.session_id, l.project_id,
+                                                  l.run_id) = any (runs)));
+    end if;
 
     -- summary bookkeeping of the erased sessions and of those that lost turns (no text,
     -- but it names them; and a deleted summary must be folded again from the start)
