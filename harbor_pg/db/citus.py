@@ -239,6 +239,11 @@ def distribute(superuser_url: str, *, shard_count: int | None = None) -> Distrib
         grant = "grant usage on all sequences in schema harbor to harbor_app, harbor_admin"
         conn.execute(grant)
         conn.execute("select run_command_on_workers(%s)", (grant,))
+        # harbor_app inserts messages and working_state on every column but the identity id
+        # (migration 0017: no planted ids ahead of the sequence); Citus draws the id on the
+        # coordinator and sends it to the shard, whose INSERT then names id: the table-level
+        # grant comes back (on Citus a caller can choose an id again, docs/citus.md)
+        conn.execute("grant insert on harbor.messages, harbor.working_state to harbor_app")
         _apply_policies(conn)
         report.shards = {
             str(r[0]): int(r[1])

@@ -14,7 +14,8 @@ as $$
 $$;
 
 -- Retention for the caller's tenant, one entry point: always reclaims the
--- tenant's expired working state (already invisible to readers) and, when
+-- tenant's expired working state (already invisible to readers, and the lock rows of
+-- the runs left with none) and, when
 -- max_age is given, removes long-term memories older than it, for one scope
 -- and/or at or above one sensitivity (both optional). Rolling summaries are
 -- kept unless include_summaries. Embeddings go with their memories (ON DELETE
@@ -64,6 +65,16 @@ begin
      where w.tenant_id = t
        and w.expires_at is not null and w.expires_at <= pg_catalog.now();
     get diagnostics working_state = row_count;
+    -- and the serialisation locks of the tenant's runs that have no working state left
+    -- (migration 0017; a write locking one now waits, then inserts it again)
+    if pg_catalog.to_regclass('harbor.owner_locks') is not null then
+        delete from harbor.owner_locks l
+         where l.tenant_id = t and l.scope = 'run'
+           and not exists (select 1 from harbor.working_state w
+                            where w.tenant_id = l.tenant_id and w.user_id = l.user_id
+                              and w.session_id = l.session_id and w.run_id = l.run_id
+                              and w.project_id = l.project_id);
+    end if;
 
     memories := 0;
     if max_age is not null then
@@ -279,8 +290,8 @@ begin
            and (s is null or w.session_id = s)
            and (p is null or w.principal_id = p)
         returning w.user_id, w.session_id, w.project_id, w.run_id)
-    select coalesce(array_agg(distinct concat_ws(chr(31), gone.user_id, gone.session_id,
-                                                 gone.project_id, gone.run_id)), '{}'),
+    select coalesce(array_agg(distinct gone.user_id || chr(31) || gone.session_id || chr(31)
+                                       || gone.project_id || chr(31) || gone.run_id), '{}'),
            count(*)
       into runs, n from gone;
     tier := 'working'; deleted := n; return next;
@@ -294,8 +305,8 @@ begin
            and ((u is not null and p is null and l.user_id = u
                  and (s is null or l.session_id = s))
                 or (l.scope = 'session' and l.user_id || chr(31) || l.session_id = any (sessions))
-                or (l.scope = 'run' and concat_ws(chr(31), l.user_id, l.session_id, l.project_id,
-                                                  l.run_id) = any (runs)));
+                or (l.scope = 'run' and l.user_id || chr(31) || l.session_id || chr(31)
+                                        || l.project_id || chr(31) || l.run_id = any (runs)));
     end if;
 
     -- summary bookkeeping of the erased sessions and of those that lost turns (no text,
