@@ -349,10 +349,19 @@ grant usage on schema harbor to harbor_app, harbor_admin, harbor_search;
 grant select on harbor.role_bindings to harbor_app, harbor_admin, harbor_search;
 grant insert, delete on harbor.role_bindings to harbor_admin;
 
-grant select, insert, delete on harbor.messages to harbor_app;
+-- INSERT on every column but the identity id: with table-level INSERT a caller could
+-- write OVERRIDING SYSTEM VALUE with an id the sequence has not reached, hold it in
+-- an open transaction and stall whoever draws it (migration 0017)
+grant select, delete on harbor.messages to harbor_app;
+grant insert (tenant_id, user_id, session_id, project_id, principal_id, role, content, name,
+              tool_calls, tool_call_id, metadata, token_estimate, created_at)
+    on harbor.messages to harbor_app;
 grant select, delete on harbor.messages to harbor_admin;
 
-grant select, insert, delete on harbor.working_state to harbor_app;
+grant select, delete on harbor.working_state to harbor_app;
+grant insert (tenant_id, project_id, user_id, session_id, run_id, principal_id, state, expires_at,
+              updated_at)
+    on harbor.working_state to harbor_app;
 grant select, delete on harbor.working_state to harbor_admin;
 
 -- add-only: the app may close an interval and link the successor, nothing else
@@ -370,6 +379,30 @@ grant select on harbor.memory_embeddings to harbor_search;
 
 grant select, insert, update on harbor.session_state to harbor_app;
 grant select, delete on harbor.session_state to harbor_admin;
+
+-- Serialisation locks (migration 0017): one row per session (scope 'session') and per
+-- run (scope 'run'), locked by INSERT ... ON CONFLICT DO UPDATE ... WHERE false. An
+-- append locks its session's row before its id is drawn, so within a session ids are
+-- in commit order; a working-state write locks its run's row. Row-level security
+-- (sql/policies/locks.sql) admits only a row of the caller's own identity, so no one
+-- else can take or hold an owner's lock (an advisory key could be held by any login).
+-- No table-level UPDATE, DELETE or TRUNCATE for the application role: LOCK TABLE then
+-- allows it nothing stronger than ROW EXCLUSIVE, which no harbor-pg statement waits for.
+create table harbor.owner_locks (
+    tenant_id  text not null check (tenant_id <> ''),
+    user_id    text not null check (user_id <> ''),
+    session_id text not null check (session_id <> ''),
+    scope      harbor.memory_scope not null check (scope in ('session', 'run')),
+    project_id text not null default '',
+    run_id     text not null default '',
+    check (scope = 'run' or (project_id = '' and run_id = '')),
+    primary key (tenant_id, user_id, session_id, scope, project_id, run_id)
+);
+alter table harbor.owner_locks enable row level security;
+alter table harbor.owner_locks force row level security;
+grant select, insert on harbor.owner_locks to harbor_app;
+grant update (scope) on harbor.owner_locks to harbor_app;
+grant select, delete on harbor.owner_locks to harbor_admin;
 
 -- Bearer tokens of the MCP server (migration 0014): the SHA-256 of a token's
 -- text and the identity it stands for; the text itself is kept nowhere.

@@ -7,8 +7,8 @@ what Citus needs is derived from them here, so the two cannot drift.
 
 - ``harbor.role_bindings`` becomes a reference table (a copy on every node):
   every policy reads it, so each worker must hold it.
-- ``memories``, ``memory_embeddings``, ``messages``, ``working_state`` and
-  ``session_state`` are distributed by ``tenant_id``, co-located with
+- ``memories``, ``memory_embeddings``, ``messages``, ``working_state``,
+  ``session_state`` and ``owner_locks`` are distributed by ``tenant_id``, co-located with
   ``memories`` (a tenant's rows of every table sit in one shard group, on one
   worker; no statement of one tenant joins across shards).
 - GLOBAL memories (tenant ``''``) stay in ``memories`` and hash to one shard
@@ -61,7 +61,11 @@ REFERENCE = "harbor.role_bindings"
 #: the token hash set with set_config() is seen
 REFERENCE_TABLES: tuple[str, ...] = (REFERENCE, "harbor.access_tokens")
 #: the policy files, with the tables whose policies they hold
-_POLICY_FILES: tuple[str, ...] = ("policies/policies.sql", "policies/tokens.sql")
+_POLICY_FILES: tuple[str, ...] = (
+    "policies/policies.sql",
+    "policies/tokens.sql",
+    "policies/locks.sql",
+)
 #: distributed by tenant_id, in this order, all co-located with the first
 CO_LOCATED: tuple[str, ...] = (
     "harbor.memories",
@@ -69,6 +73,7 @@ CO_LOCATED: tuple[str, ...] = (
     "harbor.messages",
     "harbor.working_state",
     "harbor.session_state",
+    "harbor.owner_locks",
 )
 
 # `(select harbor.f(args))` where args hold no parentheses: the identity look-ups
@@ -234,6 +239,11 @@ def distribute(superuser_url: str, *, shard_count: int | None = None) -> Distrib
         grant = "grant usage on all sequences in schema harbor to harbor_app, harbor_admin"
         conn.execute(grant)
         conn.execute("select run_command_on_workers(%s)", (grant,))
+        # harbor_app inserts messages and working_state on every column but the identity id
+        # (migration 0017: no planted ids ahead of the sequence); Citus draws the id on the
+        # coordinator and sends it to the shard, whose INSERT then names id: the table-level
+        # grant comes back (on Citus a caller can choose an id again, docs/citus.md)
+        conn.execute("grant insert on harbor.messages, harbor.working_state to harbor_app")
         _apply_policies(conn)
         report.shards = {
             str(r[0]): int(r[1])

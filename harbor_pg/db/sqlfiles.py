@@ -24,6 +24,7 @@ IDEMPOTENT_FILES: tuple[str, ...] = (
     "functions/recall.sql",
     "policies/policies.sql",
     "policies/tokens.sql",
+    "policies/locks.sql",
     "functions/views.sql",
     "functions/grants.sql",
 )

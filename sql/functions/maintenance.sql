@@ -14,7 +14,8 @@ as $$
 $$;
 
 -- Retention for the caller's tenant, one entry point: always reclaims the
--- tenant's expired working state (already invisible to readers) and, when
+-- tenant's expired working state (already invisible to readers, and the lock rows of
+-- the runs left with none) and, when
 -- max_age is given, removes long-term memories older than it, for one scope
 -- and/or at or above one sensitivity (both optional). Rolling summaries are
 -- kept unless include_summaries. Embeddings go with their memories (ON DELETE
@@ -64,6 +65,16 @@ begin
      where w.tenant_id = t
        and w.expires_at is not null and w.expires_at <= pg_catalog.now();
     get diagnostics working_state = row_count;
+    -- and the serialisation locks of the tenant's runs that have no working state left
+    -- (migration 0017; a write locking one now waits, then inserts it again)
+    if pg_catalog.to_regclass('harbor.owner_locks') is not null then
+        delete from harbor.owner_locks l
+         where l.tenant_id = t and l.scope = 'run'
+           and not exists (select 1 from harbor.working_state w
+                            where w.tenant_id = l.tenant_id and w.user_id = l.user_id
+                              and w.session_id = l.session_id and w.run_id = l.run_id
+                              and w.project_id = l.project_id);
+    end if;
 
     memories := 0;
     if max_age is not null then
@@ -101,7 +112,8 @@ $$;
 --   nearest successor that stays, or, when the erased successor was the current
 --   version, reopened (current again), unless its content is current again
 --   under the same owner already;
--- * erasing a user (not one session) removes the role bindings naming them.
+-- * erasing a user (not one session) removes the role bindings naming them;
+-- * the serialisation locks (harbor.owner_locks) of the erased sessions and runs go.
 -- Embeddings go with their memories (counted, then ON DELETE CASCADE).
 create or replace function harbor.erase(
     user_id text default null,
@@ -121,6 +133,8 @@ declare
     -- the (user, session) of every session that lost turns, as user || chr(31) || session
     -- (ids hold no control characters: set_identity refuses them)
     sessions text[];
+    -- the (user, session, project, run) of every run that lost working state, joined by chr(31)
+    runs text[];
     gone_local text[];   -- ids of the tenant's memories to delete
     gone_global text[];  -- ids of GLOBAL memories (tenant '') to delete
     -- the surviving predecessors of erased memories (parallel arrays)
@@ -269,13 +283,31 @@ begin
            as c(tenant_id, id, successor, reopen)
      where m.tenant_id = c.tenant_id and m.id = c.id and c.successor is not null;
 
-    delete from harbor.working_state w
-     where w.tenant_id = t
-       and (u is null or w.user_id = u or w.principal_id = u)
-       and (s is null or w.session_id = s)
-       and (p is null or w.principal_id = p);
-    get diagnostics n = row_count;
+    with gone as (
+        delete from harbor.working_state w
+         where w.tenant_id = t
+           and (u is null or w.user_id = u or w.principal_id = u)
+           and (s is null or w.session_id = s)
+           and (p is null or w.principal_id = p)
+        returning w.user_id, w.session_id, w.project_id, w.run_id)
+    select coalesce(array_agg(distinct gone.user_id || chr(31) || gone.session_id || chr(31)
+                                       || gone.project_id || chr(31) || gone.run_id), '{}'),
+           count(*)
+      into runs, n from gone;
     tier := 'working'; deleted := n; return next;
+
+    -- the serialisation locks (migration 0017: ids only, but they name the owner) of the
+    -- erased user's sessions and runs, of the sessions that lost turns, and of the runs
+    -- that lost working state
+    if pg_catalog.to_regclass('harbor.owner_locks') is not null then
+        delete from harbor.owner_locks l
+         where l.tenant_id = t
+           and ((u is not null and p is null and l.user_id = u
+                 and (s is null or l.session_id = s))
+                or (l.scope = 'session' and l.user_id || chr(31) || l.session_id = any (sessions))
+                or (l.scope = 'run' and l.user_id || chr(31) || l.session_id || chr(31)
+                                        || l.project_id || chr(31) || l.run_id = any (runs)));
+    end if;
 
     -- summary bookkeeping of the erased sessions and of those that lost turns (no text,
     -- but it names them; and a deleted summary must be folded again from the start)

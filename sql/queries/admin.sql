@@ -88,6 +88,7 @@ delete from harbor.messages m
 
 -- name: migration_lock
 -- Serialise migrations and starts: an advisory lock held to the end of the migration's transaction (concurrent create() calls wait here, one at a time).
+-- The one advisory lock left: a fixed key that any login can take too, so holding it delays migrations and the starts that migrate (an operator's matter, visible in pg_locks with the holder's pid), never a caller's reads or writes; the locks keyed by an owner are row locks on harbor.owner_locks (migration 0017).
 select pg_catalog.pg_advisory_xact_lock(7236837574727530753)
 
 -- name: idempotent_state_exists

@@ -3,15 +3,25 @@
 -- lock (held to commit) is taken before the id is drawn, so within a session ids are in
 -- commit order: a reader following id > cursor never skips a turn committed later with a
 -- smaller id (the rolling summary's frontier is such a cursor).
+-- The lock is the session's row of harbor.owner_locks: the first append inserts it
+-- (a concurrent first append waits on that insert, then locks the row), each later one
+-- locks it (ON CONFLICT DO UPDATE locks the row even though WHERE false updates
+-- nothing). Its policy admits only the caller's own session, so no one else can hold it.
+-- The aggregate reads the whole CTE, so the row is locked before the id is drawn.
+with session_lock as (
+    insert into harbor.owner_locks as l (tenant_id, user_id, session_id, scope)
+    values (%(tenant_id)s::text, %(user_id)s::text, %(session_id)s::text, 'session')
+    on conflict (tenant_id, user_id, session_id, scope, project_id, run_id)
+    do update set scope = excluded.scope where false
+    returning 1
+)
 insert into harbor.messages (tenant_id, user_id, session_id, project_id, principal_id, role,
                              content, name, tool_calls, tool_call_id, metadata, token_estimate)
 select %(tenant_id)s::text, %(user_id)s::text, %(session_id)s::text, %(project_id)s::text,
        %(principal_id)s::text, %(role)s::harbor.message_role, %(content)s::text, %(name)s::text,
        %(tool_calls)s::jsonb, %(tool_call_id)s::text, %(metadata)s::jsonb,
        %(token_estimate)s::integer
-  from pg_catalog.pg_advisory_xact_lock(1751216738, pg_catalog.hashtext(
-           %(tenant_id)s::text || chr(31) || %(user_id)s::text || chr(31)
-           || %(session_id)s::text)) session_lock
+  from (select count(*) from session_lock) locked
 returning id, created_at
 
 -- name: append_message_check_summary
@@ -19,7 +29,13 @@ returning id, created_at
 -- summary (harbor.summary_due_rows, the new turn counted). A read: nothing is
 -- written for the summary here, and the lease statement stays the one that decides.
 -- The session's lock comes before the id, as in append_message.
-with appended as (
+with session_lock as (
+    insert into harbor.owner_locks as l (tenant_id, user_id, session_id, scope)
+    values (%(tenant_id)s::text, %(user_id)s::text, %(session_id)s::text, 'session')
+    on conflict (tenant_id, user_id, session_id, scope, project_id, run_id)
+    do update set scope = excluded.scope where false
+    returning 1
+), appended as (
     insert into harbor.messages (tenant_id, user_id, session_id, project_id, principal_id,
                                  role, content, name, tool_calls, tool_call_id, metadata,
                                  token_estimate)
@@ -27,9 +43,7 @@ with appended as (
            %(project_id)s::text, %(principal_id)s::text, %(role)s::harbor.message_role,
            %(content)s::text, %(name)s::text, %(tool_calls)s::jsonb, %(tool_call_id)s::text,
            %(metadata)s::jsonb, %(token_estimate)s::integer
-      from pg_catalog.pg_advisory_xact_lock(1751216738, pg_catalog.hashtext(
-               %(tenant_id)s::text || chr(31) || %(user_id)s::text || chr(31)
-               || %(session_id)s::text)) session_lock
+      from (select count(*) from session_lock) locked
     returning id, created_at
 )
 -- the statement's snapshot does not include the row it inserts: one unseen turn.

@@ -8,10 +8,16 @@ select state, expires_at from harbor.working_state w
  limit 1
 
 -- name: lock_run
--- Serialise writers of one run's working state for the rest of the transaction.
-select pg_advisory_xact_lock(hashtextextended(
-    concat_ws(chr(31), 'harbor.working', %(tenant_id)s::text, %(project_id)s::text,
-              %(user_id)s::text, %(session_id)s::text, %(run_id)s::text), 0))
+-- Serialise writers of one run's working state for the rest of the transaction: lock the
+-- run's row of harbor.owner_locks (inserted by the run's first write; ON CONFLICT DO
+-- UPDATE locks it even though WHERE false updates nothing). Its policy admits only the
+-- caller's own run, so no one else can hold it. A statement of its own: update_working
+-- reads the current state, which must be read after the lock is held.
+insert into harbor.owner_locks as l (tenant_id, user_id, session_id, scope, project_id, run_id)
+values (%(tenant_id)s::text, %(user_id)s::text, %(session_id)s::text, 'run',
+        %(project_id)s::text, %(run_id)s::text)
+on conflict (tenant_id, user_id, session_id, scope, project_id, run_id)
+do update set scope = excluded.scope where false
 
 -- name: update_working
 -- Merge keys into the run's state as a new version, then drop the older visible versions.

@@ -38,6 +38,15 @@ def tables_containing(db: PgDatabase, needle: str) -> list[str]:
     return found
 
 
+def run_locks(db: PgDatabase) -> list[tuple[str, str]]:
+    """(tenant, session) of the runs' serialisation lock rows (harbor.owner_locks)."""
+    with psycopg.connect(db.superuser_url) as conn:
+        rows = conn.execute(
+            "select tenant_id, session_id from harbor.owner_locks where scope = 'run' order by 1, 2"
+        ).fetchall()
+    return [(str(t), str(s)) for t, s in rows]
+
+
 async def fill(manager: MemoryManager, owner: MemoryOwner, text: str) -> None:
     await manager.append(owner, ConversationMessage(role="user", content=f"my code is {text}"))
     await manager.update(owner, {"note": text}, ttl_seconds=3600)
@@ -223,9 +232,11 @@ async def test_retention_purges_expired_working_state_and_old_memories(
     await asyncio.sleep(0.05)
     assert working_rows(fresh_db) == [("t1", "s1"), ("t1", "s2"), ("t2", "s1")]
 
-    # without an age: only the tenant's expired working state goes
+    assert run_locks(fresh_db) == [("t1", "s1"), ("t1", "s2"), ("t2", "s1")]
+    # without an age: only the tenant's expired working state goes (with its run's lock row)
     assert await manager.apply_retention("t1") == RetentionReceipt(working=1, long_term=0)
     assert working_rows(fresh_db) == [("t1", "s2"), ("t2", "s1")]
+    assert run_locks(fresh_db) == [("t1", "s2"), ("t2", "s1")]
     assert len(await manager.search(ALICE, "old fact")) == 2
     assert await manager.scratch(ALICE_S2) == {"y": 2}
 

@@ -55,6 +55,7 @@ NOT_PERSONAL = {
     ("harbor", "memories", "source_tenant_id"): "the tenant",
     ("harbor", "memory_embeddings", "tenant_id"): "the tenant",
     ("harbor", "session_state", "tenant_id"): "the tenant",
+    ("harbor", "owner_locks", "tenant_id"): "the tenant",
     ("harbor", "role_bindings", "tenant_id"): "the tenant",
     ("harbor", "memories", "content_hash"): "a SHA-256 digest, never the text",
     ("harbor", "memories", "source"): "a fixed vocabulary (check constraint)",
