@@ -563,8 +563,14 @@ def _with(url: str, **params: Any) -> str:
 def bootstrap(superuser_url: str, database: str = DATABASE) -> None:
     """Create the database, the roles and the extensions (idempotent).
 
-    Needs a superuser (the embedded server's ``postgres``).
+    Needs a superuser (the embedded server's ``postgres``). On a server that
+    has all of it already (every start after the first) this is one
+    connection and one catalog query (``bootstrap_state``): no statement that
+    writes a catalog row (a GRANT rewrites the database's row even when
+    nothing changes, and two at once fail with "tuple concurrently updated").
     """
+    if _bootstrapped(superuser_url, database):
+        return
     with psycopg.connect(superuser_url, autocommit=True) as conn:
         if (
             conn.execute("select 1 from pg_database where datname = %s", (database,)).fetchone()
@@ -576,6 +582,19 @@ def bootstrap(superuser_url: str, database: str = DATABASE) -> None:
         conn.execute("create extension if not exists vector")
         conn.execute("create extension if not exists btree_gist")
         _grant_database(conn, database)
+
+
+def _bootstrapped(superuser_url: str, database: str) -> bool:
+    """Whether ``database`` exists with the roles, extensions and grants
+    :func:`bootstrap` makes (False on any failure: bootstrap then makes them)."""
+    try:
+        with psycopg.connect(
+            _with(superuser_url, dbname=database), autocommit=True, connect_timeout=10
+        ) as conn:
+            row = conn.execute(query("bootstrap_state")).fetchone()
+    except psycopg.Error:
+        return False
+    return bool(row and row[0])
 
 
 def _grant_database(conn: psycopg.Connection[Any], database: str) -> None:
