@@ -584,13 +584,13 @@ def bootstrap(superuser_url: str, database: str = DATABASE) -> None:
         _grant_database(conn, database)
 
 
-def _bootstrapped(superuser_url: str, database: str) -> bool:
-    """Whether ``database`` exists with the roles, extensions and grants
-    :func:`bootstrap` makes (False on any failure: bootstrap then makes them)."""
+def _bootstrapped(superuser_url: str, database: str | None = None) -> bool:
+    """Whether ``database`` (default: the URL's) exists with the roles,
+    extensions and grants :func:`bootstrap` makes (False on any failure:
+    bootstrap then makes them)."""
+    url = superuser_url if database is None else _with(superuser_url, dbname=database)
     try:
-        with psycopg.connect(
-            _with(superuser_url, dbname=database), autocommit=True, connect_timeout=10
-        ) as conn:
+        with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
             row = conn.execute(query("bootstrap_state")).fetchone()
     except psycopg.Error:
         return False
@@ -743,7 +743,7 @@ def resolve_server(
     if admin_url:
         check_url(admin_url, "the admin database URL")
     is_superuser = check_server(url, what)
-    if is_superuser:
+    if is_superuser and not _bootstrapped(url):
         try:
             with psycopg.connect(url, autocommit=True) as conn:
                 conn.execute(read_sql("roles.sql"))
