@@ -3,7 +3,7 @@
 The names below load on first use (PEP 562): ``import harbor_pg`` itself
 imports nothing heavy, and ``from harbor_pg import MemoryManager`` loads the
 manager and what it needs, not LangChain's message classes, the context
-builder, the embedders' runtimes or the integrations (tests/unit/test_lazy_imports.py).
+builder, the embedders' runtimes or the integrations (tests/unit/test_import_cost.py).
 """
 
 import importlib

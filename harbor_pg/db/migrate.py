@@ -272,9 +272,7 @@ def head_revision() -> str | None:
 
 
 _REVISION = re.compile(r"^revision\s*=\s*[\"']([^\"']+)[\"']\s*$", re.MULTILINE)
-_DOWN_REVISION = re.compile(
-    r"^down_revision\s*=\s*(None|[\"']([^\"']+)[\"'])\s*$", re.MULTILINE
-)
+_DOWN_REVISION = re.compile(r"^down_revision\s*=\s*(None|[\"']([^\"']+)[\"'])\s*$", re.MULTILINE)
 
 
 @functools.cache
