@@ -7,7 +7,7 @@ import io
 import logging
 import re
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -67,6 +67,7 @@ def upgrade(
     *,
     progress: Callable[[str], None] | None = log.info,
     progress_interval: float = PROGRESS_INTERVAL,
+    known_state: Sequence[tuple[str, str]] | None = None,
 ) -> None:
     """Migrate the database to ``revision`` (default: the newest).
 
@@ -82,9 +83,14 @@ def upgrade(
 
     A database already at the newest revision, with the re-runnable SQL this
     package ships, costs one connection and one catalog query
-    (:func:`is_current`): no lock, no change, no Alembic.
+    (:func:`is_current`): no lock, no change, no Alembic. ``known_state``:
+    the rows of query ``migration_state`` just read on another connection to
+    the same database (:attr:`ServerInfo.schema_state`); when they say it is
+    current, not even that connection is opened.
     """
-    if revision == "head" and is_current(owner_url):
+    if revision == "head" and (
+        (known_state is not None and _current(known_state)) or is_current(owner_url)
+    ):
         return
     from alembic import command
 
@@ -315,15 +321,20 @@ def is_current(owner_url: str) -> bool:
     migration commits the revision and the recorded sha256 in one transaction,
     so a start that sees both current sees the schema they describe.
     """
-    head = shipped_head()
-    if head is None:
+    if shipped_head() is None:
         return False
     try:
         with psycopg.connect(owner_url, autocommit=True, connect_timeout=10) as conn:
             rows = conn.execute(query("migration_state")).fetchall()
     except psycopg.Error:
         return False
-    return rows == [(head, idempotent_sha256())]
+    return _current(rows)
+
+
+def _current(rows: Sequence[tuple[str, str]]) -> bool:
+    """Whether ``migration_state`` rows say: at the shipped head, with the shipped SQL."""
+    head = shipped_head()
+    return head is not None and [tuple(r) for r in rows] == [(head, idempotent_sha256())]
 
 
 def current_revision(url: str) -> str | None:
