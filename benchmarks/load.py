@@ -24,7 +24,9 @@ starts in a process of its own: ``MemoryManager.create(data_dir=...)`` against
 the already-migrated embedded server, as a second application process would.
 Reported: request p50/p99, the slowest request and the errors of the windows
 with a start against those without, each request counted in the window it
-ended in.
+ended in. ``--compare DIR``: a third kind of window, where the worker imports
+harbor_pg from DIR (another checkout; see ``benchmarks/startup.py --warm``),
+interleaved with the other two.
 """
 
 from __future__ import annotations
@@ -191,6 +193,7 @@ async def run_start_windows(
     window: float,
     pairs: int,
     pool: int,
+    compare: str | None = None,
 ) -> dict[str, Any]:
     """16 clients without pause; a worker process starting in every other window.
     Every 0.1 s, the server's backends waiting for a lock are counted."""
@@ -239,12 +242,17 @@ async def run_start_windows(
     tasks = [asyncio.create_task(client(i)) for i in range(clients)]
     tasks.append(asyncio.create_task(watch_locks()))
     await asyncio.sleep(1.0)  # warm up
-    plan = [w for _ in range(pairs) for w in ("start", "none", "none", "start")][: 2 * pairs]
+    kinds = ("start", "none", "compare") if compare else ("start", "none")
+    cycle = [*kinds, *kinds[::-1]]
+    plan = [w for _ in range(pairs) for w in cycle][: len(kinds) * pairs]
     windows: list[tuple[str, float, float, str]] = []
     for kind in plan:
         t0 = time.perf_counter()
         child = None
-        if kind == "start":
+        if kind in ("start", "compare"):
+            env = dict(os.environ)
+            if kind == "compare" and compare:
+                env["PYTHONPATH"] = compare
             child = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-c",
@@ -252,6 +260,8 @@ async def run_start_windows(
                 str(data_dir),
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
+                env=env,
+                cwd="/",
             )
         await asyncio.sleep(window)
         took = ""
@@ -264,7 +274,7 @@ async def run_start_windows(
     await manager.close()
     await db.close()
     result: dict[str, Any] = {}
-    for kind in ("start", "none"):
+    for kind in kinds:
         lat = [x for k, a, b, _ in windows if k == kind for t, x, _ in done if a <= t < b]
         errs = [e for k, a, b, _ in windows if k == kind for t, _, e in done if a <= t < b and e]
         result[kind] = {
@@ -280,6 +290,8 @@ async def run_start_windows(
             ),
         }
     result["starts"] = [took for k, _, _, took in windows if k == "start"]
+    result["compare_starts"] = [took for k, _, _, took in windows if k == "compare"]
+    result["kinds"] = kinds
     return result
 
 
@@ -305,6 +317,7 @@ async def main() -> None:
     parser.add_argument("--mode", choices=["all", "start"], default="all")
     parser.add_argument("--window", type=float, default=5.0)
     parser.add_argument("--pairs", type=int, default=4)
+    parser.add_argument("--compare", help="another checkout whose start to interleave")
     args = parser.parse_args()
     print(f"machine: {machine()}; default pool size here: {default_pool_size()}")
     with private_server() as (su, base):
@@ -323,12 +336,15 @@ async def main() -> None:
                 args.window,
                 args.pairs,
                 default_pool_size(),
+                args.compare,
             )
             print(
                 f"16 clients, windows of {args.window:.0f} s; worker starts took (s):",
                 ", ".join(r["starts"]),
             )
-            for kind in ("start", "none"):
+            if r["compare_starts"]:
+                print(f"  starts of {args.compare}:", ", ".join(r["compare_starts"]))
+            for kind in r["kinds"]:
                 w = r[kind]
                 print(
                     f"  {kind:>5}: {w['n']} requests, {w['ops_s']:.0f} ops/s,"

@@ -7,6 +7,17 @@ Each run uses a new data directory in a fresh subprocess, so nothing is warm:
 the same stopped data directory again; both end at the first query answered
 through the application role. "migrate" times Alembic from an empty database
 to head (schema + functions + policies).
+
+    python -m benchmarks startup --warm 8 [--compare /path/to/other/checkout]
+
+``--warm N``: the cost of a worker starting beside running ones, N times:
+``MemoryManager.create(data_dir=..., embedder=HashingEmbedder())`` in a fresh
+subprocess against an embedded server that is already running and migrated.
+Per start: the client's CPU (package import, then create() and close()) and
+the server's (every PostgreSQL process of the data directory, with the
+backends that exited). ``--compare DIR`` alternates each start with one
+importing harbor_pg from DIR (another checkout, with ``harbor_pg/_sql`` and
+``harbor_pg/_migrations`` linked to its ``sql`` and ``migrations``).
 """
 
 from __future__ import annotations
@@ -48,6 +59,92 @@ print(json.dumps({"start_to_query": t_query - t0, "imports": t_imported - t0,
 """
 
 
+WARM_CHILD = r"""
+import asyncio, json, resource, sys, time
+def cpu():
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    return u.ru_utime + u.ru_stime
+t0, c0 = time.perf_counter(), cpu()
+from harbor_pg import HashingEmbedder, MemoryManager
+t1, c1 = time.perf_counter(), cpu()
+async def main():
+    manager = await MemoryManager.create(data_dir=sys.argv[1], embedder=HashingEmbedder())
+    await manager.close()
+asyncio.run(main())
+t2, c2 = time.perf_counter(), cpu()
+print(json.dumps({"import_cpu": c1 - c0, "create_cpu": c2 - c1, "cpu": c2,
+                  "wall": t2 - t0, "alembic": "alembic" in sys.modules}))
+"""
+
+
+def server_cpu(pgdata: Path) -> float:
+    """CPU seconds of the PostgreSQL processes working in ``pgdata`` so far,
+    with the backends that have exited (the postmaster's reaped children)."""
+    import psutil
+
+    total = 0.0
+    for proc in psutil.process_iter(["name"]):
+        try:
+            if "postgres" in (proc.info["name"] or "") and Path(proc.cwd()) == pgdata:
+                t = proc.cpu_times()
+                total += t.user + t.system + t.children_user + t.children_system
+        except psutil.Error:
+            continue
+    return total
+
+
+def warm(runs: int, compare: str | None) -> None:
+    """Starts against a running, migrated embedded server (see the module doc)."""
+    import os
+
+    from harbor_pg.db import migrate, server
+
+    med = statistics.median
+    base = Path(tempfile.mkdtemp(prefix="harbor-warm-"))
+    pgdata = (base / "pgdata").resolve()
+    try:
+        info = server.resolve_server(data_dir=base)
+        migrate.upgrade(info.owner_url)
+        variants = {"this": dict(os.environ)}
+        if compare:
+            variants["compare"] = {**os.environ, "PYTHONPATH": compare}
+        got: dict[str, list[dict[str, float]]] = {k: [] for k in variants}
+        order = list(variants)
+        for i in range(runs):
+            for name in order if i % 2 == 0 else order[::-1]:
+                s0 = server_cpu(pgdata)
+                out = subprocess.run(
+                    [sys.executable, "-c", WARM_CHILD, str(base)],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                    env=variants[name],
+                    cwd=tempfile.gettempdir(),
+                )
+                row = json.loads(out.stdout.strip().splitlines()[-1])
+                row["server_cpu"] = server_cpu(pgdata) - s0
+                got[name].append(row)
+                print(
+                    f"{name:>8} run {i + 1}: import {row['import_cpu']:.3f} s CPU, create+close"
+                    f" {row['create_cpu']:.3f} s CPU, process {row['cpu']:.3f} s CPU,"
+                    f" server {row['server_cpu'] * 1000:.0f} ms CPU, wall {row['wall']:.2f} s,"
+                    f" alembic loaded {row['alembic']}",
+                    flush=True,
+                )
+        print(f"\nmachine: {machine()}; medians of {runs} starts each")
+        for name, rows in got.items():
+            print(
+                f"{name:>8}: import {med(r['import_cpu'] for r in rows):.3f} s CPU,"
+                f" create()+close() {med(r['create_cpu'] for r in rows):.3f} s CPU,"
+                f" whole process {med(r['cpu'] for r in rows):.3f} s CPU,"
+                f" server {med(r['server_cpu'] for r in rows) * 1000:.0f} ms CPU,"
+                f" wall {med(r['wall'] for r in rows):.2f} s"
+            )
+    finally:
+        stop_embedded(pgdata)
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def run(data: Path, mode: str) -> dict[str, float]:
     out = subprocess.run(
         [sys.executable, "-c", CHILD, str(data), mode], check=True, capture_output=True, text=True
@@ -65,7 +162,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--record", action="store_true", help="write the figures into benchmarks/RESULTS.md"
     )
+    ap.add_argument("--warm", type=int, default=0, help="starts against a running server")
+    ap.add_argument("--compare", help="another checkout to alternate with (--warm)")
     args = ap.parse_args(argv)
+    if args.warm:
+        warm(args.warm, args.compare)
+        return
     first, restart, migr, imports, srv = [], [], [], [], []
     for i in range(args.runs):
         data = Path(tempfile.mkdtemp(prefix="harbor-start-"))

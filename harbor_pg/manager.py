@@ -25,7 +25,6 @@ from harbor_pg.context.recall import (
     recalled_from_row,
 )
 from harbor_pg.db.connection import Database
-from harbor_pg.tiers.replica import READ_URL_ENV, ReadReplica
 from harbor_pg.db.sqlfiles import query
 from harbor_pg.embedders.base import Embedder, normalize_vector
 from harbor_pg.errors import (
@@ -69,6 +68,7 @@ from harbor_pg.tiers.long_term import (
     MemoryVectors,
     PostgresLongTermStore,
 )
+from harbor_pg.tiers.replica import READ_URL_ENV, ReadReplica
 from harbor_pg.tiers.session_ttl import LiveTurns
 from harbor_pg.tiers.short_term import PostgresShortTermStore, message_from_row
 from harbor_pg.tiers.working import PostgresWorkingStore
@@ -246,7 +246,7 @@ class MemoryManager:
         info = server.resolve_server(
             database_url, data_dir=Path(data_dir) if data_dir is not None else None
         )
-        migrate.upgrade(info.owner_url)
+        migrate.upgrade(info.owner_url, known_state=info.schema_state)
         db = Database(info.app_url, info.admin_url)
         await db.open()
         manager = cls.from_database(

@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-from langchain_core.messages import AIMessage, BaseMessage
+if TYPE_CHECKING:  # LangChain's messages load with the first message counted
+    from langchain_core.messages import AIMessage, BaseMessage
 
 __all__ = [
     "MESSAGE_OVERHEAD_TOKENS",
@@ -89,6 +90,8 @@ def message_tokens(
     names and JSON arguments of an assistant's tool calls, and a fixed
     :data:`MESSAGE_OVERHEAD_TOKENS` per message for the chat framing.
     """
+    from langchain_core.messages import AIMessage
+
     total = 0
     for message in messages:
         total += MESSAGE_OVERHEAD_TOKENS + content_tokens(message.content, counter)

@@ -117,7 +117,22 @@ class _QuickReconnect(AttemptWithBackoff):
 
 
 class _Pool(AsyncConnectionPool[Connection]):
-    """The pool with a short, flat reconnect back-off."""
+    """The pool with a short, flat reconnect back-off, which can adopt a
+    connection opened before it (:meth:`Database.open`'s probe) as its first."""
+
+    _adopt: Connection | None = None
+
+    async def _connect(self, timeout: float | None = None) -> Connection:
+        adopt, self._adopt = self._adopt, None
+        if adopt is None or adopt.closed:
+            return await super()._connect(timeout)
+        real = self.connection_class
+        self.connection_class = _Handover(adopt, real)  # type: ignore[assignment]
+        try:
+            # the pool's own path: configure, expiry, statistics
+            return await super()._connect(timeout)
+        finally:
+            self.connection_class = real
 
     async def _add_connection(
         self, attempt: AttemptWithBackoff | None, growing: bool = False
@@ -125,6 +140,21 @@ class _Pool(AsyncConnectionPool[Connection]):
         if attempt is None:
             attempt = _QuickReconnect(timeout=self.reconnect_timeout)
         await super()._add_connection(attempt, growing)
+
+
+class _Handover:
+    """Stands in for the connection class for one :meth:`_Pool._connect`: the
+    first ``connect()`` returns the adopted connection, any other a new one."""
+
+    def __init__(self, conn: Connection, real: Any) -> None:
+        self._conn: Connection | None = conn
+        self._real = real
+
+    async def connect(self, conninfo: str, **kwargs: Any) -> Connection:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            return conn
+        return await self._real.connect(conninfo, **kwargs)  # type: ignore[no-any-return]
 
 
 def _alive(conn: Connection) -> bool:
@@ -205,7 +235,7 @@ class Database:
             "autocommit": False,
             "connect_timeout": max(2, math.ceil(self.timeout)),
         }
-        self._pool: AsyncConnectionPool[Connection] = _Pool(
+        self._pool: _Pool = _Pool(
             app_url,
             min_size=min(min_size, max_size),
             max_size=max_size,
@@ -237,10 +267,19 @@ class Database:
         try:
             # one direct attempt first: the pool would retry quietly for its whole
             # timeout and then report only that it timed out
-            probe = await AsyncConnection.connect(self.app_url, connect_timeout=10)
-            await probe.close()
+            probe = await AsyncConnection.connect(
+                self.app_url,
+                row_factory=dict_row,
+                autocommit=False,
+                connect_timeout=10,
+            )
+            # it becomes the pool's first connection: a start opens one, not two
+            self._pool._adopt = probe
             await self._pool.open(wait=True, timeout=15)
         except Exception as exc:
+            adopt, self._pool._adopt = self._pool._adopt, None
+            if adopt is not None:
+                await adopt.close()
             await self._pool.close()
             raise MemoryConfigurationError(describe_connect_error(self.app_url, exc)) from None
         if self._admin_pool is not None:
@@ -345,7 +384,7 @@ class Database:
         of work that is one statement goes through :meth:`fetch_in_one_round_trip`
         instead. Database errors come out as harbor errors.
         """
-        pool = self._pool
+        pool: AsyncConnectionPool[Connection] = self._pool
         if admin:
             if self._admin_pool is None:
                 raise MemoryConfigurationError(

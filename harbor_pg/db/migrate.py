@@ -2,27 +2,38 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import logging
+import re
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
-import sqlalchemy.exc
-from alembic import command
-from alembic.config import Config
-from alembic.script import ScriptDirectory
-from alembic.util import CommandError
 from psycopg.rows import dict_row
 
 from harbor_pg.db.server import OWNER_ROLE, describe_connect_error, redact, scrub
-from harbor_pg.db.sqlfiles import query
+from harbor_pg.db.sqlfiles import idempotent_sha256, query
 from harbor_pg.errors import MemoryConfigurationError, MemoryDatabaseError
 
-__all__ = ["alembic_config", "current_revision", "downgrade", "head_revision", "upgrade"]
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+# Alembic and SQLAlchemy (about half a second of imports) load only when a
+# migration actually runs: a start against an up-to-date schema is decided by
+# one query (:func:`is_current`) and never imports them.
+
+__all__ = [
+    "alembic_config",
+    "current_revision",
+    "downgrade",
+    "head_revision",
+    "is_current",
+    "upgrade",
+]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +52,8 @@ def _sqlalchemy_url(url: str) -> str:
 
 def alembic_config(owner_url: str) -> Config:
     """An Alembic config for the shipped migrations, pointed at ``owner_url``."""
+    from alembic.config import Config
+
     location = resources.files("harbor_pg._migrations")
     cfg = Config(str(location.joinpath("alembic.ini")), stdout=io.StringIO())
     cfg.set_main_option("script_location", str(location))
@@ -54,6 +67,7 @@ def upgrade(
     *,
     progress: Callable[[str], None] | None = log.info,
     progress_interval: float = PROGRESS_INTERVAL,
+    known_state: Sequence[tuple[str, str]] | None = None,
 ) -> None:
     """Migrate the database to ``revision`` (default: the newest).
 
@@ -66,7 +80,20 @@ def upgrade(
     Raises :class:`MemoryConfigurationError` when the login may not migrate
     or the database lacks an extension, :class:`MemoryDatabaseError` for any
     other database failure; never a driver traceback, never the password.
+
+    A database already at the newest revision, with the re-runnable SQL this
+    package ships, costs one connection and one catalog query
+    (:func:`is_current`): no lock, no change, no Alembic. ``known_state``:
+    the rows of query ``migration_state`` just read on another connection to
+    the same database (:attr:`ServerInfo.schema_state`); when they say it is
+    current, not even that connection is opened.
     """
+    if revision == "head" and (
+        (known_state is not None and _current(known_state)) or is_current(owner_url)
+    ):
+        return
+    from alembic import command
+
     _run(command.upgrade, owner_url, revision, progress, progress_interval)
 
 
@@ -79,6 +106,8 @@ def downgrade(
 ) -> None:
     """Migrate the database down to ``revision`` (default: nothing left),
     reporting long index builds as :func:`upgrade` does."""
+    from alembic import command
+
     _run(command.downgrade, owner_url, revision, progress, progress_interval)
 
 
@@ -202,6 +231,9 @@ def _not_owner(row: dict[str, Any], action: str) -> str:
 
 @contextmanager
 def _migration_errors(url: str, revision: str) -> Iterator[None]:
+    import sqlalchemy.exc
+    from alembic.util import CommandError
+
     try:
         yield
     except CommandError as exc:  # an unknown revision, say
@@ -239,8 +271,70 @@ def _first_line(exc: BaseException) -> str:
 
 def head_revision() -> str | None:
     """The newest revision shipped."""
+    from alembic.script import ScriptDirectory
+
     script = ScriptDirectory.from_config(alembic_config("postgresql://unused"))
     return script.get_current_head()
+
+
+_REVISION = re.compile(r"^revision\s*=\s*[\"']([^\"']+)[\"']\s*$", re.MULTILINE)
+_DOWN_REVISION = re.compile(r"^down_revision\s*=\s*(None|[\"']([^\"']+)[\"'])\s*$", re.MULTILINE)
+
+
+@functools.cache
+def shipped_head() -> str | None:
+    """The newest revision shipped, read from the revision files' ``revision``
+    and ``down_revision`` lines without loading Alembic (a few milliseconds).
+
+    None when the history is not one line of plain assignments (several heads,
+    a merge, a file this cannot read): callers then ask Alembic
+    (:func:`head_revision`), which this always agrees with otherwise
+    (tests/migration).
+    """
+    revisions: set[str] = set()
+    parents: set[str] = set()
+    folder = resources.files("harbor_pg._migrations").joinpath("versions")
+    for entry in folder.iterdir():
+        if not entry.name.endswith(".py") or entry.name.startswith("__"):
+            continue
+        text = entry.read_text(encoding="utf-8")
+        rev = _REVISION.findall(text)
+        down = _DOWN_REVISION.findall(text)
+        if len(rev) != 1 or len(down) != 1:
+            return None
+        revisions.add(rev[0])
+        if down[0][0] != "None":
+            parents.add(down[0][1])
+    heads = revisions - parents
+    return heads.pop() if len(heads) == 1 and parents <= revisions else None
+
+
+def is_current(owner_url: str) -> bool:
+    """Whether the database at ``owner_url`` needs no migration: the login may
+    migrate, the schema is at the newest shipped revision, and the re-runnable
+    SQL recorded there is the one this package ships (same sha256).
+
+    One connection and one read-only query on two one-row tables; nothing is
+    locked beyond what reading them takes, and no Alembic is loaded. Any
+    failure, or a database that is not current, answers False: :func:`upgrade`
+    then migrates (under the advisory lock), or reports why it cannot. A
+    migration commits the revision and the recorded sha256 in one transaction,
+    so a start that sees both current sees the schema they describe.
+    """
+    if shipped_head() is None:
+        return False
+    try:
+        with psycopg.connect(owner_url, autocommit=True, connect_timeout=10) as conn:
+            rows = conn.execute(query("migration_state")).fetchall()
+    except psycopg.Error:
+        return False
+    return _current(rows)
+
+
+def _current(rows: Sequence[tuple[str, str]]) -> bool:
+    """Whether ``migration_state`` rows say: at the shipped head, with the shipped SQL."""
+    head = shipped_head()
+    return head is not None and [tuple(r) for r in rows] == [(head, idempotent_sha256())]
 
 
 def current_revision(url: str) -> str | None:

@@ -80,6 +80,10 @@ class ServerInfo:
     owner_url: str
     embedded: Path | None = None
     superuser_url: str | None = None
+    #: the rows of query ``migration_state`` read while checking the bootstrap
+    #: (None: not read), so a start need not connect again to learn that
+    #: nothing is to migrate (:func:`harbor_pg.db.migrate.upgrade`'s ``known_state``)
+    schema_state: tuple[tuple[str, str], ...] | None = None
 
 
 def redact(url: str) -> str:
@@ -560,11 +564,20 @@ def _with(url: str, **params: Any) -> str:
     return conninfo.make_conninfo(url, **params)
 
 
-def bootstrap(superuser_url: str, database: str = DATABASE) -> None:
+def bootstrap(superuser_url: str, database: str = DATABASE) -> tuple[tuple[str, str], ...] | None:
     """Create the database, the roles and the extensions (idempotent).
 
-    Needs a superuser (the embedded server's ``postgres``).
+    Needs a superuser (the embedded server's ``postgres``). On a server that
+    has all of it already (every start after the first) this is one
+    connection and one catalog query (``bootstrap_state``): no statement that
+    writes a catalog row (a GRANT rewrites the database's row even when
+    nothing changes, and two at once fail with "tuple concurrently updated").
+    Then it returns what that connection read of the migration state (query
+    ``migration_state``; None when it did not read it).
     """
+    ready, state = _bootstrapped(superuser_url, database)
+    if ready:
+        return state
     with psycopg.connect(superuser_url, autocommit=True) as conn:
         if (
             conn.execute("select 1 from pg_database where datname = %s", (database,)).fetchone()
@@ -576,6 +589,29 @@ def bootstrap(superuser_url: str, database: str = DATABASE) -> None:
         conn.execute("create extension if not exists vector")
         conn.execute("create extension if not exists btree_gist")
         _grant_database(conn, database)
+    return None
+
+
+def _bootstrapped(
+    superuser_url: str, database: str | None = None
+) -> tuple[bool, tuple[tuple[str, str], ...] | None]:
+    """Whether ``database`` (default: the URL's) exists with the roles,
+    extensions and grants :func:`bootstrap` makes (False on any failure:
+    bootstrap then makes them), and, when it does, the migration state read
+    on the same connection (None if that failed: no schema yet, say)."""
+    url = superuser_url if database is None else _with(superuser_url, dbname=database)
+    try:
+        with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+            row = conn.execute(query("bootstrap_state")).fetchone()
+            if not (row and row[0]):
+                return False, None
+            try:
+                rows = conn.execute(query("migration_state")).fetchall()
+            except psycopg.Error:
+                return True, None
+            return True, tuple((str(a), str(b)) for a, b in rows)
+    except psycopg.Error:
+        return False, None
 
 
 def _grant_database(conn: psycopg.Connection[Any], database: str) -> None:
@@ -711,7 +747,7 @@ def resolve_server(
     admin_url = admin_url or os.environ.get("HARBOR_ADMIN_DATABASE_URL")
     if not url:
         superuser = start_embedded(data_dir)
-        bootstrap(superuser)
+        state = bootstrap(superuser)
         base = _with(superuser, dbname=DATABASE)
         return ServerInfo(
             app_url=_with(base, user=APP_ROLE),
@@ -719,12 +755,14 @@ def resolve_server(
             owner_url=_with(base, user=OWNER_ROLE),
             embedded=(data_dir or default_data_dir()).expanduser().resolve(),
             superuser_url=base,
+            schema_state=state,
         )
     what = "the database URL" if database_url else "HARBOR_DATABASE_URL"
     if admin_url:
         check_url(admin_url, "the admin database URL")
     is_superuser = check_server(url, what)
-    if is_superuser:
+    ready, state = _bootstrapped(url) if is_superuser else (False, None)
+    if is_superuser and not ready:
         try:
             with psycopg.connect(url, autocommit=True) as conn:
                 conn.execute(read_sql("roles.sql"))
@@ -741,4 +779,5 @@ def resolve_server(
         admin_url=admin_url or url,
         owner_url=url,
         superuser_url=url if is_superuser else None,
+        schema_state=state,
     )

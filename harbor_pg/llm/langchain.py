@@ -7,7 +7,6 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, ValidationError
 
 from harbor_pg.errors import MemoryConfigurationError
@@ -23,6 +22,7 @@ __all__ = ["LangChainModel", "as_memory_model"]
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
+    from langchain_core.messages import BaseMessage
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -115,6 +115,8 @@ class LangChainModel:
 
     @staticmethod
     def _messages(system: str, user: str) -> Sequence[BaseMessage]:
+        from langchain_core.messages import HumanMessage, SystemMessage
+
         return [SystemMessage(content=system), HumanMessage(content=user)]
 
     async def _call(self, runnable: Any, messages: Sequence[BaseMessage]) -> Any:
@@ -140,6 +142,8 @@ class LangChainModel:
         Raises:
             MemoryModelError: the model raised, timed out or answered with no text.
         """
+        from langchain_core.messages import BaseMessage
+
         answer = await self._call(self.chat_model, self._messages(system, user))
         if not isinstance(answer, BaseMessage):
             raise MemoryModelError(

@@ -24,6 +24,22 @@ select current_user as login,
        (select coalesce(jsonb_object_agg(extname, extversion), '{}')
           from pg_extension where extname in ('vector', 'btree_gist')) as installed
 
+-- name: bootstrap_state
+-- Whether this database has what harbor_pg.db.server.bootstrap creates: the four roles (harbor_owner a member of harbor_search), the vector and btree_gist extensions, and the grants on the database and on schema public. One catalog read, so a start after the first writes nothing.
+select case
+         when (select pg_catalog.count(*) from pg_catalog.pg_roles
+                where rolname in ('harbor_owner', 'harbor_app', 'harbor_admin', 'harbor_search')) = 4
+         then pg_catalog.pg_has_role('harbor_owner', 'harbor_search', 'MEMBER')
+              and (select pg_catalog.count(*) from pg_catalog.pg_extension
+                    where extname in ('vector', 'btree_gist')) = 2
+              and pg_catalog.has_database_privilege('harbor_owner', pg_catalog.current_database(), 'CREATE')
+              and pg_catalog.has_database_privilege('harbor_owner', pg_catalog.current_database(), 'CONNECT')
+              and pg_catalog.has_database_privilege('harbor_app', pg_catalog.current_database(), 'CONNECT')
+              and pg_catalog.has_database_privilege('harbor_admin', pg_catalog.current_database(), 'CONNECT')
+              and pg_catalog.has_schema_privilege('harbor_owner', 'public', 'CREATE')
+         else false
+       end as ready
+
 -- name: migration_login
 -- Whether the login may run migrations (is, or is a member of, harbor_owner) and read the Alembic version table.
 select current_user as login,
@@ -85,6 +101,13 @@ delete from harbor.messages m
  using cut c
  where m.tenant_id = (select harbor.caller_tenant())
    and m.user_id = c.user_id and m.session_id = c.session_id and m.id <= c.last_expired
+
+-- name: migration_state
+-- What decides whether a start has anything to migrate: the Alembic revision and the sha256 of the re-runnable SQL last applied (one row each), for a login that may migrate (else no row). A missing table is an error, which counts as "not current" too.
+select v.version_num::text, s.sha256::text
+  from public.harbor_alembic_version v
+ cross join public.harbor_idempotent_sql s
+ where pg_catalog.pg_has_role(current_user, 'harbor_owner', 'MEMBER')
 
 -- name: migration_lock
 -- Serialise migrations and starts: an advisory lock held to the end of the migration's transaction (concurrent create() calls wait here, one at a time).

@@ -8,7 +8,10 @@ doing it at once deadlocked one another and the requests running meanwhile.
 
 from __future__ import annotations
 
+import json
 import multiprocessing
+import subprocess
+import sys
 import threading
 import time
 from typing import Any
@@ -17,6 +20,7 @@ import psycopg
 import pytest
 
 from harbor_pg.db import migrate
+from harbor_pg.db.sqlfiles import query
 from tests.conftest import PgDatabase
 
 STARTERS = 8
@@ -167,3 +171,81 @@ def test_starts_during_load_fail_no_request(fresh_db: PgDatabase) -> None:
     assert outcomes == ["ok"] * 4
     assert errors == []
     assert latencies
+
+
+START_CHILD = r"""
+import asyncio, json, sys
+from harbor_pg import HashingEmbedder, MemoryManager
+
+async def main():
+    manager = await MemoryManager.create(database_url=sys.argv[1], embedder=HashingEmbedder())
+    await manager.close()
+
+asyncio.run(main())
+print(json.dumps({m: m in sys.modules for m in ("alembic", "sqlalchemy")}))
+"""
+
+
+def _start_process(url: str) -> dict[str, bool]:
+    out = subprocess.run(
+        [sys.executable, "-c", START_CHILD, url], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    loaded: dict[str, bool] = json.loads(out.stdout.strip().splitlines()[-1])
+    return loaded
+
+
+def _bookkeeping_versions(url: str) -> dict[str, Any]:
+    """Row versions of what bootstrap and migrate would write: the database's
+    ACL row, schema public, the roles, the extensions, the two version tables."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            """
+            select 'database', xmin::text from pg_database where datname = current_database()
+            union all select 'schema public', xmin::text from pg_namespace where nspname = 'public'
+            union all select 'role ' || rolname, xmin::text from pg_authid
+             where rolname like 'harbor%%'
+            union all select 'extension ' || extname, xmin::text from pg_extension
+            union all select 'revision', xmin::text from public.harbor_alembic_version
+            union all select 'sha256', xmin::text from public.harbor_idempotent_sql
+            """
+        ).fetchall()
+    return dict(rows)
+
+
+def test_create_on_an_up_to_date_server_takes_no_lock_and_writes_nothing(
+    fresh_db: PgDatabase,
+) -> None:
+    """MemoryManager.create() against a server that is bootstrapped and at head
+    (a worker starting beside running ones): it completes while another session
+    holds the migration advisory lock, an ACCESS EXCLUSIVE lock on every harbor
+    table and an EXCLUSIVE lock on both version tables, so it takes none of
+    them and writes none of them; it changes no catalog row (no GRANT, no DDL)
+    and never loads Alembic."""
+    url = fresh_db.superuser_url  # a superuser URL: create() bootstraps, then migrates
+    _start_process(url)  # the first start grants the new database's privileges
+    before = (_catalog_versions(url), _bookkeeping_versions(url))
+    blocker = psycopg.connect(url)
+    try:
+        blocker.execute(query("migration_lock").replace("_xact", ""))
+        tables = blocker.execute(
+            "select string_agg(c.oid::regclass::text, ', ') from pg_class c"
+            " where c.relnamespace = 'harbor'::regnamespace and c.relkind in ('r', 'p')"
+        ).fetchone()
+        assert tables is not None and "harbor.memories" in tables[0]
+        blocker.execute(f"lock table {tables[0]} in access exclusive mode")
+        blocker.execute(
+            "lock table public.harbor_alembic_version, public.harbor_idempotent_sql"
+            " in exclusive mode"
+        )
+        loaded = _start_process(url)  # would wait until the timeout for any of those locks
+    finally:
+        blocker.rollback()
+        blocker.execute("select pg_advisory_unlock_all()")
+        blocker.close()
+    assert loaded == {"alembic": False, "sqlalchemy": False}
+    assert (_catalog_versions(url), _bookkeeping_versions(url)) == before
+
+
+def test_shipped_head_read_without_alembic_is_alembics_head() -> None:
+    assert migrate.shipped_head() == migrate.head_revision()

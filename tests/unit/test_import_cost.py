@@ -59,3 +59,54 @@ def test_unknown_attribute_is_an_attribute_error() -> None:
         assert "NoSuchThing" in str(exc)
     else:
         raise AssertionError("harbor_pg.NoSuchThing should not exist")
+
+
+#: what a worker that makes a MemoryManager with an explicit embedder does not
+#: use, so must not pay for at start (issue 22: a start during load costs the
+#: running requests nothing measurable)
+UNUSED_AT_START = (
+    "langchain_core",  # LangChain's message classes: the context builder's, ~0.4 s CPU
+    "requests",
+    "fastembed",
+    "onnxruntime",
+    "numpy",
+    "opentelemetry",
+    "openai",
+    "mcp",
+    "starlette",
+    "jinja2",
+    "hypothesis",
+    # Alembic and SQLAlchemy load only when a migration runs (not for an up-to-date schema)
+    "alembic",
+    "sqlalchemy",
+)
+
+
+def _modules_after(code: str) -> set[str]:
+    probe = f"import json, sys\n{code}\nprint(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True)
+    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def test_import_harbor_pg_loads_no_submodule() -> None:
+    loaded = _modules_after("import harbor_pg")
+    assert sorted(m for m in loaded if m.startswith("harbor_pg")) == ["harbor_pg"]
+    assert not {m.split(".")[0] for m in loaded} & set(UNUSED_AT_START)
+
+
+def test_the_manager_with_an_explicit_embedder_loads_only_what_it_uses() -> None:
+    loaded = _modules_after(
+        "from harbor_pg import HashingEmbedder, MemoryManager, MemoryOwner\n"
+        "from harbor_pg.db import migrate, server\n"
+        "HashingEmbedder()"
+    )
+    assert "harbor_pg.manager" in loaded
+    assert sorted({m.split(".")[0] for m in loaded} & set(UNUSED_AT_START)) == []
+
+
+def test_every_public_name_resolves() -> None:
+    import harbor_pg
+
+    for name in harbor_pg.__all__:
+        assert getattr(harbor_pg, name) is not None, name
+    assert set(harbor_pg.__all__) <= set(dir(harbor_pg))
