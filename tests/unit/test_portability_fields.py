@@ -15,34 +15,20 @@ _LINE_ONLY = {"type", "vectors"}
 
 
 def _row() -> dict[str, object]:
-    """A row as export_memories reads it: one value for every exported column."""
+    """A row as export_memories reads it: a value for every Memory field."""
     now = datetime(2026, 1, 1, tzinfo=UTC)
-    return {
-        "id": "m1",
-        "tenant_id": "t1",
-        "scope": "user",
-        "project_id": "",
-        "principal_id": "dana",
-        "user_id": "dana",
-        "session_id": "",
-        "run_id": "",
-        "memory_type": "fact",
-        "content": "Dana likes tea",
-        "content_hash": "0" * 64,
-        "context": None,
-        "importance": 0.5,
-        "entity_ids": [],
-        "source": "unknown",
-        "sensitivity": "none",
-        "valid_from": now,
-        "invalid_at": None,
-        "superseded_by": None,
-        "source_session_id": None,
-        "source_message_ids": [],
-        "metadata": {},
-        "created_at": now,
-        "updated_at": now,
-    }
+    memory = Memory(
+        id="m1",
+        tenant_id="t1",
+        principal_id="dana",
+        user_id="dana",
+        content="Dana likes tea",
+        content_hash="0" * 64,
+        valid_from=now,
+        created_at=now,
+        updated_at=now,
+    )
+    return memory.model_dump()
 
 
 def test_every_memory_field_is_exported_or_named() -> None:
