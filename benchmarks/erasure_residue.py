@@ -7,7 +7,7 @@ marker after each step of the physical-erasure recipe:
 
     VACUUM -> VACUUM (FULL) -> CHECKPOINT -> pg_switch_wal() + CHECKPOINT (x3)
 
-Run: .venv/bin/python benchmarks/erasure_residue.py
+Run: python -m benchmarks erasure_residue
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Embedded server cold start to first query, and migration of an empty database.
 
     python -m benchmarks startup [--runs 5]
+    python -m benchmarks startup --mode hub [--calls 3]   (a model hub that never answers)
 
 Each run uses a new data directory in a fresh subprocess, so nothing is warm:
 "first start" includes initdb, role and extension bootstrap; "restart" starts
@@ -156,8 +157,28 @@ QUESTION = "How long from nothing to the first answered query?"
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the benchmark; ``argv`` as on the command line."""
-    ap = argparse.ArgumentParser(prog="python -m benchmarks startup", description=__doc__)
+    """Run the benchmark; ``argv`` as on the command line (``--mode`` picks the mode)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    pick = argparse.ArgumentParser(add_help=False)
+    pick.add_argument("--mode", choices=("start", "hub"), default="start")
+    chosen, argv = pick.parse_known_args(argv)
+    if chosen.mode == "hub":
+        import _startup_hub
+
+        _startup_hub.main(argv)
+        return
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks startup",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument(
+        "--mode",
+        choices=("start", "hub"),
+        default="start",
+        help="start: cold start and restart (the default); hub: the default embedder "
+        "facing a model hub that never answers (_startup_hub.py)",
+    )
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument(
         "--record", action="store_true", help="write the figures into benchmarks/RESULTS.md"

@@ -33,6 +33,7 @@ def _add_identity(p: argparse.ArgumentParser, *, required: bool = True) -> None:
     g.add_argument("--run", help="run id")
 
 
+# Keyword-for-keyword like RecallRequest(...) in context/recall.py by shape only: not a copy.
 def _owner(args: argparse.Namespace) -> MemoryOwner:
     return MemoryOwner(
         tenant_id=args.tenant,

@@ -233,6 +233,7 @@ async def run_demo(args: argparse.Namespace) -> int:
         data_dir=Path(args.data_dir) if getattr(args, "data_dir", None) else None,
     )
     session = f"demo-{uuid.uuid4().hex[:8]}"
+    # eve's owner further down repeats this shape on purpose: only the principal differs.
     owner = MemoryOwner(
         tenant_id="acme",
         project_id="handbook",

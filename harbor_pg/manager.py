@@ -939,6 +939,8 @@ class MemoryManager:
         found: list[Memory] = await current(caller, wanted, limit=limit)
         return found
 
+    # export_memories and import_memories below share one shape on purpose: thin forwarders
+    # to harbor_pg.portability, imported lazily so that the manager does not load it.
     async def export_memories(
         self,
         owner: MemoryOwner,

@@ -60,6 +60,8 @@ _CHAT_ROLES: dict[str, MessageRole] = {
 _DIGITS = re.compile(r"[0-9]+")
 
 
+# llm/langchain.py's _message_text is near this on purpose: llm/ sits below messages.py in
+# the layering, and a chat answer's blocks need a type to count as text, a stored message's not.
 def message_text(content: str | Sequence[Any]) -> str:
     """The text of a message's content: the string itself, or its text blocks joined."""
     if isinstance(content, str):

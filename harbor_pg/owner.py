@@ -79,11 +79,7 @@ SCOPE_OWNER_FIELDS: dict[MemoryScope, tuple[str, ...]] = {
 
 #: Fields a scope cannot do without (RUN tolerates a missing project).
 _REQUIRED_FIELDS: dict[MemoryScope, tuple[str, ...]] = {
-    MemoryScope.GLOBAL: (),
-    MemoryScope.TENANT: ("tenant_id",),
-    MemoryScope.PROJECT: ("tenant_id", "project_id"),
-    MemoryScope.USER: ("tenant_id", "user_id"),
-    MemoryScope.SESSION: ("tenant_id", "user_id", "session_id"),
+    **SCOPE_OWNER_FIELDS,
     MemoryScope.RUN: ("tenant_id", "user_id", "session_id", "run_id"),
 }
 

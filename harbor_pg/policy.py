@@ -288,6 +288,8 @@ class MemoryPolicy(BaseModel):
     summary_keep_messages: int = 8
     recall_top_k: int = 6
     recall_scopes: tuple[MemoryScope, ...] = DEFAULT_RECALL_SCOPES
+    # recency_half_life_hours, entity/type weights, rrf_k, fusion and max sensitivity stand
+    # again as RecallRequest's defaults (context/recall.py), on purpose; a unit test pins them.
     recency_half_life_hours: float = 4320.0
     block_budget_fraction: float = 0.15
     query_rewrite: bool = True

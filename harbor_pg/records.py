@@ -149,6 +149,8 @@ class ConversationMessage(BaseModel):
     id: int | None = None
     created_at: datetime | None = None
 
+    # The same two checks as Memory's, on purpose: each model names its own text fields (the
+    # checks themselves are _storable_json and _check_strings, shared).
     @field_validator("metadata")
     @classmethod
     def _json_metadata(cls, value: dict[str, Any]) -> dict[str, Any]:
@@ -208,6 +210,7 @@ class Memory(BaseModel):
     def _source(cls, value: str) -> str:
         return validate_source(value)
 
+    # As ConversationMessage's, on purpose (see there).
     @field_validator("metadata")
     @classmethod
     def _json_metadata(cls, value: dict[str, Any]) -> dict[str, Any]:

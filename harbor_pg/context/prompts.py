@@ -131,6 +131,8 @@ def parse_wanted_types(
     return tuple(wanted)
 
 
+# Its model_config has the shape of extraction/facts.py's ExtractedFact, on purpose: each
+# model the LLM answers with gives its own description.
 class RewriteResult(BaseModel):
     """The rewrite call's answer: a standalone retrieval query and the memory types it wants.
 

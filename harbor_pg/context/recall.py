@@ -80,6 +80,8 @@ class RecallRequest:
     anchor_entity_ids: tuple[str, ...] = ()
     wanted_types: tuple[MemoryType, ...] = ()
     as_of: datetime | None = None
+    # These defaults repeat MemoryPolicy's on purpose, so a request built by hand ranks as the
+    # default policy does; tests/unit/test_policy.py checks that the two agree.
     recency_half_life_hours: float | None = 4320.0
     entity_weight: float = 0.5
     type_weight: float = 0.5
@@ -183,6 +185,8 @@ class MemoryRecall:
         """Tokens the recalled block may take: ``block_budget_fraction * recent_max_tokens``."""
         return int(self.policy.block_budget_fraction * self.policy.recent_max_tokens)
 
+    # Signature repeated on purpose by recall_scored() below and by MemoryManager.recall
+    # (the facade's documented entry point); both delegate here or to recall_scored().
     async def recall(
         self,
         owner: MemoryOwner,

@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from harbor_pg.context.prompts import summary_prompt
 from harbor_pg.context.trimming import summary_boundary
-from harbor_pg.errors import MemoryConfigurationError
 from harbor_pg.credentials import without_secret_sentences
+from harbor_pg.errors import MemoryConfigurationError
 from harbor_pg.llm.base import MemoryModel, MemoryModelError
 from harbor_pg.llm.extractive import ExtractiveSummarizer
 from harbor_pg.llm.langchain import as_memory_model
@@ -144,6 +144,7 @@ class RollingSummary:
     WARNING, saves what it folded before the failure, and reports it.
     """
 
+    # SessionSummarizer repeats these parameters on purpose: it builds a RollingSummary.
     def __init__(
         self,
         *,

@@ -523,6 +523,7 @@ def local_identity(owner: MemoryOwner) -> list[pgsql.Composed]:
     ]
 
 
+# _wrap_sync below is its synchronous twin, on purpose: one context manager cannot be both.
 @contextlib.asynccontextmanager
 async def wrap_db_errors() -> AsyncIterator[None]:
     """Turn driver errors into harbor errors, keyed on SQLSTATE and constraint."""

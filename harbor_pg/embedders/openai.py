@@ -85,6 +85,7 @@ class OpenAIEmbedder:
         )
         self._model_id = f"openai:{model}-{dimensions}"
 
+    # As in fastembed.py and hashing.py, on purpose: each embedder documents its own properties.
     @property
     def model_id(self) -> str:
         """``openai:<model>-<dimensions>``."""

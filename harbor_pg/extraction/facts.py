@@ -248,6 +248,7 @@ _FACT_ALIASES = {
 }
 
 
+# Its model_config has the shape of context/prompts.py's RewriteResult, on purpose (see there).
 class ExtractedFact(BaseModel):
     """One atomic fact proposed by the extraction model, already normalised.
 

@@ -331,6 +331,7 @@ async def memory_page(app: Inspector, page: _Page) -> Response:
             session_link = "/session?" + urlencode({"session": source_session})
             if source_ids:
                 turns = await app.reader.source_turns(viewer, source_session, source_ids)
+    # Same shape as memories_page's render call above: two templates' keywords, not a copy.
     return app.render(
         page,
         "memory.html",

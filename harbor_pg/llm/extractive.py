@@ -183,6 +183,7 @@ class ExtractiveSummarizer:
         )
         return f"ExtractiveSummarizer({budget}, recency_weight={self.recency_weight})"
 
+    # asummarize() below repeats this signature on purpose: its async twin.
     def summarize(
         self,
         messages: Sequence[object],

@@ -76,6 +76,7 @@ class OpenAIModel:
                 f"structured_output must be 'json_schema', 'json_object' or 'off', "
                 f"got {structured_output!r}"
             )
+        # As embedders/openai.py's OpenAIEmbedder, on purpose: both share client_setup().
         self._client, self._owns_client, self._timeout = client_setup(
             "OpenAIModel",
             client,
@@ -198,6 +199,8 @@ def _parse_into(schema: type[T], content: str, what: str) -> T:
         raise MemoryModelError(
             f"{what} returned malformed JSON for {schema.__name__}: {exc.msg} at position {exc.pos}"
         ) from None
+    # As llm/langchain.py's check of structured output, on purpose: the messages name what was
+    # checked (the JSON text of an OpenAI answer here, a LangChain model's output there).
     try:
         return schema.model_validate(data)
     except ValidationError as exc:

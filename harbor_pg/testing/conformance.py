@@ -372,6 +372,7 @@ class MemoryStoreConformance:
         self, manager: MemoryManager
     ) -> None:
         # PROJECT rows store user_id '' and the author in principal_id
+        # The owners of the erasure tests share one shape on purpose: each test states its own.
         dana = MemoryOwner(
             tenant_id="t1", project_id="p1", principal_id="dana", session_id="s1", run_id="r1"
         )

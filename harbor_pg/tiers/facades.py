@@ -45,6 +45,8 @@ class InMemoryMemoryRepository(InMemoryLongTermStore):
     """Seed-style name for :class:`~harbor_pg.tiers.in_process.InMemoryLongTermStore`."""
 
 
+# The three tiers below share one shape on purpose (`duplicates` pairs them): each is a
+# typed, documented forwarder to its own store protocol, with its own in-process default.
 class _Tier:
     """A tier object: one store, reachable as ``.store``."""
 
@@ -55,6 +57,7 @@ class _Tier:
         return f"{type(self).__name__}({type(self.store).__name__})"
 
 
+# Same shape as the other tiers here, on purpose (see _Tier).
 class ShortTermMemory(_Tier):
     """The short-term tier (conversation turns) over a :class:`ShortTermStore`."""
 
@@ -76,6 +79,7 @@ class ShortTermMemory(_Tier):
         return await self.store.clear(owner)
 
 
+# Same shape as the other tiers here, on purpose (see _Tier).
 class WorkingMemory(_Tier):
     """The working tier (per-run scratch state with a TTL) over a :class:`WorkingStore`."""
 
@@ -99,6 +103,7 @@ class WorkingMemory(_Tier):
         return await self.store.clear(owner)
 
 
+# Same shape as the other tiers here, on purpose (see _Tier).
 class LongTermMemory(_Tier):
     """The long-term tier (durable memories) over a :class:`LongTermStore`."""
 

@@ -78,6 +78,8 @@ class _SessionState:
     turns_at_summary: int = 0
 
 
+# Its methods repeat the signatures of tiers/base.py's protocols on purpose (`duplicates`
+# pairs them with base.py and with the other implementation): each store implements them.
 class InMemoryShortTermStore:
     """Conversation turns in a dict keyed by (tenant, user, session)."""
 
@@ -255,6 +257,8 @@ class InMemoryShortTermStore:
         return gone
 
 
+# Its methods repeat the signatures of tiers/base.py's protocols on purpose (`duplicates`
+# pairs them with base.py and with the other implementation): each store implements them.
 class InMemoryWorkingStore:
     """Scratch state per run with a monotonic-clock TTL."""
 
@@ -377,6 +381,8 @@ def _summary_rule(owner: MemoryOwner, memory: Memory) -> str | None:
     return memory.id
 
 
+# Its methods repeat the signatures of tiers/base.py's protocols on purpose (`duplicates`
+# pairs them with base.py and with the other implementation): each store implements them.
 class InMemoryLongTermStore:
     """Memories in a list; same visibility, dedup and validity rules as PostgreSQL."""
 

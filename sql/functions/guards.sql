@@ -1,5 +1,8 @@
 -- Guards that keep long-term memory add-only.
 
+-- The trigger functions below share one shape on purpose (security invoker, a pinned
+-- search_path, a refusal with its errcode and hint): each guards its own table or rule.
+
 -- Only the validity interval and the successor link of a memory may change
 -- after insert; a rolling summary (memory_type 'summary') is the one row whose
 -- content is refreshed in place under its deterministic id.

@@ -84,6 +84,8 @@ return exists (select 1 from harbor._binding());
 -- SET so the planner can inline it; each identity argument is used exactly once
 -- (an argument used twice would stop the inlining). A NULL identity field
 -- makes the comparison NULL: the row is not visible.
+-- harbor._writable below writes this key rule out again on purpose (see there): change
+-- the two together.
 create or replace function harbor._visible(
     r_scope harbor.memory_scope, r_tenant text, r_project text, r_user text,
     r_session text, r_run text,

@@ -51,6 +51,7 @@ select n.memory_id, n.similarity
 -- otherwise the row is inserted unless a currently valid duplicate exists (the exclusion
 -- constraint, the content-hash gate, also under concurrent writers: then no id comes
 -- back). Always one row.
+-- extraction_supersede_memory repeats this gate and insert on purpose (see there).
 with gate as (
     -- the similarity gate: the nearest currently valid memory, when it is at least
     -- dedup_threshold similar (no gate without a threshold or a vector)

@@ -43,8 +43,10 @@ select m.tenant_id, m.id, %(model_id)s::text, %(dims)s::integer, %(embedding)s::
 
 -- name: get_memory
 -- One memory by id, if the caller may see it.
--- Every statement that returns memories lists their columns the same way (get_memory,
--- search_memories, extraction_current_memories, context_load_summary): the columns
+-- Every statement that returns memories lists their columns the same way, on purpose
+-- (each statement stands alone): search_memories, extraction_current_memories,
+-- context_load_summary, memory_history in this order, export_memories and inspect_memory
+-- as a set; tests/unit/test_sql_twins.py holds them to this list, the columns
 -- memory_from_row reads. Adding a field: docs/architecture.md.
 select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, m.user_id,
        m.session_id, m.run_id, m.memory_type::text as memory_type, m.content, m.content_hash,
@@ -77,6 +79,7 @@ select r.working_state, r.memories
 
 -- name: search_memories
 -- Lexical search (OR semantics) with a substring fallback, valid at as_of; no summaries.
+-- get_memory's column list, repeated on purpose (see there).
 select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, m.user_id,
        m.session_id, m.run_id, m.memory_type::text as memory_type, m.content, m.content_hash,
        m.importance, m.entity_ids, m.source, m.sensitivity::text as sensitivity,

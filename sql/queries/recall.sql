@@ -1,5 +1,7 @@
 -- name: recall
 -- Ranked hybrid recall for the caller (identity already set): harbor.recall() with every signal.
+-- snapshot.sql repeats this call on purpose, so that a snapshot is one statement;
+-- tests/unit/test_sql_twins.py holds the two equal.
 select r.*
   from harbor.recall(
       %(query)s::text,

@@ -1,7 +1,7 @@
 -- name: snapshot
 -- Recent turns, working state and recalled memories (harbor.recall) of the caller in one statement.
 -- Its harbor.recall(...) call is the one in recall.sql, repeated so that the snapshot is
--- one statement: change the two together.
+-- one statement: change the two together (tests/unit/test_sql_twins.py checks it).
 select
   (select coalesce(jsonb_agg(jsonb_build_object(
               'id', r.id, 'role', r.role, 'content', r.content, 'name', r.name,

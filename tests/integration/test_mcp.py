@@ -380,7 +380,8 @@ async def test_http_two_tokens_of_two_users_are_isolated(
     dana, _ = _token(module_db, "--tenant", "iso", "--principal", "dana")
     eve, _ = _token(module_db, "--tenant", "iso", "--principal", "eve")
     async with http_session(http_server, dana) as s:
-        mine = _data(await s.call_tool("remember", {"content": "Dana keeps the spare badge in locker 4411"}))
+        remember = {"content": "Dana keeps the spare badge in locker 4411"}
+        mine = _data(await s.call_tool("remember", remember))
     async with http_session(http_server, eve) as s:
         hits = _data(await s.call_tool("recall", {"query": "spare badge locker 4411"}))
         assert hits["memories"] == []

@@ -274,3 +274,20 @@ def test_policy_allocate_budget() -> None:
     split: Any = {"session": 0.5, "episodic": 0.2, "system": 0.2, "current_turn": 0.1}
     allowance = MemoryPolicy(budget=split).allocate_budget(1000)
     assert allowance == BudgetAllowance(500, 200, 200, 100)
+
+
+def test_recall_request_defaults_are_the_policys() -> None:
+    """RecallRequest repeats MemoryPolicy's ranking defaults (a request built by hand ranks
+    as the default policy does); the two must not drift apart."""
+    from dataclasses import fields
+
+    from harbor_pg.context.recall import RecallRequest
+
+    defaults = {f.name: f.default for f in fields(RecallRequest)}
+    policy = MemoryPolicy()
+    assert defaults["recency_half_life_hours"] == policy.recency_half_life_hours
+    assert defaults["entity_weight"] == policy.entity_overlap_weight
+    assert defaults["type_weight"] == policy.type_affinity_weight
+    assert defaults["rrf_k"] == policy.rrf_k
+    assert defaults["fusion"] == policy.recall_fusion
+    assert defaults["max_sensitivity"] == policy.recall_max_sensitivity

@@ -1,4 +1,4 @@
-"""How long the default embedder waits for a model hub it cannot reach.
+"""``startup --mode hub``: how long the default embedder waits for a model hub it cannot reach.
 
 With no local model and nothing in fastembed's cache, ``default_embedder()``
 (what ``MemoryManager.create()`` calls) asks whether the model hub answers
@@ -8,7 +8,7 @@ full: the kernel drops the SYNs, as a firewall does) and for a name lookup
 that never answers (``socket.getaddrinfo`` made to sleep), ``--calls`` times
 in one process each.
 
-    python benchmarks/hub_probe.py [--calls 3]
+    python -m benchmarks startup --mode hub [--calls 3]
 
 Nothing leaves the machine: the endpoint is on 127.0.0.1.
 """
@@ -51,10 +51,12 @@ def timed(calls: int, make: Callable[[], object]) -> list[float]:
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks startup --mode hub", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--calls", type=int, default=3)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
     os.environ.pop("HARBOR_EMBED_MODEL_PATH", None)
     os.environ.pop("HF_HUB_OFFLINE", None)

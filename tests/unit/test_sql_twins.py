@@ -1,0 +1,54 @@
+"""The SQL that stands in two places on purpose must not drift apart.
+
+A statement under ``sql/queries`` stands alone (one round trip, no includes), so two
+things are written more than once: the memory column list that ``memory_from_row``
+reads, and the ``harbor.recall(...)`` call that ``snapshot`` repeats so that a snapshot
+is one statement. These tests hold the copies to their original.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from harbor_pg.db.sqlfiles import query
+
+#: Statements that return memories with get_memory's column list, in its order.
+SAME_COLUMNS = (
+    "search_memories",
+    "context_load_summary",
+    "extraction_current_memories",
+    "memory_history",
+)
+
+
+def _columns(name: str) -> list[str]:
+    """The memory select list (``select m.id, m.tenant_id, ...``) of the statement."""
+    text = query(name)
+    start = text.index("select m.id, m.tenant_id,") + len("select ")
+    end = re.compile(r"\n\s*from\b").search(text, start)
+    assert end is not None, name
+    return [" ".join(part.split()) for part in text[start : end.start()].split(",")]
+
+
+def _recall_call(name: str) -> str:
+    text = query(name)
+    start = text.index("from harbor.recall(")
+    end = text.index("::harbor.sensitivity) r", start)
+    return " ".join(text[start:end].split())
+
+
+@pytest.mark.parametrize("name", SAME_COLUMNS)
+def test_memory_column_lists_are_get_memorys(name: str) -> None:
+    assert _columns(name) == _columns("get_memory")
+
+
+def test_export_and_inspect_read_every_memory_column() -> None:
+    wanted = set(_columns("get_memory"))
+    assert set(_columns("export_memories")) == wanted
+    assert wanted <= set(_columns("inspect_memory"))
+
+
+def test_snapshot_recalls_as_recall_does() -> None:
+    assert _recall_call("snapshot") == _recall_call("recall")
