@@ -34,8 +34,9 @@ select id from harbor.memories m
 -- memory this transaction created, so no vector of it can exist yet: no ON CONFLICT clause,
 -- which would need the right to read the row it conflicts with (the elevated role may not
 -- read GLOBAL vectors, so a GLOBAL memory could not be saved with one).
--- In the HNSW graph when the owner key's vectors are (memory_embeddings.in_graph); a key
--- this write brings to the graph's size is promoted by the next save_memories to it.
+-- In the HNSW graph when the owner key's vectors are (memory_embeddings.in_graph), or
+-- when every vector is (graph_min_vectors() 0: on a distributed database); a key this
+-- write brings to the graph's size is promoted by the next save_memories to it.
 insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims, embedding, scope,
                                       project_id, user_id, session_id, run_id, with_context,
                                       in_graph)
@@ -46,6 +47,7 @@ select m.tenant_id, m.id, %(model_id)s::text, %(dims)s::integer, %(embedding)s::
                   and e.scope = m.scope and e.user_id = m.user_id
                   and e.project_id = m.project_id and e.session_id = m.session_id
                   and e.run_id = m.run_id and e.in_graph)
+       or harbor.graph_min_vectors() <= 0
   from harbor.memories m
  where m.tenant_id = %(tenant_id)s::text and m.id = %(memory_id)s::text
 

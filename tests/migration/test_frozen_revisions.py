@@ -35,6 +35,7 @@ FROZEN = {
     "0014_access_tokens.py": "da339af60580ee14",
     "0015_sensitivity_index.py": "134feaae02112eb7",
     "0016_summary_owner_ids.py": "462a88159cb33022",
+    "0018_graph_owners.py": "1a2c0f637da4c0cd",
 }
 
 
