@@ -27,7 +27,11 @@ same server, round by round (A, B, B, A, ...): each side is a worker process
 of its own whose ``harbor_pg`` comes from its tree (COMMIT's from ``git
 archive``); the schema is this checkout's. Reported: each side's median
 memories/s over the rounds and the ratio B/A (the machine is shared: compare
-ratios, not absolute figures).
+ratios, not absolute figures). With ``--ref-schema`` the ref side writes to a
+database of its own on the same server (``harbor_ref``, kept): a copy of the
+preloaded store taken down to COMMIT's newest revision by this checkout's
+migrations, then migrated by COMMIT's code, so that a schema change (an index,
+a column) is compared as well.
 
 ``--mode indexes``: for each secondary index of the two tables, the time of
 one ``save_many``-sized write (``--batch-size`` memories with their vectors,
@@ -238,17 +242,62 @@ def _tree_of(ref: str, into: Path) -> Path:
     return into
 
 
-def _preloaded(su: str, preload: int) -> None:
+def _preloaded(su: str, preload: int, dbname: str = "harbor") -> None:
     from recall import build, tenant_name
 
-    with psycopg.connect(psycopg.conninfo.make_conninfo(su, dbname="harbor")) as conn:
+    with psycopg.connect(psycopg.conninfo.make_conninfo(su, dbname=dbname)) as conn:
         have = conn.execute("select count(*) from harbor.memories").fetchone()
     if have and have[0] >= preload:
         return
     per = preload // OWNERS
-    print(f"  writing {preload:,} memories over {OWNERS} owners (once, kept)", flush=True)
-    seconds = build(su, [(tenant_name(i), per) for i in range(OWNERS)], "interleaved")
+    print(f"  writing {preload:,} memories over {OWNERS} owners into {dbname} (once, kept)")
+    seconds = build(su, [(tenant_name(i), per) for i in range(OWNERS)], "interleaved", dbname)
     print(f"  written in {seconds:.0f}s", flush=True)
+
+
+def _ref_database(su: str, ref_tree: Path) -> str:
+    """The ref side's database, ``harbor_ref`` (kept): made once as a copy of the
+    preloaded ``harbor`` database, taken down to the ref's newest revision by this
+    checkout's migrations (the ref must be an ancestor), and then migrated by the
+    ref's own code (which applies its functions); returns its application URL."""
+    from _common import with_params
+
+    from harbor_pg.db import migrate, server
+
+    ref_db = with_params(su, dbname="harbor_ref")
+    owner = with_params(ref_db, user=server.OWNER_ROLE)
+    env = dict(os.environ, PYTHONPATH=str(ref_tree))
+
+    def in_ref(code: str) -> str:
+        return subprocess.run(
+            [sys.executable, "-c", code, owner],
+            env=env,
+            cwd=tempfile.gettempdir(),
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+
+    with psycopg.connect(su, autocommit=True) as conn:
+        have = conn.execute("select 1 from pg_database where datname = 'harbor_ref'").fetchone()
+        if have:  # kept, unless it holds fewer memories than the store (a broken copy)
+            with psycopg.connect(with_params(su, dbname="harbor_ref")) as ref:
+                row = ref.execute("select count(*) from harbor.memories").fetchone()
+            with psycopg.connect(with_params(su, dbname="harbor")) as main_db:
+                total = main_db.execute("select count(*) from harbor.memories").fetchone()
+            if not row or not total or row[0] < total[0] // 2:
+                conn.execute("drop database harbor_ref")
+                have = None
+        if not have:
+            print("  copying the preloaded store for the ref side (once, kept)", flush=True)
+            conn.execute("create database harbor_ref template harbor")
+    if not have:
+        head = in_ref("from harbor_pg.db import migrate; print(migrate.head_revision())")
+        t0 = time.perf_counter()
+        migrate.downgrade(owner, head)
+        print(f"  harbor_ref taken down to {head} in {time.perf_counter() - t0:.0f}s", flush=True)
+    in_ref("import sys; from harbor_pg.db import migrate; migrate.upgrade(sys.argv[1])")
+    return with_params(ref_db, user=server.APP_ROLE)
 
 
 def _report(name: str, sides: dict[str, list[dict[str, Any]]]) -> list[list[str]]:
@@ -291,6 +340,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--singles", type=int, default=300)
     parser.add_argument("--context", type=float, default=0.25)
     parser.add_argument("--ref", help="compare with the library at this commit")
+    parser.add_argument(
+        "--ref-schema",
+        action="store_true",
+        help="with --ref: the ref side writes to a database of its own (harbor_ref, kept),"
+        " migrated by the ref's migrations and preloaded the same way, so that a schema"
+        " change is compared too",
+    )
     parser.add_argument("--data-dir", type=Path)
     parser.add_argument("--record", action="store_true")
     args = parser.parse_args(args_list)
@@ -314,10 +370,14 @@ def main(argv: list[str] | None = None) -> None:
             return
         work = tempfile.mkdtemp(prefix="harbor-ingest-")
         try:
-            sides = {"this checkout": _start_worker(ROOT, app_url)}
+            ref_url = app_url
             if args.ref:
                 ref_tree = _tree_of(args.ref, Path(work))
-                sides = {f"ref {args.ref}": _start_worker(ref_tree, app_url), **sides}
+                if args.ref_schema:
+                    ref_url = _ref_database(su, ref_tree)
+            sides = {"this checkout": _start_worker(ROOT, app_url)}
+            if args.ref:
+                sides = {f"ref {args.ref}": _start_worker(ref_tree, ref_url), **sides}
             results: dict[str, list[dict[str, Any]]] = {name: [] for name in sides}
             names = list(sides)
             for r in range(args.rounds):

@@ -163,13 +163,25 @@ def batches(
         ]
 
 
-def build(su: str, counts: list[tuple[str, int]], order: str) -> float:
-    """Write memories and embeddings for (tenant, count) pairs; returns seconds."""
+def build(su: str, counts: list[tuple[str, int]], order: str, dbname: str = "harbor") -> float:
+    """Write memories and embeddings for (tenant, count) pairs; returns seconds.
+
+    A tenant's vectors go in the HNSW graph when it has harbor.graph_min_vectors() of
+    them or more, as the library's writes would have put them (a schema without
+    ``in_graph``, before migration 0018, has every vector in the graph)."""
     t0 = time.perf_counter()
     total = sum(n for _, n in counts)
     done = 0
     step = max(1, total // 10)
-    with psycopg.connect(with_params(su, dbname="harbor"), autocommit=True) as conn:
+    with psycopg.connect(with_params(su, dbname=dbname), autocommit=True) as conn:
+        has_graph_min = conn.execute(
+            "select to_regprocedure('harbor.graph_min_vectors()') is not null"
+        ).fetchone()
+        min_vectors = None
+        if has_graph_min and has_graph_min[0]:
+            graph_min = conn.execute("select harbor.graph_min_vectors()").fetchone()
+            min_vectors = graph_min[0] if graph_min else None
+        size = dict(counts)
         register_vector(conn)
         conn.execute("set maintenance_work_mem = '3GB'")
         scope_info = EnumInfo.fetch(conn, "harbor.memory_scope")
@@ -199,17 +211,18 @@ def build(su: str, counts: list[tuple[str, int]], order: str) -> float:
                 ) as copy:
                     for memory, _vec in batch:
                         copy.write_row(memory)
+                graph = ", in_graph" if min_vectors is not None else ""
                 with conn.cursor().copy(
                     "copy harbor.memory_embeddings (tenant_id, memory_id, model_id, dims,"
-                    " embedding, scope, user_id) from stdin with (format binary)"
+                    f" embedding, scope, user_id{graph}) from stdin with (format binary)"
                 ) as copy:
-                    copy.set_types(
-                        ["text", "text", "text", "int4", "vector", "harbor.memory_scope", "text"]
-                    )
+                    types = ["text", "text", "text", "int4", "vector", "harbor.memory_scope"]
+                    copy.set_types(types + ["text"] + (["bool"] if graph else []))
                     for memory, vec in batch:
-                        copy.write_row(
-                            (memory[0], memory[1], "bench", DIMS, vec, user_scope, memory[3])
-                        )
+                        row = (memory[0], memory[1], "bench", DIMS, vec, user_scope, memory[3])
+                        if min_vectors is not None:
+                            row += (size[memory[0]] >= min_vectors,)
+                        copy.write_row(row)
             before, done = done, done + len(batch)
             if len(counts) < 50 or done // step > before // step:
                 print(

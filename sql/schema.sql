@@ -222,13 +222,21 @@ create table harbor.memory_embeddings (
     -- false: the vector of the content alone; true: of the context line, then
     -- the content (a memory saved with a context has both; recall takes the nearer)
     with_context boolean not null default false,
+    -- in the HNSW graph (the partial indexes below): the rows of an owner key with
+    -- at least harbor.graph_min_vectors() vectors. Recall scans a smaller owner's
+    -- vectors exactly and never walks the graph for them, so a write to such an
+    -- owner skips the graph insert (most of a write's cost). Set by the write
+    -- (save_memories, insert_embedding) and harbor.promote_vector_owner().
+    in_graph boolean not null default false,
     primary key (tenant_id, memory_id, model_id, with_context),
     constraint memory_embeddings_memory_fkey foreign key (tenant_id, memory_id)
         references harbor.memories (tenant_id, id) on delete cascade,
     constraint memory_embeddings_dims check (public.vector_dims(embedding) = dims)
 );
+-- (in_graph last: an owner key's rows outside the graph, or in it, in one descent)
 create index memory_embeddings_owner_idx
-    on harbor.memory_embeddings (tenant_id, model_id, scope, user_id, project_id, session_id, run_id);
+    on harbor.memory_embeddings (tenant_id, model_id, scope, user_id, project_id, session_id, run_id,
+                                 in_graph);
 -- The exact dense scan reads all of an owner's vectors; as for the lexical leg,
 -- a B-tree holding the vectors keeps one owner's side by side however the
 -- writes interleave. It is keyed on one column, the owner fields encoded by
@@ -308,12 +316,13 @@ create index memories_owner_terms_idx
 -- rows written round robin by many owners found 93% of a 100,000-row owner's
 -- exact top 25 (76% at worst); with 128, 99.8% (96% at worst), for 1.5 times
 -- the build time (benchmarks/RESULTS.md, session 7).
+-- Only the rows in_graph (migration 0018): the owner keys recall walks the graph for.
 create index memory_embeddings_hnsw_384 on harbor.memory_embeddings
     using hnsw ((embedding::public.vector(384)) public.vector_cosine_ops)
-    with (m = 16, ef_construction = 128) where dims = 384;
+    with (m = 16, ef_construction = 128) where dims = 384 and in_graph;
 create index memory_embeddings_hnsw_1536 on harbor.memory_embeddings
     using hnsw ((embedding::public.vector(1536)) public.vector_cosine_ops)
-    with (m = 16, ef_construction = 128) where dims = 1536;
+    with (m = 16, ef_construction = 128) where dims = 1536 and in_graph;
 
 -- Per-session bookkeeping for background summaries: the cooldown lives in the
 -- database so two workers never summarise one session at once.
@@ -376,6 +385,8 @@ grant select on harbor.memories to harbor_search;
 grant select, insert, delete on harbor.memory_embeddings to harbor_app;
 grant select, insert, delete on harbor.memory_embeddings to harbor_admin;
 grant select on harbor.memory_embeddings to harbor_search;
+-- (harbor.promote_vector_owner, owned by harbor_search, puts an owner key's rows in the graph)
+grant update (in_graph) on harbor.memory_embeddings to harbor_search;
 
 grant select, insert, update on harbor.session_state to harbor_app;
 grant select, delete on harbor.session_state to harbor_admin;

@@ -234,6 +234,12 @@ def distribute(superuser_url: str, *, shard_count: int | None = None) -> Distrib
         # the policies call the identity functions: every node needs them
         _propagate_functions(conn)
         report.twins = citus_functions(conn)
+        # every vector in the HNSW graph, as citus_functions() makes the writes put them
+        if conn.execute(
+            "select 1 from pg_attribute where attrelid = 'harbor.memory_embeddings'::regclass"
+            " and attname = 'in_graph' and not attisdropped"
+        ).fetchone():
+            conn.execute("update harbor.memory_embeddings set in_graph = true where not in_graph")
         # a worker draws a distributed table's identity values from the sequence
         # as the caller (one server needs no privilege on an identity sequence)
         grant = "grant usage on all sequences in schema harbor to harbor_app, harbor_admin"
@@ -505,7 +511,11 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
       opens its worker connections as the current user, which such a role cannot
       be. The policies on the shards then hold their rows to the caller's (the
       legs apply the same visibility test again), so the guarantee stands;
-    - the statement rewrites of ``_REWRITES``.
+    - the statement rewrites of ``_REWRITES``;
+    - ``harbor.graph_min_vectors()`` returns 0: every vector goes in the HNSW graph,
+      as before migration 0018 (a distributed database saves each memory by the
+      per-row statements, which do not promote an owner key that grows; the rows
+      already stored are put in the graph by :func:`distribute`).
     """
     twins = plpgsql_twins(conn)
     generic = conn.execute(
@@ -539,6 +549,11 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
                 conn.execute(
                     rewritten.replace("AS $function$", "AS $function$\n" + _REWRITTEN_MARK, 1)
                 )
+    if conn.execute("select to_regprocedure('harbor.graph_min_vectors()')").fetchone()[0]:  # type: ignore[index]
+        conn.execute(
+            "create or replace function harbor.graph_min_vectors() returns integer"
+            " language sql immutable security invoker parallel safe return 0"
+        )
     return twins
 
 

@@ -309,6 +309,12 @@ begin
             set_config('enable_sort', 'off', true),
             set_config('enable_seqscan', 'off', true);
     -- (twice the rows: a memory with a context has two vectors, the nearer counts)
+    -- The graph holds only the owner keys of harbor.graph_min_vectors() vectors or more
+    -- (memory_embeddings.in_graph): the walk reads those; an owner key of the caller
+    -- with rows outside it (a small user of a large tenant; a key promoted over its
+    -- next writes) is scanned exactly beside it (one descent of the owner index finds
+    -- whether it has any), every row of it, and the two merged, the nearer vector of
+    -- each memory counting. So the rows are those of a graph over all of them.
     return query execute pg_catalog.format($q$
         select c.tenant_id, c.memory_id,
                (rank() over (order by c.dist))::integer, 1 - c.dist,
@@ -319,7 +325,8 @@ begin
                        any_value(w.valid_from) as valid_from,
                        any_value(w.content_hash) as content_hash,
                        any_value(w.entity_ids) as entity_ids
-                  from (select e.tenant_id, e.memory_id, m.scope, m.memory_type, m.importance,
+                  from ((select e.tenant_id, e.memory_id, m.scope, m.memory_type,
+                                m.importance,
                                lower(m.valid) as valid_from, m.content_hash, m.entity_ids,
                                (e.embedding::public.vector(%1$s)) operator(public.<=>)
                                    ($1::public.vector(%1$s)) as dist
@@ -337,9 +344,39 @@ begin
                            and coalesce(m.valid operator(pg_catalog.@>) $4, false)
                            and m.memory_type <> 'summary'
                            and m.sensitivity <= $11
+                           and e.in_graph
                          order by (e.embedding::public.vector(%1$s)) operator(public.<=>)
                                   ($1::public.vector(%1$s))
-                         limit 2 * $10) w
+                         limit 2 * $10)
+                union all
+                -- the caller's owner keys outside the graph, exactly
+                (select e.tenant_id, e.memory_id, m.scope, m.memory_type, m.importance,
+                        lower(m.valid) as valid_from, m.content_hash, m.entity_ids,
+                        e.embedding operator(public.<=>) $1 as dist
+                   from harbor._recall_keys($3, $5, $6, $7, $8, $9) k
+                   join harbor.memory_embeddings e
+                     on k.tenant_id = e.tenant_id and e.model_id = $2 and e.scope = k.scope
+                    and e.user_id = k.user_id and e.project_id = k.project_id
+                    and e.session_id = k.session_id and e.run_id = k.run_id
+                    and e.tenant_id = any (case when 'global' = any ($3) then array['', $5]
+                                                else array[$5] end)
+                   join harbor.memories m
+                     on m.tenant_id = e.tenant_id and m.id = e.memory_id
+                  where e.dims = %1$s
+                    and exists (select 1 from harbor.memory_embeddings l
+                                 where k.tenant_id = l.tenant_id and l.model_id = $2
+                                   and l.scope = k.scope and l.user_id = k.user_id
+                                   and l.project_id = k.project_id
+                                   and l.session_id = k.session_id and l.run_id = k.run_id
+                                   and not l.in_graph)
+                    and coalesce(harbor._visible(m.scope, m.tenant_id, m.project_id,
+                                                 m.user_id, m.session_id, m.run_id,
+                                                 $5, $6, $7, $8, $9), false)
+                    and coalesce(m.valid operator(pg_catalog.@>) $4, false)
+                    and m.memory_type <> 'summary'
+                    and m.sensitivity <= $11
+                  order by e.embedding operator(public.<=>) $1
+                  limit 2 * $10)) w
                  group by w.tenant_id, w.memory_id
                  order by dist, w.memory_id
                  limit $10) c $q$, v_dims)

@@ -129,3 +129,82 @@ begin atomic
      order by e.embedding operator(public.<=>) p_embedding, e.memory_id
      limit 1;
 end;
+
+-- The HNSW graph holds the vectors of the owner keys with at least this many
+-- vectors of a model (memory_embeddings.in_graph). harbor._dense_candidates scans
+-- a caller's vectors exactly up to at least 5,000 of them and walks the graph only
+-- above that, so a smaller owner key never needs its rows in the graph; when a
+-- caller above the limit also sees an owner key outside the graph (a small user
+-- of a large tenant, say), the dense leg scans that key's rows exactly beside the
+-- walk. Below the limit, so that a single owner key above the limit is in the
+-- graph from its first recall that walks it.
+create or replace function harbor.graph_min_vectors() returns integer
+    language sql immutable security invoker parallel safe
+return 4096;
+
+-- Put an owner key's vectors of a model in the graph (in_graph): when the key
+-- holds at least harbor.graph_min_vectors() of them (p_new: the vectors the calling
+-- statement writes to it, which this function may not see), or some already are
+-- (then the rest, written by a transaction that could not see the promotion, follow).
+-- save_memories calls it when a write brings a key to that size, or writes to a
+-- key in the graph that still has rows outside it. Under a transaction-scoped
+-- advisory lock on the key (two promotions of one key wait for each other
+-- instead of deadlocking on its rows), at most p_chunk rows a call: a key with
+-- more is promoted over its next writes (resumable; until then the dense leg
+-- scans it exactly, so recall is complete all along). Idempotent. Only for a key
+-- the caller sees (harbor._visible with the caller's identity, as recall's legs);
+-- returns how many rows it put in the graph. Owned by harbor_search (it may
+-- update in_graph and nothing else), security definer: the rows of a TENANT or
+-- GLOBAL key are not all the writer's to read.
+create or replace function harbor.promote_vector_owner(
+    p_tenant text, p_model_id text, p_scope harbor.memory_scope, p_user text, p_project text,
+    p_session text, p_run text, p_new integer default 0, p_chunk integer default 2048
+) returns integer
+    language plpgsql volatile security definer
+    set search_path to pg_catalog, pg_temp
+as $$
+declare
+    v_id   record := harbor._caller_identity();
+    v_rows integer;
+begin
+    if not coalesce(harbor._visible(p_scope, p_tenant, p_project, p_user, p_session, p_run,
+                                    v_id.tenant_id, v_id.project_id, v_id.user_id,
+                                    v_id.session_id, v_id.run_id), false) then
+        return 0;
+    end if;
+    perform pg_catalog.pg_advisory_xact_lock(
+        pg_catalog.hashtextextended(harbor.vector_owner_key(p_tenant, p_model_id, p_scope, p_user,
+                                                            p_project, p_session, p_run),
+                                    7318));
+    if not exists (select 1 from harbor.memory_embeddings e
+                    where e.tenant_id = p_tenant and e.model_id = p_model_id
+                      and e.scope = p_scope and e.user_id = p_user
+                      and e.project_id = p_project and e.session_id = p_session
+                      and e.run_id = p_run and e.in_graph)
+       and (select count(*) from (select 1 from harbor.memory_embeddings e
+                                   where e.tenant_id = p_tenant and e.model_id = p_model_id
+                                     and e.scope = p_scope and e.user_id = p_user
+                                     and e.project_id = p_project
+                                     and e.session_id = p_session and e.run_id = p_run
+                                   limit harbor.graph_min_vectors()) c)
+           + greatest(p_new, 0) < harbor.graph_min_vectors() then
+        return 0;
+    end if;
+    update harbor.memory_embeddings u set in_graph = true
+      from (select e.tenant_id, e.memory_id, e.model_id, e.with_context
+              from harbor.memory_embeddings e
+             where e.tenant_id = p_tenant and e.model_id = p_model_id
+               and e.scope = p_scope and e.user_id = p_user and e.project_id = p_project
+               and e.session_id = p_session and e.run_id = p_run and not e.in_graph
+             limit p_chunk) r
+     where u.tenant_id = r.tenant_id and u.memory_id = r.memory_id
+       and u.model_id = r.model_id and u.with_context = r.with_context and not u.in_graph;
+    get diagnostics v_rows = row_count;
+    return v_rows;
+end
+$$;
+grant create on schema harbor to harbor_search;
+alter function harbor.promote_vector_owner(text, text, harbor.memory_scope, text, text, text,
+                                           text, integer, integer)
+    owner to harbor_search;
+revoke create on schema harbor from harbor_search;

@@ -34,10 +34,20 @@ select id from harbor.memories m
 -- memory this transaction created, so no vector of it can exist yet: no ON CONFLICT clause,
 -- which would need the right to read the row it conflicts with (the elevated role may not
 -- read GLOBAL vectors, so a GLOBAL memory could not be saved with one).
+-- In the HNSW graph when the owner key's vectors are (memory_embeddings.in_graph), or
+-- when every vector is (graph_min_vectors() 0: on a distributed database); a key this
+-- write brings to the graph's size is promoted by the next save_memories to it.
 insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims, embedding, scope,
-                                      project_id, user_id, session_id, run_id, with_context)
+                                      project_id, user_id, session_id, run_id, with_context,
+                                      in_graph)
 select m.tenant_id, m.id, %(model_id)s::text, %(dims)s::integer, %(embedding)s::public.vector,
-       m.scope, m.project_id, m.user_id, m.session_id, m.run_id, %(with_context)s::boolean
+       m.scope, m.project_id, m.user_id, m.session_id, m.run_id, %(with_context)s::boolean,
+       exists (select 1 from harbor.memory_embeddings e
+                where e.tenant_id = m.tenant_id and e.model_id = %(model_id)s::text
+                  and e.scope = m.scope and e.user_id = m.user_id
+                  and e.project_id = m.project_id and e.session_id = m.session_id
+                  and e.run_id = m.run_id and e.in_graph)
+       or harbor.graph_min_vectors() <= 0
   from harbor.memories m
  where m.tenant_id = %(tenant_id)s::text and m.id = %(memory_id)s::text
 
@@ -157,18 +167,72 @@ with input as materialized (
      order by i.ord
     on conflict do nothing
     returning m
+), owners as materialized (
+    -- The owner keys given vectors, each with whether its vectors are in the HNSW graph
+    -- (memory_embeddings.in_graph): a key in the graph, or one this write brings to
+    -- harbor.graph_min_vectors() vectors, gets its new vectors in the graph; promote: the
+    -- key's older rows go in too (harbor.promote_vector_owner), for a key just grown to
+    -- that size or one in the graph that still has rows outside it. Counted under the
+    -- caller's read policy; a count that comes out short only leaves a key out of the
+    -- graph, where the dense leg scans it exactly.
+    select o.*, o.graph or o.grown as in_graph,
+           o.grown or (o.graph and exists (
+               select 1 from harbor.memory_embeddings e
+                where e.tenant_id = o.tenant_id and e.model_id = %(model_id)s::text
+                  and e.scope = o.scope and e.user_id = o.user_id
+                  and e.project_id = o.project_id and e.session_id = o.session_id
+                  and e.run_id = o.run_id and not e.in_graph)) as promote
+      from (select g.*,
+                   not g.graph
+                   and g.vectors + (select count(*)
+                                      from (select 1 from harbor.memory_embeddings e
+                                             where e.tenant_id = g.tenant_id
+                                               and e.model_id = %(model_id)s::text
+                                               and e.scope = g.scope and e.user_id = g.user_id
+                                               and e.project_id = g.project_id
+                                               and e.session_id = g.session_id
+                                               and e.run_id = g.run_id
+                                             limit harbor.graph_min_vectors()) c)
+                       >= harbor.graph_min_vectors() as grown
+              from (select k.*, exists (
+                               select 1 from harbor.memory_embeddings e
+                                where e.tenant_id = k.tenant_id
+                                  and e.model_id = %(model_id)s::text and e.scope = k.scope
+                                  and e.user_id = k.user_id and e.project_id = k.project_id
+                                  and e.session_id = k.session_id and e.run_id = k.run_id
+                                  and e.in_graph) as graph
+                      from (select i.tenant_id, i.scope, i.user_id, i.project_id, i.session_id,
+                                   i.run_id,
+                                   count(i.embedding) + count(i.context_embedding) as vectors
+                              from input i
+                             where i.embedding is not null or i.context_embedding is not null
+                             group by i.tenant_id, i.scope, i.user_id, i.project_id,
+                                      i.session_id, i.run_id) k) g) o
 ), embedded as (
     insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims, embedding,
                                           scope, project_id, user_id, session_id, run_id,
-                                          with_context)
+                                          with_context, in_graph)
     select (n.m).tenant_id, (n.m).id, %(model_id)s::text, public.vector_dims(v.embedding),
            v.embedding, (n.m).scope, (n.m).project_id, (n.m).user_id, (n.m).session_id,
-           (n.m).run_id, v.with_context
+           (n.m).run_id, v.with_context, o.in_graph
       from inserted n
       join input i on i.id = (n.m).id and i.tenant_id = (n.m).tenant_id
+      join owners o
+        on o.tenant_id = (n.m).tenant_id and o.scope = (n.m).scope
+       and o.user_id = (n.m).user_id and o.project_id = (n.m).project_id
+       and o.session_id = (n.m).session_id and o.run_id = (n.m).run_id
      cross join lateral (values (i.embedding, false), (i.context_embedding, true))
            as v(embedding, with_context)
      where v.embedding is not null
+), promoted as (
+    -- in key order, so that two writes promoting the same keys take their locks in turn
+    select pg_catalog.sum(harbor.promote_vector_owner(o.tenant_id, %(model_id)s::text, o.scope,
+                                                      o.user_id, o.project_id, o.session_id,
+                                                      o.run_id, o.vectors::integer)
+                          order by o.tenant_id, o.scope, o.user_id, o.project_id,
+                                   o.session_id, o.run_id) as n
+      from owners o
+     where o.promote
 ), saved as materialized (
     select i.ord, (n.m).id is not null as created,
            coalesce(n.m,
@@ -208,4 +272,6 @@ select s.ord, s.created, (s.m).id, (s.m).tenant_id, (s.m).scope::text as scope,
        (s.m).source_session_id, (s.m).source_message_ids, (s.m).metadata, (s.m).context,
        (s.m).created_at, (s.m).updated_at
   from saved s
+ -- (promoted is read, so that it runs)
+ where (select coalesce(p.n, 0) from promoted p) >= 0
  order by s.ord

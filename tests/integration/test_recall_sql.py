@@ -43,6 +43,9 @@ def _store_views(
                     " %s::vector, 'user', 'u1', %s)",
                     (memory_id, _literal(v), bool(with_context)),
                 )
+        # in the HNSW graph (as an owner key of harbor.graph_min_vectors() vectors is),
+        # so that a test that lowers the exact-scan limit walks it
+        su.execute("update harbor.memory_embeddings set in_graph = true")
         su.execute("analyze harbor.memory_embeddings")
     return views
 
@@ -558,6 +561,9 @@ def test_dense_index_path_matches_an_exact_scan(fresh_db: PgDatabase) -> None:
                         for i in range(count)
                     ],
                 )
+        # in the graph, as a key of harbor.graph_min_vectors() vectors is (the limit
+        # below is lowered to 100 so that the walk runs over a few thousand rows)
+        su.execute("update harbor.memory_embeddings set in_graph = true")
         su.execute("analyze harbor.memory_embeddings")
     with psycopg.connect(fresh_db.app_url, autocommit=True) as app:
         app.execute("select harbor.set_identity('t1', principal_id => 'u1')")

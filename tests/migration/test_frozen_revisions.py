@@ -36,6 +36,7 @@ FROZEN = {
     "0015_sensitivity_index.py": "134feaae02112eb7",
     "0016_summary_owner_ids.py": "462a88159cb33022",
     "0017_owner_locks.py": "110c87ac4980b8d5",
+    "0018_graph_owners.py": "0dec674b9c9557ff",
 }
 
 

@@ -293,3 +293,54 @@ def test_adversarial_input_for_the_stated_value_rules_scans_in_linear_time(text:
     started = time.process_time()
     secret_kind(text)
     assert time.process_time() - started < 3.0
+
+
+# -- the words that let a detector be skipped --------------------------------------------
+
+
+def _corpus() -> list[str]:
+    """Every text of this module's parametrized cases, and each with its letters'
+    case swapped."""
+    texts: list[str] = []
+    for value in list(globals().values()):
+        for mark in getattr(value, "pytestmark", []):
+            if mark.name == "parametrize":
+                for case in mark.args[1]:
+                    texts += [
+                        c
+                        for c in (case if isinstance(case, tuple) else (case,))
+                        if isinstance(c, str)
+                    ]
+    return texts + [t.swapcase() for t in texts]
+
+
+def test_every_match_of_a_detector_holds_one_of_its_words() -> None:
+    """secret_kind skips a detector on ASCII text holding none of its words
+    (harbor_pg.credentials._NEEDLES); so every match of every detector, on every case
+    here, holds one, and the answer is the one running every detector gives."""
+    from harbor_pg import credentials
+
+    corpus = _corpus()
+    assert len(corpus) > 100
+    for kind, pattern, check in credentials._DETECTORS:
+        words = credentials._NEEDLES[pattern]
+        for text in corpus:
+            for match in pattern.finditer(text):
+                assert any(w in match.group().lower() for w in words), (kind, match.group())
+    for text in corpus:
+        full = next(
+            (
+                kind
+                for kind, pattern, check in credentials._DETECTORS
+                for match in pattern.finditer(text)
+                if check is None or check(match)
+            ),
+            None,
+        )
+        if full is not None:
+            assert secret_kind(text) == full, text
+
+
+def test_non_ascii_text_runs_every_detector() -> None:
+    # the Kelvin sign folds to "k" under IGNORECASE, which lower() does not give
+    assert secret_kind("api_\u212aey = " + "A1b2C3d4E5f6G7h8J9k0") == "credential_assignment"

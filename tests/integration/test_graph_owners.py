@@ -1,0 +1,237 @@
+"""The HNSW graph holds only the vectors of owner keys of harbor.graph_min_vectors()
+vectors or more (memory_embeddings.in_graph, migration 0018); recall's dense leg
+answers as if it held every row: the exact scan below its limit, and above it the
+walk plus an exact scan of the caller's owner keys outside the graph.
+
+The threshold is lowered to 120 vectors for these tests (it is a function so that
+they can), and the dense leg's exact-scan limit is chosen per call (p_exact_limit),
+so that both sides of both limits are a few hundred rows."""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+import psycopg
+import pytest
+
+from harbor_pg.db.connection import Database
+from harbor_pg.owner import MemoryOwner, MemoryScope
+from harbor_pg.records import Memory
+from harbor_pg.tiers.long_term import PostgresLongTermStore, memory_params
+from tests.conftest import PgDatabase
+
+MIN_VECTORS = 120
+BOB = MemoryOwner(tenant_id="t1", principal_id="bob")
+CARA = MemoryOwner(tenant_id="t1", principal_id="cara")
+DENSE = (
+    "select memory_id, similarity from harbor._dense_candidates(%s::vector, 'm384', %s::"
+    "harbor.memory_scope[], now(), 25, %s) order by dense_rank"
+)
+
+
+def _unit(rng: random.Random) -> list[float]:
+    v = [rng.gauss(0, 1) for _ in range(384)]
+    norm = math.sqrt(sum(x * x for x in v))
+    return [x / norm for x in v]
+
+
+def _literal(v: list[float]) -> str:
+    return "[" + ",".join(f"{x:.6f}" for x in v) + "]"
+
+
+@pytest.fixture
+def low_threshold(fresh_db: PgDatabase) -> PgDatabase:
+    with psycopg.connect(fresh_db.superuser_url, autocommit=True) as su:
+        su.execute(
+            "create or replace function harbor.graph_min_vectors() returns integer"
+            f" language sql immutable parallel safe return {MIN_VECTORS}"
+        )
+    return fresh_db
+
+
+class Store:
+    """Memories saved through save_many with their vectors, kept to compute the exact
+    answer (the nearer vector of each memory counts)."""
+
+    def __init__(self, database: Database, rng: random.Random) -> None:
+        self.store = PostgresLongTermStore(database)
+        self.rng = rng
+        self.vectors: dict[str, tuple[str, list[list[float]]]] = {}
+
+    async def save(self, owner: MemoryOwner, scope: MemoryScope, n: int) -> None:
+        memories = [
+            Memory(
+                content=f"{owner.principal_id} {scope.value} memory {len(self.vectors) + i}",
+                scope=scope,
+                context="the turn before" if i % 4 == 0 else None,
+            )
+            for i in range(n)
+        ]
+        vectors = [_unit(self.rng) for _ in memories]
+        contexts = [_unit(self.rng) if m.context else None for m in memories]
+        results = await self.store.save_many(
+            owner, memories, vectors, "m384", context_vectors=contexts
+        )
+        for r, v, c in zip(results, vectors, contexts, strict=True):
+            assert r.created
+            self.vectors[str(r.memory.id)] = (scope.value, [v] + ([c] if c else []))
+
+    def exact(self, q: list[float], scopes: set[str], mine: set[str]) -> dict[str, float]:
+        near = {
+            mid: max(sum(a * b for a, b in zip(q, v, strict=True)) for v in vs)
+            for mid, (scope, vs) in self.vectors.items()
+            if scope in scopes and (scope != "user" or mid in mine)
+        }
+        return dict(sorted(near.items(), key=lambda kv: -kv[1])[:25])
+
+
+def _graph_state(db: PgDatabase, user: str, scope: str) -> tuple[int, int]:
+    """(vectors in the graph, vectors outside it) of one owner key."""
+    with psycopg.connect(db.superuser_url) as su:
+        row = su.execute(
+            "select count(*) filter (where in_graph), count(*) filter (where not in_graph)"
+            " from harbor.memory_embeddings where tenant_id = 't1' and scope = %s"
+            " and user_id = %s",
+            (scope, user),
+        ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def _dense(db: PgDatabase, owner: str, q: list[float], scopes: str, limit: int) -> list[Any]:
+    with psycopg.connect(db.app_url, autocommit=True) as app:
+        app.execute("select harbor.set_identity('t1', principal_id => %s)", (owner,))
+        return list(app.execute(DENSE, (_literal(q), scopes, limit)).fetchall())
+
+
+async def test_an_owner_crossing_the_threshold_mid_stream(
+    database: Database, low_threshold: PgDatabase
+) -> None:
+    """Below the threshold no vector is in the graph and both paths of the dense leg
+    return the exact answer; the write that crosses it puts the owner's older rows in
+    the graph too, later writes go straight in, and the walk then finds the exact top
+    rows (allowing the graph's approximation: 23 of 25)."""
+    rng = random.Random(3)
+    s = Store(database, rng)
+    bob: set[str] = set()
+    crossed = False
+    for _ in range(6):
+        before = set(s.vectors)
+        await s.save(BOB, MemoryScope.USER, 40)
+        bob |= set(s.vectors) - before
+        in_graph, outside = _graph_state(low_threshold, "bob", "user")
+        total = in_graph + outside
+        if total < MIN_VECTORS:
+            assert in_graph == 0
+        else:
+            assert (in_graph, outside) == (total, 0)
+            crossed = True
+        for _ in range(3):
+            q = _unit(rng)
+            expected = s.exact(q, {"user"}, bob)
+            exact = _dense(low_threshold, "bob", q, "{user}", 5000)
+            walked = _dense(low_threshold, "bob", q, "{user}", 20)  # above the limit
+            assert [r[0] for r in exact] == list(expected)
+            for memory_id, similarity in exact + walked:
+                assert similarity == pytest.approx(expected.get(memory_id, similarity), abs=1e-4)
+            ids = [r[0] for r in walked]
+            assert len(ids) == len(set(ids)) == 25
+            if in_graph == 0:
+                assert ids == list(expected)  # all outside the graph: scanned exactly
+            else:
+                assert len(set(ids) & set(expected)) >= 23
+    assert crossed
+
+
+async def test_a_small_user_of_a_large_tenant(
+    database: Database, low_threshold: PgDatabase
+) -> None:
+    """TENANT rows, which every user of the tenant sees, are in the graph; a user's own
+    few are not: above the exact-scan limit the walk reads the tenant's and the user's
+    are scanned exactly beside it, so none of them is missed."""
+    rng = random.Random(4)
+    s = Store(database, rng)
+    for _ in range(4):
+        await s.save(BOB, MemoryScope.TENANT, 50)
+    before = set(s.vectors)
+    await s.save(CARA, MemoryScope.USER, 30)
+    cara = set(s.vectors) - before
+    assert _graph_state(low_threshold, "", "tenant")[1] == 0
+    assert _graph_state(low_threshold, "cara", "user") == (0, 30 + 8)
+    for _ in range(5):
+        # near one of cara's memories, so that hers rank among the nearest
+        target = s.vectors[rng.choice(sorted(cara))][1][0]
+        q = [a + 0.5 * b for a, b in zip(target, _unit(rng), strict=True)]
+        norm = math.sqrt(sum(x * x for x in q))
+        q = [x / norm for x in q]
+        expected = s.exact(q, {"user", "tenant"}, cara)
+        walked = _dense(low_threshold, "cara", q, "{user,tenant}", 20)
+        ids = [r[0] for r in walked]
+        assert len(ids) == len(set(ids)) == 25
+        assert {m for m in expected if m in cara} <= set(ids)
+        assert len(set(ids) & set(expected)) >= 23
+        exact = _dense(low_threshold, "cara", q, "{user,tenant}", 5000)
+        assert [r[0] for r in exact] == list(expected)
+        # bob does not see cara's rows, on either path
+        for limit in (20, 5000):
+            assert (
+                not {r[0] for r in _dense(low_threshold, "bob", q, "{user,tenant}", limit)} & cara
+            )
+
+
+async def test_a_row_left_outside_the_graph_is_scanned_and_the_next_write_promotes_it(
+    database: Database, low_threshold: PgDatabase
+) -> None:
+    """A row of a key in the graph written outside it (by a transaction that could not
+    see the promotion) makes the dense leg scan that key exactly, so its answer is
+    exact; the key's next write puts the row in the graph."""
+    rng = random.Random(5)
+    s = Store(database, rng)
+    for _ in range(4):
+        await s.save(BOB, MemoryScope.USER, 40)
+    bob = set(s.vectors)
+    assert _graph_state(low_threshold, "bob", "user")[1] == 0
+    with psycopg.connect(low_threshold.superuser_url, autocommit=True) as su:
+        su.execute(
+            "update harbor.memory_embeddings set in_graph = false where ctid = any (array("
+            "select ctid from harbor.memory_embeddings where user_id = 'bob' limit 3))"
+        )
+    q = _unit(rng)
+    expected = s.exact(q, {"user"}, bob)
+    assert [r[0] for r in _dense(low_threshold, "bob", q, "{user}", 20)] == list(expected)
+    before = set(s.vectors)
+    await s.save(BOB, MemoryScope.USER, 1)
+    bob |= set(s.vectors) - before
+    assert _graph_state(low_threshold, "bob", "user")[1] == 0
+
+
+async def test_one_at_a_time_and_the_per_row_path_follow_the_key(
+    database: Database, low_threshold: PgDatabase
+) -> None:
+    """save (one memory a call) promotes as save_many does; insert_embedding (the
+    per-row statement of a distributed database and of imports) puts a vector in the
+    graph when its key is."""
+    rng = random.Random(6)
+    store = PostgresLongTermStore(database)
+    for i in range(MIN_VECTORS + 1):
+        r = await store.save(BOB, Memory(content=f"bob fact {i}"), _unit(rng), "m384")
+        assert r.created
+    assert _graph_state(low_threshold, "bob", "user") == (MIN_VECTORS + 1, 0)
+    r = await store.save(CARA, Memory(content="cara fact"), _unit(rng), "m384")
+    assert _graph_state(low_threshold, "cara", "user") == (0, 1)
+    async with database.transaction(BOB) as conn:
+        for i in range(2):
+            memory_id, created = await store.save_in(
+                conn, memory_params(BOB, Memory(content=f"bob imported {i}"))
+            )
+            assert created
+            await store.insert_embedding(conn, "t1", memory_id, _unit(rng), "m384")
+    assert _graph_state(low_threshold, "bob", "user") == (MIN_VECTORS + 3, 0)
+    async with database.transaction(CARA) as conn:
+        memory_id, created = await store.save_in(
+            conn, memory_params(CARA, Memory(content="cara imported"))
+        )
+        await store.insert_embedding(conn, "t1", memory_id, _unit(rng), "m384")
+    assert _graph_state(low_threshold, "cara", "user") == (0, 2)
