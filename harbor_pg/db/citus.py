@@ -485,6 +485,18 @@ _REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     # here anyway, so the subqueries become plain joins again (the same rows)
     ("_lexical_candidates", re.compile(r"\boffset 0\) m\b"), ") m"),
     ("_dense_candidates", re.compile(r"\boffset 0\) e\b"), ") e"),
+    # the dense leg's probe of the window's memories stops at the count it needs
+    # (`limit (select wanted.n from wanted)`), which Citus refuses once the global
+    # scope adds the '' shard ("subquery in LIMIT is not supported in multi-shard
+    # queries"): the probe reads every memory of the window instead (at most
+    # 2 * p_limit + 64 primary-key lookups), the same answer: the final selection
+    # still keeps the p_limit nearest, and the window test `count(near) >= wanted.n`
+    # holds exactly when it held with the limit
+    (
+        "_dense_candidates",
+        re.compile(r"\n(\s*)limit \(select wanted\.n from wanted\)"),
+        "\n\\1-- (no limit: Citus)",
+    ),
     # the guards look a memory up by primary key alone, the tenant tested outside the
     # fenced scan (on one server, a second tenant test misled the planner); on a shard
     # that lookup is a query over every shard, which Citus refuses inside a shard's
