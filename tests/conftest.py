@@ -24,6 +24,7 @@ from psycopg import conninfo
 
 from harbor_pg.db import migrate, server
 from harbor_pg.db.connection import Database
+from tests.citus.cluster import citus_cluster  # noqa: F401  (one cluster for tests/citus and tests/security)
 
 TEMPLATE = "harbor_template"
 _counter = itertools.count()

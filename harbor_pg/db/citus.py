@@ -409,6 +409,29 @@ def plpgsql_twins(conn: psycopg.Connection[Any]) -> list[str]:
 _TENANTS = "(case when 'global' = any ({scopes}) then array['', {tenant}] else array[{tenant}] end)"
 _LEG = _TENANTS.format(scopes="p_scopes", tenant="v_tenant")
 _REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
+    # harbor.set_identity: Citus forwards SET LOCAL (also one a function executes) to
+    # the workers of the transaction, and never set_config(); each setting is also
+    # made with SET LOCAL, so inside a transaction block the identity reaches every
+    # worker for the rest of the transaction, whatever is_local says (a session-level
+    # identity still holds on the coordinator only: the workers see none after the
+    # transaction, and fail closed)
+    (
+        "set_identity",
+        re.compile(r"perform set_config\('(harbor\.\w+)', (.+?), is_local\);"),
+        r"perform set_config('\1', \2, is_local);"
+        "\n    execute pg_catalog.format('set local \\1 = %L', \\2);",
+    ),
+    # the bindings' trigger fires on each placement of the reference table; there a
+    # LOCK of the Citus table is sent to every node from inside a shard's statement
+    # ("failure on connection marked as essential"): it locks its own placement
+    # instead (bind_role locks the Citus table first, on every node, so binds still
+    # take turns; a direct insert is serialised by Citus's lock on the shard)
+    (
+        "_role_binding_one_tenant",
+        re.compile(r"lock table harbor\.role_bindings in share row exclusive mode;"),
+        "execute pg_catalog.format('lock table %s in share row exclusive mode',"
+        " tg_relid::regclass);",
+    ),
     # recall's hydration: a LATERAL probe with OFFSET 0 over a CTE ("Offset clause is
     # currently unsupported when a lateral subquery references ... CTEs") becomes a
     # join on the distribution column and the id (the same rows: the probe's tenant
@@ -478,6 +501,18 @@ _REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     # here anyway, so the subqueries become plain joins again (the same rows)
     ("_lexical_candidates", re.compile(r"\boffset 0\) m\b"), ") m"),
     ("_dense_candidates", re.compile(r"\boffset 0\) e\b"), ") e"),
+    # the dense leg's probe of the window's memories stops at the count it needs
+    # (`limit (select wanted.n from wanted)`), which Citus refuses once the global
+    # scope adds the '' shard ("subquery in LIMIT is not supported in multi-shard
+    # queries"): the probe reads every memory of the window instead (at most
+    # 2 * p_limit + 64 primary-key lookups), the same answer: the final selection
+    # still keeps the p_limit nearest, and the window test `count(near) >= wanted.n`
+    # holds exactly when it held with the limit
+    (
+        "_dense_candidates",
+        re.compile(r"\n(\s*)limit \(select wanted\.n from wanted\)"),
+        "\n\\1-- (no limit: Citus)",
+    ),
     # the guards look a memory up by primary key alone, the tenant tested outside the
     # fenced scan (on one server, a second tenant test misled the planner); on a shard
     # that lookup is a query over every shard, which Citus refuses inside a shard's
@@ -517,6 +552,7 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
       per-row statements, which do not promote an owner key that grows; the rows
       already stored are put in the graph by :func:`distribute`).
     """
+    _binding_on_placement(conn)
     twins = plpgsql_twins(conn)
     generic = conn.execute(
         "select p.oid::regprocedure::text from pg_proc p"
@@ -532,23 +568,52 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
     ).fetchall()
     for (signature,) in definers:
         conn.execute(f"alter function {signature} security invoker")
-    for name in dict.fromkeys(n for n, _p, _r in _REWRITES):
+    binding = conn.execute(
+        "select pg_catalog.pg_get_function_sqlbody('harbor._binding'::regproc)"
+    ).fetchone()
+    # (its table alias renamed: set_identity has a record variable named b)
+    binding_select = (
+        "("
+        + re.sub(
+            r"\bb\.|\b(role_bindings\w*) b\b",
+            lambda m: "binding_row." if m.group(0) == "b." else f"{m.group(1)} binding_row",
+            _plpgsql_body(str(binding[0]), True),
+        )
+        + ")"
+        if binding
+        else None
+    )
+    # the PL/pgSQL functions that read the bindings through harbor._binding() (a
+    # bound role's checks in set_identity and the bindings' trigger): Citus refuses
+    # that SQL function's statement inside them as it does in an SQL function, so
+    # they get its statement in place, as the twins do
+    readers = conn.execute(
+        "select p.oid from pg_proc p where p.pronamespace = 'harbor'::regnamespace"
+        " and p.prolang = (select oid from pg_language where lanname = 'plpgsql')"
+        " and strpos(p.prosrc, 'harbor._binding(') > 0"
+    ).fetchall()
+    oids = [
+        oid
+        for name in dict.fromkeys(n for n, _p, _r in _REWRITES)
         for (oid,) in conn.execute(
             "select p.oid from pg_proc p where p.pronamespace = 'harbor'::regnamespace"
             " and p.proname = %s",
             (name,),
-        ).fetchall():
-            definition = str(conn.execute("select pg_get_functiondef(%s)", (oid,)).fetchone()[0])
-            if _REWRITTEN_MARK in definition:
-                continue  # (distribute run again: already in the Citus form)
-            rewritten = definition
-            for function, pattern, replacement in _REWRITES:
-                if function == name:
-                    rewritten = pattern.sub(lambda m, r=replacement: m.expand(r), rewritten)
-            if rewritten != definition:
-                conn.execute(
-                    rewritten.replace("AS $function$", "AS $function$\n" + _REWRITTEN_MARK, 1)
-                )
+        ).fetchall()
+    ]
+    for oid in dict.fromkeys([*oids, *(r[0] for r in readers)]):
+        definition = str(conn.execute("select pg_get_functiondef(%s)", (oid,)).fetchone()[0])
+        if _REWRITTEN_MARK in definition:
+            continue  # (distribute run again: already in the Citus form)
+        name = str(conn.execute("select proname from pg_proc where oid = %s", (oid,)).fetchone()[0])
+        rewritten = definition
+        for function, pattern, replacement in _REWRITES:
+            if function == name:
+                rewritten = pattern.sub(lambda m, r=replacement: m.expand(r), rewritten)
+        if binding_select is not None and "LANGUAGE plpgsql" in rewritten:
+            rewritten = _BINDING_CALL.sub(lambda _m: binding_select, rewritten)
+        if rewritten != definition:
+            conn.execute(rewritten.replace("AS $function$", "AS $function$\n" + _REWRITTEN_MARK, 1))
     if conn.execute("select to_regprocedure('harbor.graph_min_vectors()')").fetchone()[0]:  # type: ignore[index]
         conn.execute(
             "create or replace function harbor.graph_min_vectors() returns integer"
@@ -558,6 +623,43 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
 
 
 _VOLATILITY = {"v": "volatile", "s": "stable", "i": "immutable"}
+
+
+def _binding_on_placement(conn: psycopg.Connection[Any]) -> None:
+    """``harbor._binding()`` reads the node's own placement of the bindings.
+
+    Called from the identity functions, so from the policies, on every node: there
+    Citus reads ``harbor.role_bindings`` inside an SQL function as the coordinator's
+    empty shell table (a bound role then had no binding at all: it fell back to the
+    session's settings, so ``SET LOCAL harbor.tenant_id`` gave it any tenant), and in
+    PL/pgSQL it refuses the read inside a query on a shard. A reference table has
+    one shard, placed on every node under the same name: read as a plain local
+    table, it is the binding on every node. Citus does not forward a function that
+    depends on a shard, so the new form is created on each node here.
+    """
+    row = conn.execute(
+        "select shard_name::text from citus_shards where table_name = %s::regclass limit 1",
+        (REFERENCE,),
+    ).fetchone()
+    if row is None:
+        return
+    definition = str(
+        conn.execute("select pg_get_functiondef('harbor._binding'::regproc)").fetchone()[0]  # type: ignore[index]
+    )
+    if f"FROM {row[0]}" in definition:
+        return  # (distribute run again: already in the Citus form)
+    rewritten = re.sub(r"\bFROM harbor\.role_bindings\b", f"FROM {row[0]}", definition)
+    if rewritten == definition:
+        raise MemoryConfigurationError(
+            "harbor._binding() no longer reads harbor.role_bindings as harbor_pg.db.citus expects"
+        )
+    conn.execute(rewritten)
+    failed = conn.execute(
+        "select nodename, nodeport, result from run_command_on_workers(%s) where not success",
+        ("set local citus.enable_ddl_propagation = off; " + rewritten,),
+    ).fetchall()
+    if failed:
+        raise MemoryConfigurationError(f"harbor._binding() not replaced on every worker: {failed}")
 
 
 def _check(conn: psycopg.Connection[Any]) -> None:

@@ -76,6 +76,46 @@ def test_set_config_identity_does_not_reach_them_and_fails_closed(routed: Cluste
     assert _visible(routed.app_url, None) == []
 
 
+@pytest.mark.parametrize("node", ["coordinator", "worker1", "worker2"])
+def test_a_bound_role_keeps_its_binding_whatever_set_local_says(
+    routed: ClusterDatabase, node: str
+) -> None:
+    # the binding is read on every node (from the node's own placement of the
+    # reference table): a role bound to route-a that sets another tenant with SET
+    # LOCAL (which does reach the workers) still reads route-a's rows, and its own
+    # bound user's only. (Before, the binding read the coordinator's empty shell
+    # table, and SET LOCAL gave a bound role any tenant.)
+    role = "harbor_test_routed_bound"
+    with psycopg.connect(routed.superuser_url, autocommit=True) as su:
+        su.execute(f"drop role if exists {role}")
+        su.execute(f"create role {role} login in role harbor_app")
+    with psycopg.connect(routed.admin_url) as admin:
+        admin.execute("set local harbor.tenant_id = 'route-a'")
+        admin.execute("select harbor.bind_role(%s, 'route-a', user_id => 'ann')", (role,))
+    try:
+        index = {"coordinator": None, "worker1": 0, "worker2": 1}[node]
+        url = routed.url_for(role) if index is None else routed.worker_url(index, role)
+        with psycopg.connect(url) as conn:
+            assert conn.execute(
+                "select harbor.caller_tenant(), harbor.caller_user()"
+            ).fetchone() == (
+                "route-a",
+                "ann",
+            )
+            conn.execute("set local harbor.tenant_id = 'route-b'")
+            conn.execute("set local harbor.user_id = 'bob'")
+            rows = conn.execute(
+                "select content from harbor.memories where tenant_id <> '' order by content"
+            ).fetchall()
+        assert [r[0] for r in rows] == ["ann: routed fact"]
+    finally:
+        with psycopg.connect(routed.admin_url) as admin:
+            admin.execute("set local harbor.tenant_id = 'route-a'")
+            admin.execute("select harbor.unbind_role(%s)", (role,))
+        with psycopg.connect(routed.superuser_url, autocommit=True) as su:
+            su.execute(f"drop role {role}")
+
+
 @pytest.mark.parametrize("which", [0, 1])
 def test_a_direct_worker_login_sees_only_its_identity(routed: ClusterDatabase, which: int) -> None:
     url = routed.worker_url(which, "harbor_app")

@@ -6,6 +6,16 @@ GLOBAL memories by ``harbor_admin`` with its tenant set. The superuser only
 creates login roles and grants them, as an operator would; bindings are made
 by ``harbor_admin`` with harbor.bind_role. Each attack then runs connected as
 the application role with an identity set, or as a role bound to an identity.
+
+The attacks run against one server and against the Citus cluster of
+tests/citus/cluster.py (the ``target`` of :func:`module_db` and :func:`fresh_db`);
+on the cluster also as ``harbor_app`` logged in straight to a worker. There a
+connection is one transaction (:func:`connect`): the identity that
+harbor.set_identity() sets reaches the workers for the rest of a transaction
+(harbor-pg distribute gives it SET LOCAL), never beyond, so an autocommit
+connection with a session identity would see nothing there (fail-closed, tested in
+tests/citus). The cluster runs each attack of the modules in ``CLUSTER_MODULES``
+once per attacker, not each of its variants (``pytest_collection_modifyitems``).
 """
 
 from __future__ import annotations
@@ -15,9 +25,86 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
+from psycopg import conninfo, sql
 
-from tests.conftest import PgDatabase
+from tests.citus.cluster import ClusterDatabase, LocalCluster, make_database
+from tests.conftest import PgDatabase, PgServer, _drop_database, _new_database
+
+#: the security modules whose attacks also run on the cluster
+CLUSTER_MODULES = {"test_isolation", "test_binding_model"}
+#: attacks of those modules that do not run on the cluster, each with its reason (open
+#: work, docs/citus.md "Security suite on the cluster"); matched on the test's name
+CLUSTER_KNOWN = {
+    "test_cannot_create_shadowing_function_in_public[cluster-worker]": (
+        "a worker refuses the DDL with 'operation is not allowed on this node'"
+        " (InternalError), not InsufficientPrivilege: refused, with another error"
+    ),
+    "test_cannot_shadow_harbor_functions_via_pg_temp[cluster-worker-": (
+        "a worker refuses creating the pg_temp function ('operation is not allowed on"
+        " this node'): the attack cannot even be set up there"
+    ),
+    "test_a_project_bound_role_writes_project_rows_only": (
+        "goes on in the same connection after an expected error; on the cluster a"
+        " connection is one transaction, aborted by the error"
+    ),
+}
+#: the ports of the cluster's nodes (a connection to one is one transaction)
+_CLUSTER_PORTS: set[int] = set()
+
+
+def on_cluster(url: str) -> bool:
+    return int(conninfo.conninfo_to_dict(url).get("port") or 0) in _CLUSTER_PORTS
+
+
+def connect(url: str, **kwargs: Any) -> psycopg.Connection[Any]:
+    """``psycopg.connect``, except that on the cluster the connection is one
+    transaction (committed when its ``with`` block ends): the identity set in it
+    then reaches the workers."""
+    if on_cluster(url):
+        kwargs["autocommit"] = False
+    return psycopg.connect(url, **kwargs)
+
+
+@pytest.fixture(scope="session")
+def security_cluster(citus_cluster: LocalCluster) -> ClusterDatabase:
+    """One distributed database for the security suite's attacks on the cluster
+    (made once: a distributed database takes ~20 s; each module or test that asks
+    for a fresh database gets it emptied instead)."""
+    db = make_database(citus_cluster, "harbor_security")
+    _CLUSTER_PORTS.update(node.port for node in citus_cluster.nodes)
+    return db
+
+
+def _emptied(db: ClusterDatabase) -> ClusterDatabase:
+    with psycopg.connect(db.superuser_url, autocommit=True) as conn:
+        conn.execute(
+            "truncate harbor.memory_embeddings, harbor.memories, harbor.messages,"
+            " harbor.working_state, harbor.session_state, harbor.role_bindings"
+        )
+    return db
+
+
+@pytest.fixture(scope="module", params=["server", "cluster"])
+def module_db(request: pytest.FixtureRequest, pg_server: PgServer) -> Iterator[Any]:
+    """A migrated database for one module: on one server, or the cluster's (emptied)."""
+    if request.param == "cluster":
+        yield _emptied(request.getfixturevalue("security_cluster"))
+        return
+    db = _new_database(pg_server)
+    yield db
+    _drop_database(pg_server, db.name)
+
+
+@pytest.fixture(params=["server", "cluster"])
+def fresh_db(request: pytest.FixtureRequest, pg_server: PgServer) -> Iterator[Any]:
+    """A migrated database for one test: on one server, or the cluster's (emptied)."""
+    if request.param == "cluster":
+        yield _emptied(request.getfixturevalue("security_cluster"))
+        return
+    db = _new_database(pg_server)
+    yield db
+    _drop_database(pg_server, db.name)
+
 
 H = "0" * 63
 
@@ -73,10 +160,10 @@ def writer(
     principal being the row's user (none for a PROJECT row).
     """
     if scope in ("global", "tenant"):
-        conn = psycopg.connect(db.admin_url, autocommit=True)
+        conn = connect(db.admin_url, autocommit=True)
         conn.execute("select harbor.set_identity(%s)", (tenant or "t1",))
         return conn
-    conn = psycopg.connect(db.app_url, autocommit=True)
+    conn = connect(db.app_url, autocommit=True)
     conn.execute(
         "select harbor.set_identity(%s, %s, %s, null, %s, %s)",
         (tenant, project or None, user or None, session or None, run or None),
@@ -165,7 +252,7 @@ def create_login_roles(db: PgDatabase, *roles: str) -> None:
 
 def bind(db: PgDatabase, role: str, tenant: str, project: str | None, user: str | None) -> None:
     """Bind ``role`` as the tenant's administrator does."""
-    with psycopg.connect(db.admin_url, autocommit=True) as conn:
+    with connect(db.admin_url, autocommit=True) as conn:
         conn.execute("select harbor.set_identity(%s)", (tenant,))
         conn.execute(
             "select harbor.bind_role(%s, %s, project_id => %s, user_id => %s)",
@@ -210,15 +297,23 @@ def seeded(module_db: PgDatabase) -> Iterator[PgDatabase]:
     drop_roles(module_db, *BOUND_ROLES)
 
 
-@pytest.fixture(params=["app", "bound"])
+@pytest.fixture(params=["app", "bound", "worker"])
 def attacker(
     request: pytest.FixtureRequest, seeded: PgDatabase
 ) -> Iterator[psycopg.Connection[Any]]:
     """A raw connection as the app role (identity t1/p1/u1/s1/r1) or as the role bound to
-    t1/p1/u1 (which picks session s1 and run r1)."""
-    user = "harbor_app" if request.param == "app" else BOUND_ROLE
-    conn = psycopg.connect(seeded.url_for(user), autocommit=True)
-    if request.param == "app":
+    t1/p1/u1 (which picks session s1 and run r1); on the cluster also the app role
+    logged in straight to a worker (the one without t1's shard), which the
+    single server has none of."""
+    user = "harbor_app" if request.param != "bound" else BOUND_ROLE
+    url = seeded.url_for(user)
+    if request.param == "worker":
+        if not isinstance(seeded, ClusterDatabase):
+            pytest.fail("a worker attacker is for the cluster (deselected on one server)")
+        other = next(w for w in seeded.cluster.workers if w != seeded.node_of("t1"))
+        url = other.url(seeded.name, user)
+    conn = connect(url, autocommit=True)
+    if request.param != "bound":
         conn.execute(
             "select harbor.set_identity(%(tenant_id)s, %(project_id)s, %(principal_id)s,"
             " null, %(session_id)s, %(run_id)s)",
@@ -231,3 +326,43 @@ def attacker(
         yield conn
     finally:
         conn.close()
+
+
+def _target(item: pytest.Item) -> str | None:
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return None
+    for name in ("module_db", "fresh_db"):
+        if name in callspec.params:
+            return str(callspec.params[name])
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The cluster runs the attacks of ``CLUSTER_MODULES``, each test once per attacker
+    kind (its first variant otherwise), and the worker attacker only there."""
+    keep: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    seen: set[tuple[str, str]] = set()
+    for item in items:
+        if not item.nodeid.startswith("tests/security/"):
+            keep.append(item)
+            continue
+        target = _target(item)
+        callspec = getattr(item, "callspec", None)
+        attacker = callspec.params.get("attacker") if callspec is not None else None
+        module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+        if target != "cluster":
+            (dropped if attacker == "worker" else keep).append(item)
+            continue
+        key = (item.nodeid.split("[", 1)[0], str(attacker))
+        name = item.nodeid.split("::", 1)[-1]
+        known = any(name.startswith(k) for k in CLUSTER_KNOWN)
+        if module not in CLUSTER_MODULES or key in seen or known:
+            dropped.append(item)
+            continue
+        seen.add(key)
+        keep.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep

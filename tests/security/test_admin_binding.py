@@ -20,7 +20,7 @@ import pytest
 from psycopg import errors
 
 from tests.conftest import PgDatabase
-from tests.security.conftest import bind, create_login_roles, drop_roles, write_memory
+from tests.security.conftest import bind, connect, create_login_roles, drop_roles, write_memory
 
 Conn = psycopg.Connection[Any]
 
@@ -38,7 +38,7 @@ def admin_db(fresh_db: PgDatabase) -> Iterator[dict[str, Any]]:
         "9" * 64,
         vector=("m", 3, "[1,0,0]"),
     )
-    with psycopg.connect(fresh_db.app_url, autocommit=True) as app:
+    with connect(fresh_db.app_url, autocommit=True) as app:
         app.execute("select harbor.set_identity('t2', 'p1', 'u9', null, 's1', 'r1')")
         app.execute(
             "insert into harbor.working_state (tenant_id, project_id, user_id, session_id,"
@@ -47,7 +47,7 @@ def admin_db(fresh_db: PgDatabase) -> Iterator[dict[str, Any]]:
         )
     create_login_roles(fresh_db, ADMIN_LOGIN, LATE_ADMIN)
     bind(fresh_db, LATE_ADMIN, "t1", None, None)
-    with psycopg.connect(fresh_db.superuser_url, autocommit=True) as su:
+    with connect(fresh_db.superuser_url, autocommit=True) as su:
         # the operator's grants (no trigger sees a GRANT)
         su.execute(f"grant harbor_admin to {ADMIN_LOGIN}, {LATE_ADMIN}")
     yield {"db": fresh_db, "t2_memory": t2_memory}
@@ -55,7 +55,7 @@ def admin_db(fresh_db: PgDatabase) -> Iterator[dict[str, Any]]:
 
 
 def _admin(db: PgDatabase, tenant: str = "t1") -> Conn:
-    conn = psycopg.connect(db.admin_url, autocommit=True)
+    conn = connect(db.admin_url, autocommit=True)
     conn.execute("select harbor.set_identity(%s)", (tenant,))
     return conn
 
@@ -70,7 +70,7 @@ def test_binding_an_administrator_or_a_harbor_role_is_refused(
     with _admin(db) as conn, pytest.raises(errors.InsufficientPrivilege, match="cannot be bound"):
         conn.execute("select harbor.bind_role(%s, 't1')", (role,))
     with (
-        psycopg.connect(db.superuser_url, autocommit=True) as su,
+        connect(db.superuser_url, autocommit=True) as su,
         pytest.raises(errors.InsufficientPrivilege, match="cannot be bound"),
     ):
         su.execute(
@@ -82,7 +82,7 @@ def test_a_bound_role_granted_harbor_admin_reads_no_other_tenants_expired_state(
     admin_db: dict[str, Any],
 ) -> None:
     db: PgDatabase = admin_db["db"]
-    with psycopg.connect(db.url_for(LATE_ADMIN), autocommit=True) as conn:
+    with connect(db.url_for(LATE_ADMIN), autocommit=True) as conn:
         conn.execute("set role harbor_admin")
         assert conn.execute("select harbor.caller_tenant()").fetchone() == ("t1",)
         assert conn.execute("select count(*) from harbor.working_state").fetchone() == (0,)
@@ -94,7 +94,7 @@ def test_a_bound_role_granted_harbor_admin_writes_nothing_as_admin(
     admin_db: dict[str, Any], set_role: bool
 ) -> None:
     db: PgDatabase = admin_db["db"]
-    with psycopg.connect(db.url_for(LATE_ADMIN), autocommit=True) as conn:
+    with connect(db.url_for(LATE_ADMIN), autocommit=True) as conn:
         if set_role:
             conn.execute("set role harbor_admin")
         with pytest.raises(errors.InsufficientPrivilege):
@@ -111,7 +111,7 @@ def test_a_bound_role_granted_harbor_admin_writes_nothing_as_admin(
         # and it cannot shed its binding
         with pytest.raises(errors.InsufficientPrivilege, match="bound role cannot change"):
             conn.execute("select harbor.unbind_role(%s)", (LATE_ADMIN,))
-    with psycopg.connect(db.url_for(LATE_ADMIN)) as conn:
+    with connect(db.url_for(LATE_ADMIN)) as conn:
         assert conn.execute("select harbor.caller_tenant()").fetchone() == ("t1",)
 
 
@@ -126,7 +126,7 @@ def test_an_admin_cannot_write_a_vector_into_another_tenant(admin_db: dict[str, 
             " embedding, scope) values ('t2', %s, 'm', 3, '[0,1,0]', 'global')",
             (admin_db["t2_memory"],),
         )
-    with psycopg.connect(admin_db["db"].superuser_url) as su:
+    with connect(admin_db["db"].superuser_url) as su:
         assert su.execute("select count(*) from harbor.memory_embeddings").fetchone() == (1,)
 
 
@@ -134,7 +134,7 @@ def test_the_unbound_administrator_keeps_its_rights(admin_db: dict[str, Any]) ->
     """The same statements as the administrator's own login: GLOBAL writes, its tenant's
     rows, and the purge of every tenant's expired working state."""
     db: PgDatabase = admin_db["db"]
-    with psycopg.connect(db.url_for(ADMIN_LOGIN), autocommit=True) as conn:
+    with connect(db.url_for(ADMIN_LOGIN), autocommit=True) as conn:
         conn.execute("select harbor.set_identity('t2')")
         assert conn.execute("select count(*) from harbor.memories").fetchone() == (1,)
         conn.execute(

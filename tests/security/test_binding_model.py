@@ -16,6 +16,7 @@ import pytest
 from psycopg import errors
 
 from tests.conftest import PgDatabase
+from tests.security.conftest import connect
 
 Conn = psycopg.Connection[Any]
 
@@ -48,7 +49,7 @@ def _contents(conn: Conn, table: str, column: str = "content") -> set[str]:
 
 
 def _connect(db: PgDatabase, role: str, spoof: bool) -> Conn:
-    conn = psycopg.connect(db.url_for(role), autocommit=True)
+    conn = connect(db.url_for(role), autocommit=True)
     if spoof:
         for name, value in SPOOF.items():
             conn.execute("select set_config(%s, %s, false)", (f"harbor.{name}", value))

@@ -25,6 +25,7 @@ import pytest
 from psycopg import errors
 
 from tests.conftest import PgDatabase
+from tests.security.conftest import connect
 
 Conn = psycopg.Connection[Any]
 
@@ -42,7 +43,7 @@ VICTIM_VECTOR = _vector(1)
 
 
 def _app(db: PgDatabase, tenant: str, user: str) -> Conn:
-    conn = psycopg.connect(db.app_url, autocommit=True)
+    conn = connect(db.app_url, autocommit=True)
     conn.execute("select harbor.set_identity(%s, principal_id => %s)", (tenant, user))
     return conn
 
@@ -70,16 +71,16 @@ def planted(module_db: PgDatabase) -> Iterator[dict[str, Any]]:
         victim_id = _write_memory(victim, "u2", "victim: u2 keeps the vault code", VICTIM_VECTOR)
     with _app(module_db, "t1", "u1") as owner:
         own_id = _write_memory(owner, "u1", "mine: u1 likes tea", _vector(2))
-    with psycopg.connect(module_db.superuser_url, autocommit=True) as su:
+    with connect(module_db.superuser_url, autocommit=True) as su:
         su.execute(f"drop role if exists {BOUND}")
         su.execute(f"create role {BOUND} login")
         su.execute(f"grant harbor_app to {BOUND}")
         su.execute(f'grant connect on database "{module_db.name}" to {BOUND}')
-    with psycopg.connect(module_db.admin_url, autocommit=True) as admin:
+    with connect(module_db.admin_url, autocommit=True) as admin:
         admin.execute("select harbor.set_identity('t1')")
         admin.execute("select harbor.bind_role(%s, 't1', user_id => 'u1')", (BOUND,))
     yield {"db": module_db, "victim_id": victim_id, "own_id": own_id}
-    with psycopg.connect(module_db.superuser_url, autocommit=True) as su:
+    with connect(module_db.superuser_url, autocommit=True) as su:
         su.execute(f"drop owned by {BOUND}")
         su.execute(f"drop role {BOUND}")
 
@@ -91,7 +92,7 @@ def attacker(request: pytest.FixtureRequest, planted: dict[str, Any]) -> Iterato
     if request.param == "app":
         conn = _app(db, "t1", "u1")
     else:
-        conn = psycopg.connect(db.url_for(BOUND), autocommit=True)
+        conn = connect(db.url_for(BOUND), autocommit=True)
     try:
         yield conn
     finally:

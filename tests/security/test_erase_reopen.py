@@ -20,7 +20,7 @@ import pytest
 from psycopg import errors
 
 from tests.conftest import PgDatabase
-from tests.security.conftest import insert_memory, writer
+from tests.security.conftest import connect, insert_memory, writer
 
 
 def _chain(db: PgDatabase) -> tuple[str, str]:
@@ -31,7 +31,7 @@ def _chain(db: PgDatabase) -> tuple[str, str]:
         old = insert_memory(
             conn, {**owner, "content": "u1 lives in Berlin", "content_hash": "a" * 64}
         )
-    with psycopg.connect(db.app_url, autocommit=True) as conn:
+    with connect(db.app_url, autocommit=True) as conn:
         conn.execute("select harbor.set_identity('t1', principal_id => 'bot', user_id => 'u1')")
         new = insert_memory(
             conn, {**owner, "content": "u1 lives in Lisbon", "content_hash": "b" * 64}
@@ -45,13 +45,13 @@ def _chain(db: PgDatabase) -> tuple[str, str]:
 
 
 def _admin(db: PgDatabase) -> psycopg.Connection[Any]:
-    conn = psycopg.connect(db.admin_url, autocommit=True)
+    conn = connect(db.admin_url, autocommit=True)
     conn.execute("select harbor.set_identity('t1')")
     return conn
 
 
 def _is_current(db: PgDatabase, memory_id: str) -> bool:
-    with psycopg.connect(db.superuser_url) as su:
+    with connect(db.superuser_url) as su:
         row = su.execute(
             "select upper_inf(valid) from harbor.memories where id = %s", (memory_id,)
         ).fetchone()
@@ -94,7 +94,7 @@ def test_a_user_who_deletes_their_newer_fact_does_not_reopen_the_older(
     """The referential action runs for anyone who deletes a successor; the reopen is
     an unbound administrator's (harbor.erase) alone, whatever the user plants."""
     old, new = _chain(fresh_db)
-    with psycopg.connect(fresh_db.app_url, autocommit=True) as conn:
+    with connect(fresh_db.app_url, autocommit=True) as conn:
         conn.execute("select harbor.set_identity('t1', principal_id => 'bot', user_id => 'u1')")
         conn.execute(
             "select set_config('harbor.erase_reopen', %s, false)", (json.dumps([["t1", old]]),)

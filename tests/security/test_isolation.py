@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from psycopg import errors
 
-from tests.security.conftest import BOUND_ROLE, write_memory
+from tests.security.conftest import BOUND_ROLE, connect, write_memory
 
 Conn = psycopg.Connection[Any]
 
@@ -241,7 +241,7 @@ def test_cannot_change_content_of_own_memory(attacker: Conn) -> None:
 )
 def test_bound_role_cannot_set_another_identity(seeded: Any, sql: str) -> None:
     with (
-        psycopg.connect(seeded.url_for(BOUND_ROLE), autocommit=True) as conn,
+        connect(seeded.url_for(BOUND_ROLE), autocommit=True) as conn,
         pytest.raises(errors.InsufficientPrivilege),
     ):
         conn.execute(sql)
@@ -260,7 +260,7 @@ def test_bound_role_ignores_raw_identity_settings(
     seeded: Any, settings: list[tuple[str, str]]
 ) -> None:
     # raw settings are ignored: the binding wins
-    with psycopg.connect(seeded.url_for(BOUND_ROLE), autocommit=True) as conn:
+    with connect(seeded.url_for(BOUND_ROLE), autocommit=True) as conn:
         for name, value in settings:
             conn.execute("select set_config(%s, %s, false)", (f"harbor.{name}", value))
         rows = contents(conn, "select content from harbor.memories")
@@ -275,7 +275,7 @@ def test_cannot_set_role_to_escape(attacker: Conn, role: str) -> None:
 
 @pytest.mark.parametrize("reset", [False, True], ids=["set-role-app", "then-reset-role"])
 def test_set_or_reset_role_keeps_the_binding(seeded: Any, reset: bool) -> None:
-    with psycopg.connect(seeded.url_for(BOUND_ROLE), autocommit=True) as conn:
+    with connect(seeded.url_for(BOUND_ROLE), autocommit=True) as conn:
         conn.execute("set role harbor_app")  # allowed: it is a member
         conn.execute("select set_config('harbor.tenant_id', 't2', false)")
         if reset:
@@ -356,7 +356,7 @@ def test_cannot_read_others_bindings(attacker: Conn) -> None:
     ids=["memories", "messages"],
 )
 def test_no_identity_sees_only_global(seeded: Any, table: str, expected: list[str]) -> None:
-    with psycopg.connect(seeded.url_for("harbor_app"), autocommit=True) as conn:
+    with connect(seeded.url_for("harbor_app"), autocommit=True) as conn:
         assert contents(conn, f"select content from harbor.{table}") == expected
 
 
@@ -369,7 +369,7 @@ def test_bound_role_cannot_read_through_recent_turns(
     seeded: Any, args: tuple[str | None, ...]
 ) -> None:
     # harbor.recent_turns sets the identity it is given, but a binding wins
-    with psycopg.connect(seeded.url_for(BOUND_ROLE), autocommit=True) as conn:
+    with connect(seeded.url_for(BOUND_ROLE), autocommit=True) as conn:
         rows = conn.execute(
             "select content from harbor.recent_turns(%s, %s, %s, %s, %s, %s, 50)", args
         ).fetchall()
@@ -446,7 +446,7 @@ def test_recall_returns_nothing_of_another_user_or_tenant(victims: Any, attacker
 def test_recall_as_a_bound_role_ignores_spoofed_settings(
     victims: Any, tenant: str, user: str, set_role: bool
 ) -> None:
-    with psycopg.connect(victims.url_for(BOUND_ROLE), autocommit=True) as conn:
+    with connect(victims.url_for(BOUND_ROLE), autocommit=True) as conn:
         for name, value in [
             ("tenant_id", tenant),
             ("user_id", user),
@@ -475,7 +475,7 @@ def test_recall_gives_the_victim_its_own_rows(
 ) -> None:
     # the same call as the attacks above, as the owner: its rows come back from
     # both legs, so an empty result above is the policy at work, not a bad query
-    with psycopg.connect(victims.app_url, autocommit=True) as conn:
+    with connect(victims.app_url, autocommit=True) as conn:
         conn.execute("select harbor.set_identity(%s, %s, %s, null, %s, %s)", identity)
         rows = recall_rows(conn)
         visible = set(contents(conn, "select content from harbor.memories"))

@@ -20,7 +20,7 @@ import pytest
 from psycopg.types.range import Range
 
 from tests.conftest import PgDatabase
-from tests.security.conftest import MEMORIES, bind, drop_roles, write_memory
+from tests.security.conftest import MEMORIES, bind, connect, drop_roles, write_memory
 
 Conn = psycopg.Connection[Any]
 
@@ -67,7 +67,7 @@ def recall_db(module_db: PgDatabase) -> Iterator[PgDatabase]:
         memory_type="summary",
     )
     # a nologin role bound to t1/u1, taken on with SET ROLE by a login role
-    with psycopg.connect(module_db.superuser_url, autocommit=True) as conn:
+    with connect(module_db.superuser_url, autocommit=True) as conn:
         for role in (LOGIN_ROLE, BOUND_ROLE):
             conn.execute(f"drop role if exists {role}")
         conn.execute(f"create role {BOUND_ROLE} nologin")
@@ -141,7 +141,7 @@ PATHS: dict[str, Callable[[Conn], set[str]]] = {
 def test_candidates_equal_policy_rows_for_every_identity(
     recall_db: PgDatabase, identity: tuple[str | None, ...], path: str
 ) -> None:
-    with psycopg.connect(recall_db.app_url, autocommit=True) as conn:
+    with connect(recall_db.app_url, autocommit=True) as conn:
         _set_identity(conn, identity)
         expected = _visible_ids(conn)
         assert expected, "every identity sees at least the global memory"
@@ -177,7 +177,7 @@ def test_ranking_columns_are_the_policy_rows_columns(
     """The columns each leg carries for ranking are those a plain SELECT under
     the policies reads for the same rows, and nothing of any other row."""
     call, probe = _CARRYING[path]
-    with psycopg.connect(recall_db.app_url, autocommit=True) as conn:
+    with connect(recall_db.app_url, autocommit=True) as conn:
         _set_identity(conn, identity)
         expected = {
             r[0]: r[1:]
@@ -199,7 +199,7 @@ def test_ranking_columns_are_the_policy_rows_columns(
 
 @pytest.mark.parametrize("path", PATHS)
 def test_no_identity_sees_only_global(recall_db: PgDatabase, path: str) -> None:
-    with psycopg.connect(recall_db.app_url, autocommit=True) as conn:
+    with connect(recall_db.app_url, autocommit=True) as conn:
         expected = _visible_ids(conn)
         assert len(expected) == 1
         assert PATHS[path](conn) == expected
@@ -210,7 +210,7 @@ def test_set_role_to_a_bound_role_cannot_be_spoofed_by_settings(
     recall_db: PgDatabase, path: str
 ) -> None:
     """SET ROLE to a bound role: inside the definer functions the binding still wins."""
-    with psycopg.connect(recall_db.url_for(LOGIN_ROLE), autocommit=True) as conn:
+    with connect(recall_db.url_for(LOGIN_ROLE), autocommit=True) as conn:
         conn.execute(f"set role {BOUND_ROLE}")
         for name, value in [("tenant_id", "t2"), ("user_id", "u1"), ("principal_id", "u1")]:
             conn.execute("select set_config(%s, %s, false)", (f"harbor.{name}", value))
@@ -221,7 +221,7 @@ def test_set_role_to_a_bound_role_cannot_be_spoofed_by_settings(
 
 @pytest.mark.parametrize("path", PATHS)
 def test_bound_login_role_ignores_a_foreign_identity(recall_db: PgDatabase, path: str) -> None:
-    with psycopg.connect(recall_db.url_for(LOGIN_ROLE), autocommit=True) as conn:
+    with connect(recall_db.url_for(LOGIN_ROLE), autocommit=True) as conn:
         # unbound login role: settings decide, exactly as for the policies
         conn.execute("select harbor.set_identity('t2', principal_id => 'u1')")
         expected = _visible_ids(conn)
@@ -229,7 +229,7 @@ def test_bound_login_role_ignores_a_foreign_identity(recall_db: PgDatabase, path
 
 
 def test_candidate_functions_are_definers_owned_by_the_search_role(recall_db: PgDatabase) -> None:
-    with psycopg.connect(recall_db.superuser_url) as conn:
+    with connect(recall_db.superuser_url) as conn:
         rows = conn.execute(
             "select p.proname, pg_get_userbyid(p.proowner), p.prosecdef, p.proconfig"
             " from pg_proc p join pg_namespace n on n.oid = p.pronamespace"
@@ -248,7 +248,7 @@ def test_substring_fallback_returns_exactly_the_policy_rows(
 ) -> None:
     """recall() without an embedding, for text that is no word of any memory but a
     substring of every one: the fallback returns what the policies allow, no more."""
-    with psycopg.connect(recall_db.app_url, autocommit=True) as conn:
+    with connect(recall_db.app_url, autocommit=True) as conn:
         _set_identity(conn, identity)
         expected = _visible_ids(conn)
         rows = conn.execute(
@@ -262,7 +262,7 @@ def test_substring_fallback_returns_exactly_the_policy_rows(
 
 def test_substring_fallback_reads_as_the_invoker(recall_db: PgDatabase) -> None:
     """The fallback's own function reads under the caller's policies: never a definer."""
-    with psycopg.connect(recall_db.superuser_url) as conn:
+    with connect(recall_db.superuser_url) as conn:
         row = conn.execute(
             "select pg_get_userbyid(p.proowner), p.prosecdef from pg_proc p"
             " where p.oid = 'harbor._substring_matches'::regproc"

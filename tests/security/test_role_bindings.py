@@ -17,6 +17,7 @@ import pytest
 from psycopg import errors
 
 from tests.conftest import PgDatabase
+from tests.security.conftest import connect
 
 ROLE = "harbor_test_two_tenants"
 OTHER = "harbor_test_other_role"
@@ -25,21 +26,21 @@ REFUSED = f"harbor.bind_role: role {ROLE} is already bound in another tenant"
 
 @pytest.fixture
 def roles(fresh_db: PgDatabase) -> Iterator[PgDatabase]:
-    with psycopg.connect(fresh_db.superuser_url, autocommit=True) as conn:
+    with connect(fresh_db.superuser_url, autocommit=True) as conn:
         for role in (ROLE, OTHER):
             conn.execute(f"drop role if exists {role}")
             conn.execute(f"create role {role} login")
             conn.execute(f"grant harbor_app to {role}")
             conn.execute(f'grant connect on database "{fresh_db.name}" to {role}')
     yield fresh_db
-    with psycopg.connect(fresh_db.superuser_url, autocommit=True) as conn:
+    with connect(fresh_db.superuser_url, autocommit=True) as conn:
         for role in (ROLE, OTHER):
             conn.execute(f"drop owned by {role}")
             conn.execute(f"drop role {role}")
 
 
 def _admin(db: PgDatabase, tenant: str, *, autocommit: bool = True) -> psycopg.Connection[Any]:
-    conn = psycopg.connect(db.admin_url, autocommit=autocommit)
+    conn = connect(db.admin_url, autocommit=autocommit)
     conn.execute("select harbor.set_identity(%s)", (tenant,))
     if not autocommit:
         conn.commit()
@@ -47,7 +48,7 @@ def _admin(db: PgDatabase, tenant: str, *, autocommit: bool = True) -> psycopg.C
 
 
 def _bindings(db: PgDatabase) -> list[tuple[str, str, str | None]]:
-    with psycopg.connect(db.superuser_url) as conn:
+    with connect(db.superuser_url) as conn:
         rows = conn.execute(
             "select tenant_id, role_name::text, user_id from harbor.role_bindings order by 1, 2"
         ).fetchall()
@@ -55,7 +56,7 @@ def _bindings(db: PgDatabase) -> list[tuple[str, str, str | None]]:
 
 
 def _bound_tenant(db: PgDatabase, role: str) -> str | None:
-    with psycopg.connect(db.url_for(role)) as conn:
+    with connect(db.url_for(role)) as conn:
         row = conn.execute("select harbor.caller_tenant()").fetchone()
     return None if row is None else row[0]
 
@@ -76,7 +77,7 @@ def test_superuser_is_refused_too(roles: PgDatabase) -> None:
     with _admin(roles, "t1") as conn:
         conn.execute("select harbor.bind_role(%s, 't1')", (ROLE,))
     with (
-        psycopg.connect(roles.superuser_url, autocommit=True) as conn,
+        connect(roles.superuser_url, autocommit=True) as conn,
         pytest.raises(errors.UniqueViolation, match=REFUSED),
     ):
         conn.execute("select harbor.bind_role(%s, 't2')", (ROLE,))
@@ -173,7 +174,7 @@ def test_a_direct_insert_cannot_bind_a_role_in_a_second_tenant(roles: PgDatabase
             "insert into harbor.role_bindings (tenant_id, role_name) values ('t2', %s)", (ROLE,)
         )
     with (
-        psycopg.connect(roles.superuser_url, autocommit=True) as conn,
+        connect(roles.superuser_url, autocommit=True) as conn,
         pytest.raises(errors.UniqueViolation, match=REFUSED),
     ):
         conn.execute(
@@ -191,12 +192,12 @@ def test_a_direct_insert_cannot_bind_a_role_in_a_second_tenant(roles: PgDatabase
 def test_a_login_without_grants_cannot_hold_up_bind_role(roles: PgDatabase) -> None:
     """bind_role took an advisory lock on a key any login can compute and hold."""
     idle = "harbor_test_no_grants"
-    with psycopg.connect(roles.superuser_url, autocommit=True) as su:
+    with connect(roles.superuser_url, autocommit=True) as su:
         su.execute(f"drop role if exists {idle}")
         su.execute(f"create role {idle} login")
         su.execute(f'grant connect on database "{roles.name}" to {idle}')
     try:
-        with psycopg.connect(roles.url_for(idle), autocommit=True) as squatter:
+        with connect(roles.url_for(idle), autocommit=True) as squatter:
             for key in (ROLE, OTHER):
                 squatter.execute(
                     "select pg_advisory_lock(hashtextextended(%s, 0))", (f"harbor.bind_role:{key}",)
@@ -206,6 +207,6 @@ def test_a_login_without_grants_cannot_hold_up_bind_role(roles: PgDatabase) -> N
                 conn.execute("select harbor.bind_role(%s, 't1')", (ROLE,))
                 assert conn.execute("select harbor.unbind_role(%s)", (ROLE,)).fetchone() == (1,)
     finally:
-        with psycopg.connect(roles.superuser_url, autocommit=True) as su:
+        with connect(roles.superuser_url, autocommit=True) as su:
             su.execute(f"drop owned by {idle}")
             su.execute(f"drop role {idle}")

@@ -27,7 +27,7 @@ from harbor_pg.records import Memory, MemoryType
 from harbor_pg.tiers.base import summary_memory_id
 from harbor_pg.tiers.long_term import PostgresLongTermStore
 from tests.conftest import PgDatabase
-from tests.security.conftest import bind, create_login_roles, drop_roles
+from tests.security.conftest import bind, connect, create_login_roles, drop_roles
 
 ATTACKER_ROLE = "harbor_test_summary_squatter"
 # a session id the attacker must not learn (unique: any copy of it is a leak)
@@ -51,10 +51,10 @@ def squatter(request: pytest.FixtureRequest, fresh_db: PgDatabase) -> Iterator[A
     if request.param == "bound":
         create_login_roles(fresh_db, ATTACKER_ROLE)
         bind(fresh_db, ATTACKER_ROLE, "t1", None, "u2")
-        conn = psycopg.connect(fresh_db.url_for(ATTACKER_ROLE), autocommit=True)
+        conn = connect(fresh_db.url_for(ATTACKER_ROLE), autocommit=True)
         conn.execute("select harbor.set_identity('t1', session_id => 'attacker-session')")
     else:
-        conn = psycopg.connect(fresh_db.app_url, autocommit=True)
+        conn = connect(fresh_db.app_url, autocommit=True)
         conn.execute(
             "select harbor.set_identity('t1', principal_id => 'u2',"
             " session_id => 'attacker-session')"
@@ -118,7 +118,7 @@ async def test_another_user_cannot_pre_take_a_users_summary_id(
 
 def test_a_summary_id_is_no_existence_oracle(squatter: Any, fresh_db: PgDatabase) -> None:
     """The squatter's probe fails the same way whether or not the victim has a summary."""
-    with psycopg.connect(fresh_db.app_url, autocommit=True) as victim:
+    with connect(fresh_db.app_url, autocommit=True) as victim:
         victim.execute(
             "select harbor.set_identity('t1', principal_id => 'u1', session_id => %s)",
             (SECRET_SESSION,),
@@ -146,7 +146,7 @@ def _victim_summary(conn: Any) -> str:
 def test_the_attacker_cannot_learn_the_victims_session_id(
     squatter: Any, fresh_db: PgDatabase
 ) -> None:
-    with psycopg.connect(fresh_db.app_url, autocommit=True) as victim:
+    with connect(fresh_db.app_url, autocommit=True) as victim:
         victim.execute(
             "select harbor.set_identity('t1', principal_id => 'u1', session_id => %s)",
             (SECRET_SESSION,),

@@ -11,7 +11,6 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-import psycopg
 import pytest
 from psycopg import sql
 from psycopg.rows import dict_row
@@ -22,6 +21,7 @@ from harbor_pg.owner import MemoryOwner
 from harbor_pg.records import Memory
 from harbor_pg.tiers.long_term import PostgresLongTermStore
 from tests.conftest import PgDatabase
+from tests.security.conftest import connect
 
 DANA = MemoryOwner(tenant_id="t1", principal_id="dana", session_id="s1")
 EVE = MemoryOwner(tenant_id="t1", principal_id="eve", session_id="s1")
@@ -32,7 +32,7 @@ VIEWS = ("current_memories", "memory_history")
 def bound_dana(fresh_db: PgDatabase) -> Iterator[str]:
     """A login role bound to Dana by an administrator."""
     name = f"harbor_test_views_{os.getpid()}"
-    with psycopg.connect(fresh_db.superuser_url, autocommit=True) as conn:
+    with connect(fresh_db.superuser_url, autocommit=True) as conn:
         conn.execute(sql.SQL("create role {} login").format(sql.Identifier(name)))
         conn.execute(sql.SQL("grant harbor_app to {}").format(sql.Identifier(name)))
         conn.execute(
@@ -40,17 +40,17 @@ def bound_dana(fresh_db: PgDatabase) -> Iterator[str]:
                 sql.Identifier(fresh_db.name), sql.Identifier(name)
             )
         )
-    with psycopg.connect(fresh_db.admin_url, autocommit=True) as conn:
+    with connect(fresh_db.admin_url, autocommit=True) as conn:
         conn.execute("select harbor.set_identity('t1')")
         conn.execute("select harbor.bind_role(%s, 't1', user_id => 'dana')", (name,))
     yield name
-    with psycopg.connect(fresh_db.superuser_url, autocommit=True) as conn:
+    with connect(fresh_db.superuser_url, autocommit=True) as conn:
         conn.execute(sql.SQL("drop owned by {}").format(sql.Identifier(name)))
         conn.execute(sql.SQL("drop role {}").format(sql.Identifier(name)))
 
 
 def read(url: str, query: str, identity: str | None = None) -> list[dict[str, Any]]:
-    with psycopg.connect(url, row_factory=dict_row) as conn:
+    with connect(url, row_factory=dict_row) as conn:
         if identity is not None:
             conn.execute(identity)
         return conn.execute(query).fetchall()
