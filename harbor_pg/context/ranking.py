@@ -21,22 +21,26 @@ add-only, so that is when its content became what we believe.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 
-from harbor_pg.records import Memory, MemoryType, normalize_content
+from harbor_pg.records import Memory, MemoryType, content_hash, normalize_content
 from harbor_pg.tokens import TokenCounter, approximate_tokens
 
 __all__ = [
     "RecalledMemory",
     "budget_prefix",
+    "date_match",
     "dedupe",
     "entity_boost",
     "final_score",
     "fuse",
     "fused_relevance",
+    "neighbour_relevance",
     "order_key",
+    "query_dates",
     "recency",
     "render_recalled",
     "rrf",
@@ -66,6 +70,68 @@ class RecalledMemory:
     lexical_rank: int | None = None
     lexical_score: float | None = None
     substring_match: bool = False
+    #: the better fused relevance of the candidates before and after this one
+    #: (0 when neither is a candidate), see :func:`neighbour_relevance`
+    neighbour: float = 0.0
+    #: 1 when the query names a month or year this memory became valid in, else 0
+    date_match: float = 0.0
+
+
+_MONTHS = (
+    "January", "February", "March", "April", "May", "June", "July", "August",
+    "September", "October", "November", "December",
+)  # fmt: skip
+_MONTH_WORD = re.compile(r"\b(" + "|".join(_MONTHS) + r")\b")
+_YEAR_WORD = re.compile(r"\b((?:19|20)[0-9]{2})\b")
+
+
+def query_dates(query: str) -> tuple[frozenset[int], frozenset[int]]:
+    """The months (1-12, capitalised English names) and years (19xx, 20xx) a query
+    names as whole words, as ``harbor.recall()`` reads them for ``date_match``."""
+    text = query[:20000]
+    months = frozenset(_MONTHS.index(m) + 1 for m in _MONTH_WORD.findall(text))
+    years = frozenset(int(y) for y in _YEAR_WORD.findall(text))
+    return months, years
+
+
+def date_match(memory: Memory, months: Collection[int], years: Collection[int]) -> float:
+    """1 when the query named a month or a year and the memory became valid (UTC) in
+    one of the named months (of a named year, when one is named), else 0."""
+    if (not months and not years) or memory.valid_from is None:
+        return 0.0
+    when = memory.valid_from.astimezone(UTC)
+    ok = (not months or when.month in months) and (not years or when.year in years)
+    return 1.0 if ok else 0.0
+
+
+def neighbour_relevance(items: Sequence[RecalledMemory], fused: Sequence[float]) -> list[float]:
+    """Each candidate's neighbour signal: the higher fused relevance of the candidate
+    before it and the candidate after it, 0 when neither is a candidate.
+
+    A memory's ``context`` is the text before it (a conversation's previous
+    turn): candidate B follows candidate A when B's context, hashed as content
+    of B's scope (:func:`~harbor_pg.records.content_hash`), is A's content hash.
+    """
+    by_hash: dict[tuple[str, str], float] = {}
+    after: dict[tuple[str, str], float] = {}
+    keys: list[tuple[str, str] | None] = []
+    for item, rel in zip(items, fused, strict=True):
+        m = item.memory
+        own = (m.tenant_id, m.content_hash or content_hash(m.scope, m.content))
+        by_hash[own] = max(by_hash.get(own, rel), rel)
+        if m.context is None:
+            keys.append(None)
+            continue
+        before = (m.tenant_id, content_hash(m.scope, m.context))
+        keys.append(before)
+        after[before] = max(after.get(before, rel), rel)  # what follows `before`
+    out = []
+    for item, key in zip(items, keys, strict=True):
+        m = item.memory
+        own = (m.tenant_id, m.content_hash or content_hash(m.scope, m.content))
+        prev = by_hash.get(key, 0.0) if key is not None else 0.0
+        out.append(max(prev, after.get(own, 0.0)))
+    return out
 
 
 def rrf(ranks: Iterable[int | None], k: int) -> float:
@@ -120,11 +186,35 @@ def fused_relevance(
     rrf_k: int = 5,
     dense_weight: float = 0.75,
     lexical_weight: float = 1.0,
+    neighbour_weight: float = 0.75,
+    date_weight: float = 2.0,
+    query: str | None = None,
 ) -> list[float]:
     """The relevance ``harbor.recall()`` gives each of ``items`` (every candidate of a
-    recall, from their leg columns): :func:`fuse`, and for a substring-fallback
-    match the flat relevance of a first-ranked match, ``1 / (rrf_k + 1)`` (with
-    ``fusion="weighted"``, 1)."""
+    recall, from their leg columns): the fused relevance (:func:`fuse`, and for a
+    substring-fallback match the flat relevance of a first-ranked match,
+    ``1 / (rrf_k + 1)``, with ``fusion="weighted"`` 1), plus ``neighbour_weight``
+    times :func:`neighbour_relevance`, times ``1 + date_weight * date_match`` for
+    the months and years ``query`` names (none without a query)."""
+    fused = _fused(
+        items, fusion=fusion, rrf_k=rrf_k, dense_weight=dense_weight, lexical_weight=lexical_weight
+    )
+    near = neighbour_relevance(items, fused) if neighbour_weight > 0 else [0.0] * len(items)
+    months, years = query_dates(query) if query and date_weight > 0 else ((), ())
+    return [
+        (f + neighbour_weight * n) * (1 + date_weight * date_match(i.memory, months, years))
+        for i, f, n in zip(items, fused, near, strict=True)
+    ]
+
+
+def _fused(
+    items: Sequence[RecalledMemory],
+    *,
+    fusion: str,
+    rrf_k: int,
+    dense_weight: float,
+    lexical_weight: float,
+) -> list[float]:
     flat = 1.0 if fusion == "weighted" else 1.0 / (rrf_k + 1)
     fused = iter(
         fuse(

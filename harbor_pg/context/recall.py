@@ -98,6 +98,11 @@ class RecallRequest:
     fusion: str = "rrf"
     #: the most sensitive memories recall may return (candidates above it are never read)
     max_sensitivity: Sensitivity = Sensitivity.PII
+    #: share of the better fused relevance of a candidate's neighbours (the
+    #: candidates before and after it in its conversation) a candidate adds
+    neighbour_weight: float = 0.75
+    #: relevance times (1 + date_weight) for a memory valid from a month or year the query names
+    date_weight: float = 2.0
 
     @property
     def candidates_per_leg(self) -> int:
@@ -409,6 +414,8 @@ def recall_params(request: RecallRequest) -> dict[str, Any]:
         "lexical_weight": request.lexical_weight,
         "fusion": request.fusion,
         "max_sensitivity": request.max_sensitivity.value,
+        "neighbour_weight": request.neighbour_weight,
+        "date_weight": request.date_weight,
     }
 
 
@@ -426,6 +433,7 @@ _SENSITIVITIES = {m.value: m for m in Sensitivity}
 _SIGNALS = (
     "rank", "relevance", "recency", "entity", "type_boost", "score", "tokens",
     "dense_rank", "similarity", "lexical_rank", "lexical_score", "substring_match",
+    "neighbour", "date_match",
 )  # fmt: skip
 # RecalledMemory is a frozen dataclass without __post_init__ or slots whose
 # fields are the memory and these signals: its __init__ only stores them, one
@@ -496,6 +504,8 @@ def _recalled(
     lexical_rank: Any,
     lexical_score: Any,
     substring_match: Any,
+    neighbour: Any = 0.0,
+    date_match: Any = 0.0,
 ) -> RecalledMemory:
     values = {
         "memory": memory,
@@ -511,6 +521,8 @@ def _recalled(
         "lexical_rank": lexical_rank,
         "lexical_score": lexical_score,
         "substring_match": bool(substring_match),
+        "neighbour": float(neighbour or 0.0),
+        "date_match": float(date_match or 0.0),
     }
     if not _PLAIN_RECALLED:
         return RecalledMemory(**values)

@@ -844,6 +844,13 @@ drop function if exists harbor.recall(text, public.vector, text, harbor.memory_s
                                       double precision, double precision, double precision,
                                       integer, double precision, integer, integer,
                                       double precision, double precision);
+-- (and the one without neighbour_weight and date_weight, and their columns)
+drop function if exists harbor.recall(text, public.vector, text, harbor.memory_scope[], integer,
+                                      text[], harbor.memory_type[], timestamptz,
+                                      double precision, double precision, double precision,
+                                      integer, double precision, integer, integer,
+                                      double precision, double precision, text,
+                                      harbor.sensitivity);
 create or replace function harbor.recall(
     query text,
     query_embedding public.vector default null,
@@ -863,7 +870,9 @@ create or replace function harbor.recall(
     dense_weight double precision default 0.75,
     lexical_weight double precision default 1,
     fusion text default 'rrf',
-    max_sensitivity harbor.sensitivity default 'pii'
+    max_sensitivity harbor.sensitivity default 'pii',
+    neighbour_weight double precision default 0.75,
+    date_weight double precision default 2
 ) returns table (
     rank integer, id text, tenant_id text, scope text, project_id text, principal_id text,
     user_id text, session_id text, run_id text, memory_type text, content text,
@@ -874,7 +883,8 @@ create or replace function harbor.recall(
     dense_rank integer, similarity double precision, lexical_rank integer,
     lexical_score double precision, substring_match boolean, relevance double precision,
     recency double precision, entity double precision, type_boost double precision,
-    score double precision, tokens integer
+    score double precision, tokens integer, neighbour double precision,
+    date_match double precision
 )
     language plpgsql stable security invoker
     set search_path to pg_catalog, pg_temp
@@ -884,6 +894,8 @@ declare
     v_as_of  timestamptz := coalesce(recall.as_of, pg_catalog.now());
     v_n      integer;
     v_query  text := left(coalesce(recall.query, ''), 20000);
+    v_months integer[];  -- the months the query names (1-12), for date_match
+    v_years  integer[];  -- the years it names
 begin
     if recall.top_k is null or recall.top_k < 0 or recall.top_k > 1000 then
         raise exception 'harbor.recall: top_k must be between 0 and 1000' using errcode = '22023';
@@ -907,6 +919,11 @@ begin
         raise exception 'harbor.recall: fusion must be rrf or weighted'
             using errcode = '22023';
     end if;
+    if not (coalesce(recall.neighbour_weight, -1) >= 0 and coalesce(recall.date_weight, -1) >= 0)
+       or recall.neighbour_weight = 'Infinity' or recall.date_weight = 'Infinity' then
+        raise exception 'harbor.recall: neighbour_weight and date_weight must be finite and >= 0'
+            using errcode = '22023';
+    end if;
     if recall.max_sensitivity is null then
         raise exception 'harbor.recall: max_sensitivity must not be null' using errcode = '22023';
     end if;
@@ -918,6 +935,19 @@ begin
         return;
     end if;
     v_n := greatest(coalesce(recall.candidates, 0), 2 * recall.top_k, 50);
+    -- ---- issue 21, the date signal: the months (capitalised English names) and
+    -- the years (19xx, 20xx) the query names, as whole words
+    if recall.date_weight > 0 then
+        select array_agg(distinct pg_catalog.array_position(array['January', 'February',
+                   'March', 'April', 'May', 'June', 'July', 'August', 'September',
+                   'October', 'November', 'December'], r.m[1]))
+          into v_months
+          from pg_catalog.regexp_matches(v_query, '\m(January|February|March|April|May|June'
+                   '|July|August|September|October|November|December)\M', 'g') r(m);
+        select array_agg(distinct r.m[1]::integer)
+          into v_years
+          from pg_catalog.regexp_matches(v_query, '\m((?:19|20)[0-9]{2})\M', 'g') r(m);
+    end if;
     return query
     with lexical as materialized (
         -- (the score range of the leg's candidates: the weighted fusion's scale)
@@ -979,7 +1009,68 @@ begin
          where recall.query_embedding is null
            and btrim(v_query) <> ''
            and not exists (select 1 from fused)
+    ), linked as (
+        -- ---- issue 21, neighbour expansion. A memory's context is the text
+        -- before it (a conversation's previous turn), so a candidate follows the
+        -- candidate whose content hash is the hash its context would have
+        -- (records.content_hash: scope ':' the text, whitespace collapsed,
+        -- trimmed, lower case); the context is read by primary key, as the
+        -- invoker, for the candidates only
+        select c.*,
+               case when x.context is null then null
+                    else pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(
+                             c.scope::text || ':' || pg_catalog.lower(pg_catalog.btrim(
+                                 pg_catalog.regexp_replace(x.context, '\s+', ' ', 'g'))),
+                             'UTF8')), 'hex') end as context_hash
+          from candidates c
+          left join lateral (
+              select m1.tenant_id, m1.context from harbor.memories m1
+               where m1.id = c.memory_id offset 0) x
+            on recall.neighbour_weight > 0 and x.tenant_id = c.tenant_id
+           and x.context is not null
+    ), neighboured as (
+        -- each candidate's neighbour signal: the higher fused relevance of the
+        -- candidate before it and the candidate after it (0 when neither is one)
+        select l.tenant_id, l.memory_id, l.dense_rank, l.similarity, l.lexical_rank,
+               l.lexical_score, l.substring_match,
+               coalesce(greatest(p.relevance, n.relevance), 0::double precision) as neighbour,
+               l.relevance as fused,
+               l.scope, l.memory_type, l.importance, l.valid_from, l.content_hash, l.entity_ids
+          from linked l
+          left join (select b.tenant_id, b.content_hash collate "C" as h,
+                            max(b.relevance) as relevance
+                       from linked b group by 1, 2) p
+            on p.tenant_id = l.tenant_id and p.h = l.context_hash collate "C"
+          left join (select a.tenant_id, a.context_hash collate "C" as h,
+                            max(a.relevance) as relevance
+                       from linked a where a.context_hash is not null group by 1, 2) n
+            on n.tenant_id = l.tenant_id and n.h = l.content_hash collate "C"
+    ), dated as (
+        -- ---- issue 21, the date signal: 1 when the query names a month or a year
+        -- and the memory became valid (UTC) in one of the named months (of a named
+        -- year, when it names one), else 0
+        select g.*,
+               case when v_months is null and v_years is null then 0::double precision
+                    when (v_months is null
+                          or pg_catalog.date_part('month', g.valid_from at time zone 'UTC')::integer
+                             = any (v_months))
+                     and (v_years is null
+                          or pg_catalog.date_part('year', g.valid_from at time zone 'UTC')::integer
+                             = any (v_years))
+                    then 1::double precision else 0::double precision end as date_match
+          from neighboured g
+    ), relevant as (
+        -- relevance: the fused relevance plus neighbour_weight times the
+        -- neighbour's, times (1 + date_weight * date_match)
+        select d.tenant_id, d.memory_id, d.dense_rank, d.similarity, d.lexical_rank,
+               d.lexical_score, d.substring_match,
+               (d.fused + recall.neighbour_weight * d.neighbour)
+                 * (1 + recall.date_weight * d.date_match) as relevance,
+               d.scope, d.memory_type, d.importance, d.valid_from, d.content_hash, d.entity_ids,
+               d.neighbour, d.date_match
+          from dated d
     ), scored as (
+        -- ---- (end of issue 21's part)
         select c.*,
                case when recall.recency_half_life_hours is null then 0::double precision
                     else pg_catalog.power(0.5::double precision,
@@ -997,7 +1088,7 @@ begin
                     then coalesce(recall.type_weight, 0) else 0 end::double precision as type_boost,
                case c.scope when 'run' then 0 when 'session' then 1 when 'user' then 2
                             when 'project' then 3 when 'tenant' then 4 else 5 end as breadth
-          from candidates c
+          from relevant c
     ), final as (
         select s.*,
                s.relevance * (1 + s.recency) * (1 + s.importance) * (1 + s.entity)
@@ -1023,7 +1114,7 @@ begin
         -- all of them)
         select m.*, r.dense_rank, r.similarity, r.lexical_rank, r.lexical_score,
                r.substring_match, r.relevance::double precision as relevance, r.recency,
-               r.entity, r.type_boost, r.score, r.pos,
+               r.entity, r.type_boost, r.score, r.pos, r.neighbour, r.date_match,
                harbor.recall_line_tokens(m.content_hash, m.content) as tok
           from ranked r
           cross join lateral (
@@ -1042,7 +1133,8 @@ begin
            upper(b.valid), b.superseded_by, b.source_session_id, b.source_message_ids,
            b.metadata, b.context, b.created_at, b.updated_at,
            b.dense_rank, b.similarity, b.lexical_rank, b.lexical_score, b.substring_match,
-           b.relevance, b.recency, b.entity, b.type_boost, b.score, b.tok
+           b.relevance, b.recency, b.entity, b.type_boost, b.score, b.tok, b.neighbour,
+           b.date_match
       from budgeted b
      where recall.token_budget is null or b.cumulative <= recall.token_budget
      order by b.pos;
