@@ -399,6 +399,33 @@ class InMemoryLongTermStore:
         if memory.id and (memory.source_session_id is not None or memory.source_message_ids):
             self._sources[memory.id] = (owner.tenant_id, owner.user_id or "")
 
+    def _current_duplicate(
+        self, scope: MemoryScope, key: dict[str, str], digest: str, now: datetime
+    ) -> Memory | None:
+        """The row valid at ``now`` with this content hash under exactly this owner key."""
+        for row in self._rows.values():
+            if (
+                row.content_hash == digest
+                and row.scope is scope
+                and _keyed(row, key)
+                and row.is_valid_at(now)
+            ):
+                return row
+        return None
+
+    def _keep(
+        self,
+        owner: MemoryOwner,
+        stored: Memory,
+        vector: list[float] | None = None,
+        model_id: str | None = None,
+    ) -> None:
+        """Hold a new row (and its vector, by model); the caller holds the lock."""
+        self._rows[stored.id or ""] = stored
+        self._note_source(owner, stored)
+        if vector is not None and model_id:
+            self._vectors[stored.id or ""] = (model_id, vector)
+
     async def save(
         self,
         owner: MemoryOwner,
@@ -414,14 +441,9 @@ class InMemoryLongTermStore:
         memory_id = _summary_rule(owner, memory)
         now = _now()
         async with self._lock:
-            for row in self._rows.values():
-                if (
-                    row.content_hash == digest
-                    and row.scope == memory.scope
-                    and all(getattr(row, f) == v for f, v in key.items())
-                    and row.is_valid_at(now)
-                ):
-                    return SaveResult(memory=row, created=False)
+            found = self._current_duplicate(memory.scope, key, digest, now)
+            if found is not None:
+                return SaveResult(memory=found, created=False)
             stored = memory.model_copy(
                 update={
                     **key,
@@ -433,10 +455,7 @@ class InMemoryLongTermStore:
                     "updated_at": now,
                 }
             )
-            self._rows[stored.id or ""] = stored
-            self._note_source(owner, stored)
-            if vector is not None and model_id:
-                self._vectors[stored.id or ""] = (model_id, vector)
+            self._keep(owner, stored, vector, model_id)
             return SaveResult(memory=stored, created=True)
 
     async def get(self, owner: MemoryOwner, memory_id: str) -> Memory | None:
@@ -565,14 +584,9 @@ class InMemoryLongTermStore:
                 or old.valid_from >= now
             ):
                 return None
-            for row in self._rows.values():
-                if (
-                    row.content_hash == digest
-                    and row.scope is memory.scope
-                    and _keyed(row, key)
-                    and row.is_valid_at(now)
-                ):
-                    return SaveResult(memory=row, created=False)
+            found = self._current_duplicate(memory.scope, key, digest, now)
+            if found is not None:
+                return SaveResult(memory=found, created=False)
             stored = memory.model_copy(
                 update={
                     **key,
@@ -587,10 +601,7 @@ class InMemoryLongTermStore:
                 }
             )
             new_id = stored.id or ""
-            self._rows[new_id] = stored
-            self._note_source(owner, stored)
-            if vector is not None and model_id:
-                self._vectors[new_id] = (model_id, vector)
+            self._keep(owner, stored, vector, model_id)
             self._rows[memory_id] = old.model_copy(
                 update={"invalid_at": now, "superseded_by": new_id, "updated_at": now}
             )
@@ -647,7 +658,7 @@ class InMemoryLongTermStore:
             for row in self._rows.values()
             if row.scope is MemoryScope.SESSION
             and row.memory_type is MemoryType.SUMMARY
-            and all(getattr(row, f) == v for f, v in key.items())
+            and _keyed(row, key)
             and row.is_valid_at(now)
         ]
         if not found:
@@ -682,7 +693,7 @@ class InMemoryLongTermStore:
                 row is not None
                 and row.scope is MemoryScope.SESSION
                 and row.memory_type is MemoryType.SUMMARY
-                and all(getattr(row, f) == v for f, v in key.items())
+                and _keyed(row, key)
                 and row.is_valid_at(now)
                 and str(row.metadata.get("last_covered_message_id", "")) == expected
             ):
@@ -707,8 +718,7 @@ class InMemoryLongTermStore:
                     "created_at": now,
                 }
             )
-            self._rows[memory_id] = stored
-            self._note_source(owner, stored)
+            self._keep(owner, stored)
             return stored
 
     def apply_retention(
