@@ -47,7 +47,10 @@ def test_each_worker_holds_shards_of_every_table(cluster_db: ClusterDatabase) ->
 def test_policies_are_the_single_server_ones_without_sub_selects(
     cluster_db: ClusterDatabase,
 ) -> None:
-    source = read_sql("policies/policies.sql") + read_sql("policies/tokens.sql")
+    source = "".join(
+        read_sql(name)
+        for name in ("policies/policies.sql", "policies/tokens.sql", "policies/locks.sql")
+    )
     names = set(re.findall(r"create policy (\w+) on", source))
     with psycopg.connect(cluster_db.superuser_url) as conn:
         found = {
