@@ -32,7 +32,7 @@ what Citus needs is derived from them here, so the two cannot drift.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -210,7 +210,7 @@ def distribute(superuser_url: str, *, shard_count: int | None = None) -> Distrib
         # re-created denies every row (row security is forced), so a run that stops
         # half-way fails closed, and running it again picks up where it stopped.
         for table in (*REFERENCE_TABLES, *CO_LOCATED):
-            if conn.execute("select to_regclass(%s)", (table,)).fetchone()[0] is None:
+            if (conn.execute("select to_regclass(%s)", (table,)).fetchone() or (None,))[0] is None:
                 continue  # (a table of a later migration than this database's)
             if table in done:
                 report.already.append(table)
@@ -347,9 +347,13 @@ def plpgsql_twins(conn: psycopg.Connection[Any]) -> list[str]:
     security; returns their signatures."""
     conn.execute("set search_path to pg_catalog")
     binding = conn.execute(
-        "select pg_catalog.pg_get_function_sqlbody('harbor._binding'::regproc)"
+        "select coalesce(pg_catalog.pg_get_function_sqlbody(p.oid), p.prosrc),"
+        " p.prosqlbody is not null from pg_catalog.pg_proc p"
+        " where p.oid = 'harbor._binding'::regproc"
     ).fetchone()
-    binding_select = "(" + _plpgsql_body(str(binding[0]), True) + ")" if binding else None
+    binding_select = (
+        "(" + _plpgsql_body(str(binding[0]), bool(binding[1])) + ")" if binding else None
+    )
     keep = _called_by_policies()
     rows = conn.execute(_SQL_FUNCTIONS_ON_TABLES).fetchall()
     done = []
@@ -569,7 +573,9 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
     for (signature,) in definers:
         conn.execute(f"alter function {signature} security invoker")
     binding = conn.execute(
-        "select pg_catalog.pg_get_function_sqlbody('harbor._binding'::regproc)"
+        "select coalesce(pg_catalog.pg_get_function_sqlbody(p.oid), p.prosrc),"
+        " p.prosqlbody is not null from pg_catalog.pg_proc p"
+        " where p.oid = 'harbor._binding'::regproc"
     ).fetchone()
     # (its table alias renamed: set_identity has a record variable named b)
     binding_select = (
@@ -577,7 +583,7 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
         + re.sub(
             r"\bb\.|\b(role_bindings\w*) b\b",
             lambda m: "binding_row." if m.group(0) == "b." else f"{m.group(1)} binding_row",
-            _plpgsql_body(str(binding[0]), True),
+            _plpgsql_body(str(binding[0]), bool(binding[1])),
         )
         + ")"
         if binding
@@ -602,14 +608,17 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
         ).fetchall()
     ]
     for oid in dict.fromkeys([*oids, *(r[0] for r in readers)]):
-        definition = str(conn.execute("select pg_get_functiondef(%s)", (oid,)).fetchone()[0])
+        found = conn.execute(
+            "select pg_get_functiondef(oid), proname::text from pg_proc where oid = %s", (oid,)
+        ).fetchone()
+        assert found is not None
+        definition, name = str(found[0]), str(found[1])
         if _REWRITTEN_MARK in definition:
             continue  # (distribute run again: already in the Citus form)
-        name = str(conn.execute("select proname from pg_proc where oid = %s", (oid,)).fetchone()[0])
         rewritten = definition
         for function, pattern, replacement in _REWRITES:
             if function == name:
-                rewritten = pattern.sub(lambda m, r=replacement: m.expand(r), rewritten)
+                rewritten = pattern.sub(_expander(replacement), rewritten)
         if binding_select is not None and "LANGUAGE plpgsql" in rewritten:
             rewritten = _BINDING_CALL.sub(lambda _m: binding_select, rewritten)
         if rewritten != definition:
@@ -625,6 +634,38 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
 _VOLATILITY = {"v": "volatile", "s": "stable", "i": "immutable"}
 
 
+def _expander(replacement: str) -> Callable[[re.Match[str]], str]:
+    return lambda m: m.expand(replacement)
+
+
+# harbor._binding() on Citus: the single-server statement (sql/functions/identity.sql)
+# reading the node's own placement of the bindings, in a string body written fully
+# qualified (parsed at call time: no caller's search_path can redirect a name in it).
+# A string body records no dependency on the shard, so Citus forwards the function
+# to the workers itself, in the same transaction (a function depending on a shard is
+# not forwarded, and a separate connection to each worker would wait on this
+# transaction's own locks when `harbor-pg migrate` re-applies it).
+_BINDING_ON_PLACEMENT = """create or replace function harbor._binding(
+    out tenant_id text, out project_id text, out user_id text)
+    returns setof record
+    language sql stable security invoker parallel safe
+as $citus$
+select b.tenant_id, b.project_id, b.user_id
+  from {placement} b
+ where b.role_name operator(pg_catalog.=) any (array[session_user, current_user,
+           nullif(pg_catalog.current_setting('role'), 'none')::pg_catalog.name])
+ order by (b.role_name operator(pg_catalog.=) session_user) desc
+ limit 1
+$citus$"""
+# what the single-server body must still say for the form above to be its equal
+_BINDING_SHAPE = re.compile(
+    r"SELECT b\.tenant_id,\s+b\.project_id,\s+b\.user_id\s+FROM harbor\.role_bindings b\s+"
+    r"WHERE \(b\.role_name = ANY \(ARRAY\[SESSION_USER, CURRENT_USER, \(NULLIF\("
+    r"current_setting\('role'::text\), 'none'::text\)\)::name\]\)\)\s+"
+    r"ORDER BY \(b\.role_name = SESSION_USER\) DESC\s+LIMIT 1",
+)
+
+
 def _binding_on_placement(conn: psycopg.Connection[Any]) -> None:
     """``harbor._binding()`` reads the node's own placement of the bindings.
 
@@ -634,8 +675,7 @@ def _binding_on_placement(conn: psycopg.Connection[Any]) -> None:
     session's settings, so ``SET LOCAL harbor.tenant_id`` gave it any tenant), and in
     PL/pgSQL it refuses the read inside a query on a shard. A reference table has
     one shard, placed on every node under the same name: read as a plain local
-    table, it is the binding on every node. Citus does not forward a function that
-    depends on a shard, so the new form is created on each node here.
+    table, it is the binding on every node.
     """
     row = conn.execute(
         "select shard_name::text from citus_shards where table_name = %s::regclass limit 1",
@@ -643,23 +683,15 @@ def _binding_on_placement(conn: psycopg.Connection[Any]) -> None:
     ).fetchone()
     if row is None:
         return
-    definition = str(
-        conn.execute("select pg_get_functiondef('harbor._binding'::regproc)").fetchone()[0]  # type: ignore[index]
-    )
-    if f"FROM {row[0]}" in definition:
+    found = conn.execute("select pg_get_functiondef('harbor._binding'::regproc)").fetchone()
+    definition = str(found[0]) if found else ""
+    if f"from {row[0]} b" in definition:
         return  # (distribute run again: already in the Citus form)
-    rewritten = re.sub(r"\bFROM harbor\.role_bindings\b", f"FROM {row[0]}", definition)
-    if rewritten == definition:
+    if not _BINDING_SHAPE.search(definition):
         raise MemoryConfigurationError(
-            "harbor._binding() no longer reads harbor.role_bindings as harbor_pg.db.citus expects"
+            "harbor._binding() is no longer the statement harbor_pg.db.citus gives a Citus form"
         )
-    conn.execute(rewritten)
-    failed = conn.execute(
-        "select nodename, nodeport, result from run_command_on_workers(%s) where not success",
-        ("set local citus.enable_ddl_propagation = off; " + rewritten,),
-    ).fetchall()
-    if failed:
-        raise MemoryConfigurationError(f"harbor._binding() not replaced on every worker: {failed}")
+    conn.execute(_BINDING_ON_PLACEMENT.format(placement=row[0]))
 
 
 def _check(conn: psycopg.Connection[Any]) -> None:
