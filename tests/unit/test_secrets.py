@@ -322,7 +322,7 @@ def test_every_match_of_a_detector_holds_one_of_its_words() -> None:
 
     corpus = _corpus()
     assert len(corpus) > 100
-    for kind, pattern, check in credentials._DETECTORS:
+    for kind, pattern, _check in credentials._DETECTORS:
         words = credentials._NEEDLES[pattern]
         for text in corpus:
             for match in pattern.finditer(text):
