@@ -487,7 +487,8 @@ def recalled_from_row(row: dict[str, Any], *, typed: bool = True) -> RecalledMem
     are validated field by field.
     """
     memory = _stored_memory(row) if typed else memory_from_row(row)
-    return _recalled(memory, *(row[name] for name in _SIGNALS))
+    # (neighbour and date_match: absent from rows of an older harbor.recall())
+    return _recalled(memory, *(row.get(name) for name in _SIGNALS))
 
 
 def _recalled(
@@ -536,11 +537,11 @@ def recalled_rows(cursor: Any) -> Callable[[Sequence[Any]], RecalledMemory]:
     """A psycopg row factory: each row of ``harbor.recall()`` straight into a
     :class:`RecalledMemory`, by column position (no dict per row)."""
     names = [c.name for c in cursor.description or ()]
-    missing = [n for n in (*_MEMORY_FIELDS, *_SIGNALS) if n not in names]
+    missing = [n for n in (*_MEMORY_FIELDS, *_SIGNALS[:-2]) if n not in names]
     if missing:
         raise MemoryConfigurationError(f"recall rows lack the columns {missing}")
     memory_values = operator.itemgetter(*(names.index(n) for n in _MEMORY_FIELDS))
-    signal_values = operator.itemgetter(*(names.index(n) for n in _SIGNALS))
+    signal_values = operator.itemgetter(*(names.index(n) for n in _SIGNALS if n in names))
 
     def make(values: Sequence[Any]) -> RecalledMemory:
         memory = _memory_of(dict(zip(_MEMORY_FIELDS, memory_values(values), strict=True)))
