@@ -31,9 +31,13 @@ from typing import TYPE_CHECKING, Any
 from harbor_pg.context.ranking import (
     RecalledMemory,
     budget_prefix,
+    date_match,
     dedupe,
     entity_boost,
     final_score,
+    fused_relevance,
+    neighbour_relevance,
+    query_dates,
     recency,
     rrf,
     type_boost,
@@ -487,7 +491,8 @@ def recalled_from_row(row: dict[str, Any], *, typed: bool = True) -> RecalledMem
     are validated field by field.
     """
     memory = _stored_memory(row) if typed else memory_from_row(row)
-    return _recalled(memory, *(row[name] for name in _SIGNALS))
+    # (neighbour and date_match: absent from rows of an older harbor.recall())
+    return _recalled(memory, *(row.get(name) for name in _SIGNALS))
 
 
 def _recalled(
@@ -536,11 +541,11 @@ def recalled_rows(cursor: Any) -> Callable[[Sequence[Any]], RecalledMemory]:
     """A psycopg row factory: each row of ``harbor.recall()`` straight into a
     :class:`RecalledMemory`, by column position (no dict per row)."""
     names = [c.name for c in cursor.description or ()]
-    missing = [n for n in (*_MEMORY_FIELDS, *_SIGNALS) if n not in names]
+    missing = [n for n in (*_MEMORY_FIELDS, *_SIGNALS[:-2]) if n not in names]
     if missing:
         raise MemoryConfigurationError(f"recall rows lack the columns {missing}")
     memory_values = operator.itemgetter(*(names.index(n) for n in _MEMORY_FIELDS))
-    signal_values = operator.itemgetter(*(names.index(n) for n in _SIGNALS))
+    signal_values = operator.itemgetter(*(names.index(n) for n in _SIGNALS if n in names))
 
     def make(values: Sequence[Any]) -> RecalledMemory:
         memory = _memory_of(dict(zip(_MEMORY_FIELDS, memory_values(values), strict=True)))
@@ -604,6 +609,30 @@ async def _generic_recall(
                     substring_match=True,
                 )
             )
+    # the neighbour and date signals, as harbor.recall() adds them to relevance
+    relevance = fused_relevance(
+        candidates,
+        fusion=request.fusion,
+        rrf_k=request.rrf_k,
+        dense_weight=request.dense_weight,
+        lexical_weight=request.lexical_weight,
+        neighbour_weight=request.neighbour_weight,
+        date_weight=request.date_weight,
+        query=request.query,
+    )
+    flat_fused = [flat] * len(candidates)
+    near = neighbour_relevance(candidates, flat_fused)
+    months, years = query_dates(request.query)
+    candidates = [
+        replace(
+            c,
+            relevance=rel,
+            neighbour=n if request.neighbour_weight > 0 else 0.0,
+            date_match=date_match(c.memory, months, years) if request.date_weight > 0 else 0.0,
+            score=final_score(rel, c.recency, c.memory.importance, c.entity, c.type_boost),
+        )
+        for c, rel, n in zip(candidates, relevance, near, strict=True)
+    ]
     ranked = dedupe(candidates)[: request.top_k]
     return [replace(item, rank=i + 1) for i, item in enumerate(ranked)]
 

@@ -229,19 +229,24 @@ class MemoryStoreConformance:
                 Memory(
                     content=text,
                     importance=0.1 * n,
+                    # each turn with the one before it as its context: neighbours
+                    context=texts[n - 1] if n else None,
                     valid_from=now - timedelta(days=3 * n + 1),
                 ),
             )
-        for fusion in ("rrf", "weighted"):
+        month = (now - timedelta(days=4)).strftime("%B")
+        for fusion, query in (
+            ("rrf", "harbor ledger tea"),
+            ("weighted", "harbor ledger tea"),
+            ("rrf", f"harbor ledger tea in {month}"),
+        ):
             policy = manager.policy.with_changes(
                 recall_top_k=50, recall_fusion=fusion, relevance_threshold=0.0
             )
             recaller = MemoryRecall(
                 policy=policy, memories=manager.long_term, embedder=embedded.embedder
             )
-            items = await recaller.recall_scored(
-                ALICE, "harbor ledger tea", as_of=now, token_budget=10**6
-            )
+            items = await recaller.recall_scored(ALICE, query, as_of=now, token_budget=10**6)
             assert len(items) >= 3, fusion
             relevance = ranking.fused_relevance(
                 items,
@@ -249,7 +254,13 @@ class MemoryStoreConformance:
                 rrf_k=policy.rrf_k,
                 dense_weight=0.75,
                 lexical_weight=1.0,
+                neighbour_weight=0.75,
+                date_weight=2.0,
+                query=query,
             )
+            assert any(i.neighbour > 0 for i in items), fusion
+            if month in query:
+                assert any(i.date_match == 1 for i in items), query
             for item, rel in zip(items, relevance, strict=True):
                 rec = ranking.recency(item.memory, now, policy.recency_half_life_hours)
                 assert item.relevance == pytest.approx(rel, rel=1e-9, abs=1e-12), fusion

@@ -819,6 +819,14 @@ $$;
 --               when they all score the same, 0 when the memory is not in the
 --               list). Substring-fallback matches get the flat 1 / (rrf_k + 1)
 --               (with 'weighted', 1)
+--   neighbour   the higher fused relevance of the candidates before and after
+--               this one (B follows A when B's context, hashed as content of B's
+--               scope, is A's content_hash), 0 when neither is a candidate
+--   date_match  1 when the query names a month (capitalised English name) or
+--               a year (19xx, 20xx) and the memory became valid (UTC) in a
+--               named month (of a named year, when one is named), else 0
+--               The relevance column is (fused + neighbour_weight * neighbour)
+--               * (1 + date_weight * date_match) (0.75 and 2 unless set)
 --   recency     0.5 ^ (hours since the memory became valid / half-life), at as_of
 --   entity      entity_weight * |entity_ids & anchors| / max(1, |entity_ids|)
 --   type_boost  type_weight when the memory's type was asked for, else 0

@@ -912,3 +912,51 @@ def test_few_context_vectors_near_the_query_still_give_top_k_distinct_memories(
             (_literal(q),),
         ).fetchall()
     assert [r[0] for r in got] == expected
+
+
+def test_a_candidate_inherits_its_neighbours_relevance_and_a_named_month_lifts_it(
+    conns: tuple[Conn, Conn],
+) -> None:
+    from harbor_pg.records import content_hash
+
+    su, app = conns
+    first = "Caroline said we adopted a puppy"
+    reply = "Melanie said what a lovely surprise"
+
+    def add(n: int, content: str, context: str | None, valid: str) -> None:
+        su.execute(
+            "insert into harbor.memories (tenant_id, scope, user_id, content, content_hash,"
+            " context, valid) values ('t1', 'user', 'u1', %s, %s, %s, %s::tstzrange)",
+            (content, content_hash("user", content), context, valid),
+        )
+
+    add(1, first, "Melanie said hello there", "[2023-05-08,)")
+    add(2, reply, first, "[2023-05-08,)")  # follows the first: its context is that text
+    add(3, "Caroline said the puppy sleeps a lot", None, "[2023-06-20,)")
+    rows = {r["content"]: r for r in recall(app, "puppy surprise", top_k=10)}
+    assert set(rows) == {first, reply, "Caroline said the puppy sleeps a lot"}
+
+    def fused(r: Row) -> float:
+        return 1.0 / (5 + r["lexical_rank"])
+
+    # each of the pair inherits 0.75 x the other's fused relevance; the third has no neighbour
+    assert rows[first]["neighbour"] == pytest.approx(fused(rows[reply]))
+    assert rows[reply]["neighbour"] == pytest.approx(fused(rows[first]))
+    lone = rows["Caroline said the puppy sleeps a lot"]
+    assert lone["neighbour"] == 0 and lone["relevance"] == pytest.approx(fused(lone))
+    for text in (first, reply):
+        r = rows[text]
+        assert r["relevance"] == pytest.approx(fused(r) + 0.75 * r["neighbour"])
+    off = {r["content"]: r for r in recall(app, "puppy surprise", top_k=10, neighbour_weight=0.0)}
+    assert all(r["neighbour"] == 0 for r in off.values())
+    assert off[first]["relevance"] == pytest.approx(fused(off[first]))
+
+    # a named month (and year) marks the memories valid then: relevance x (1 + 2)
+    dated = {r["content"]: r for r in recall(app, "the puppy in June 2023", top_k=10)}
+    assert dated[lone["content"]]["date_match"] == 1
+    assert dated[first]["date_match"] == 0
+    assert dated[lone["content"]]["relevance"] == pytest.approx(3 * fused(dated[lone["content"]]))
+    assert all(r["date_match"] == 0 for r in recall(app, "the puppy in June 2022", top_k=10))
+    assert all(r["date_match"] == 0 for r in recall(app, "the puppy in june", top_k=10))
+    with pytest.raises(errors.InvalidParameterValue, match="date_weight"):
+        recall(app, "puppy", date_weight=-1.0)
