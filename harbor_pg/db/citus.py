@@ -436,7 +436,8 @@ _REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
         "execute pg_catalog.format('lock table %s in share row exclusive mode',"
         " tg_relid::regclass);",
     ),
-    # recall's hydration: a LATERAL probe with OFFSET 0 over a CTE ("Offset clause is
+    # recall's hydration (and its neighbour expansion's context probe, in the same form):
+    # a LATERAL probe with OFFSET 0 over a CTE ("Offset clause is
     # currently unsupported when a lateral subquery references ... CTEs") becomes a
     # join on the distribution column and the id (the same rows: the probe's tenant
     # test was the join's). Not given a tenant predicate: routed to one shard, the

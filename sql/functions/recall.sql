@@ -1017,25 +1017,29 @@ begin
          where recall.query_embedding is null
            and btrim(v_query) <> ''
            and not exists (select 1 from fused)
-    ), linked as (
+    ), contexts as (
         -- ---- issue 21, neighbour expansion. A memory's context is the text
-        -- before it (a conversation's previous turn), so a candidate follows the
-        -- candidate whose content hash is the hash its context would have
-        -- (records.content_hash: scope ':' the text, whitespace collapsed,
-        -- trimmed, lower case); the context is read by primary key, as the
-        -- invoker, for the candidates only
+        -- before it (a conversation's previous turn): the candidates' contexts,
+        -- read by primary key as the invoker (the probe's form is the hydration's
+        -- below, which harbor_pg.db.citus rewrites into a join for Citus)
+        select c.tenant_id, c.memory_id, x.context
+          from candidates c
+          cross join lateral (
+              select m1.* from harbor.memories m1 where m1.id = c.memory_id offset 0) x
+         where x.tenant_id = c.tenant_id
+           and recall.neighbour_weight > 0 and x.context is not null
+    ), linked as (
+        -- a candidate follows the candidate whose content hash is the hash its
+        -- context would have (records.content_hash: scope ':' the text, whitespace
+        -- collapsed, trimmed, lower case)
         select c.*,
-               case when x.context is null then null
+               case when k.context is null then null
                     else pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(
                              c.scope::text || ':' || pg_catalog.lower(pg_catalog.btrim(
-                                 pg_catalog.regexp_replace(x.context, '\s+', ' ', 'g'))),
+                                 pg_catalog.regexp_replace(k.context, '\s+', ' ', 'g'))),
                              'UTF8')), 'hex') end as context_hash
           from candidates c
-          left join lateral (
-              select m1.tenant_id, m1.context from harbor.memories m1
-               where m1.id = c.memory_id offset 0) x
-            on recall.neighbour_weight > 0 and x.tenant_id = c.tenant_id
-           and x.context is not null
+          left join contexts k on k.tenant_id = c.tenant_id and k.memory_id = c.memory_id
     ), neighboured as (
         -- each candidate's neighbour signal: the higher fused relevance of the
         -- candidate before it and the candidate after it (0 when neither is one)
