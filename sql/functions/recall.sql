@@ -525,22 +525,26 @@ begin
         if v_hits = 0 then
             return;
         end if;
-        if v_hits <= p_term_limit then
-            -- every match found: count the owner's rows (of every type and
-            -- validity, as the pass below does) from the narrow owner index
-            select count(*) into v_seen
-              from (select 1
-                      from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user,
-                                               v_session, v_run) k
-                      cross join lateral (
-                          select 1 from harbor.memories m
-                           where m.tenant_id = k.tenant_id and m.scope = k.scope
-                             and m.user_id = k.user_id and m.project_id = k.project_id
-                             and m.session_id = k.session_id and m.run_id = k.run_id
-                          offset 0) m
-                     limit p_scan_limit + 1) c;
-            v_found := true;
-        end if;
+        -- (at most p_term_limit: every match found)
+        v_found := v_hits <= p_term_limit;
+    end if;
+    -- how many rows the caller's owner keys hold, of every type and validity (at
+    -- most p_scan_limit + 1 counted, from the narrow owner index): BM25's
+    -- collection size, and whether the pass below reads them all. One count for
+    -- both ways (the lookup's matches, or the pass).
+    select count(*) into v_seen
+      from (select 1
+              from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user,
+                                       v_session, v_run) k
+              cross join lateral (
+                  select 1 from harbor.memories m
+                   where m.tenant_id = k.tenant_id and m.scope = k.scope
+                     and m.user_id = k.user_id and m.project_id = k.project_id
+                     and m.session_id = k.session_id and m.run_id = k.run_id
+                  offset 0) m
+             limit p_scan_limit + 1) c;
+    if v_seen = 0 then
+        return;
     end if;
     if not v_found then
         -- the owner's memories above the sensitivity ceiling, which the pass
@@ -556,22 +560,6 @@ begin
                and m.user_id = k.user_id and m.project_id = k.project_id
                and m.session_id = k.session_id and m.run_id = k.run_id
              where m.sensitivity <> 'none' and m.sensitivity > p_max_sensitivity;
-        end if;
-        -- how many rows the caller's owner keys hold (at most p_scan_limit + 1 counted):
-        -- BM25's collection size, and whether to read them all
-        select count(*) into v_seen
-          from (select 1
-                  from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user,
-                                           v_session, v_run) k
-                  cross join lateral (
-                      select 1 from harbor.memories m
-                       where m.tenant_id = k.tenant_id and m.scope = k.scope
-                         and m.user_id = k.user_id and m.project_id = k.project_id
-                         and m.session_id = k.session_id and m.run_id = k.run_id
-                      offset 0) m
-                 limit p_scan_limit + 1) c;
-        if v_seen = 0 then
-            return;
         end if;
         if v_seen <= p_scan_limit then
             -- one statement over the caller's rows (owner-keyed indexes): the
