@@ -35,7 +35,8 @@ def _columns(name: str) -> list[str]:
 def _recall_call(name: str) -> str:
     text = query(name)
     start = text.index("from harbor.recall(")
-    end = text.index("::harbor.sensitivity) r", start)
+    # the call's closing parenthesis and its alias, at a line's end or the text's
+    end = re.compile(r"\) r(\n|$)").search(text, start).start()  # type: ignore[union-attr]
     return " ".join(text[start:end].split())
 
 
