@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, harbor_database, private_server, record, with_params
 from _embed_cache import CachedEmbedder
 from locomo import DEFAULT_MODEL, KS, evidence_of, turn_memories, turns_of
+from locomo_signals import leg_ranks
 
 from harbor_pg.context.recall import RecallRequest, recall_in_one_round_trip
 from harbor_pg.db import migrate, server
@@ -173,19 +174,6 @@ class Prepared:
     lex_score: np.ndarray[Any, Any]
 
 
-def _leg_ranks(values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """rank() over (order by value desc): equal values share a rank."""
-    order = np.argsort(-values, kind="stable")
-    ranks = np.empty(len(values), dtype=np.int64)
-    sorted_vals = values[order]
-    r = 1
-    for i in range(len(order)):
-        if i > 0 and sorted_vals[i] != sorted_vals[i - 1]:
-            r = i + 1
-        ranks[i] = r
-    return ranks
-
-
 def prepare(conv: dict[str, Any], n: int) -> list[Prepared]:
     ids = conv["ids"]
     pos = {m: i for i, m in enumerate(ids)}
@@ -201,7 +189,7 @@ def prepare(conv: dict[str, Any], n: int) -> list[Prepared]:
         ):
             # ties by id, as the SQL does
             order = np.lexsort((np.array(ids), -sim))[:n]
-            legs[name] = (order, _leg_ranks(sim[order]), sim[order])
+            legs[name] = (order, leg_ranks(sim[order]), sim[order])  # sim[order] is sorted
         lex = [(pos[m], r, s) for m, r, s in q["lexical"] if m in pos][:n]
         out.append(
             Prepared(
