@@ -48,5 +48,7 @@ select
       dense_weight => %(dense_weight)s::double precision,
       lexical_weight => %(lexical_weight)s::double precision,
       fusion => %(fusion)s::text,
-      max_sensitivity => %(max_sensitivity)s::harbor.sensitivity) r
+      max_sensitivity => %(max_sensitivity)s::harbor.sensitivity,
+      neighbour_weight => %(neighbour_weight)s::double precision,
+      date_weight => %(date_weight)s::double precision) r
     where %(recall)s::boolean) as memories

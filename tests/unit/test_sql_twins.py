@@ -35,8 +35,9 @@ def _columns(name: str) -> list[str]:
 def _recall_call(name: str) -> str:
     text = query(name)
     start = text.index("from harbor.recall(")
-    end = text.index("::harbor.sensitivity) r", start)
-    return " ".join(text[start:end].split())
+    end = re.compile(r"\) r\b").search(text, start)  # the call's closing parenthesis
+    assert end is not None, name
+    return " ".join(text[start : end.start()].split())
 
 
 @pytest.mark.parametrize("name", SAME_COLUMNS)
