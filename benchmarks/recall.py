@@ -535,6 +535,7 @@ MODES = ("latency", "first-touch", "ab")
 
 def main(argv: list[str] | None = None) -> None:
     """Run the benchmark; ``argv`` as on the command line (``--mode`` picks the mode)."""
+    # (this opening is startup.py's too, by shape: each benchmark with modes starts so)
     argv = list(sys.argv[1:] if argv is None else argv)
     if hand_off(argv, MODES, "latency", {"first-touch": "_recall_first_touch", "ab": "_recall_ab"}):
         return

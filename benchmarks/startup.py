@@ -158,6 +158,7 @@ QUESTION = "How long from nothing to the first answered query?"
 
 def main(argv: list[str] | None = None) -> None:
     """Run the benchmark; ``argv`` as on the command line (``--mode`` picks the mode)."""
+    # (this opening is recall.py's too, by shape: each benchmark with modes starts so)
     argv = list(sys.argv[1:] if argv is None else argv)
     if hand_off(argv, ("start", "hub"), "start", {"hub": "_startup_hub"}):
         return
