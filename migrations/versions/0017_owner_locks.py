@@ -50,9 +50,6 @@ _WORKING_COLUMNS = (
     " updated_at"
 )
 
-# The owner_locks table and grants below stand again in sql/schema.sql on purpose
-# (`duplicates` pairs them): schema.sql is the fresh install, this revision the upgrade,
-# frozen once committed; tests/migration/test_migrations.py holds the two equal.
 _UP = f"""
 create table harbor.owner_locks (
     tenant_id  text not null check (tenant_id <> ''),
