@@ -12,7 +12,9 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime
+import importlib
 import os
 import platform
 import re
@@ -131,6 +133,24 @@ def record(
         text = text.rstrip("\n") + "\n\n" + block + "\n"
     results.write_text(text)
     print(f"recorded in {results} ({name})", flush=True)
+
+
+def hand_off(
+    argv: Sequence[str], modes: Sequence[str], default: str, modules: dict[str, str]
+) -> bool:
+    """Run the mode ``--mode`` picks when one of its own modules holds it.
+
+    ``modules`` maps a mode to the ``benchmarks/_*.py`` module whose ``main(argv)`` runs
+    it (given ``argv`` without ``--mode``); returns False for a mode the benchmark runs
+    itself, which then parses ``argv`` with a parser of its own that knows ``--mode``.
+    """
+    pick = argparse.ArgumentParser(add_help=False)
+    pick.add_argument("--mode", choices=modes, default=default)
+    chosen, rest = pick.parse_known_args(list(argv))
+    if chosen.mode not in modules:
+        return False
+    importlib.import_module(modules[chosen.mode]).main(rest)
+    return True
 
 
 def machine() -> str:

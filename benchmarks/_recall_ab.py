@@ -248,4 +248,3 @@ def main(argv: list[str] | None = None) -> None:
             with psycopg.connect(su, autocommit=True) as conn:
                 conn.execute("alter system reset track_functions")
                 conn.execute("select pg_reload_conf()")
-

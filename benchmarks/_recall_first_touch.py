@@ -226,4 +226,3 @@ def main(argv: list[str] | None = None) -> None:
         finally:
             with psycopg.connect(su, autocommit=True) as c:
                 c.execute("alter system reset shared_buffers")
-

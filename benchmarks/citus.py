@@ -10,11 +10,14 @@ SET LOCAL on Citus), ROUNDS calls each of recall, search, append and save for
 random owners: p50/p99 in ms. recall() never raises: the calls it answered with
 a WARNING (a statement Citus could not plan) are counted.
 
-    .venv/bin/python benchmarks/citus.py [MEMORIES] [TENANTS] [ROUNDS]
+    .venv/bin/python benchmarks/citus.py [MEMORIES] [TENANTS] [ROUNDS] [--record]
+
+``--record`` writes the table into benchmarks/RESULTS.md's ``citus`` section.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import random
@@ -35,7 +38,7 @@ from harbor_pg.records import ConversationMessage, Memory
 from harbor_pg.testing.nodes import start_cluster, start_node
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine, pct
+from _common import RESULTS, machine, pct, record
 
 _WORD_TEXT = (
     "ingest pipeline review budget travel invoice lighthouse harbor garden kitchen "
@@ -102,10 +105,68 @@ def _load(url: str, n: int, tenants: int) -> float:
     return time.perf_counter() - t0
 
 
+CALLS = ("recall", "search", "append", "save")
+
+
+def table(results: dict[str, dict[str, list[float]]], rounds: int) -> list[list[str]]:
+    """The rows of the comparison: per call, p50 / p99 ms on each side and the p50 ratio."""
+    rows = []
+    for name in CALLS:
+        a, b = results["one server"][name], results["cluster"][name]
+        rows.append(
+            [
+                name,
+                f"{pct(a, 50) * 1000:.2f} / {pct(a, 99) * 1000:.2f}",
+                f"{pct(b, 50) * 1000:.2f} / {pct(b, 99) * 1000:.2f}",
+                f"{pct(b, 50) / pct(a, 50):.1f}x",
+            ]
+        )
+    rows.append(
+        [
+            "recalls answered empty (WARNING)",
+            f"{results['one server']['failed recalls'][0]:.0f} of {rounds}",
+            f"{results['cluster']['failed recalls'][0]:.0f} of {rounds}",
+            "",
+        ]
+    )
+    return rows
+
+
+def write_results(
+    results: dict[str, dict[str, list[float]]],
+    n: int,
+    tenants: int,
+    rounds: int,
+    *,
+    path: Path = RESULTS,
+) -> None:
+    """Replace RESULTS.md's ``citus`` section with this run's table."""
+    record(
+        "citus",
+        title="Citus: one server against a 3-node cluster on this machine (`citus`)",
+        data=f"{n:,} user memories, {tenants:,} tenants, no vectors; cluster = coordinator"
+        " + 2 workers, 8 shards a table",
+        header=[
+            f"call ({rounds} each, wrapper)",
+            "one server p50 / p99 ms",
+            "cluster p50 / p99 ms",
+            "ratio p50",
+        ],
+        rows=table(results, rounds),
+        results=path,
+    )
+
+
 def main() -> None:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
-    tenants = int(sys.argv[2]) if len(sys.argv) > 2 else 1_000
-    rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 200
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("memories", nargs="?", type=int, default=100_000)
+    ap.add_argument("tenants", nargs="?", type=int, default=1_000)
+    ap.add_argument("rounds", nargs="?", type=int, default=200, help="calls of each kind")
+    ap.add_argument(
+        "--record", action="store_true", help="write the figures into benchmarks/RESULTS.md"
+    )
+    args = ap.parse_args()
+    n, tenants, rounds = args.memories, args.tenants, args.rounds
     counter = _Count()
     logging.getLogger("harbor_pg").addHandler(counter)
     base = Path(tempfile.mkdtemp(prefix="harbor-bench-citus-"))
@@ -176,18 +237,10 @@ def main() -> None:
     print(f"{n} memories, {tenants} tenants, {rounds} calls each")
     print("| call | one server p50 / p99 ms | cluster p50 / p99 ms | ratio p50 |")
     print("|---|---|---|---|")
-    for name in ("recall", "search", "append", "save"):
-        a, b = results["one server"][name], results["cluster"][name]
-        print(
-            f"| {name} | {pct(a, 50) * 1000:.2f} / {pct(a, 99) * 1000:.2f} | "
-            f"{pct(b, 50) * 1000:.2f} / {pct(b, 99) * 1000:.2f} | "
-            f"{pct(b, 50) / pct(a, 50):.1f}x |"
-        )
-    print(
-        f"recalls answered empty with a WARNING: one server "
-        f"{results['one server']['failed recalls'][0]:.0f}, cluster "
-        f"{results['cluster']['failed recalls'][0]:.0f} of {rounds}"
-    )
+    for row in table(results, rounds):
+        print("| " + " | ".join(row) + " |")
+    if args.record:
+        write_results(results, n, tenants, rounds)
 
 
 if __name__ == "__main__":

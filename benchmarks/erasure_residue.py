@@ -7,7 +7,9 @@ marker after each step of the physical-erasure recipe:
 
     VACUUM -> VACUUM (FULL) -> CHECKPOINT -> pg_switch_wal() + CHECKPOINT (x3)
 
-Run: python -m benchmarks erasure_residue
+Run: python -m benchmarks erasure_residue [--rows 200] [--record]
+
+``--record`` writes the table into benchmarks/RESULTS.md's ``erasure-residue`` section.
 """
 
 from __future__ import annotations
@@ -19,7 +21,14 @@ from pathlib import Path
 
 import psycopg
 
-from benchmarks._common import harbor_database, machine, private_server, with_params
+from benchmarks._common import (
+    RESULTS,
+    harbor_database,
+    machine,
+    private_server,
+    record,
+    with_params,
+)
 from harbor_pg.db import migrate, server
 from harbor_pg.embedders.hashing import HashingEmbedder
 from harbor_pg.manager import MemoryManager
@@ -77,38 +86,70 @@ def scan(su: str, marker: bytes) -> tuple[list[str], int]:
     return sorted(found), segments
 
 
-def step(su: str, marker: str, label: str, *statements: str) -> None:
+def step(su: str, marker: str, label: str, *statements: str) -> tuple[str, list[str], int]:
     with psycopg.connect(with_params(su, dbname="harbor"), autocommit=True) as conn:
         for statement in statements:
             conn.execute(statement)  # type: ignore[arg-type]
     relations, segments = scan(su, marker.encode())
     print(f"{label:34s} relations: {', '.join(relations) or '-'}; WAL segments: {segments}")
+    return label, relations, segments
+
+
+def write_results(
+    steps: list[tuple[str, list[str], int]], rows: int, *, path: Path = RESULTS
+) -> None:
+    """Replace RESULTS.md's ``erasure-residue`` section with this run's steps."""
+    record(
+        "erasure-residue",
+        title="Erased text left on disk (`erasure_residue`)",
+        data=f"{rows} turns + {rows} memories of the erased user beside two other users';"
+        " a marker string searched in every relation file and WAL segment",
+        header=["after", "relations whose files hold the marker", "WAL segments"],
+        rows=[[label, ", ".join(rels) or "none", segs] for label, rels, segs in steps],
+        results=path,
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--rows", type=int, default=200, help="turns and memories per user")
+    ap.add_argument(
+        "--record", action="store_true", help="write the figures into benchmarks/RESULTS.md"
+    )
     args = ap.parse_args()
+    steps = []
     marker = "zqres" + uuid.uuid4().hex[:12]
     with private_server() as (su, _base):
         server.bootstrap(su)
         migrate.upgrade(with_params(su, dbname="harbor", user="harbor_owner"))
         asyncio.run(fill(su, marker, args.rows))
         tables = ", ".join(f"harbor.{t}" for t in TABLES)
-        step(su, marker, "after erase + CHECKPOINT", "checkpoint")
-        step(su, marker, "after VACUUM + CHECKPOINT", f"vacuum {tables}", "checkpoint")
-        step(
-            su, marker, "after VACUUM (FULL) + CHECKPOINT", f"vacuum (full) {tables}", "checkpoint"
+        steps.append(step(su, marker, "after erase + CHECKPOINT", "checkpoint"))
+        steps.append(
+            step(su, marker, "after VACUUM + CHECKPOINT", f"vacuum {tables}", "checkpoint")
         )
-        for i in range(3):
+        steps.append(
             step(
                 su,
                 marker,
-                f"after pg_switch_wal + CHECKPOINT #{i + 1}",
-                "select pg_switch_wal()",
+                "after VACUUM (FULL) + CHECKPOINT",
+                f"vacuum (full) {tables}",
                 "checkpoint",
             )
+        )
+        for i in range(3):
+            steps.append(
+                step(
+                    su,
+                    marker,
+                    f"after pg_switch_wal + CHECKPOINT #{i + 1}",
+                    "select pg_switch_wal()",
+                    "checkpoint",
+                )
+            )
     print(f"machine: {machine()}")
+    if args.record:
+        write_results(steps, args.rows)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,11 @@
 per-operation latency at 1, 4, 16 and 64 clients, where the time goes, and
 which pool size fits the machine.
 
-    python benchmarks/load.py [--seconds 6] [--clients 1,4,16,64] [--pools 2,4,8,16]
+    python benchmarks/load.py [--seconds 6] [--clients 1,4,16,64] [--pools 2,4,8,16] [--record]
+
+``--record`` writes the runs' table into benchmarks/RESULTS.md: the ``load``
+section (mixed load, pool sizes, a start during load), or with ``--mode start``
+the ``load-start`` section (the windows with and without a start).
 
 Loopback only (the embedded server's Unix socket), bounded in time (each run
 lasts ``--seconds``). Each client is an asyncio task on one event loop and one
@@ -47,7 +51,7 @@ import psutil
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine, pct, private_server, with_params
+from _common import RESULTS, machine, pct, private_server, record, with_params
 
 from harbor_pg import ConversationMessage, HashingEmbedder, MemoryManager, MemoryOwner
 from harbor_pg.db import migrate, server
@@ -309,7 +313,93 @@ def report(r: dict[str, Any]) -> None:
     )
 
 
-async def main() -> None:
+MIX_LABEL = "40% append, 25% recent, 20% recall, 15% save (hashing embedder), 200 owners"
+
+
+def load_row(kind: str, r: dict[str, Any]) -> list[str]:
+    """One run's row of the ``load`` table (latencies p50 / p99 ms)."""
+    return [
+        kind,
+        str(r["clients"]),
+        str(r["pool"]),
+        f"{r['ops_s']:.0f}",
+        *(
+            f"{r['per_op'][op][0]:.1f} / {r['per_op'][op][1]:.1f}" if op in r["per_op"] else "-"
+            for op in ("append", "recent", "recall", "save")
+        ),
+        f"{r['pool_wait_ms']:.1f} ms",
+        f"{r['client_cpu_ms']:.2f} ms",
+        f"{r['server_cpu_ms']:.2f} ms",
+        str(len(r["errors"])),
+    ]
+
+
+def write_results(
+    runs: list[tuple[str, dict[str, Any]]], seconds: float, *, path: Path = RESULTS
+) -> None:
+    """Replace RESULTS.md's ``load`` section with these runs (kind, run's figures)."""
+    record(
+        "load",
+        title="Mixed load, pool sizing, a start during load (`load`)",
+        data=f"{MIX_LABEL}; one event loop, Unix socket; {seconds:g} s a run",
+        header=[
+            "run",
+            "clients",
+            "pool",
+            "ops/s",
+            "append",
+            "recent",
+            "recall",
+            "save",
+            "pool wait / op",
+            "client CPU / op",
+            "server CPU / op",
+            "errors",
+        ],
+        rows=[load_row(kind, r) for kind, r in runs],
+        notes="append / recent / recall / save: p50 / p99 ms.",
+        results=path,
+    )
+
+
+def write_start_results(r: dict[str, Any], window: float, *, path: Path = RESULTS) -> None:
+    """Replace RESULTS.md's ``load-start`` section with the windows of a ``--mode start`` run."""
+    record(
+        "load-start",
+        title="A worker start during 16 clients of mixed load (`load --mode start`)",
+        data=f"{MIX_LABEL}; 16 clients; windows of {window:g} s, a worker start"
+        " (MemoryManager.create in a process of its own) in every other one",
+        header=[
+            "window",
+            "requests",
+            "ops/s",
+            "p50 ms",
+            "p99 ms",
+            "slowest ms",
+            "errors",
+            "most backends waiting for a lock",
+        ],
+        rows=[
+            [
+                kind,
+                r[kind]["n"],
+                f"{r[kind]['ops_s']:.0f}",
+                f"{r[kind]['p50']:.1f}",
+                f"{r[kind]['p99']:.1f}",
+                f"{r[kind]['max']:.0f}",
+                len(r[kind]["errors"]),
+                r[kind]["lock_waits"],
+            ]
+            for kind in r["kinds"]
+        ],
+        notes="Worker starts took (s): "
+        + (", ".join(r["starts"]) or "-")
+        + ("; compared checkout: " + ", ".join(r["compare_starts"]) if r["compare_starts"] else ""),
+        results=path,
+    )
+
+
+async def run_all(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=6.0)
     parser.add_argument("--clients", default="1,4,16,64")
@@ -318,7 +408,11 @@ async def main() -> None:
     parser.add_argument("--window", type=float, default=5.0)
     parser.add_argument("--pairs", type=int, default=4)
     parser.add_argument("--compare", help="another checkout whose start to interleave")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--record", action="store_true", help="write the figures into benchmarks/RESULTS.md"
+    )
+    args = parser.parse_args(argv)
+    runs: list[tuple[str, dict[str, Any]]] = []
     print(f"machine: {machine()}; default pool size here: {default_pool_size()}")
     with private_server() as (su, base):
         server.bootstrap(su)
@@ -355,22 +449,35 @@ async def main() -> None:
                 )
                 for line in w["errors"][:5]:
                     print("     ", line)
+            if args.record:
+                write_start_results(r, args.window)
             return  # (leaving the block stops the server)
         print("mixed load (40% append, 25% recent, 20% recall, 15% save):")
         for clients in [int(c) for c in args.clients.split(",")]:
-            report(await run(app_url, pgdata, clients, args.seconds, default_pool_size()))
+            r = await run(app_url, pgdata, clients, args.seconds, default_pool_size())
+            report(r)
+            runs.append(("mixed", r))
         print("pool sizes at 16 clients:")
         for pool in [int(p) for p in args.pools.split(",")]:
-            report(await run(app_url, pgdata, 16, args.seconds, pool))
+            r = await run(app_url, pgdata, 16, args.seconds, pool)
+            report(r)
+            runs.append(("pool size", r))
         print("16 clients while another worker starts (migrate.upgrade, schema up to date):")
         r = await run(
             app_url, pgdata, 16, args.seconds, default_pool_size(), start_worker=owner_url
         )
         report(r)
+        runs.append(("a worker starts", r))
         for line in r["errors"][:5]:
             print("     ", line)
+    if args.record:
+        write_results(runs, args.seconds)
+
+
+def main(argv: list[str] | None = None) -> None:
+    asyncio.run(run_all(argv))
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()
     os._exit(0)  # nothing left to wait for (the server stopped with its block)

@@ -1,6 +1,9 @@
 """Retrieval quality on LoCoMo: recall@5/10/25 for dense, lexical and hybrid recall.
 
-    python benchmarks/locomo.py PATH/locomo-dev.json [--model-path DIR] [--no-context]
+    python benchmarks/locomo.py PATH/locomo-dev.json [--model-path DIR] [--no-context] [--record]
+
+``--record`` writes R@5/10/25 and the recall p50 of each mode into
+benchmarks/RESULTS.md's ``locomo`` section.
 
 Protocol (LoCoMo, task_eval/): one conversation at a time, one owner per
 conversation; every turn becomes a memory whose text is ``Speaker said,
@@ -49,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import harbor_database, machine, private_server, with_params
+from _common import RESULTS, harbor_database, machine, private_server, record, with_params
 from _embed_cache import CachedEmbedder
 
 from harbor_pg.context.recall import MemoryRecall, RecallRequest, recall_in_one_round_trip
@@ -139,7 +142,7 @@ def recall_at(ranked: list[str], evidence: set[str], k: int) -> float:
     return len(evidence & set(ranked[:k])) / len(evidence)
 
 
-async def run(args: argparse.Namespace, su: str) -> None:
+async def run(args: argparse.Namespace, su: str) -> dict[str, Any]:
     data = json.loads(Path(args.path).read_text())
     embedder: Any = FastEmbedEmbedder(model_path=args.model_path, model_id="minilm-l6-int8")
     if args.cache:
@@ -247,14 +250,15 @@ async def run(args: argparse.Namespace, su: str) -> None:
     await db.close()
 
     print(f"\nmachine: {machine()}")
-    print(
-        f"data: {len(data)} conversations, {n_turns} turns, {n_questions} questions;"
+    described = (
+        f"{len(data)} conversations, {n_turns} turns, {n_questions} questions;"
         f" context={'previous turn' if args.context else 'none'};"
         f" times={'session dates, now = last session + 1 h' if args.dated else 'ingest time'};"
         f" recency half-life {policy.recency_half_life_hours:g} h;"
         f" embedder {embedder.model_id} (threshold {embedder.relevance_threshold});"
         f" ingest {t_ingest:.1f}s"
     )
+    print(f"data: {described}")
     print(
         "\n| mode | k | " + " | ".join(CATEGORIES[c] for c in sorted(CATEGORIES)) + " | overall |"
     )
@@ -282,6 +286,36 @@ async def run(args: argparse.Namespace, su: str) -> None:
             f"{mode:24s} harbor.recall p50 {statistics.median(ms):.2f} ms,"
             f" p95 {ms[int(0.95 * (len(ms) - 1))]:.2f} ms"
         )
+    return {
+        "data": described,
+        "modes": {
+            mode: {
+                **{
+                    k: 100 * statistics.mean([x for c in scores[mode][k].values() for x in c])
+                    for k in KS
+                },
+                "p50_ms": 1000 * statistics.median(latencies[mode]),
+            }
+            for mode in modes
+        },
+    }
+
+
+def write_results(summary: dict[str, Any], *, path: Path = RESULTS) -> None:
+    """Replace RESULTS.md's ``locomo`` section with a run's R@k and recall p50 per mode."""
+    record(
+        "locomo",
+        title="Recall quality on LoCoMo (`locomo`)",
+        data=summary["data"] + "; top_k 25, no token budget, no language model",
+        header=["mode", *(f"R@{k}" for k in KS), "harbor.recall p50 ms"],
+        rows=[
+            [mode, *(f"{figures[k]:.1f}" for k in KS), f"{figures['p50_ms']:.1f}"]
+            for mode, figures in summary["modes"].items()
+        ],
+        notes="R@k: the share of a question's evidence turns among the top k, mean over"
+        " all questions (all five categories).",
+        results=path,
+    )
 
 
 async def _recall(db: Database, owner: MemoryOwner, request: RecallRequest) -> list[str]:
@@ -319,11 +353,16 @@ def main() -> None:
         default="",
         help="extra hybrid rows with these lexical leg weights (dense weight 1), e.g. 1.5,2",
     )
+    ap.add_argument(
+        "--record", action="store_true", help="write the figures into benchmarks/RESULTS.md"
+    )
     args = ap.parse_args()
     with private_server() as (su, _base):
         server.bootstrap(su)
         migrate.upgrade(with_params(su, dbname="harbor", user="harbor_owner"))
-        asyncio.run(run(args, su))
+        summary = asyncio.run(run(args, su))
+    if args.record:
+        write_results(summary)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
     python benchmarks/locomo_ab.py PATH/locomo-dev.json --cache DIR [--ref COMMIT]
                                    [--modes hybrid,lexical,dense] [--rounds 1] [--keep DIR]
+                                   [--record]
 
 Whole runs of ``benchmarks/locomo.py`` on a shared machine differ by more
 than most changes are worth. This one ingests the dev conversations once, as
@@ -20,7 +21,8 @@ on-CPU time from ``/proc/PID/schedstat``, which waiting for a core on a
 shared machine does not inflate), each side's mean time inside the server
 (``track_functions``, all modes together), how many answers were identical (ids, ranks, scores to
 12 digits), and each side's R@5/10/25 (which must not move for a change meant
-to be only faster). ``--ref HEAD`` is the noise floor.
+to be only faster). ``--ref HEAD`` is the noise floor. ``--record`` writes
+the per-mode table into benchmarks/RESULTS.md's ``locomo-ab`` section.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import psycopg
-from _common import kept_server, machine, private_server, with_params
+from _common import RESULTS, kept_server, machine, private_server, record, with_params
 from _embed_cache import CachedEmbedder
 from _recall_ab import drop_ab, install, old_functions, server_times
 from locomo import DEFAULT_MODEL, KS, evidence_of, recall_at, turn_memories, turns_of
@@ -76,7 +78,7 @@ def _answer(rows: list[Any]) -> list[tuple[Any, ...]]:
     ]
 
 
-async def run(args: argparse.Namespace, su: str, cache: Path, keep: Path | None) -> None:
+async def run(args: argparse.Namespace, su: str, cache: Path, keep: Path | None) -> list[list[str]]:
     data = json.loads(Path(args.path).read_text())
     if args.only:
         data = [s for s in data if s["sample_id"] in args.only.split(",")]
@@ -183,6 +185,7 @@ async def run(args: argparse.Namespace, su: str, cache: Path, keep: Path | None)
         return f"{total / calls:.3f} ms over {calls} calls" if calls else "not reported"
 
     print(f"inside the server (mean, all modes): old {inside('recall_ab')}, new {inside('recall')}")
+    table: list[list[str]] = []
     for mode in modes:
         old, new = lat[(mode, "old")], lat[(mode, "new")]
         diffs = [o - n for o, n in zip(old, new, strict=True)]
@@ -206,6 +209,46 @@ async def run(args: argparse.Namespace, su: str, cache: Path, keep: Path | None)
             f" identical {same[mode]} of {len(work)};"
             f" R@5/10/25 old {r['old']}, new {r['new']}"
         )
+        c_old, c_new = p(cpu[(mode, "old")], 0.5), p(cpu[(mode, "new")], 0.5)
+        table.append(
+            [
+                mode,
+                f"{p(old, 0.5):.1f} / {p(new, 0.5):.1f}",
+                f"{1000 * statistics.median(diffs):+.1f} ms",
+                f"{c_old:.2f} / {c_new:.2f} ({100 * (c_new - c_old) / c_old:+.0f}%)"
+                if c_old
+                else f"{c_old:.2f} / {c_new:.2f}",
+                f"{same[mode]} of {len(work)}",
+                r["new"].replace("/", " / ")
+                if r["old"] == r["new"]
+                else f"{r['old']} -> {r['new']}",
+            ]
+        )
+    return table
+
+
+def write_results(rows: list[list[str]], ref: str, *, path: Path = RESULTS) -> None:
+    """Replace RESULTS.md's ``locomo-ab`` section with the paired table of a run."""
+    record(
+        "locomo-ab",
+        title="Recall speed on LoCoMo text, paired (`locomo_ab`)",
+        data="the LoCoMo dev conversations as `locomo` (one owner each, previous turn as"
+        " context); shipped defaults, top_k 25, no floor; each question answered by both"
+        f" versions in alternating order on one connection; old = {ref}'s recall SQL,"
+        " new = this checkout's",
+        header=[
+            "mode",
+            "client p50 old / new (ms)",
+            "paired old - new (median)",
+            "server CPU p50 old / new (ms)",
+            "identical answers",
+            "R@5/10/25",
+        ],
+        rows=rows,
+        notes="Server CPU: the backend's on-CPU time per call (`/proc/PID/schedstat`), which"
+        " waiting for a core does not inflate.",
+        results=path,
+    )
 
 
 def main() -> None:
@@ -225,6 +268,9 @@ def main() -> None:
     ap.add_argument(
         "--model-path", default=os.environ.get("HARBOR_EMBED_MODEL_PATH", DEFAULT_MODEL)
     )
+    ap.add_argument(
+        "--record", action="store_true", help="write the figures into benchmarks/RESULTS.md"
+    )
     args = ap.parse_args()
     if bad := set(args.modes.split(",")) - set(MODES):
         raise SystemExit(f"unknown modes: {', '.join(sorted(bad))}")
@@ -242,10 +288,12 @@ def main() -> None:
         migrate.upgrade(owner_url)
         install(owner_url, su, sql)
         try:
-            asyncio.run(run(args, su, cache, keep))
+            rows = asyncio.run(run(args, su, cache, keep))
         finally:
             with psycopg.connect(owner_url, autocommit=True) as conn:
                 drop_ab(conn)
+    if args.record:
+        write_results(rows, args.ref)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Leave-one-conversation-out cross-validation of recall's ranking parameters on LoCoMo.
 
     python benchmarks/locomo_cv.py dump PATH/locomo-dev.json --cache DIR
-    python benchmarks/locomo_cv.py sweep --cache DIR
+    python benchmarks/locomo_cv.py sweep --cache DIR [--record]
 
 ``dump`` ingests the conversations exactly as ``benchmarks/locomo.py`` does
 (each turn with its session's date, the preceding turn as its context,
@@ -21,6 +21,8 @@ It prints the cross-validated R@5/10/25 (mean over conversations, and the
 spread as min-max and standard deviation), the figure of the shipped
 defaults, and which point each fold chose. A parameter is worth shipping
 when the cross-validated figure rises, not only the plain dev figure.
+``sweep --record`` writes those figures into benchmarks/RESULTS.md's
+``locomo-cv`` section.
 """
 
 from __future__ import annotations
@@ -42,9 +44,10 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import harbor_database, private_server, with_params
+from _common import RESULTS, harbor_database, private_server, record, with_params
 from _embed_cache import CachedEmbedder
 from locomo import DEFAULT_MODEL, KS, evidence_of, turn_memories, turns_of
+from locomo_signals import leg_ranks
 
 from harbor_pg.context.recall import RecallRequest, recall_in_one_round_trip
 from harbor_pg.db import migrate, server
@@ -171,19 +174,6 @@ class Prepared:
     lex_score: np.ndarray[Any, Any]
 
 
-def _leg_ranks(values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """rank() over (order by value desc): equal values share a rank."""
-    order = np.argsort(-values, kind="stable")
-    ranks = np.empty(len(values), dtype=np.int64)
-    sorted_vals = values[order]
-    r = 1
-    for i in range(len(order)):
-        if i > 0 and sorted_vals[i] != sorted_vals[i - 1]:
-            r = i + 1
-        ranks[i] = r
-    return ranks
-
-
 def prepare(conv: dict[str, Any], n: int) -> list[Prepared]:
     ids = conv["ids"]
     pos = {m: i for i, m in enumerate(ids)}
@@ -199,7 +189,7 @@ def prepare(conv: dict[str, Any], n: int) -> list[Prepared]:
         ):
             # ties by id, as the SQL does
             order = np.lexsort((np.array(ids), -sim))[:n]
-            legs[name] = (order, _leg_ranks(sim[order]), sim[order])
+            legs[name] = (order, leg_ranks(sim[order]), sim[order])  # sim[order] is sorted
         lex = [(pos[m], r, s) for m, r, s in q["lexical"] if m in pos][:n]
         out.append(
             Prepared(
@@ -276,7 +266,8 @@ def grid(args: argparse.Namespace) -> list[Point]:
     return points
 
 
-def sweep(args: argparse.Namespace) -> None:
+def sweep(args: argparse.Namespace) -> tuple[list[list[str]], int]:
+    """Cross-validate the grid; the rows of the ``locomo-cv`` table and how many conversations."""
     with (Path(args.cache) / "locomo-dump.pkl").open("rb") as f:
         convs = pickle.load(f)
     prepared = [prepare(c, args.candidates) for c in convs]
@@ -304,6 +295,7 @@ def sweep(args: argparse.Namespace) -> None:
             lambda p: p.half_life_hours == args.half_life and p.fusion == args.fusion,
         )
     )
+    rows: list[list[str]] = []
     for label, select in restrictions:
         allowed = [i for i, p in enumerate(points) if select(p)]
         folds: dict[int, list[float]] = {k: [] for k in KS}
@@ -323,6 +315,16 @@ def sweep(args: argparse.Namespace) -> None:
             )
         for held, lab in chosen:
             print(f"  fold {held}: chose {lab}")
+        rows.append(
+            [
+                f"CV, {label}",
+                *(
+                    f"{statistics.mean(folds[k]):.1f} ({statistics.stdev(folds[k]):.1f})"
+                    for k in KS
+                ),
+                " ".join(f"{x:.1f}" for x in folds[10]),
+            ]
+        )
         best_all = max(allowed, key=lambda i: (mean_at(i, range(len(convs)), 10),))
         print(
             f"  best on all five (plain dev, optimistic): {points[best_all].label()}: "
@@ -340,6 +342,32 @@ def sweep(args: argparse.Namespace) -> None:
             + " ".join(f"{x:.1f}" for x in per)
             + "]"
         )
+        rows.append(
+            [
+                f"dev, {p.label()}",
+                *(f"{overall[k]:.1f}" for k in KS),
+                " ".join(f"{x:.1f}" for x in per),
+            ]
+        )
+    return rows, len(convs)
+
+
+def write_results(
+    rows: list[list[str]], conversations: int, candidates: int, *, path: Path = RESULTS
+) -> None:
+    """Replace RESULTS.md's ``locomo-cv`` section with a sweep's figures."""
+    record(
+        "locomo-cv",
+        title="Recall's ranking parameters cross-validated on LoCoMo (`locomo_cv`)",
+        data=f"the `dump` of {conversations} LoCoMo dev conversations, replayed in numpy;"
+        f" {candidates} candidates a leg; each held-out conversation scored with the grid"
+        " point best (R@10) on the others",
+        header=["rows", *(f"R@{k}" for k in KS), "R@10 per conversation"],
+        rows=rows,
+        notes="CV rows: mean over the held-out conversations (sd); dev rows: the named"
+        " point on all conversations (optimistic).",
+        results=path,
+    )
 
 
 def named_points(args: argparse.Namespace) -> list[Point]:
@@ -382,6 +410,9 @@ def main() -> None:
         default="nearer,mean",
         help="the dense leg's rules the grid holds (nearer of a turn's two vectors, their mean)",
     )
+    s.add_argument(
+        "--record", action="store_true", help="write the figures into benchmarks/RESULTS.md"
+    )
     args = ap.parse_args()
     if args.cmd == "dump":
         with private_server() as (su, _base):
@@ -389,7 +420,9 @@ def main() -> None:
             migrate.upgrade(with_params(su, dbname="harbor", user="harbor_owner"))
             asyncio.run(dump(args, su))
     else:
-        sweep(args)
+        rows, conversations = sweep(args)
+        if args.record:
+            write_results(rows, conversations, args.candidates)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,9 @@ def load(cache):
 
 
 def leg_ranks(sorted_vals):
+    """rank() over (order by value desc) of values already in that order: ties share a rank.
+
+    locomo_cv.py ranks its legs with this one too."""
     r = np.empty(len(sorted_vals), dtype=np.int64)
     cur = 1
     for i in range(len(sorted_vals)):

@@ -74,6 +74,7 @@ from psycopg.types.enum import EnumInfo, register_enum
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
     data_home,
+    hand_off,
     kept_server,
     machine,
     pct,
@@ -534,19 +535,9 @@ MODES = ("latency", "first-touch", "ab")
 
 def main(argv: list[str] | None = None) -> None:
     """Run the benchmark; ``argv`` as on the command line (``--mode`` picks the mode)."""
+    # (this opening is startup.py's too, by shape: each benchmark with modes starts so)
     argv = list(sys.argv[1:] if argv is None else argv)
-    pick = argparse.ArgumentParser(add_help=False)
-    pick.add_argument("--mode", choices=MODES, default="latency")
-    chosen, rest = pick.parse_known_args(argv)
-    if chosen.mode == "first-touch":
-        import _recall_first_touch
-
-        _recall_first_touch.main(rest)
-        return
-    if chosen.mode == "ab":
-        import _recall_ab
-
-        _recall_ab.main(rest)
+    if hand_off(argv, MODES, "latency", {"first-touch": "_recall_first_touch", "ab": "_recall_ab"}):
         return
     ap = argparse.ArgumentParser(
         prog="python -m benchmarks recall",

@@ -33,7 +33,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine, record
+from _common import hand_off, machine, record
 
 from harbor_pg.db.server import stop_embedded
 
@@ -158,14 +158,9 @@ QUESTION = "How long from nothing to the first answered query?"
 
 def main(argv: list[str] | None = None) -> None:
     """Run the benchmark; ``argv`` as on the command line (``--mode`` picks the mode)."""
+    # (this opening is recall.py's too, by shape: each benchmark with modes starts so)
     argv = list(sys.argv[1:] if argv is None else argv)
-    pick = argparse.ArgumentParser(add_help=False)
-    pick.add_argument("--mode", choices=("start", "hub"), default="start")
-    chosen, argv = pick.parse_known_args(argv)
-    if chosen.mode == "hub":
-        import _startup_hub
-
-        _startup_hub.main(argv)
+    if hand_off(argv, ("start", "hub"), "start", {"hub": "_startup_hub"}):
         return
     ap = argparse.ArgumentParser(
         prog="python -m benchmarks startup",

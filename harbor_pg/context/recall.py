@@ -304,6 +304,7 @@ class MemoryRecall:
         scopes = tuple(s for s in policy.recall_scopes if owner.can_address(s))
         if not scopes:
             return None
+        # (keyword for keyword like the fused_relevance(...) call below by shape only)
         request = RecallRequest(
             query=text,
             scopes=scopes,
@@ -609,7 +610,9 @@ async def _generic_recall(
                     substring_match=True,
                 )
             )
-    # the neighbour and date signals, as harbor.recall() adds them to relevance
+    # the neighbour and date signals, as harbor.recall() adds them to relevance (keyword for
+    # keyword like prepare()'s RecallRequest(...) and commands.py's MemoryOwner(...) by shape
+    # only, `duplicates` pairs them: not a copy)
     relevance = fused_relevance(
         candidates,
         fusion=request.fusion,

@@ -340,20 +340,24 @@ def _called_by_policies() -> set[str]:
     return set(re.findall(r"harbor\.([a-z_]+)\(", text))
 
 
+def _binding_statement(conn: psycopg.Connection[Any]) -> str | None:
+    """harbor._binding()'s statement as a PL/pgSQL body takes it (None before it exists)."""
+    row = conn.execute(
+        "select coalesce(pg_catalog.pg_get_function_sqlbody(p.oid), p.prosrc),"
+        " p.prosqlbody is not null from pg_catalog.pg_proc p"
+        " where p.oid = 'harbor._binding'::regproc"
+    ).fetchone()
+    return _plpgsql_body(str(row[0]), bool(row[1])) if row else None
+
+
 def plpgsql_twins(conn: psycopg.Connection[Any]) -> list[str]:
     """Re-create each SQL function that reads or writes a distributed table (or any
     volatile SQL function on a Citus table, or one that reads the bindings outside
     the policies) as PL/pgSQL with the same signature, body, volatility and
     security; returns their signatures."""
     conn.execute("set search_path to pg_catalog")
-    binding = conn.execute(
-        "select coalesce(pg_catalog.pg_get_function_sqlbody(p.oid), p.prosrc),"
-        " p.prosqlbody is not null from pg_catalog.pg_proc p"
-        " where p.oid = 'harbor._binding'::regproc"
-    ).fetchone()
-    binding_select = (
-        "(" + _plpgsql_body(str(binding[0]), bool(binding[1])) + ")" if binding else None
-    )
+    binding = _binding_statement(conn)
+    binding_select = "(" + binding + ")" if binding is not None else None
     keep = _called_by_policies()
     rows = conn.execute(_SQL_FUNCTIONS_ON_TABLES).fetchall()
     done = []
@@ -410,6 +414,8 @@ def plpgsql_twins(conn: psycopg.Connection[Any]) -> list[str]:
 # requested scopes can address: the caller's, and '' only with the global scope.
 # Under custom plans the CASE folds to a constant array, so a call without the
 # global scope reads one shard (the tenant's), with it two.
+# The entries of _REWRITES share one shape on purpose (`duplicates` pairs them): a table
+# of (function, pattern, replacement), one entry a statement.
 _TENANTS = "(case when 'global' = any ({scopes}) then array['', {tenant}] else array[{tenant}] end)"
 _LEG = _TENANTS.format(scopes="p_scopes", tenant="v_tenant")
 _REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
@@ -573,21 +579,17 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
     ).fetchall()
     for (signature,) in definers:
         conn.execute(f"alter function {signature} security invoker")
-    binding = conn.execute(
-        "select coalesce(pg_catalog.pg_get_function_sqlbody(p.oid), p.prosrc),"
-        " p.prosqlbody is not null from pg_catalog.pg_proc p"
-        " where p.oid = 'harbor._binding'::regproc"
-    ).fetchone()
+    binding = _binding_statement(conn)
     # (its table alias renamed: set_identity has a record variable named b)
     binding_select = (
         "("
         + re.sub(
             r"\bb\.|\b(role_bindings\w*) b\b",
             lambda m: "binding_row." if m.group(0) == "b." else f"{m.group(1)} binding_row",
-            _plpgsql_body(str(binding[0]), bool(binding[1])),
+            binding,
         )
         + ")"
-        if binding
+        if binding is not None
         else None
     )
     # the PL/pgSQL functions that read the bindings through harbor._binding() (a

@@ -413,6 +413,8 @@ class InMemoryLongTermStore:
                 return row
         return None
 
+    # _keep's parameters are save()'s by shape (`duplicates` pairs them): it holds what
+    # save checked.
     def _keep(
         self,
         owner: MemoryOwner,

@@ -435,6 +435,11 @@ return array(
 -- with more, the leg reads the owner's rows as above. Both ways find the same
 -- matches with the same scores; p_term_limit 0 skips the lookup, and so does
 -- a question of more than 16 lexemes.
+-- The owner pass below reads the rows in two LATERAL branches that differ only in
+-- `not harbor.lexical_entry_fits(...)` on purpose (`duplicates` pairs them): one per
+-- source (the covering index for the entries that fit it, the table for the rest),
+-- as the comment in the body says. Its identity declarations share the shape of
+-- every entry point's (erase, _dense_candidates).
 create or replace function harbor._lexical_candidates(
     p_query text, p_scopes harbor.memory_scope[], p_as_of timestamptz, p_limit integer,
     p_scan_limit integer default 2000, p_term_limit integer default 32,

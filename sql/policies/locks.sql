@@ -11,6 +11,9 @@
 -- only with the caller's own row. (A role bound to a user forces that user;
 -- a role bound to no user has no session or run, so it can lock nothing.)
 -- The elevated role deletes its tenant's rows (harbor.erase).
+-- The policy's harbor._writable(...) call repeats the owner-keyed tables' in
+-- policies.sql on purpose (`duplicates` pairs them): a policy is one expression the
+-- planner inlines, one a table.
 do $locks$
 begin
     if pg_catalog.to_regclass('harbor.owner_locks') is null then

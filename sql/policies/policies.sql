@@ -3,8 +3,9 @@
 -- harbor._writable. The identity is passed as sub-selects so it is evaluated
 -- once per statement (an InitPlan), not once per row.
 
--- The policies of the four owner-keyed tables repeat the same calls on purpose (the
--- near-copies `duplicates` lists): a policy is one expression the planner inlines.
+-- The policies of the four owner-keyed tables (and owner_locks', sql/policies/locks.sql)
+-- repeat the same calls on purpose (the near-copies `duplicates` lists): a policy is one
+-- expression the planner inlines.
 
 -- role_bindings: a role sees its own binding; admins manage their tenant's,
 -- and read every tenant's so that harbor.bind_role can refuse a role already

@@ -8,6 +8,7 @@
 -- locks it (ON CONFLICT DO UPDATE locks the row even though WHERE false updates
 -- nothing). Its policy admits only the caller's own session, so no one else can hold it.
 -- The aggregate reads the whole CTE, so the row is locked before the id is drawn.
+-- append_message_check_summary below repeats this statement inside its own (on purpose).
 with session_lock as (
     insert into harbor.owner_locks as l (tenant_id, user_id, session_id, scope)
     values (%(tenant_id)s::text, %(user_id)s::text, %(session_id)s::text, 'session')
@@ -29,6 +30,8 @@ returning id, created_at
 -- summary (harbor.summary_due_rows, the new turn counted). A read: nothing is
 -- written for the summary here, and the lease statement stays the one that decides.
 -- The session's lock comes before the id, as in append_message.
+-- Its session_lock CTE repeats append_message's on purpose (`duplicates` pairs them):
+-- each named query is one statement, sent whole in one round trip.
 with session_lock as (
     insert into harbor.owner_locks as l (tenant_id, user_id, session_id, scope)
     values (%(tenant_id)s::text, %(user_id)s::text, %(session_id)s::text, 'session')

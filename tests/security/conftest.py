@@ -84,26 +84,26 @@ def _emptied(db: ClusterDatabase) -> ClusterDatabase:
     return db
 
 
-@pytest.fixture(scope="module", params=["server", "cluster"])
-def module_db(request: pytest.FixtureRequest, pg_server: PgServer) -> Iterator[Any]:
-    """A migrated database for one module: on one server, or the cluster's (emptied)."""
+def _server_or_cluster(request: pytest.FixtureRequest, pg_server: PgServer) -> Iterator[Any]:
+    """What module_db and fresh_db yield (they differ only in scope)."""
     if request.param == "cluster":
         yield _emptied(request.getfixturevalue("security_cluster"))
         return
     db = _new_database(pg_server)
     yield db
     _drop_database(pg_server, db.name)
+
+
+@pytest.fixture(scope="module", params=["server", "cluster"])
+def module_db(request: pytest.FixtureRequest, pg_server: PgServer) -> Iterator[Any]:
+    """A migrated database for one module: on one server, or the cluster's (emptied)."""
+    yield from _server_or_cluster(request, pg_server)
 
 
 @pytest.fixture(params=["server", "cluster"])
 def fresh_db(request: pytest.FixtureRequest, pg_server: PgServer) -> Iterator[Any]:
     """A migrated database for one test: on one server, or the cluster's (emptied)."""
-    if request.param == "cluster":
-        yield _emptied(request.getfixturevalue("security_cluster"))
-        return
-    db = _new_database(pg_server)
-    yield db
-    _drop_database(pg_server, db.name)
+    yield from _server_or_cluster(request, pg_server)
 
 
 H = "0" * 63

@@ -7,7 +7,7 @@ and by a name lookup that never answers; nothing leaves the machine.
 
 from __future__ import annotations
 
-import contextlib
+import importlib.util
 import logging
 import socket
 import time
@@ -18,6 +18,13 @@ import pytest
 
 from harbor_pg.embedders import HashingEmbedder, default_embedder, factory
 
+# the unreachable hub of `startup --mode hub` (benchmarks/_startup_hub.py), one copy for both
+_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "_startup_hub.py"
+_spec = importlib.util.spec_from_file_location("_startup_hub", _PATH)
+assert _spec is not None and _spec.loader is not None
+_startup_hub = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_startup_hub)
+
 
 @pytest.fixture(autouse=True)
 def fresh_probe_memory(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -26,18 +33,7 @@ def fresh_probe_memory(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def blackholed(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(0)
-    port = server.getsockname()[1]
-    held = [server]
-    for _ in range(4):
-        client = socket.socket()
-        client.setblocking(False)
-        with contextlib.suppress(BlockingIOError):
-            client.connect(("127.0.0.1", port))
-        held.append(client)
-    time.sleep(0.2)
+    port, held = _startup_hub.blackholed_port()  # the benchmark's own simulation
     endpoint = f"http://127.0.0.1:{port}"
     with pytest.raises(TimeoutError):  # the simulation holds: a connect hangs
         socket.create_connection(("127.0.0.1", port), timeout=0.5)
