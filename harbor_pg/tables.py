@@ -187,6 +187,8 @@ memory_embeddings = Table(
     *_owner_columns(),
     Column("created_at", _tstz, nullable=False),
     Column("with_context", Boolean, primary_key=True),
+    # in the HNSW graph (migration 0018); set by the database's writes, not by callers
+    Column("in_graph", Boolean, nullable=False, server_default="false"),
 )
 
 

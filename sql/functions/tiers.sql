@@ -148,8 +148,9 @@ return 4096;
 -- (then the rest, written by a transaction that could not see the promotion, follow).
 -- save_memories calls it when a write brings a key to that size, or writes to a
 -- key in the graph that still has rows outside it. Under a transaction-scoped
--- advisory lock on the key (two promotions of one key wait for each other
--- instead of deadlocking on its rows), at most p_chunk rows a call: a key with
+-- advisory lock on the key, tried and never waited for (a second promotion of the
+-- key, or a login holding the key, makes this call promote nothing), at most
+-- p_chunk rows a call: a key with
 -- more is promoted over its next writes (resumable; until then the dense leg
 -- scans it exactly, so recall is complete all along). Idempotent. Only for a key
 -- the caller sees (harbor._visible with the caller's identity, as recall's legs);
@@ -172,10 +173,16 @@ begin
                                     v_id.session_id, v_id.run_id), false) then
         return 0;
     end if;
-    perform pg_catalog.pg_advisory_xact_lock(
-        pg_catalog.hashtextextended(harbor.vector_owner_key(p_tenant, p_model_id, p_scope, p_user,
-                                                            p_project, p_session, p_run),
-                                    7318));
+    -- try, never wait: any login can take an advisory key and hold it, and a write
+    -- must not wait on that. A key whose lock is held is promoted by a later write;
+    -- until then the dense leg scans its rows outside the graph exactly (complete).
+    if not pg_catalog.pg_try_advisory_xact_lock(
+            pg_catalog.hashtextextended(harbor.vector_owner_key(p_tenant, p_model_id, p_scope,
+                                                                p_user, p_project, p_session,
+                                                                p_run),
+                                        7318)) then
+        return 0;
+    end if;
     if not exists (select 1 from harbor.memory_embeddings e
                     where e.tenant_id = p_tenant and e.model_id = p_model_id
                       and e.scope = p_scope and e.user_id = p_user
