@@ -89,6 +89,27 @@ def old_functions(ref: str) -> str:
     return re.sub(r"\brecall\.(?=[a-z_]+)", "recall_ab.", body)
 
 
+def old_query(new_sql: str, old_sql_functions: str) -> str:
+    """``new_sql``'s ``harbor.recall(...)`` call aimed at ``recall_ab``, without the named
+    arguments the old function does not take (a ref from before an argument was added
+    answers with its own defaults for it, as it did on its own)."""
+    header = old_sql_functions[
+        old_sql_functions.index("create or replace function harbor.recall_ab(") :
+    ]
+    header = header[: header.index(") returns table")]
+    taken = set(re.findall(r"^\s+(\w+) ", header, re.MULTILINE))
+    lines = new_sql.replace("from harbor.recall(", "from harbor.recall_ab(").split("\n")
+    kept: list[str] = []
+    for line in lines:
+        m = re.match(r"^\s+(\w+) => .*?(,|\) r)$", line)
+        if m and m.group(1) not in taken:
+            if m.group(2) == ") r":  # the last argument: the previous one closes the call
+                kept[-1] = kept[-1].removesuffix(",") + ") r"
+            continue
+        kept.append(line)
+    return "\n".join(kept)
+
+
 def install(owner_url: str, su_url: str, sql: str) -> list[str]:
     """Create the ``_ab`` functions; return their signatures."""
     with psycopg.connect(owner_url, autocommit=True) as conn:

@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import psycopg
 from _common import RESULTS, kept_server, machine, private_server, record, with_params
 from _embed_cache import CachedEmbedder
-from _recall_ab import drop_ab, install, old_functions, server_times
+from _recall_ab import drop_ab, install, old_functions, old_query, server_times
 from locomo import DEFAULT_MODEL, KS, evidence_of, recall_at, turn_memories, turns_of
 
 from harbor_pg.context.recall import MemoryRecall, recall_params
@@ -139,7 +139,7 @@ async def run(args: argparse.Namespace, su: str, cache: Path, keep: Path | None)
     print(f"data: {len(data)} conversations, {n_turns} turns, {len(work)} questions", flush=True)
 
     new_sql = sql_query("recall")
-    old_sql = new_sql.replace("from harbor.recall(", "from harbor.recall_ab(")
+    old_sql = old_query(new_sql, old_functions(args.ref))
     lat: dict[tuple[str, str], list[float]] = defaultdict(list)
     same: dict[str, int] = defaultdict(int)
     quality: dict[tuple[str, str, int], list[float]] = defaultdict(list)
