@@ -88,4 +88,5 @@ def test_functions_are_pinned(module_db: PgDatabase) -> None:
     ]
     assert unpinned == []
     definers = {name for name, sd, _c, _p in rows if sd}
-    assert definers <= {"_dense_candidates", "_lexical_candidates"}
+    # (promote_vector_owner: a visible key's in_graph; tests/security/test_graph_promotion.py)
+    assert definers <= {"_dense_candidates", "_lexical_candidates", "promote_vector_owner"}
