@@ -225,7 +225,8 @@ with input as materialized (
            as v(embedding, with_context)
      where v.embedding is not null
 ), promoted as (
-    -- in key order, so that two writes promoting the same keys take their locks in turn
+    -- in key order (each promotion tries its key's lock and never waits: a key another
+    -- write is promoting is left to a later write)
     select pg_catalog.sum(harbor.promote_vector_owner(o.tenant_id, %(model_id)s::text, o.scope,
                                                       o.user_id, o.project_id, o.session_id,
                                                       o.run_id, o.vectors::integer)
