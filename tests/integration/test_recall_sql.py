@@ -965,3 +965,36 @@ def test_a_candidate_inherits_its_neighbours_relevance_and_a_named_month_lifts_i
     assert all(r["date_match"] == 0 for r in recall(app, "the puppy in june", top_k=10))
     with pytest.raises(errors.InvalidParameterValue, match="date_weight"):
         recall(app, "puppy", date_weight=-1.0)
+
+
+def test_a_context_links_to_its_turn_in_the_dedup_normal_form_whatever_its_whitespace(
+    conns: tuple[Conn, Conn],
+) -> None:
+    """A context is hashed as content (whitespace runs collapsed, trimmed, lower case)
+    before it is compared with the candidates' content hashes: single-spaced ASCII
+    skips the regular expression, every other text goes through it, both link."""
+    from harbor_pg.records import content_hash
+
+    su, app = conns
+    pairs = [
+        # (earlier turn, the later turn's context as written)
+        ("Caroline said the kayak is red", "Caroline said the kayak is red"),
+        ("Melanie said the kayak leaks", "  MELANIE said\tthe kayak   leaks\n"),
+        ("Zoë said the kayak café", "zoë said  the KAYAK café"),
+        ("Zoë said the kayak is mine", "Zoë said the kayak is mine "),
+        ("Jon said the kayak floats", "Jon said the kayak\x0bfloats"),
+    ]
+    for n, (turn, context) in enumerate(pairs):
+        for content, ctx in ((turn, None), (f"reply {n} about the kayak", context)):
+            su.execute(
+                "insert into harbor.memories (tenant_id, scope, user_id, content, content_hash,"
+                " context) values ('t1', 'user', 'u1', %s, %s, %s)",
+                (content, content_hash("user", content), ctx),
+            )
+    rows = {r["content"]: r for r in recall(app, "kayak", top_k=20)}
+    assert len(rows) == 2 * len(pairs)
+    for n, (turn, _context) in enumerate(pairs):
+        reply = rows[f"reply {n} about the kayak"]
+        fused = 1.0 / (5 + rows[turn]["lexical_rank"])
+        assert reply["neighbour"] == pytest.approx(fused), turn
+        assert rows[turn]["neighbour"] == pytest.approx(1.0 / (5 + reply["lexical_rank"])), turn
