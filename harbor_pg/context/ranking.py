@@ -25,12 +25,14 @@ import re
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 from harbor_pg.records import Memory, MemoryType, content_hash, normalize_content
 from harbor_pg.tokens import TokenCounter, approximate_tokens
 
 __all__ = [
     "RecalledMemory",
+    "Relevance",
     "budget_prefix",
     "date_match",
     "dedupe",
@@ -179,6 +181,19 @@ def fuse(
     ]
 
 
+class Relevance(NamedTuple):
+    """A candidate's relevance and its parts, as ``harbor.recall()``'s columns hold them."""
+
+    #: ``(fused + neighbour_weight * neighbour) * (1 + date_weight * date_match)``
+    relevance: float
+    #: the fusion of the two lists alone (:func:`fuse`; flat for a substring match)
+    fused: float
+    #: :func:`neighbour_relevance` (0 when ``neighbour_weight`` is 0)
+    neighbour: float
+    #: :func:`date_match` for the query's months and years (0 when ``date_weight`` is 0)
+    date_match: float
+
+
 def fused_relevance(
     items: Sequence[RecalledMemory],
     *,
@@ -189,22 +204,24 @@ def fused_relevance(
     neighbour_weight: float = 0.75,
     date_weight: float = 2.0,
     query: str | None = None,
-) -> list[float]:
+) -> list[Relevance]:
     """The relevance ``harbor.recall()`` gives each of ``items`` (every candidate of a
-    recall, from their leg columns): the fused relevance (:func:`fuse`, and for a
-    substring-fallback match the flat relevance of a first-ranked match,
-    ``1 / (rrf_k + 1)``, with ``fusion="weighted"`` 1), plus ``neighbour_weight``
-    times :func:`neighbour_relevance`, times ``1 + date_weight * date_match`` for
-    the months and years ``query`` names (none without a query)."""
+    recall, from their leg columns), with its parts: the fused relevance
+    (:func:`fuse`, and for a substring-fallback match the flat relevance of a
+    first-ranked match, ``1 / (rrf_k + 1)``, with ``fusion="weighted"`` 1), plus
+    ``neighbour_weight`` times :func:`neighbour_relevance`, times ``1 + date_weight
+    * date_match`` for the months and years ``query`` names (none without a
+    query). A weight of 0 reports its signal as 0, as the SQL does."""
     fused = _fused(
         items, fusion=fusion, rrf_k=rrf_k, dense_weight=dense_weight, lexical_weight=lexical_weight
     )
     near = neighbour_relevance(items, fused) if neighbour_weight > 0 else [0.0] * len(items)
     months, years = query_dates(query) if query and date_weight > 0 else ((), ())
-    return [
-        (f + neighbour_weight * n) * (1 + date_weight * date_match(i.memory, months, years))
-        for i, f, n in zip(items, fused, near, strict=True)
-    ]
+    out = []
+    for i, f, n in zip(items, fused, near, strict=True):
+        dated = date_match(i.memory, months, years)
+        out.append(Relevance((f + neighbour_weight * n) * (1 + date_weight * dated), f, n, dated))
+    return out
 
 
 def _fused(

@@ -31,13 +31,10 @@ from typing import TYPE_CHECKING, Any
 from harbor_pg.context.ranking import (
     RecalledMemory,
     budget_prefix,
-    date_match,
     dedupe,
     entity_boost,
     final_score,
     fused_relevance,
-    neighbour_relevance,
-    query_dates,
     recency,
     rrf,
     type_boost,
@@ -613,7 +610,7 @@ async def _generic_recall(
     # the neighbour and date signals, as harbor.recall() adds them to relevance (keyword for
     # keyword like prepare()'s RecallRequest(...) and commands.py's MemoryOwner(...) by shape
     # only, `duplicates` pairs them: not a copy)
-    relevance = fused_relevance(
+    parts = fused_relevance(
         candidates,
         fusion=request.fusion,
         rrf_k=request.rrf_k,
@@ -623,18 +620,15 @@ async def _generic_recall(
         date_weight=request.date_weight,
         query=request.query,
     )
-    flat_fused = [flat] * len(candidates)
-    near = neighbour_relevance(candidates, flat_fused)
-    months, years = query_dates(request.query)
     candidates = [
         replace(
             c,
-            relevance=rel,
-            neighbour=n if request.neighbour_weight > 0 else 0.0,
-            date_match=date_match(c.memory, months, years) if request.date_weight > 0 else 0.0,
-            score=final_score(rel, c.recency, c.memory.importance, c.entity, c.type_boost),
+            relevance=p.relevance,
+            neighbour=p.neighbour,
+            date_match=p.date_match,
+            score=final_score(p.relevance, c.recency, c.memory.importance, c.entity, c.type_boost),
         )
-        for c, rel, n in zip(candidates, relevance, near, strict=True)
+        for c, p in zip(candidates, parts, strict=True)
     ]
     ranked = dedupe(candidates)[: request.top_k]
     return [replace(item, rank=i + 1) for i, item in enumerate(ranked)]

@@ -248,7 +248,7 @@ class MemoryStoreConformance:
             )
             items = await recaller.recall_scored(ALICE, query, as_of=now, token_budget=10**6)
             assert len(items) >= 3, fusion
-            relevance = ranking.fused_relevance(
+            parts = ranking.fused_relevance(
                 items,
                 fusion=fusion,
                 rrf_k=policy.rrf_k,
@@ -261,9 +261,13 @@ class MemoryStoreConformance:
             assert any(i.neighbour > 0 for i in items), fusion
             if month in query:
                 assert any(i.date_match == 1 for i in items), query
-            for item, rel in zip(items, relevance, strict=True):
+            for item, part in zip(items, parts, strict=True):
+                rel = part.relevance
                 rec = ranking.recency(item.memory, now, policy.recency_half_life_hours)
                 assert item.relevance == pytest.approx(rel, rel=1e-9, abs=1e-12), fusion
+                # the parts are the recall's own neighbour and date_match columns
+                assert item.neighbour == pytest.approx(part.neighbour, rel=1e-9, abs=1e-12)
+                assert item.date_match == part.date_match, fusion
                 assert item.recency == pytest.approx(rec, rel=1e-9, abs=1e-12), fusion
                 score = ranking.final_score(
                     rel, rec, item.memory.importance, item.entity, item.type_boost
