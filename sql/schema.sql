@@ -132,6 +132,10 @@ create table harbor.memories (
     -- writer's identity by the memories_provenance trigger, NULL for a row naming no source
     source_tenant_id   text,
     source_user_id     text,
+    -- the content_hash this row's context would have as content of its scope (null
+    -- without a context): recall links a candidate to the one before it on it. Set
+    -- by the memories_context_hash trigger from the row's own scope and context
+    context_hash       text,
     primary key (tenant_id, id),
     -- a row stores exactly the owner fields its scope keys on
     constraint memories_scope_key check (

@@ -92,6 +92,61 @@ return case
     else harbor.approximate_tokens('[' || left(content_hash, 12) || '] '
              || pg_catalog.regexp_replace(pg_catalog.btrim(content), '\s+', ' ', 'g')) end;
 
+-- The dedup key a memory's context would have as content of its scope
+-- (harbor_pg.records.content_hash: scope ':' the text, whitespace runs collapsed,
+-- trimmed, lower case; sha256 in hex), null without a context: recall's neighbour
+-- signal links a candidate to the one whose content_hash this is. Stored in
+-- memories.context_hash (migration 0019) by the trigger below. regexp_replace()
+-- costs about 25 us a text: ASCII with single spaces and no other whitespace is
+-- its own collapsed form, so it skips the matcher (as harbor.recall_line_tokens).
+-- Stable, not immutable: an enum's text is not immutable.
+create or replace function harbor.context_hash(scope harbor.memory_scope, context text)
+    returns text
+    language sql stable security invoker parallel safe
+return case when context is null then null
+            else pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(
+                     scope::text || ':' || pg_catalog.lower(pg_catalog.btrim(
+                         case when pg_catalog.octet_length(context) = pg_catalog.length(context)
+                               and pg_catalog.strpos(context, '  ') = 0
+                               and pg_catalog.strpos(context, E'\t') = 0
+                               and pg_catalog.strpos(context, E'\n') = 0
+                               and pg_catalog.strpos(context, E'\r') = 0
+                               and pg_catalog.strpos(context, E'\f') = 0
+                               and pg_catalog.strpos(context, pg_catalog.chr(11)) = 0
+                              then context
+                              else pg_catalog.regexp_replace(context, '\s+', ' ', 'g') end)),
+                     'UTF8')), 'hex') end;
+
+-- memories.context_hash follows the row's scope and context on every insert and
+-- on an update of either (or of the column: a writer's own value is replaced).
+create or replace function harbor._memories_context_hash() returns trigger
+    language plpgsql security invoker
+    set search_path to pg_catalog, pg_temp
+as $$
+begin
+    new.context_hash := harbor.context_hash(new.scope, new.context);
+    return new;
+end
+$$;
+
+-- (the column comes with revision 0019; this file also runs on the revisions before
+-- it. The condition keeps the call off the rows without a context)
+do $$
+begin
+    if exists (select 1 from pg_catalog.pg_attribute
+                where attrelid = 'harbor.memories'::pg_catalog.regclass
+                  and attname = 'context_hash' and not attisdropped) then
+        create or replace trigger memories_context_hash
+            before insert or update of scope, context, context_hash on harbor.memories
+            for each row
+            when (new.context is not null or new.context_hash is not null)
+            execute function harbor._memories_context_hash();
+    else
+        drop trigger if exists memories_context_hash on harbor.memories;
+    end if;
+end
+$$;
+
 -- Dense candidates: the p_limit nearest memories by cosine distance (a memory
 -- saved with a context has a vector of its content and one of context plus
 -- content; the nearer counts) among the caller's visible rows of one model,
@@ -1012,38 +1067,20 @@ begin
            and not exists (select 1 from fused)
     ), contexts as (
         -- ---- issue 21, neighbour expansion. A memory's context is the text
-        -- before it (a conversation's previous turn): the candidates' contexts,
-        -- read by primary key as the invoker (the probe's form is the hydration's
-        -- below, which harbor_pg.db.citus rewrites into a join for Citus)
-        select c.tenant_id, c.memory_id, x.context
+        -- before it (a conversation's previous turn), stored with the key it
+        -- would have as content (memories.context_hash, harbor.context_hash()):
+        -- the candidates' keys, read by primary key as the invoker (the probe's
+        -- form is the hydration's below, which harbor_pg.db.citus rewrites into
+        -- a join for Citus)
+        select c.tenant_id, c.memory_id, x.context_hash
           from candidates c
           cross join lateral (
               select m1.* from harbor.memories m1 where m1.id = c.memory_id offset 0) x
          where x.tenant_id = c.tenant_id
-           and recall.neighbour_weight > 0 and x.context is not null
+           and recall.neighbour_weight > 0 and x.context_hash is not null
     ), linked as (
-        -- a candidate follows the candidate whose content hash is the hash its
-        -- context would have (records.content_hash: scope ':' the text, whitespace
-        -- collapsed, trimmed, lower case). regexp_replace() was most of the
-        -- neighbour signal's cost (about 25 us a context, 2 ms of a LoCoMo call):
-        -- ASCII text with single spaces and no other whitespace is its own
-        -- collapsed form, so it skips the matcher (as harbor.recall_line_tokens)
-        select c.*,
-               case when k.context is null then null
-                    else pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(
-                             c.scope::text || ':' || pg_catalog.lower(pg_catalog.btrim(
-                                 case when pg_catalog.octet_length(k.context)
-                                           = pg_catalog.length(k.context)
-                                       and pg_catalog.strpos(k.context, '  ') = 0
-                                       and pg_catalog.strpos(k.context, E'\t') = 0
-                                       and pg_catalog.strpos(k.context, E'\n') = 0
-                                       and pg_catalog.strpos(k.context, E'\r') = 0
-                                       and pg_catalog.strpos(k.context, E'\f') = 0
-                                       and pg_catalog.strpos(k.context, pg_catalog.chr(11)) = 0
-                                      then k.context
-                                      else pg_catalog.regexp_replace(k.context, '\s+', ' ', 'g')
-                                 end)),
-                             'UTF8')), 'hex') end as context_hash
+        -- a candidate follows the candidate whose content hash is its context's
+        select c.*, k.context_hash
           from candidates c
           left join contexts k on k.tenant_id = c.tenant_id and k.memory_id = c.memory_id
     ), neighboured as (

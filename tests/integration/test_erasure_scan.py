@@ -58,6 +58,7 @@ NOT_PERSONAL = {
     ("harbor", "owner_locks", "tenant_id"): "the tenant",
     ("harbor", "role_bindings", "tenant_id"): "the tenant",
     ("harbor", "memories", "content_hash"): "a SHA-256 digest, never the text",
+    ("harbor", "memories", "context_hash"): "a SHA-256 digest, never the text",
     ("harbor", "memories", "source"): "a fixed vocabulary (check constraint)",
     ("harbor", "memories", "superseded_by"): "a memory id; ON DELETE SET NULL clears erased ones",
     ("public", "harbor_alembic_version", "version_num"): "the schema revision",

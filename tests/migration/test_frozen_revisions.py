@@ -37,6 +37,7 @@ FROZEN = {
     "0016_summary_owner_ids.py": "462a88159cb33022",
     "0017_owner_locks.py": "110c87ac4980b8d5",
     "0018_graph_owners.py": "0dec674b9c9557ff",
+    "0019_context_hash.py": "5b060b7a3a3c4920",
 }
 
 
