@@ -464,3 +464,56 @@ def test_0016_rekeys_summaries_by_their_whole_owner(empty_db: PgDatabase) -> Non
     ]
     assert [r[1] for r in after] == derived
     assert facts == (1,) and vectors == (0,)
+
+
+def test_0019_stores_the_key_of_each_context_and_the_trigger_keeps_it(
+    empty_db: PgDatabase,
+) -> None:
+    """0019 gives every stored memory with a context the content hash its context
+    would have (records.content_hash), without touching updated_at; from then on the
+    trigger sets it from the row's own scope and context, whatever a writer sends."""
+    from harbor_pg.records import content_hash
+
+    contexts = [
+        "Caroline said hello there",
+        "  MELANIE said\tthe kayak   leaks\n",
+        "zoë said  the KAYAK café",
+        None,
+    ]
+    migrate.upgrade(empty_db.owner_url, "0018")
+    with psycopg.connect(empty_db.app_url, autocommit=True) as conn:
+        conn.execute("select harbor.set_identity('t1', principal_id => 'u1')")
+        for n, context in enumerate(contexts):
+            conn.execute(
+                "insert into harbor.memories (tenant_id, id, scope, user_id, principal_id, content,"
+                 " content_hash, context, updated_at) values ('t1', %s, 'user', 'u1', 'u1', %s,"
+                " %s, %s, '2020-01-01')",
+                (f"m{n}", f"turn {n}", content_hash("user", f"turn {n}"), context),
+            )
+    migrate.upgrade(empty_db.owner_url)
+    with psycopg.connect(empty_db.superuser_url) as su:
+        stored = dict(
+            su.execute(
+                "select id, context_hash from harbor.memories"
+                " where updated_at = '2020-01-01' order by id"
+            ).fetchall()
+        )
+    assert stored == {
+        f"m{n}": (content_hash("user", c) if c is not None else None)
+        for n, c in enumerate(contexts)
+    }
+    with psycopg.connect(empty_db.app_url, autocommit=True) as conn:
+        conn.execute("select harbor.set_identity('t1', principal_id => 'u1')")
+        for memory_id, context in (("new1", "Jon  said\x0bhi"), ("new2", None)):
+            conn.execute(
+                "insert into harbor.memories (tenant_id, id, scope, user_id, principal_id, content,"
+                 " content_hash, context, context_hash) values ('t1', %s, 'user', 'u1', 'u1', %s,"
+                " %s, %s, repeat('0', 64))",
+                (memory_id, f"fact {memory_id}", content_hash("user", memory_id), context),
+            )
+        got = dict(
+            conn.execute(
+                "select id, context_hash from harbor.memories where id like 'new%' order by id"
+            ).fetchall()
+        )
+    assert got == {"new1": content_hash("user", "Jon  said\x0bhi"), "new2": None}
