@@ -486,7 +486,7 @@ def test_0019_stores_the_key_of_each_context_and_the_trigger_keeps_it(
         for n, context in enumerate(contexts):
             conn.execute(
                 "insert into harbor.memories (tenant_id, id, scope, user_id, principal_id, content,"
-                 " content_hash, context, updated_at) values ('t1', %s, 'user', 'u1', 'u1', %s,"
+                " content_hash, context, updated_at) values ('t1', %s, 'user', 'u1', 'u1', %s,"
                 " %s, %s, '2020-01-01')",
                 (f"m{n}", f"turn {n}", content_hash("user", f"turn {n}"), context),
             )
@@ -507,7 +507,7 @@ def test_0019_stores_the_key_of_each_context_and_the_trigger_keeps_it(
         for memory_id, context in (("new1", "Jon  said\x0bhi"), ("new2", None)):
             conn.execute(
                 "insert into harbor.memories (tenant_id, id, scope, user_id, principal_id, content,"
-                 " content_hash, context, context_hash) values ('t1', %s, 'user', 'u1', 'u1', %s,"
+                " content_hash, context, context_hash) values ('t1', %s, 'user', 'u1', 'u1', %s,"
                 " %s, %s, repeat('0', 64))",
                 (memory_id, f"fact {memory_id}", content_hash("user", memory_id), context),
             )
