@@ -172,6 +172,8 @@ memories = Table(
     # whose conversation a memory came from (set by the database; revision 0011)
     Column("source_tenant_id", Text, server_default=FetchedValue()),
     Column("source_user_id", Text, server_default=FetchedValue()),
+    # the content hash of the context (set by the database's trigger; revision 0019)
+    Column("context_hash", Text, server_default=FetchedValue()),
 )
 
 #: One vector per memory and embedding model (and per context variant).
