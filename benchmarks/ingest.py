@@ -398,12 +398,21 @@ def main(argv: list[str] | None = None) -> None:
                         flush=True,
                     )
             rows = _report("ingest", results)
+            notes = []
             if args.ref and len(names) == 2:
                 a, b = (results[n] for n in names)
-                for key in ("batch_s", "single_s"):
+                for key, label in (("batch_s", "save_many"), ("single_s", "save")):
                     ratios = [y[key] / x[key] for x, y in zip(a, b, strict=True) if key in x]
                     if ratios:
                         print(f"  {key}: B/A median ratio {statistics.median(ratios):.2f}")
+                        notes.append(
+                            f"{label}: this checkout / ref {args.ref}, median of the paired"
+                            f" rounds: {statistics.median(ratios):.2f}"
+                        )
+            notes.append(
+                f"load average at the end: {os.getloadavg()[0]:.1f} on"
+                f" {os.cpu_count()} cores (absolute figures are inflated by load)"
+            )
             for proc in sides.values():
                 assert proc.stdin is not None
                 proc.stdin.close()
@@ -417,6 +426,7 @@ def main(argv: list[str] | None = None) -> None:
                     data=f"{args.preload:,} memories preloaded over {OWNERS} owners, 384-d",
                     header=["side", "save_many /s", "save /s", "save p50/p99 ms", "range"],
                     rows=rows,
+                    notes="; ".join(notes) + ".",
                 )
         finally:
             shutil.rmtree(work, ignore_errors=True)

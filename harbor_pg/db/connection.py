@@ -400,12 +400,19 @@ class Database:
             yield conn
 
     async def fetch_in_one_round_trip(
-        self, owner: MemoryOwner, statement: str, params: dict[str, Any] | None = None
+        self,
+        owner: MemoryOwner,
+        statement: str,
+        params: dict[str, Any] | None = None,
+        *,
+        plan_cache_mode: str | None = None,
     ) -> list[dict[str, Any]]:
         """Run one statement in its own transaction with ``owner``'s identity set,
         in one round trip; return its rows as dicts (see :meth:`fetch_rows_in_one_round_trip`).
         """
-        return await self.fetch_rows_in_one_round_trip(owner, statement, params, dict_row)
+        return await self.fetch_rows_in_one_round_trip(
+            owner, statement, params, dict_row, plan_cache_mode=plan_cache_mode
+        )
 
     async def fetch_rows_in_one_round_trip(
         self,
@@ -413,9 +420,17 @@ class Database:
         statement: str,
         params: dict[str, Any] | None,
         row_factory: AsyncRowFactory[Row],
+        *,
+        plan_cache_mode: str | None = None,
     ) -> list[Row]:
         """Run one statement in its own transaction with ``owner``'s identity set,
         in one round trip; return its rows as ``row_factory`` builds them.
+
+        ``plan_cache_mode`` (``force_generic_plan``, ``force_custom_plan``) is set for
+        that transaction alone, in the same round trip: psycopg prepares a statement
+        run often on a connection, and then the server plans it again on every run
+        unless its generic plan looks cheaper than the custom ones (for save_memories,
+        a statement of many CTEs, planning was half of a one-memory save's time).
 
         The identity, the statement and the pipeline sync are all written before
         the first wait for the server. In the extended protocol, statements sent
@@ -443,6 +458,11 @@ class Database:
                             await conn.execute(command)
                     else:
                         await conn.execute(query("set_identity"), identity_params(owner))
+                    if plan_cache_mode is not None:
+                        await conn.execute(
+                            "select pg_catalog.set_config('plan_cache_mode', %s, true)",
+                            (plan_cache_mode,),
+                        )
                     cur = conn.cursor(row_factory=row_factory)
                     await cur.execute(statement, params)
                     if self.set_local:

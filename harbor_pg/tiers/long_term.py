@@ -376,8 +376,15 @@ class PostgresLongTermStore:
                 ]
         chunks = _distinct_id_runs(params)
         if len(chunks) == 1 and not admin:
+            # the generic plan, planned once a connection: for one memory the server
+            # would otherwise plan the statement on every call (its custom plans look
+            # cheaper than the generic one), half of a save's time; a batch of 1,000
+            # ran no faster with a plan for its size (benchmarks/RESULTS.md, ingest)
             rows = await self.db.fetch_in_one_round_trip(
-                owner, query("save_memories"), _batch_params(params, vectors, model_id)
+                owner,
+                query("save_memories"),
+                _batch_params(params, vectors, model_id),
+                plan_cache_mode="force_generic_plan",
             )
         else:
             rows = []

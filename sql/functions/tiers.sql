@@ -142,6 +142,70 @@ create or replace function harbor.graph_min_vectors() returns integer
     language sql immutable security invoker parallel safe
 return 4096;
 
+-- Where the vectors a write adds to an owner key go, and whether the key's older rows
+-- are to be promoted (save_memories, once a key, before it inserts): in_graph when
+-- the key is in the graph (some of its vectors are) or this write brings it to
+-- harbor.graph_min_vectors() (p_new: the vectors the write adds; the count of the
+-- rows already there stops at what the key lacks); promote when it brings it there,
+-- or the key is in the graph and still has rows outside it. Read as harbor_search,
+-- whose policy puts no condition on the rows, so each lookup is an index-only scan
+-- of memory_embeddings_owner_idx on the whole key (under the caller's policy the
+-- scope comparison, not leakproof, cannot be an index condition: the planner took the
+-- primary key and read every vector of the tenant from the heap, three times a
+-- write). Only for a key the caller sees (harbor._visible with the caller's identity,
+-- as promote_vector_owner): for any other, (false, false), which leaves nothing in
+-- the graph and tells nothing about the key. SECURITY DEFINER, owned by
+-- harbor_search, reads in_graph flags and a bounded count, writes nothing.
+create or replace function harbor.vector_owner_graph(
+    p_tenant text, p_model_id text, p_scope harbor.memory_scope, p_user text, p_project text,
+    p_session text, p_run text, p_new integer, out in_graph boolean, out promote boolean
+) returns record
+    language plpgsql stable security definer
+    set search_path to pg_catalog, pg_temp
+as $$
+declare
+    v_id record := harbor._caller_identity();
+    v_min integer := harbor.graph_min_vectors();
+begin
+    in_graph := false;
+    promote := false;
+    if not coalesce(harbor._visible(p_scope, p_tenant, p_project, p_user, p_session, p_run,
+                                    v_id.tenant_id, v_id.project_id, v_id.user_id,
+                                    v_id.session_id, v_id.run_id), false) then
+        return;
+    end if;
+    if exists (select 1 from harbor.memory_embeddings e
+                where e.tenant_id = p_tenant and e.model_id = p_model_id
+                  and e.scope = p_scope and e.user_id = p_user
+                  and e.project_id = p_project and e.session_id = p_session
+                  and e.run_id = p_run and e.in_graph) then
+        in_graph := true;
+        promote := exists (select 1 from harbor.memory_embeddings e
+                            where e.tenant_id = p_tenant and e.model_id = p_model_id
+                              and e.scope = p_scope and e.user_id = p_user
+                              and e.project_id = p_project and e.session_id = p_session
+                              and e.run_id = p_run and not e.in_graph);
+        return;
+    end if;
+    in_graph := greatest(p_new, 0) >= v_min
+                or greatest(p_new, 0)
+                   + (select count(*) from (select 1 from harbor.memory_embeddings e
+                                             where e.tenant_id = p_tenant
+                                               and e.model_id = p_model_id
+                                               and e.scope = p_scope and e.user_id = p_user
+                                               and e.project_id = p_project
+                                               and e.session_id = p_session
+                                               and e.run_id = p_run
+                                             limit v_min - greatest(p_new, 0)) c) >= v_min;
+    promote := in_graph;
+end
+$$;
+grant create on schema harbor to harbor_search;
+alter function harbor.vector_owner_graph(text, text, harbor.memory_scope, text, text, text,
+                                         text, integer)
+    owner to harbor_search;
+revoke create on schema harbor from harbor_search;
+
 -- Put an owner key's vectors of a model in the graph (in_graph): when the key
 -- holds at least harbor.graph_min_vectors() of them (p_new: the vectors the calling
 -- statement writes to it, which this function may not see), or some already are

@@ -168,46 +168,21 @@ with input as materialized (
     on conflict do nothing
     returning m
 ), owners as materialized (
-    -- The owner keys given vectors, each with whether its vectors are in the HNSW graph
-    -- (memory_embeddings.in_graph): a key in the graph, or one this write brings to
-    -- harbor.graph_min_vectors() vectors, gets its new vectors in the graph; promote: the
-    -- key's older rows go in too (harbor.promote_vector_owner), for a key just grown to
-    -- that size or one in the graph that still has rows outside it. Counted under the
-    -- caller's read policy; a count that comes out short only leaves a key out of the
-    -- graph, where the dense leg scans it exactly.
-    select o.*, o.graph or o.grown as in_graph,
-           o.grown or (o.graph and exists (
-               select 1 from harbor.memory_embeddings e
-                where e.tenant_id = o.tenant_id and e.model_id = %(model_id)s::text
-                  and e.scope = o.scope and e.user_id = o.user_id
-                  and e.project_id = o.project_id and e.session_id = o.session_id
-                  and e.run_id = o.run_id and not e.in_graph)) as promote
-      from (select g.*,
-                   not g.graph
-                   and g.vectors + (select count(*)
-                                      from (select 1 from harbor.memory_embeddings e
-                                             where e.tenant_id = g.tenant_id
-                                               and e.model_id = %(model_id)s::text
-                                               and e.scope = g.scope and e.user_id = g.user_id
-                                               and e.project_id = g.project_id
-                                               and e.session_id = g.session_id
-                                               and e.run_id = g.run_id
-                                             limit harbor.graph_min_vectors()) c)
-                       >= harbor.graph_min_vectors() as grown
-              from (select k.*, exists (
-                               select 1 from harbor.memory_embeddings e
-                                where e.tenant_id = k.tenant_id
-                                  and e.model_id = %(model_id)s::text and e.scope = k.scope
-                                  and e.user_id = k.user_id and e.project_id = k.project_id
-                                  and e.session_id = k.session_id and e.run_id = k.run_id
-                                  and e.in_graph) as graph
-                      from (select i.tenant_id, i.scope, i.user_id, i.project_id, i.session_id,
-                                   i.run_id,
-                                   count(i.embedding) + count(i.context_embedding) as vectors
-                              from input i
-                             where i.embedding is not null or i.context_embedding is not null
-                             group by i.tenant_id, i.scope, i.user_id, i.project_id,
-                                      i.session_id, i.run_id) k) g) o
+    -- The owner keys given vectors, each with whether its new vectors go in the HNSW
+    -- graph (memory_embeddings.in_graph) and whether its older rows are to be promoted
+    -- (harbor.promote_vector_owner): harbor.vector_owner_graph decides, once a key (a
+    -- count that comes out short only leaves a key out of the graph, where the dense
+    -- leg scans it exactly).
+    select k.*, s.in_graph, s.promote
+      from (select i.tenant_id, i.scope, i.user_id, i.project_id, i.session_id, i.run_id,
+                   count(i.embedding) + count(i.context_embedding) as vectors
+              from input i
+             where i.embedding is not null or i.context_embedding is not null
+             group by i.tenant_id, i.scope, i.user_id, i.project_id, i.session_id,
+                      i.run_id) k
+     cross join lateral harbor.vector_owner_graph(k.tenant_id, %(model_id)s::text, k.scope,
+                                                  k.user_id, k.project_id, k.session_id,
+                                                  k.run_id, k.vectors::integer) s
 ), embedded as (
     insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims, embedding,
                                           scope, project_id, user_id, session_id, run_id,

@@ -87,3 +87,36 @@ async def test_a_save_and_a_batch_are_one_round_trip_each(
         batch = [Memory(content=f"batch {i} fact {k}") for k in range(5)]
         await store.save_many(ALICE, batch, [V] * 5, "test-model")
         assert proxy.flights == 1
+
+
+async def test_save_and_save_many_run_the_generic_plan(
+    fresh_db: PgDatabase,
+) -> None:
+    """psycopg prepares save_memories once it has run five times on a connection; a save
+    of one memory then runs the statement's generic plan (planned once, not on every
+    call: left to choose, the server keeps planning it, its custom plans looking
+    cheaper), and so does a batch."""
+    db = Database(fresh_db.app_url, min_size=1, max_size=1)
+    await db.open()
+    try:
+        store = PostgresLongTermStore(db)
+        for i in range(12):
+            await store.save(ALICE, Memory(content=f"fact {i}"), V, "m8")
+        plans = (
+            "select generic_plans, custom_plans from pg_prepared_statements"
+            " where statement like '%Save a batch of memories with their vectors%'"
+        )
+        async with db.transaction(ALICE) as conn:
+            [row] = await (await conn.execute(plans)).fetchall()
+        generic, custom = row["generic_plans"], row["custom_plans"]
+        assert custom == 0 and generic >= 6
+        for i in range(8):
+            await store.save_many(
+                ALICE, [Memory(content=f"batch {i} {k}") for k in range(3)], [V] * 3, "m8"
+            )
+        async with db.transaction(ALICE) as conn:
+            [row] = await (await conn.execute(plans)).fetchall()
+        generic_after, custom_after = row["generic_plans"], row["custom_plans"]
+        assert custom_after == 0 and generic_after == generic + 8
+    finally:
+        await db.close()

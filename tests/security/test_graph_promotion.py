@@ -37,3 +37,23 @@ def test_a_caller_cannot_promote_a_key_it_cannot_see(attacker: Conn, seeded: PgD
         [(promoted,)] = attacker.execute(_PROMOTE, ("user", "u1")).fetchall()
         assert promoted > 0
         raise psycopg.Rollback()
+
+
+_GRAPH = (
+    "select in_graph, promote from harbor.vector_owner_graph('t1', 'm',"
+    " %s::harbor.memory_scope, %s, '', '', '', %s)"
+)
+
+
+def test_a_caller_learns_nothing_of_a_key_it_cannot_see(attacker: Conn, seeded: PgDatabase) -> None:
+    """harbor.vector_owner_graph reads as harbor_search: for another user's key it answers
+    (false, false) whatever that key holds and whatever the caller claims to add, so it
+    neither tells the key's size nor puts anything in the graph; for the caller's own
+    key (the control) the same call says the key's new vectors go in the graph."""
+    with psycopg.connect(seeded.superuser_url) as su:
+        _, victims = su.execute(_IN_GRAPH, ("user", "u2")).fetchone()  # type: ignore[misc]
+    assert victims > 0
+    for claimed in (0, 1, 1_000_000):
+        assert attacker.execute(_GRAPH, ("user", "u2", claimed)).fetchone() == (False, False)
+    own = attacker.execute(_GRAPH, ("user", "u1", 1_000_000)).fetchone()
+    assert own is not None and own[0] is True

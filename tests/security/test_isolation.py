@@ -85,10 +85,15 @@ def test_only_candidate_functions_are_security_definers(attacker: Conn) -> None:
     ).fetchall()
     definers = {r[0] for r in rows}
     # (promote_vector_owner returns a count and updates in_graph, nothing else, and
-    # only for a key the caller sees: test_a_caller_cannot_promote_a_key_it_cannot_see)
-    assert definers <= {"_dense_candidates", "_lexical_candidates", "promote_vector_owner"}, (
-        definers
-    )
+    # only for a key the caller sees: test_a_caller_cannot_promote_a_key_it_cannot_see;
+    # vector_owner_graph writes nothing and answers (false, false) for a key the caller
+    # cannot see: test_a_caller_learns_nothing_of_a_key_it_cannot_see)
+    assert definers <= {
+        "_dense_candidates",
+        "_lexical_candidates",
+        "promote_vector_owner",
+        "vector_owner_graph",
+    }, definers
 
 
 def test_cannot_erase_others_rows(attacker: Conn) -> None:
