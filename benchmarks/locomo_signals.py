@@ -467,10 +467,18 @@ def audit(convs, Ps):
     return rows
 
 
-def explore(Ps):
+def explore(Ps, dates_only=False):
     """A wider grid of recall's existing arguments (rrf_k, dense weight, neighbour and date
     weights, half-life), each held-out conversation scored with the point best on the others."""
     rows: list = []
+    if dates_only:
+        dates = [
+            dict(SHIPPED, nb=nb, date=d) for nb in (0.75, 1.0, 1.25) for d in (2, 3, 4, 5, 6, 8)
+        ]
+        cv_row(
+            "neighbour x date weight up to 8 at rrf_k 5, wd 0.75, half-life 180 d", dates, Ps, rows
+        )
+        return rows
     wide = [
         dict(k=k, wd=wd, nb=nb, date=d, hl=4320.0)
         for k in (1, 2, 3, 5, 8, 10, 20, 60)
@@ -488,6 +496,8 @@ def explore(Ps):
         for d in (2, 3)
     ]
     cv_row("half-life x neighbour x date at rrf_k 5, wd 0.75", hls, Ps, rows)
+    dates = [dict(SHIPPED, nb=nb, date=d) for nb in (0.75, 1.0, 1.25) for d in (2, 3, 4, 5, 6, 8)]
+    cv_row("neighbour x date weight up to 8 at rrf_k 5, wd 0.75, half-life 180 d", dates, Ps, rows)
     return rows
 
 
@@ -504,6 +514,7 @@ def main() -> None:
     ap.add_argument(
         "--explore", action="store_true", help="CV over a wider grid of recall's arguments"
     )
+    ap.add_argument("--dates-only", action="store_true", help="with --explore: the date row only")
     args = ap.parse_args()
     convs, _ = load(args.cache)
     Ps = [prepare(c) for c in convs]
@@ -511,7 +522,7 @@ def main() -> None:
         if args.audit:
             audit(convs, Ps)
         if args.explore:
-            explore(Ps)
+            explore(Ps, dates_only=args.dates_only)
         return
     plain("lexical", dict(wd=0.0), Ps)
     plain("shipped fusion alone", dict(), Ps)
