@@ -1,10 +1,17 @@
 """Leave-one-conversation-out CV of recall's neighbour and date signals on a locomo_cv dump.
 
     python benchmarks/locomo_signals.py --cache DIR   (DIR: from `locomo_cv.py dump`)
+    python benchmarks/locomo_signals.py --cache DIR --audit [--explore [--dates-only]]
 
 Replays harbor.recall()'s fusion (rrf_k, dense weight), neighbour expansion
 among the legs' candidates and the date signal in numpy, then picks, per
 held-out conversation, the grid point best on the other four (R@10, then R@5).
+``--audit``: issue 21's lines (the legs and the hybrid at every k, plain and
+cross-validated, per held-out conversation against the better leg; recency held
+at each half-life; ``fusion=weighted``). ``--explore``: CV over a wider grid of
+recall's existing arguments. CV figures average per held-out conversation: set
+them beside a fixed point's mean over the conversations, not beside the pooled
+dev figure.
 """
 
 import math
