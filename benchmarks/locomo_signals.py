@@ -476,16 +476,9 @@ def audit(convs, Ps):
 
 def explore(Ps, dates_only=False):
     """A wider grid of recall's existing arguments (rrf_k, dense weight, neighbour and date
-    weights, half-life), each held-out conversation scored with the point best on the others."""
+    weights, half-life), each held-out conversation scored with the point best on the others;
+    ``dates_only``: the last row alone (the date weight past the wide grid's edge)."""
     rows: list = []
-    if dates_only:
-        dates = [
-            dict(SHIPPED, nb=nb, date=d) for nb in (0.75, 1.0, 1.25) for d in (2, 3, 4, 5, 6, 8)
-        ]
-        cv_row(
-            "neighbour x date weight up to 8 at rrf_k 5, wd 0.75, half-life 180 d", dates, Ps, rows
-        )
-        return rows
     wide = [
         dict(k=k, wd=wd, nb=nb, date=d, hl=4320.0)
         for k in (1, 2, 3, 5, 8, 10, 20, 60)
@@ -493,18 +486,20 @@ def explore(Ps, dates_only=False):
         for nb in (0.5, 0.75, 1.0, 1.5)
         for d in (1, 2, 3, 4)
     ]
-    cv_row(
-        "wide rrf grid (k 1-60, wd 0.5-1.25, nb 0.5-1.5, date 1-4), half-life 180 d", wide, Ps, rows
-    )
     hls = [
         dict(SHIPPED, hl=hl, nb=nb, date=d)
         for hl in (0, 720.0, 2160.0, 4320.0, 8760.0, 17520.0)
         for nb in (0.5, 0.75, 1.0)
         for d in (2, 3)
     ]
-    cv_row("half-life x neighbour x date at rrf_k 5, wd 0.75", hls, Ps, rows)
     dates = [dict(SHIPPED, nb=nb, date=d) for nb in (0.75, 1.0, 1.25) for d in (2, 3, 4, 5, 6, 8)]
-    cv_row("neighbour x date weight up to 8 at rrf_k 5, wd 0.75, half-life 180 d", dates, Ps, rows)
+    grids = [
+        ("wide rrf grid (k 1-60, wd 0.5-1.25, nb 0.5-1.5, date 1-4), half-life 180 d", wide),
+        ("half-life x neighbour x date at rrf_k 5, wd 0.75", hls),
+        ("neighbour x date weight up to 8 at rrf_k 5, wd 0.75, half-life 180 d", dates),
+    ]
+    for label, points in grids[-1:] if dates_only else grids:
+        cv_row(label, points, Ps, rows)
     return rows
 
 
