@@ -47,7 +47,16 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import data_home, kept_server, machine, pct, progress, record, with_params
+from _common import (
+    RESULTS,
+    data_home,
+    kept_server,
+    machine,
+    pct,
+    progress,
+    record,
+    with_params,
+)
 from recall import kept_dir, owner_of, queries, request_for, set_label, tenant_name
 
 from harbor_pg.context.recall import recall_params
@@ -311,32 +320,45 @@ def main(argv: list[str] | None = None) -> None:
                     conn.execute("select pg_reload_conf()")
     if args.record:
         label = f"skewed ({args.skewed})" if args.skewed else f"uniform {args.size:,}"
-        record(
-            "recall-ab",
-            title="Recall against older commits' SQL, paired (`recall --mode ab`)",
-            data=f"the kept set {label} {args.order} of `recall` (1,000 tenants, 384-dim"
-            f" vectors around 200 topics); {args.queries} questions to random owners, hybrid,"
-            f" top_k 25, each answered by an old commit's recall SQL and this checkout's in"
-            " alternating order on one connection, as harbor_app under row-level security",
-            header=[
-                "old",
-                "client p50 old / new ms (ratio)",
-                "client p99 old / new ms",
-                "paired old - new (median)",
-                "inside the server (mean) old / new",
-                "identical answers",
-            ],
-            rows=[
-                [
-                    ref,
-                    f"{res['old_p50']:.2f} / {res['new_p50']:.2f}"
-                    f" (x{res['new_p50'] / res['old_p50']:.2f})",
-                    f"{res['old_p99']:.2f} / {res['new_p99']:.2f}",
-                    f"{res['paired']:+.2f} ms",
-                    f"{res['inside_old']} / {res['inside_new']}",
-                    f"{res['same']} of {res['n']}",
-                ]
-                for ref, res in results.items()
-            ],
-            notes=args.notes,
-        )
+        write_results(results, f"{label} {args.order}", args.queries, notes=args.notes)
+
+
+def write_results(
+    results: dict[str, dict[str, Any]],
+    kept_set: str,
+    questions: int,
+    *,
+    notes: str = "",
+    path: Path = RESULTS,
+) -> None:
+    """Replace RESULTS.md's ``recall-ab`` section: one row per old commit compared."""
+    record(
+        "recall-ab",
+        title="Recall against older commits' SQL, paired (`recall --mode ab`)",
+        data=f"the kept set {kept_set} of `recall` (1,000 tenants, 384-dim vectors around"
+        f" 200 topics); {questions} questions to random owners, hybrid, top_k 25, each"
+        " answered by an old commit's recall SQL and this checkout's in alternating order"
+        " on one connection, as harbor_app under row-level security",
+        header=[
+            "old",
+            "client p50 old / new ms (ratio)",
+            "client p99 old / new ms",
+            "paired old - new (median)",
+            "inside the server (mean) old / new",
+            "identical answers",
+        ],
+        rows=[
+            [
+                ref,
+                f"{res['old_p50']:.2f} / {res['new_p50']:.2f}"
+                f" (x{res['new_p50'] / res['old_p50']:.2f})",
+                f"{res['old_p99']:.2f} / {res['new_p99']:.2f}",
+                f"{res['paired']:+.2f} ms",
+                f"{res['inside_old']} / {res['inside_new']}",
+                f"{res['same']} of {res['n']}",
+            ]
+            for ref, res in results.items()
+        ],
+        notes=notes,
+        results=path,
+    )
