@@ -1,8 +1,9 @@
 """``recall --mode ab``: old and new recall SQL side by side on one server, paired.
 
-    python -m benchmarks recall --mode ab --ref COMMIT [--data-dir DIR] [--size 1000000]
-                                [--queries 400] [--seed 11] [--order tenant|interleaved]
-                                [--skewed big|small]
+    python -m benchmarks recall --mode ab --ref COMMIT[,COMMIT...] [--data-dir DIR]
+                                [--size 1000000] [--queries 400] [--seed 11]
+                                [--order tenant|interleaved] [--skewed big|small]
+                                [--record [--notes TEXT]]
 
 Whole benchmark runs of ``recall.py`` on this 2-core VM differ by up to 3 ms
 between consecutive runs of the same code, far more than most changes are
@@ -26,6 +27,9 @@ and one connection instead, question by question:
   differences, each side's mean time inside the server (``track_functions``),
   and how many answers were identical (ids, ranks, scores to 12 digits).
 
+Several refs are compared one after the other on the same questions (the
+first pass reads cold owners: its ratio is the least clean). ``--record``
+writes one row per ref into RESULTS.md's ``recall-ab`` section.
 ``--ref HEAD`` compares the current SQL with itself: the noise floor. The
 ``_ab`` functions and the ``track_functions`` setting are removed at the end.
 """
