@@ -1,8 +1,9 @@
 """``recall --mode ab``: old and new recall SQL side by side on one server, paired.
 
-    python -m benchmarks recall --mode ab --ref COMMIT [--data-dir DIR] [--size 1000000]
-                                [--queries 400] [--seed 11] [--order tenant|interleaved]
-                                [--skewed big|small]
+    python -m benchmarks recall --mode ab --ref COMMIT[,COMMIT...] [--data-dir DIR]
+                                [--size 1000000] [--queries 400] [--seed 11]
+                                [--order tenant|interleaved] [--skewed big|small]
+                                [--record [--notes TEXT]]
 
 Whole benchmark runs of ``recall.py`` on this 2-core VM differ by up to 3 ms
 between consecutive runs of the same code, far more than most changes are
@@ -26,6 +27,9 @@ and one connection instead, question by question:
   differences, each side's mean time inside the server (``track_functions``),
   and how many answers were identical (ids, ranks, scores to 12 digits).
 
+Several refs are compared one after the other on the same questions (the
+first pass reads cold owners: its ratio is the least clean). ``--record``
+writes one row per ref into RESULTS.md's ``recall-ab`` section.
 ``--ref HEAD`` compares the current SQL with itself: the noise floor. The
 ``_ab`` functions and the ``track_functions`` setting are removed at the end.
 """
@@ -47,7 +51,16 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import data_home, kept_server, machine, progress, with_params
+from _common import (
+    RESULTS,
+    data_home,
+    kept_server,
+    machine,
+    pct,
+    progress,
+    record,
+    with_params,
+)
 from recall import kept_dir, owner_of, queries, request_for, set_label, tenant_name
 
 from harbor_pg.context.recall import recall_params
@@ -162,9 +175,13 @@ async def server_times(db: Database, su_db_url: str) -> dict[str, tuple[int, flo
         }
 
 
-async def compare(app_url: str, su_db_url: str, qs: list[tuple[str, str, Any]]) -> None:
+async def compare(
+    app_url: str, su_db_url: str, qs: list[tuple[str, str, Any]], old_functions_sql: str
+) -> dict[str, Any]:
     new_sql = sql_query("recall")
-    old_sql = new_sql.replace("from harbor.recall(", "from harbor.recall_ab(")
+    # without the named arguments the old function does not take (it answers with its own
+    # defaults for them, as it did on its own)
+    old_sql = old_query(new_sql, old_functions_sql)
     if old_sql.count("harbor.recall_ab(") != 1:
         raise SystemExit(
             "the recall query no longer reads 'from harbor.recall(': update this script"
@@ -205,13 +222,28 @@ async def compare(app_url: str, su_db_url: str, qs: list[tuple[str, str, Any]]) 
         return f"{total / calls:.3f} ms over {calls} calls" if calls else "not reported"
 
     diffs = sorted(o - n for o, n in zip(lat["old"], lat["new"], strict=True))
+    old_ms = [x * 1000 for x in lat["old"]]
+    new_ms = [x * 1000 for x in lat["new"]]
     print(
-        f"client p50: old {statistics.median(lat['old']) * 1000:.3f} ms,"
-        f" new {statistics.median(lat['new']) * 1000:.3f} ms;"
+        f"client p50: old {statistics.median(old_ms):.3f} ms,"
+        f" new {statistics.median(new_ms):.3f} ms"
+        f" (x{statistics.median(new_ms) / statistics.median(old_ms):.3f});"
+        f" p99: old {pct(old_ms, 99):.3f} ms, new {pct(new_ms, 99):.3f} ms;"
         f" paired old - new: median {statistics.median(diffs) * 1000:+.3f} ms"
     )
     print(f"inside the server (mean): old {inside('recall_ab')}, new {inside('recall')}")
     print(f"identical answers: {same} of {len(qs)}")
+    return {
+        "old_p50": statistics.median(old_ms),
+        "new_p50": statistics.median(new_ms),
+        "old_p99": pct(old_ms, 99),
+        "new_p99": pct(new_ms, 99),
+        "paired": statistics.median(diffs) * 1000,
+        "inside_old": inside("recall_ab"),
+        "inside_new": inside("recall"),
+        "same": same,
+        "n": len(qs),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -221,7 +253,12 @@ def main(argv: list[str] | None = None) -> None:
         description=__doc__,
         formatter_class=argparse.RawTextHelpFormatter,
     )
-    ap.add_argument("--ref", required=True, help="the commit whose recall SQL is 'old'")
+    ap.add_argument(
+        "--ref",
+        required=True,
+        help="the commit whose recall SQL is 'old'; several, comma-separated, are compared"
+        " one after the other on the same questions",
+    )
     ap.add_argument(
         "--data-dir", type=Path, default=data_home(), help="as given to recall; %(default)s"
     )
@@ -240,6 +277,12 @@ def main(argv: list[str] | None = None) -> None:
         help="the kept skewed set instead (recall.py --skewed): questions to its large"
         " tenant, or to random small ones",
     )
+    ap.add_argument(
+        "--record",
+        action="store_true",
+        help="write the comparison into benchmarks/RESULTS.md's recall-ab section",
+    )
+    ap.add_argument("--notes", default="", help="prose under the recorded table")
     args = ap.parse_args(argv)
     if args.skewed:
         base = kept_dir(args.data_dir, set_label("skewed", args.order))
@@ -252,20 +295,74 @@ def main(argv: list[str] | None = None) -> None:
         counts = [(tenant_name(i), args.size // 1000) for i in range(1000)]
     if not (base / "built.json").exists():
         raise SystemExit(f"no kept set at {base}: build it with python -m benchmarks recall")
-    sql = old_functions(args.ref)
+    refs = [r for r in args.ref.split(",") if r]
+    sqls = {ref: old_functions(ref) for ref in refs}
     print(f"machine: {machine()}")
-    print(f"old: {args.ref}'s recall SQL; new: this checkout's; set {base}", flush=True)
+    results: dict[str, dict[str, Any]] = {}
     with kept_server(base) as (su, _):
         owner_url = with_params(su, dbname="harbor", user="harbor_owner")
         su_db_url = with_params(su, dbname="harbor")
         migrate.upgrade(owner_url)
-        install(owner_url, su, sql)
-        try:
-            qs = queries(args.queries, counts, seed=args.seed)
-            asyncio.run(compare(with_params(su, dbname="harbor", user="harbor_app"), su_db_url, qs))
-        finally:
-            with psycopg.connect(owner_url, autocommit=True) as conn:
-                drop_ab(conn)
-            with psycopg.connect(su, autocommit=True) as conn:
-                conn.execute("alter system reset track_functions")
-                conn.execute("select pg_reload_conf()")
+        qs = queries(args.queries, counts, seed=args.seed)
+        for ref in refs:
+            print(f"\nold: {ref}'s recall SQL; new: this checkout's; set {base}", flush=True)
+            install(owner_url, su, sqls[ref])
+            try:
+                results[ref] = asyncio.run(
+                    compare(
+                        with_params(su, dbname="harbor", user="harbor_app"),
+                        su_db_url,
+                        qs,
+                        sqls[ref],
+                    )
+                )
+            finally:
+                with psycopg.connect(owner_url, autocommit=True) as conn:
+                    drop_ab(conn)
+                with psycopg.connect(su, autocommit=True) as conn:
+                    conn.execute("alter system reset track_functions")
+                    conn.execute("select pg_reload_conf()")
+    if args.record:
+        label = f"skewed ({args.skewed})" if args.skewed else f"uniform {args.size:,}"
+        write_results(results, f"{label} {args.order}", args.queries, notes=args.notes)
+
+
+def write_results(
+    results: dict[str, dict[str, Any]],
+    kept_set: str,
+    questions: int,
+    *,
+    notes: str = "",
+    path: Path = RESULTS,
+) -> None:
+    """Replace RESULTS.md's ``recall-ab`` section: one row per old commit compared."""
+    record(
+        "recall-ab",
+        title="Recall against older commits' SQL, paired (`recall --mode ab`)",
+        data=f"the kept set {kept_set} of `recall` (1,000 tenants, 384-dim vectors around"
+        f" 200 topics); {questions} questions to random owners, hybrid, top_k 25, each"
+        " answered by an old commit's recall SQL and this checkout's in alternating order"
+        " on one connection, as harbor_app under row-level security",
+        header=[
+            "old",
+            "client p50 old / new ms (ratio)",
+            "client p99 old / new ms",
+            "paired old - new (median)",
+            "inside the server (mean) old / new",
+            "identical answers",
+        ],
+        rows=[
+            [
+                ref,
+                f"{res['old_p50']:.2f} / {res['new_p50']:.2f}"
+                f" (x{res['new_p50'] / res['old_p50']:.2f})",
+                f"{res['old_p99']:.2f} / {res['new_p99']:.2f}",
+                f"{res['paired']:+.2f} ms",
+                f"{res['inside_old']} / {res['inside_new']}",
+                f"{res['same']} of {res['n']}",
+            ]
+            for ref, res in results.items()
+        ],
+        notes=notes,
+        results=path,
+    )

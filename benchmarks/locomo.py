@@ -165,13 +165,15 @@ async def run(args: argparse.Namespace, su: str) -> dict[str, Any]:
         "hybrid, old defaults",
         "hybrid+threshold",
     ] + [f"hybrid, lexical weight {w:g}" for w in weights]
+    points = {f"hybrid, {spec}": parse_point(spec) for spec in args.point}
+    modes += list(points)
     scores: dict[str, dict[int, dict[int, list[float]]]] = {
         m: {k: defaultdict(list) for k in KS} for m in modes
     }
     per_conv: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     latencies: dict[str, list[float]] = defaultdict(list)
     t_ingest = 0.0
-    n_turns = n_questions = 0
+    n_turns = n_questions = n_dated = 0
     for sample in data:
         owner = MemoryOwner(tenant_id="locomo", principal_id=sample["sample_id"])
         turns = turns_of(sample)
@@ -187,6 +189,8 @@ async def run(args: argparse.Namespace, su: str) -> dict[str, Any]:
         for turn, res in zip(turns, results, strict=True):
             assert res.memory.id is not None
             dia_of[res.memory.id].append(turn.dia_id)
+        if args.dated:
+            n_dated += await check_dates(db, owner, turns, results)
         n_turns += len(turns)
         # "now" just after the conversation's last session (ingest time when undated)
         dates = [t.valid_from for t in turns if t.valid_from is not None]
@@ -235,6 +239,8 @@ async def run(args: argparse.Namespace, su: str) -> dict[str, Any]:
                 requests[f"hybrid, lexical weight {w:g}"] = replace(
                     base, min_similarity=None, lexical_weight=w
                 )
+            for mode, changes in points.items():
+                requests[mode] = replace(base, min_similarity=None, **changes)
             for mode, request in requests.items():
                 t = time.perf_counter()
                 ranked = await _recall(db, owner, request)
@@ -253,7 +259,13 @@ async def run(args: argparse.Namespace, su: str) -> dict[str, Any]:
     described = (
         f"{len(data)} conversations, {n_turns} turns, {n_questions} questions;"
         f" context={'previous turn' if args.context else 'none'};"
-        f" times={'session dates, now = last session + 1 h' if args.dated else 'ingest time'};"
+        f" times={'session dates, now = last session + 1 h' if args.dated else 'ingest time'}"
+        + (
+            f" (stored valid-from = session date: {n_dated} of {n_turns} turns)"
+            if args.dated
+            else ""
+        )
+        + ";"
         f" recency half-life {policy.recency_half_life_hours:g} h;"
         f" embedder {embedder.model_id} (threshold {embedder.relevance_threshold});"
         f" ingest {t_ingest:.1f}s"
@@ -272,13 +284,14 @@ async def run(args: argparse.Namespace, su: str) -> dict[str, Any]:
             ]
             overall = 100 * statistics.mean([x for c in per for x in per[c]])
             print(f"| {mode} | {k} | " + " | ".join(cells) + f" | **{overall:.1f}** |")
-    print("\nper conversation, R@10:")
-    for mode in modes:
-        cells = [
-            f"{name}: {100 * statistics.mean(per_conv[mode][f'{name}@10']):.1f}"
-            for name in (s["sample_id"] for s in data)
-        ]
-        print(f"  {mode:24s} " + ", ".join(cells))
+    for k in KS:
+        print(f"\nper conversation, R@{k}:")
+        for mode in modes:
+            cells = [
+                f"{name}: {100 * statistics.mean(per_conv[mode][f'{name}@{k}']):.1f}"
+                for name in (s["sample_id"] for s in data)
+            ]
+            print(f"  {mode:24s} " + ", ".join(cells))
     print()
     for mode in modes:
         ms = sorted(1000 * x for x in latencies[mode])
@@ -318,6 +331,44 @@ def write_results(summary: dict[str, Any], *, path: Path = RESULTS) -> None:
     )
 
 
+def parse_point(spec: str) -> dict[str, Any]:
+    """``rrf_k=3,dense_weight=1,recency_half_life_hours=off``: RecallRequest fields to change
+    (recall's existing arguments, passed as a user of the product would)."""
+    out: dict[str, Any] = {}
+    for item in spec.split(","):
+        name, _, value = item.partition("=")
+        name = name.strip()
+        if name == "fusion":
+            out[name] = value
+        elif name == "rrf_k":
+            out[name] = int(value)
+        elif name == "recency_half_life_hours" and value == "off":
+            out[name] = None
+        elif name in {"dense_weight", "lexical_weight", "neighbour_weight", "date_weight"} or (
+            name == "recency_half_life_hours"
+        ):
+            out[name] = float(value)
+        else:
+            raise SystemExit(f"--point: unknown or unsupported field {name!r}")
+    return out
+
+
+async def check_dates(db: Database, owner: MemoryOwner, turns: list[Turn], results: Any) -> int:
+    """How many of a conversation's turns are stored valid from their session's date, read
+    back from harbor.memories as the owner sees them; stops the run on the first that is not."""
+    expected = {res.memory.id: turn.valid_from for turn, res in zip(turns, results, strict=True)}
+    async with db.transaction(owner) as conn:
+        cur = await conn.execute(
+            "select id, lower(valid) as valid_from from harbor.memories where id = any(%s)",
+            (list(expected),),
+        )
+        stored = {r["id"]: r["valid_from"] for r in await cur.fetchall()}
+    wrong = [(i, expected[i], stored.get(i)) for i in expected if stored.get(i) != expected[i]]
+    if wrong:
+        raise SystemExit(f"{len(wrong)} turns not stored at their session's date, e.g. {wrong[0]}")
+    return sum(1 for turn in turns if turn.valid_from is not None)
+
+
 async def _recall(db: Database, owner: MemoryOwner, request: RecallRequest) -> list[str]:
     items = await recall_in_one_round_trip(db, owner, request)
     return [item.memory.id for item in items if item.memory.id is not None]
@@ -352,6 +403,13 @@ def main() -> None:
         "--lexical-weights",
         default="",
         help="extra hybrid rows with these lexical leg weights (dense weight 1), e.g. 1.5,2",
+    )
+    ap.add_argument(
+        "--point",
+        action="append",
+        default=[],
+        help="an extra hybrid row with these recall arguments, e.g."
+        " rrf_k=3,dense_weight=1,neighbour_weight=1,date_weight=3 (repeatable)",
     )
     ap.add_argument(
         "--record", action="store_true", help="write the figures into benchmarks/RESULTS.md"

@@ -1,10 +1,17 @@
 """Leave-one-conversation-out CV of recall's neighbour and date signals on a locomo_cv dump.
 
     python benchmarks/locomo_signals.py --cache DIR   (DIR: from `locomo_cv.py dump`)
+    python benchmarks/locomo_signals.py --cache DIR --audit [--explore [--dates-only]]
 
 Replays harbor.recall()'s fusion (rrf_k, dense weight), neighbour expansion
 among the legs' candidates and the date signal in numpy, then picks, per
 held-out conversation, the grid point best on the other four (R@10, then R@5).
+``--audit``: issue 21's lines (the legs and the hybrid at every k, plain and
+cross-validated, per held-out conversation against the better leg; recency held
+at each half-life; ``fusion=weighted``). ``--explore``: CV over a wider grid of
+recall's existing arguments. CV figures average per held-out conversation: set
+them beside a fixed point's mean over the conversations, not beside the pooled
+dev figure.
 """
 
 import math
@@ -341,14 +348,184 @@ def plain(label, p, Ps):
     return res
 
 
+# the shipped defaults (MemoryPolicy / harbor.recall()): rrf, rrf_k 5, dense 0.75, lexical 1,
+# neighbour 0.75, date 2, half-life 180 days
+SHIPPED = dict(k=5, wd=0.75, wl=1.0, nb=0.75, date=2, hl=4320.0)
+# the grid the shipped neighbour and date weights were chosen on
+BASE = [dict(k=k, wd=wd) for k in (3, 5, 10) for wd in (0.5, 0.75, 1.0)]
+SIGNALS = [dict(nb=n, date=d) for n in (0.5, 0.75, 1.0) for d in (0, 1, 2, 3)]
+CATS = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+
+
+def fixed(res, nconv):
+    """A fixed point's R@k per conversation (nothing fitted): {k: [per conversation]}."""
+    return {k: [agg(res, [i], k) for i in range(nconv)] for k in KS}
+
+
+def ms(xs):
+    return f"{statistics.mean(xs):.1f} ({statistics.stdev(xs):.1f})"
+
+
+def cv_row(label, points, Ps, out):
+    """CV of the best-on-four point among ``points``; prints and appends a table row."""
+    table = [evaluate(p, Ps) for p in points]
+    folds, chosen, catm = cv(points, table, len(Ps))
+    out.append((label, folds, catm, [points[i] for i in chosen]))
+    print(
+        f"CV {label}: "
+        + " ".join(f"R@{k} {ms(folds[k])}" for k in KS)
+        + " | R@10 "
+        + " ".join(f"{CATS[c]} {catm[c]:.1f}" for c in CATS)
+        + "\n   folds@10 "
+        + " ".join(f"{x:.1f}" for x in folds[10])
+        + " | chose "
+        + "; ".join(
+            ",".join(f"{a}={b:g}" if not isinstance(b, str) else f"{a}={b}" for a, b in p.items())
+            for p in (points[i] for i in chosen)
+        ),
+        flush=True,
+    )
+    return folds
+
+
+def audit(convs, Ps):
+    """Issue 21's lines, replayed: the legs and the hybrid at every k, plain dev and
+    cross-validated, recency on and off, fusion=weighted, the old defaults."""
+    n = len(Ps)
+    allc = range(n)
+    print("== plain dev (all five conversations), replay of harbor.recall()")
+    named = {
+        "dense leg (signals on)": dict(SHIPPED, wl=0.0),
+        "lexical leg (signals on)": dict(SHIPPED, wd=0.0),
+        "hybrid, shipped": SHIPPED,
+        "hybrid, recency off": dict(SHIPPED, hl=0),
+        "hybrid, fusion weighted": dict(SHIPPED, fusion="weighted"),
+        "hybrid, old defaults (rrf_k 60, 1:1, 168 h, no signals)": dict(
+            k=60, wd=1.0, nb=0.0, date=0, hl=168.0
+        ),
+        "dense leg, recency off": dict(SHIPPED, wl=0.0, hl=0),
+        "lexical leg, recency off": dict(SHIPPED, wd=0.0, hl=0),
+    }
+    per = {}
+    for label, p in named.items():
+        res = evaluate(p, Ps)
+        per[label] = fixed(res, n)
+        print(
+            f"  {label:58s} "
+            + " ".join(f"R@{k} {agg(res, allc, k):.1f}" for k in KS)
+            + " | R@10 "
+            + " ".join(f"{agg(res, allc, 10, c):.1f}" for c in CATS)
+            + " | conv@10 "
+            + " ".join(f"{x:.1f}" for x in per[label][10]),
+            flush=True,
+        )
+    print("  (R@10 categories: " + ", ".join(CATS.values()) + ")")
+    print("\n== leave-one-conversation-out (fit on four, score the fifth)")
+    rows: list = []
+    hyb = cv_row(
+        "hybrid, rrf (k, dense weight, neighbour, date)",
+        [dict(b, **e, hl=4320.0) for b in BASE for e in SIGNALS],
+        Ps,
+        rows,
+    )
+    dense, lex = per["dense leg (signals on)"], per["lexical leg (signals on)"]
+    print("  legs per held-out conversation (fixed, nothing to fit):")
+    for k in KS:
+        better = [max(a, b) for a, b in zip(dense[k], lex[k], strict=True)]
+        margin = [h - b for h, b in zip(hyb[k], better, strict=True)]
+        print(
+            f"    R@{k}: dense {ms(dense[k])}, lexical {ms(lex[k])}; hybrid (CV) - better leg"
+            f" per fold: "
+            + " ".join(f"{x:+.1f}" for x in margin)
+            + f" (holds in {sum(x >= 0 for x in margin)} of {n})"
+        )
+    fx = per["hybrid, shipped"]
+    print(
+        "  the shipped point itself, per conversation: "
+        + " ".join(f"R@{k} {ms(fx[k])}" for k in KS)
+    )
+    cv_row(
+        "hybrid, fusion weighted (dense weight, neighbour, date)",
+        [
+            dict(fusion="weighted", wd=wd, hl=4320.0, **e)
+            for wd in (0.25, 0.5, 0.75, 1.0, 1.5)
+            for e in SIGNALS
+        ],
+        Ps,
+        rows,
+    )
+    print("\n== recency: the same CV with the half-life held at each value")
+    for hl in (0, 168.0, 720.0, 2160.0, 4320.0, 8760.0):
+        cv_row(
+            f"half-life {'off' if not hl else f'{hl:g} h'}",
+            [dict(b, **e, hl=hl) for b in BASE for e in SIGNALS],
+            Ps,
+            rows,
+        )
+    print(
+        "\n  spans: (first session -> now; a fresh turn's factor 2, the oldest's at 168 h / 4320 h)"
+    )
+    for c, P in zip(convs, Ps, strict=True):
+        span_h = float(P["age"].max())
+        print(
+            f"    {c['sample_id']}: {span_h / 24:.0f} days; oldest turn x"
+            f"{1 + 0.5 ** (span_h / 168):.3f} / x{1 + 0.5 ** (span_h / 4320):.3f}"
+        )
+    return rows
+
+
+def explore(Ps, dates_only=False):
+    """A wider grid of recall's existing arguments (rrf_k, dense weight, neighbour and date
+    weights, half-life), each held-out conversation scored with the point best on the others;
+    ``dates_only``: the last row alone (the date weight past the wide grid's edge)."""
+    rows: list = []
+    wide = [
+        dict(k=k, wd=wd, nb=nb, date=d, hl=4320.0)
+        for k in (1, 2, 3, 5, 8, 10, 20, 60)
+        for wd in (0.5, 0.75, 1.0, 1.25)
+        for nb in (0.5, 0.75, 1.0, 1.5)
+        for d in (1, 2, 3, 4)
+    ]
+    hls = [
+        dict(SHIPPED, hl=hl, nb=nb, date=d)
+        for hl in (0, 720.0, 2160.0, 4320.0, 8760.0, 17520.0)
+        for nb in (0.5, 0.75, 1.0)
+        for d in (2, 3)
+    ]
+    dates = [dict(SHIPPED, nb=nb, date=d) for nb in (0.75, 1.0, 1.25) for d in (2, 3, 4, 5, 6, 8)]
+    grids = [
+        ("wide rrf grid (k 1-60, wd 0.5-1.25, nb 0.5-1.5, date 1-4), half-life 180 d", wide),
+        ("half-life x neighbour x date at rrf_k 5, wd 0.75", hls),
+        ("neighbour x date weight up to 8 at rrf_k 5, wd 0.75, half-life 180 d", dates),
+    ]
+    for label, points in grids[-1:] if dates_only else grids:
+        cv_row(label, points, Ps, rows)
+    return rows
+
+
 def main() -> None:
     import argparse
 
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--cache", required=True)
+    ap.add_argument(
+        "--audit",
+        action="store_true",
+        help="issue 21's lines: legs and hybrid at every k, plain and CV, recency, weighted",
+    )
+    ap.add_argument(
+        "--explore", action="store_true", help="CV over a wider grid of recall's arguments"
+    )
+    ap.add_argument("--dates-only", action="store_true", help="with --explore: the date row only")
     args = ap.parse_args()
     convs, _ = load(args.cache)
     Ps = [prepare(c) for c in convs]
+    if args.audit or args.explore:
+        if args.audit:
+            audit(convs, Ps)
+        if args.explore:
+            explore(Ps, dates_only=args.dates_only)
+        return
     plain("lexical", dict(wd=0.0), Ps)
     plain("shipped fusion alone", dict(), Ps)
     plain("shipped (nb 0.75, date 2)", dict(nb=0.75, date=2), Ps)

@@ -124,6 +124,17 @@ def _locomo_cv(path: Path) -> None:
     )
 
 
+def _recall_ab(path: Path) -> None:
+    side = {"old_p50": 10.0, "new_p50": 11.0, "old_p99": 20.0, "new_p99": 22.0, "paired": -1.0}
+    more = {"inside_old": "8.0 ms over 3 calls", "inside_new": "9.0 ms over 3 calls"}
+    bench("_recall_ab").write_results(
+        {"65d1186": side | more | {"same": 3, "n": 3}},
+        "uniform 1,000,000 interleaved",
+        3,
+        path=path,
+    )
+
+
 WRITERS: dict[str, tuple[Callable[[Path], None], list[str]]] = {
     "citus": (
         _citus,
@@ -146,6 +157,10 @@ WRITERS: dict[str, tuple[Callable[[Path], None], list[str]]] = {
         ["| hybrid | 60.0 | 70.0 | 80.0 | 12.3 |", "| dense | 40.0 | 50.0 | 60.0 | 9.9 |"],
     ),
     "locomo-ab": (_locomo_ab, ["| hybrid | 93.0 / 91.9 | +0.9 ms |", "old = 916da7d's recall SQL"]),
+    "recall-ab": (
+        _recall_ab,
+        ["| 65d1186 | 10.00 / 11.00 (x1.10) | 20.00 / 22.00 | -1.00 ms |", "3 questions"],
+    ),
     "locomo-cv": (
         _locomo_cv,
         ["| CV, all parameters | 65.0 (3.0) |", "3 LoCoMo dev conversations"],
