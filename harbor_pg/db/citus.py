@@ -42,6 +42,7 @@ from harbor_pg.db.sqlfiles import read_sql
 from harbor_pg.errors import MemoryConfigurationError
 
 __all__ = [
+    "CITUS_FILES",
     "CO_LOCATED",
     "REFERENCE",
     "REFERENCE_TABLES",
@@ -81,6 +82,8 @@ _SUBSELECT = re.compile(r"\(\s*select\s+(harbor\.[a-z_]+\([^()]*\))\s*\)", re.IG
 _POLICY_TABLE = re.compile(r"\bon\s+(harbor\.[a-z_]+)", re.IGNORECASE)
 
 _SUPERSEDED_FK = "memories_superseded_by_fkey"
+#: SQL files of Citus forms, applied by citus_functions() (after the single-server files)
+CITUS_FILES: tuple[str, ...] = ("citus/views.sql",)
 
 
 def citus_policies(text: str | None = None) -> str:
@@ -524,6 +527,18 @@ _REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
         re.compile(r"\n(\s*)limit \(select wanted\.n from wanted\)"),
         "\n\\1-- (no limit: Citus)",
     ),
+    # promote_vector_owner is a definer owned by harbor_search (NOLOGIN), made SECURITY
+    # INVOKER here, so its UPDATE of in_graph, which no caller may make, is refused
+    # ("permission denied"). On Citus it has nothing to do: graph_min_vectors() is 0, so
+    # every vector a save writes is in the graph already (a vector written outside the
+    # library, in_graph false, is scanned exactly by the dense leg): after the same
+    # visibility check it promotes nothing
+    (
+        "promote_vector_owner",
+        re.compile(r"\n(\s*)-- try, never wait: any login"),
+        "\n\\1-- (Citus: every vector is in the graph, graph_min_vectors() is 0)"
+        "\n\\1return 0;\\g<0>",
+    ),
     # the guards look a memory up by primary key alone, the tenant tested outside the
     # fenced scan (on one server, a second tenant test misled the planner); on a shard
     # that lookup is a query over every shard, which Citus refuses inside a shard's
@@ -558,6 +573,7 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
       be. The policies on the shards then hold their rows to the caller's (the
       legs apply the same visibility test again), so the guarantee stands;
     - the statement rewrites of ``_REWRITES``;
+    - the files of ``CITUS_FILES`` (``sql/citus/``);
     - ``harbor.graph_min_vectors()`` returns 0: every vector goes in the HNSW graph,
       as before migration 0018 (a distributed database saves each memory by the
       per-row statements, which do not promote an owner key that grows; the rows
@@ -626,6 +642,12 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
             rewritten = _BINDING_CALL.sub(lambda _m: binding_select, rewritten)
         if rewritten != definition:
             conn.execute(rewritten.replace("AS $function$", "AS $function$\n" + _REWRITTEN_MARK, 1))
+    # the Citus forms kept as SQL files of their own (sql/citus/): the view
+    # harbor.memory_history, whose recursive CTE Citus refuses
+    for file in CITUS_FILES:
+        for statement in _statements(read_sql(file)):
+            conn.execute(statement)
+    conn.execute("select create_distributed_function('harbor._memory_history_citus()')")
     if conn.execute("select to_regprocedure('harbor.graph_min_vectors()')").fetchone()[0]:  # type: ignore[index]
         conn.execute(
             "create or replace function harbor.graph_min_vectors() returns integer"

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -31,11 +32,8 @@ from psycopg import conninfo, sql
 from tests.citus.cluster import ClusterDatabase, LocalCluster, make_database
 from tests.conftest import PgDatabase, PgServer, _drop_database, _new_database
 
-#: the security modules whose attacks also run on the cluster
-CLUSTER_MODULES = {"test_isolation", "test_binding_model"}
-import os as _os
-if _os.environ.get("HARBOR_CLUSTER_ALL"):
-    CLUSTER_MODULES = {p.stem for p in __import__("pathlib").Path(__file__).parent.glob("test_*.py")}
+#: the security modules whose attacks also run on the cluster: every one
+CLUSTER_MODULES = {p.stem for p in Path(__file__).parent.glob("test_*.py")}
 #: attacks of those modules that do not run on the cluster, each with its reason (open
 #: work, docs/citus.md "Security suite on the cluster"); matched on the test's name
 CLUSTER_KNOWN = {
@@ -47,9 +45,27 @@ CLUSTER_KNOWN = {
         "a worker refuses creating the pg_temp function ('operation is not allowed on"
         " this node'): the attack cannot even be set up there"
     ),
-    "test_a_project_bound_role_writes_project_rows_only": (
-        "goes on in the same connection after an expected error; on the cluster a"
-        " connection is one transaction, aborted by the error"
+}
+#: attacks that fail on the cluster and are open work (docs/citus.md "Security suite on
+#: the cluster"): expected to fail there (strict: one that passes fails the run, so a fix
+#: must take it off this list), each with its reason; matched on the test's name
+CLUSTER_OPEN = {
+    "test_a_bound_role_granted_harbor_admin_reads_no_other_tenants_expired_state": (
+        "SET ROLE harbor_admin: Citus opens the worker connections as harbor_admin, so on"
+        " the workers the session user is harbor_admin and the bound login's binding is"
+        " not seen: the unbound administrator's policies apply there"
+    ),
+    "test_set_role_then_set_local_keeps_the_binding": (
+        "SET ROLE harbor_app: Citus opens the worker connections as harbor_app, where the"
+        " bound login's binding is not seen, and the SET LOCAL identity reaches them: a"
+        " bound role reads another tenant's rows (open, docs/citus.md)"
+    ),
+    "test_erase_still_reopens_the_version_before_an_erased_successor": (
+        "Citus refuses ON DELETE SET NULL on a key holding the distribution column; without"
+        " it, deleting a memory that a surviving version links to fails (ForeignKeyViolation)"
+    ),
+    "test_a_user_who_deletes_their_newer_fact_does_not_reopen_the_older": (
+        "as above: the older version's link to the deleted one is not cleared on Citus"
     ),
 }
 #: the ports of the cluster's nodes (a connection to one is one transaction)
@@ -78,6 +94,22 @@ class _OneTransaction(psycopg.Connection[Any]):
             super().execute("select")  # (opens the transaction)
         with self.transaction():
             return super().execute(query, params, **kwargs)
+
+
+#: the constraint each harbor refusal names, by a phrase of its message
+_REFUSALS = {'ids starting with "summary:"': "memories_summary_id"}
+
+
+def refused_by(exc: psycopg.Error) -> str | None:
+    """The constraint an error names. Citus forwards a worker's error without its
+    constraint name (its context then says "while executing command on"): there the
+    constraint is told by the message, which names the rule."""
+    if exc.diag.constraint_name is not None or "while executing command on" not in (
+        exc.diag.context or ""
+    ):
+        return exc.diag.constraint_name
+    message = exc.diag.message_primary or ""
+    return next((c for phrase, c in _REFUSALS.items() if phrase in message), None)
 
 
 def connect(url: str, **kwargs: Any) -> psycopg.Connection[Any]:
@@ -387,6 +419,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             dropped.append(item)
             continue
         seen.add(key)
+        reason = next((r for k, r in CLUSTER_OPEN.items() if name.startswith(k)), None)
+        if reason is not None:
+            item.add_marker(pytest.mark.xfail(reason=reason, strict=True))
         keep.append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
