@@ -29,7 +29,8 @@ import psycopg
 import pytest
 from psycopg import conninfo, sql
 
-from tests.citus.cluster import ClusterDatabase, LocalCluster, make_database
+from harbor_pg.testing.nodes import LocalCluster
+from tests.citus.cluster import ClusterDatabase, make_database
 from tests.conftest import PgDatabase, PgServer, _drop_database, _new_database
 
 #: the security modules whose attacks also run on the cluster: every one
@@ -343,8 +344,8 @@ def seed(db: PgDatabase) -> None:
                 (t, p, u, s, r, u, tag),
             )
     create_login_roles(db, *BOUND_ROLES)
-    for role, (t, p, u) in BOUND_ROLES.items():
-        bind(db, role, t, p, u)
+    for role, (tenant, project, user) in BOUND_ROLES.items():
+        bind(db, role, tenant, project, user)
 
 
 @pytest.fixture(scope="module")
