@@ -49,6 +49,10 @@ begin
 end
 $$;
 
+-- (owned as the schema's other functions are: `harbor-pg migrate` runs as harbor_owner and
+-- re-applies this file; distribute runs it as a superuser)
+alter function harbor._memory_history_citus() owner to harbor_owner;
+
 create or replace view harbor.memory_history with (security_invoker = true) as
 select * from harbor._memory_history_citus();
 
