@@ -465,6 +465,55 @@ _REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
         r"join harbor.memories \3 on \3.tenant_id = \2.tenant_id and \3.id = \2.memory_id"
         "\n         where true",
     ),
+    # recall's hydration (and its neighbour expansion's context probe) routed to the
+    # tenant's shard: the statement is split in two. The first runs the legs and fuses
+    # their candidates into a jsonb value; the second reads them back (a function in
+    # FROM: no distributed table), ranks them and joins them to harbor.memories, both
+    # probes with a literal tenant predicate, so Citus routes it whole to the tenant's
+    # worker, one task (and the '' shard too with the global scope). In one statement
+    # the tenant predicate made the whole statement, leg calls included, one router
+    # query sent to the worker, where the legs' own statements are refused as nested
+    # distributed queries ("cannot execute a distributed query from a query on a shard")
+    (
+        "recall",
+        re.compile(r"\n(\s*)v_years  integer\[\];[^\n]*"),
+        "\\g<0>\n\\1v_candidates jsonb;  -- (Citus: the candidates, between the two statements)"
+        "\n\\1v_tenant text := harbor.caller_tenant();",
+    ),
+    (
+        "recall",
+        re.compile(r"\n(\s*)return query\n(\s*)with lexical as materialized \("),
+        "\n\\1select coalesce(pg_catalog.jsonb_agg(pg_catalog.to_jsonb(c)), '[]'::jsonb)"
+        " into v_candidates from (\n\\2with lexical as materialized (",
+    ),
+    (
+        "recall",
+        re.compile(r"\n(\s*)\), contexts as \("),
+        "\n\\1)\n\\1select * from candidates) c;\n\\1return query\n\\1with candidates as (\n\\1"
+        "    select * from pg_catalog.jsonb_to_recordset(v_candidates) as x(tenant_id text,"
+        " memory_id text, dense_rank integer, similarity double precision,"
+        " lexical_rank integer, lexical_score double precision, substring_match boolean,"
+        " relevance double precision, scope harbor.memory_scope,"
+        " memory_type harbor.memory_type, importance real, valid_from timestamptz,"
+        " content_hash text, entity_ids text[])"
+        "\n\\1), contexts as (",
+    ),
+    (
+        "recall",
+        re.compile(
+            r"join harbor\.memories x on x\.tenant_id = c\.tenant_id and x\.id = c\.memory_id"
+        ),
+        "\\g<0> and x.tenant_id = any "
+        + _TENANTS.format(scopes="recall.scopes", tenant="v_tenant"),
+    ),
+    (
+        "recall",
+        re.compile(
+            r"join harbor\.memories m on m\.tenant_id = r\.tenant_id and m\.id = r\.memory_id"
+        ),
+        "\\g<0> and m.tenant_id = any "
+        + _TENANTS.format(scopes="recall.scopes", tenant="v_tenant"),
+    ),
     # the legs' owner-key joins
     (
         "_dense_candidates",
