@@ -687,6 +687,14 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
         for function, pattern, replacement in _REWRITES:
             if function == name:
                 rewritten = pattern.sub(_expander(replacement), rewritten)
+        if rewritten.count(" into v_candidates from (") != rewritten.count(
+            "select * from candidates) c;"
+        ):
+            # (recall's split is two rewrites that must both match, or neither)
+            raise MemoryConfigurationError(
+                f"harbor.{name}: recall.sql no longer has the shape harbor_pg.db.citus splits"
+                " for Citus (its statement's start or the contexts CTE moved)"
+            )
         if binding_select is not None and "LANGUAGE plpgsql" in rewritten:
             rewritten = _BINDING_CALL.sub(lambda _m: binding_select, rewritten)
         if rewritten != definition:
