@@ -42,6 +42,7 @@ from harbor_pg.db.sqlfiles import read_sql
 from harbor_pg.errors import MemoryConfigurationError
 
 __all__ = [
+    "CITUS_FILES",
     "CO_LOCATED",
     "REFERENCE",
     "REFERENCE_TABLES",
@@ -81,6 +82,8 @@ _SUBSELECT = re.compile(r"\(\s*select\s+(harbor\.[a-z_]+\([^()]*\))\s*\)", re.IG
 _POLICY_TABLE = re.compile(r"\bon\s+(harbor\.[a-z_]+)", re.IGNORECASE)
 
 _SUPERSEDED_FK = "memories_superseded_by_fkey"
+#: SQL files of Citus forms, applied by citus_functions() (after the single-server files)
+CITUS_FILES: tuple[str, ...] = ("citus/views.sql",)
 
 
 def citus_policies(text: str | None = None) -> str:
@@ -462,6 +465,55 @@ _REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
         r"join harbor.memories \3 on \3.tenant_id = \2.tenant_id and \3.id = \2.memory_id"
         "\n         where true",
     ),
+    # recall's hydration (and its neighbour expansion's context probe) routed to the
+    # tenant's shard: the statement is split in two. The first runs the legs and fuses
+    # their candidates into a jsonb value; the second reads them back (a function in
+    # FROM: no distributed table), ranks them and joins them to harbor.memories, both
+    # probes with a literal tenant predicate, so Citus routes it whole to the tenant's
+    # worker, one task (and the '' shard too with the global scope). In one statement
+    # the tenant predicate made the whole statement, leg calls included, one router
+    # query sent to the worker, where the legs' own statements are refused as nested
+    # distributed queries ("cannot execute a distributed query from a query on a shard")
+    (
+        "recall",
+        re.compile(r"\n(\s*)v_years  integer\[\];[^\n]*"),
+        "\\g<0>\n\\1v_candidates jsonb;  -- (Citus: the candidates, between the two statements)"
+        "\n\\1v_tenant text := harbor.caller_tenant();",
+    ),
+    (
+        "recall",
+        re.compile(r"\n(\s*)return query\n(\s*)with lexical as materialized \("),
+        "\n\\1select coalesce(pg_catalog.jsonb_agg(pg_catalog.to_jsonb(c)), '[]'::jsonb)"
+        " into v_candidates from (\n\\2with lexical as materialized (",
+    ),
+    (
+        "recall",
+        re.compile(r"\n(\s*)\), contexts as \("),
+        "\n\\1)\n\\1select * from candidates) c;\n\\1return query\n\\1with candidates as (\n\\1"
+        "    select * from pg_catalog.jsonb_to_recordset(v_candidates) as x(tenant_id text,"
+        " memory_id text, dense_rank integer, similarity double precision,"
+        " lexical_rank integer, lexical_score double precision, substring_match boolean,"
+        " relevance double precision, scope harbor.memory_scope,"
+        " memory_type harbor.memory_type, importance real, valid_from timestamptz,"
+        " content_hash text, entity_ids text[])"
+        "\n\\1), contexts as (",
+    ),
+    (
+        "recall",
+        re.compile(
+            r"join harbor\.memories x on x\.tenant_id = c\.tenant_id and x\.id = c\.memory_id"
+        ),
+        "\\g<0> and x.tenant_id = any "
+        + _TENANTS.format(scopes="recall.scopes", tenant="v_tenant"),
+    ),
+    (
+        "recall",
+        re.compile(
+            r"join harbor\.memories m on m\.tenant_id = r\.tenant_id and m\.id = r\.memory_id"
+        ),
+        "\\g<0> and m.tenant_id = any "
+        + _TENANTS.format(scopes="recall.scopes", tenant="v_tenant"),
+    ),
     # the legs' owner-key joins
     (
         "_dense_candidates",
@@ -524,6 +576,18 @@ _REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
         re.compile(r"\n(\s*)limit \(select wanted\.n from wanted\)"),
         "\n\\1-- (no limit: Citus)",
     ),
+    # promote_vector_owner is a definer owned by harbor_search (NOLOGIN), made SECURITY
+    # INVOKER here, so its UPDATE of in_graph, which no caller may make, is refused
+    # ("permission denied"). On Citus it has nothing to do: graph_min_vectors() is 0, so
+    # every vector a save writes is in the graph already (a vector written outside the
+    # library, in_graph false, is scanned exactly by the dense leg): after the same
+    # visibility check it promotes nothing
+    (
+        "promote_vector_owner",
+        re.compile(r"\n(\s*)-- try, never wait: any login"),
+        "\n\\1-- (Citus: every vector is in the graph, graph_min_vectors() is 0)"
+        "\n\\1return 0;\\g<0>",
+    ),
     # the guards look a memory up by primary key alone, the tenant tested outside the
     # fenced scan (on one server, a second tenant test misled the planner); on a shard
     # that lookup is a query over every shard, which Citus refuses inside a shard's
@@ -558,6 +622,7 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
       be. The policies on the shards then hold their rows to the caller's (the
       legs apply the same visibility test again), so the guarantee stands;
     - the statement rewrites of ``_REWRITES``;
+    - the files of ``CITUS_FILES`` (``sql/citus/``);
     - ``harbor.graph_min_vectors()`` returns 0: every vector goes in the HNSW graph,
       as before migration 0018 (a distributed database saves each memory by the
       per-row statements, which do not promote an owner key that grows; the rows
@@ -622,10 +687,24 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
         for function, pattern, replacement in _REWRITES:
             if function == name:
                 rewritten = pattern.sub(_expander(replacement), rewritten)
+        if rewritten.count(" into v_candidates from (") != rewritten.count(
+            "select * from candidates) c;"
+        ):
+            # (recall's split is two rewrites that must both match, or neither)
+            raise MemoryConfigurationError(
+                f"harbor.{name}: recall.sql no longer has the shape harbor_pg.db.citus splits"
+                " for Citus (its statement's start or the contexts CTE moved)"
+            )
         if binding_select is not None and "LANGUAGE plpgsql" in rewritten:
             rewritten = _BINDING_CALL.sub(lambda _m: binding_select, rewritten)
         if rewritten != definition:
             conn.execute(rewritten.replace("AS $function$", "AS $function$\n" + _REWRITTEN_MARK, 1))
+    # the Citus forms kept as SQL files of their own (sql/citus/): the view
+    # harbor.memory_history, whose recursive CTE Citus refuses
+    for file in CITUS_FILES:
+        for statement in _statements(read_sql(file)):
+            conn.execute(statement)
+    conn.execute("select create_distributed_function('harbor._memory_history_citus()')")
     if conn.execute("select to_regprocedure('harbor.graph_min_vectors()')").fetchone()[0]:  # type: ignore[index]
         conn.execute(
             "create or replace function harbor.graph_min_vectors() returns integer"

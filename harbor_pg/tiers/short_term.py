@@ -197,9 +197,12 @@ class PostgresShortTermStore:
             "cooldown_seconds": cooldown_seconds,
             "lease_seconds": lease_seconds,
         }
-        rows = await self.db.fetch_in_one_round_trip(
-            owner, query("context_acquire_summary_lease"), params
-        )
+        if self.db.set_local:
+            rows = await self._acquire_summary_lease_citus(owner, params)
+        else:
+            rows = await self.db.fetch_in_one_round_trip(
+                owner, query("context_acquire_summary_lease"), params
+            )
         if not rows:
             return None
         row = rows[0]
@@ -218,7 +221,36 @@ class PostgresShortTermStore:
             "lease_until": lease.token,
             "turns_at_summary": turns_at_summary,
         }
-        rows = await self.db.fetch_in_one_round_trip(
-            owner, query("context_finish_summary_lease"), params
-        )
+        if self.db.set_local:
+            [clock] = await self.db.fetch_in_one_round_trip(
+                owner,
+                query("context_lease_clock_citus"),
+                {**session_key(owner), "lease_seconds": 0, "cooldown_seconds": 0},
+            )
+            rows = await self.db.fetch_in_one_round_trip(
+                owner, query("context_finish_summary_lease_citus"), {**params, "now": clock["now"]}
+            )
+        else:
+            rows = await self.db.fetch_in_one_round_trip(
+                owner, query("context_finish_summary_lease"), params
+            )
         return bool(rows)
+
+    async def _acquire_summary_lease_citus(
+        self, owner: MemoryOwner, params: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """The lease on a distributed database (sql/queries/citus.sql): the time and the
+        turn count read first, then bound into the one atomic lease statement."""
+        [clock] = await self.db.fetch_in_one_round_trip(
+            owner, query("context_lease_clock_citus"), params
+        )
+        if int(clock["n"]) < int(params["min_turns"]):
+            return []
+        bound = {key: clock[key] for key in ("now", "lease_until", "cooled")}
+        return list(
+            await self.db.fetch_in_one_round_trip(
+                owner,
+                query("context_acquire_summary_lease_citus"),
+                {**params, **bound, "turns": int(clock["n"])},
+            )
+        )

@@ -214,15 +214,20 @@ def _legs_and_hydration(
     return legs, hydration
 
 
-def test_recall_candidate_legs_run_on_the_tenants_worker_alone(routed: ClusterDatabase) -> None:
-    # every statement of the candidate legs (Citus's remote-command log) goes to the
-    # tenant's worker; only the hydration of the top_k ids still visits every worker
-    # (docs/citus.md, Limits), and the answer is right
+def test_recall_runs_on_the_tenants_worker_alone(routed: ClusterDatabase) -> None:
+    # every statement of recall (Citus's remote-command log) goes to the tenant's
+    # worker: the candidate legs', and the hydration's, one router query that joins the
+    # ranked ids to the tenant's shard (no intermediate result copied to the workers),
+    # and the answer is right
     statement = "select content from harbor.recall('routed fact')"
     port = routed.node_of(OWNER.tenant_id).port
-    legs, hydration = _legs_and_hydration(_remote_commands(routed.app_url, OWNER, statement, {}))
+    commands = _remote_commands(routed.app_url, OWNER, statement, {})
+    legs, hydration = _legs_and_hydration(commands)
     assert legs == {port}
-    assert hydration <= {w.port for w in routed.cluster.workers}
+    assert hydration == set()  # (no intermediate result: the hydration is routed)
+    hydrations = [(p, c) for p, c in _queries(commands) if "jsonb_to_recordset" in c]
+    assert len(hydrations) == 1 and hydrations[0][0] == port, hydrations
+    assert {p for p, _c in _queries(commands)} == {port}
     assert _visible_recall(routed.app_url, OWNER, statement) == ["ann: routed fact"]
 
 

@@ -20,18 +20,21 @@ once per attacker, not each of its variants (``pytest_collection_modifyitems``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg import conninfo, sql
 
-from tests.citus.cluster import ClusterDatabase, LocalCluster, make_database
+from harbor_pg.testing.nodes import LocalCluster
+from tests.citus.cluster import ClusterDatabase, make_database
 from tests.conftest import PgDatabase, PgServer, _drop_database, _new_database
 
-#: the security modules whose attacks also run on the cluster
-CLUSTER_MODULES = {"test_isolation", "test_binding_model"}
+#: the security modules whose attacks also run on the cluster: every one
+CLUSTER_MODULES = {p.stem for p in Path(__file__).parent.glob("test_*.py")}
 #: attacks of those modules that do not run on the cluster, each with its reason (open
 #: work, docs/citus.md "Security suite on the cluster"); matched on the test's name
 CLUSTER_KNOWN = {
@@ -43,9 +46,27 @@ CLUSTER_KNOWN = {
         "a worker refuses creating the pg_temp function ('operation is not allowed on"
         " this node'): the attack cannot even be set up there"
     ),
-    "test_a_project_bound_role_writes_project_rows_only": (
-        "goes on in the same connection after an expected error; on the cluster a"
-        " connection is one transaction, aborted by the error"
+}
+#: attacks that fail on the cluster and are open work (docs/citus.md "Security suite on
+#: the cluster"): expected to fail there (strict: one that passes fails the run, so a fix
+#: must take it off this list), each with its reason; matched on the test's name
+CLUSTER_OPEN = {
+    "test_a_bound_role_granted_harbor_admin_reads_no_other_tenants_expired_state": (
+        "SET ROLE harbor_admin: Citus opens the worker connections as harbor_admin, so on"
+        " the workers the session user is harbor_admin and the bound login's binding is"
+        " not seen: the unbound administrator's policies apply there"
+    ),
+    "test_set_role_then_set_local_keeps_the_binding": (
+        "SET ROLE harbor_app: Citus opens the worker connections as harbor_app, where the"
+        " bound login's binding is not seen, and the SET LOCAL identity reaches them: a"
+        " bound role reads another tenant's rows (open, docs/citus.md)"
+    ),
+    "test_erase_still_reopens_the_version_before_an_erased_successor": (
+        "Citus refuses ON DELETE SET NULL on a key holding the distribution column; without"
+        " it, deleting a memory that a surviving version links to fails (ForeignKeyViolation)"
+    ),
+    "test_a_user_who_deletes_their_newer_fact_does_not_reopen_the_older": (
+        "as above: the older version's link to the deleted one is not cleared on Citus"
     ),
 }
 #: the ports of the cluster's nodes (a connection to one is one transaction)
@@ -56,12 +77,49 @@ def on_cluster(url: str) -> bool:
     return int(conninfo.conninfo_to_dict(url).get("port") or 0) in _CLUSTER_PORTS
 
 
+_SETS_IDENTITY = re.compile(r"set_identity|^\s*set\s", re.IGNORECASE)
+
+
+class _OneTransaction(psycopg.Connection[Any]):
+    """A cluster connection: one transaction (committed when its ``with`` block ends),
+    each statement in a savepoint of its own, so a statement that fails undoes only
+    itself and the connection goes on as an autocommit one would (the identity set by
+    an earlier statement stays: it was set before the savepoint)."""
+
+    def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        if _SETS_IDENTITY.search(str(query)):
+            # Citus forgets a SET LOCAL made in a savepoint once the savepoint is released
+            # (the coordinator keeps it; a worker connection opened afterwards gets none)
+            return super().execute(query, params, **kwargs)
+        if self.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+            super().execute("select")  # (opens the transaction)
+        with self.transaction():
+            return super().execute(query, params, **kwargs)
+
+
+#: the constraint each harbor refusal names, by a phrase of its message
+_REFUSALS = {'ids starting with "summary:"': "memories_summary_id"}
+
+
+def refused_by(exc: psycopg.Error) -> str | None:
+    """The constraint an error names. Citus forwards a worker's error without its
+    constraint name (its context then says "while executing command on"): there the
+    constraint is told by the message, which names the rule."""
+    if exc.diag.constraint_name is not None or "while executing command on" not in (
+        exc.diag.context or ""
+    ):
+        return exc.diag.constraint_name
+    message = exc.diag.message_primary or ""
+    return next((c for phrase, c in _REFUSALS.items() if phrase in message), None)
+
+
 def connect(url: str, **kwargs: Any) -> psycopg.Connection[Any]:
     """``psycopg.connect``, except that on the cluster the connection is one
-    transaction (committed when its ``with`` block ends): the identity set in it
-    then reaches the workers."""
+    transaction (:class:`_OneTransaction`): the identity set in it then reaches the
+    workers."""
     if on_cluster(url):
         kwargs["autocommit"] = False
+        return _OneTransaction.connect(url, **kwargs)
     return psycopg.connect(url, **kwargs)
 
 
@@ -286,8 +344,8 @@ def seed(db: PgDatabase) -> None:
                 (t, p, u, s, r, u, tag),
             )
     create_login_roles(db, *BOUND_ROLES)
-    for role, (t, p, u) in BOUND_ROLES.items():
-        bind(db, role, t, p, u)
+    for role, (tenant, project, user) in BOUND_ROLES.items():
+        bind(db, role, tenant, project, user)
 
 
 @pytest.fixture(scope="module")
@@ -362,6 +420,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             dropped.append(item)
             continue
         seen.add(key)
+        reason = next((r for k, r in CLUSTER_OPEN.items() if name.startswith(k)), None)
+        if reason is not None:
+            item.add_marker(pytest.mark.xfail(reason=reason, strict=True))
         keep.append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)

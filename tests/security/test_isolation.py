@@ -293,6 +293,17 @@ def test_set_or_reset_role_keeps_the_binding(seeded: Any, reset: bool) -> None:
         assert rows and all(r.startswith("mine:") for r in rows), rows
 
 
+def test_set_role_then_set_local_keeps_the_binding(seeded: Any) -> None:
+    """The identity settings a transaction sets with SET LOCAL (which Citus sends to the
+    workers) after SET ROLE to the application role: the binding still wins."""
+    with connect(seeded.url_for(BOUND_ROLE)) as conn:  # (one transaction)
+        conn.execute("set role harbor_app")
+        for name, value in [("tenant_id", "t2"), ("user_id", "u1"), ("principal_id", "u1")]:
+            conn.execute(f"set local harbor.{name} = '{value}'")
+        rows = contents(conn, "select content from harbor.memories")
+        assert rows and all(r.startswith("mine:") for r in rows), rows
+
+
 @pytest.mark.parametrize(
     "table", ["memories", "messages", "working_state", "memory_embeddings", "role_bindings"]
 )

@@ -17,7 +17,7 @@ import pytest
 from psycopg import errors
 
 from tests.conftest import PgDatabase
-from tests.security.conftest import connect
+from tests.security.conftest import connect, on_cluster
 
 ROLE = "harbor_test_two_tenants"
 OTHER = "harbor_test_other_role"
@@ -42,8 +42,8 @@ def roles(fresh_db: PgDatabase) -> Iterator[PgDatabase]:
 def _admin(db: PgDatabase, tenant: str, *, autocommit: bool = True) -> psycopg.Connection[Any]:
     conn = connect(db.admin_url, autocommit=autocommit)
     conn.execute("select harbor.set_identity(%s)", (tenant,))
-    if not autocommit:
-        conn.commit()
+    if not autocommit and not on_cluster(db.admin_url):
+        conn.commit()  # (on the cluster the identity holds for this transaction only)
     return conn
 
 

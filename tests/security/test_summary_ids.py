@@ -27,7 +27,7 @@ from harbor_pg.records import Memory, MemoryType
 from harbor_pg.tiers.base import summary_memory_id
 from harbor_pg.tiers.long_term import PostgresLongTermStore
 from tests.conftest import PgDatabase
-from tests.security.conftest import bind, connect, create_login_roles, drop_roles
+from tests.security.conftest import bind, connect, create_login_roles, drop_roles, refused_by
 
 ATTACKER_ROLE = "harbor_test_summary_squatter"
 # a session id the attacker must not learn (unique: any copy of it is a leak)
@@ -98,7 +98,7 @@ async def test_another_user_cannot_pre_take_a_users_summary_id(
         # as a memory of its own: the prefix belongs to summaries
         with pytest.raises(errors.CheckViolation) as caught:
             _insert(squatter, target)
-        assert caught.value.diag.constraint_name == "memories_summary_id"
+        assert refused_by(caught.value) == "memories_summary_id"
         # as a summary of its own: it gets its own owner's id, not the one it asked for
         got = _insert(squatter, target, "summary", f"squatter's summary for {target}")
         assert got == summary_memory_id(
@@ -128,7 +128,7 @@ def test_a_summary_id_is_no_existence_oracle(squatter: Any, fresh_db: PgDatabase
     for owner in (VICTIM, OTHER_SESSION):
         with pytest.raises(psycopg.Error) as caught:
             _insert(squatter, summary_memory_id(owner))
-        outcomes.append((caught.value.sqlstate, caught.value.diag.constraint_name))
+        outcomes.append((caught.value.sqlstate, refused_by(caught.value)))
     assert outcomes[0] == outcomes[1] == ("23514", "memories_summary_id")
 
 
