@@ -351,7 +351,11 @@ def load_row(kind: str, r: dict[str, Any]) -> list[str]:
 
 
 def write_results(
-    runs: list[tuple[str, dict[str, Any]]], seconds: float, *, path: Path = RESULTS
+    runs: list[tuple[str, dict[str, Any]]],
+    seconds: float,
+    *,
+    path: Path = RESULTS,
+    note: str = "",
 ) -> None:
     """Replace RESULTS.md's ``load`` section with these runs (kind, run's figures)."""
     record(
@@ -373,12 +377,16 @@ def write_results(
             "errors",
         ],
         rows=[load_row(kind, r) for kind, r in runs],
-        notes="append / recent / recall / save: p50 / p99 ms.",
+        notes="append / recent / recall / save: p50 / p99 ms. CPU per op: this process"
+        " (the clients) and every PostgreSQL process of the data directory, per operation."
+        + (f"\n\n{note}" if note else ""),
         results=path,
     )
 
 
-def write_start_results(r: dict[str, Any], window: float, *, path: Path = RESULTS) -> None:
+def write_start_results(
+    r: dict[str, Any], window: float, *, path: Path = RESULTS, note: str = ""
+) -> None:
     """Replace RESULTS.md's ``load-start`` section with the windows of a ``--mode start`` run."""
     record(
         "load-start",
@@ -410,7 +418,8 @@ def write_start_results(r: dict[str, Any], window: float, *, path: Path = RESULT
         ],
         notes="Worker starts took (s): "
         + (", ".join(r["starts"]) or "-")
-        + ("; compared checkout: " + ", ".join(r["compare_starts"]) if r["compare_starts"] else ""),
+        + ("; compared checkout: " + ", ".join(r["compare_starts"]) if r["compare_starts"] else "")
+        + (f"\n\n{note}" if note else ""),
         results=path,
     )
 
@@ -430,6 +439,7 @@ async def run_all(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--record", action="store_true", help="write the figures into benchmarks/RESULTS.md"
     )
+    parser.add_argument("--note", default="", help="(--record) a paragraph under the table")
     args = parser.parse_args(argv)
     runs: list[tuple[str, dict[str, Any]]] = []
     print(f"machine: {machine()}; default pool size here: {default_pool_size()}")
@@ -469,7 +479,7 @@ async def run_all(argv: list[str] | None = None) -> None:
                 for line in w["errors"][:5]:
                     print("     ", line)
             if args.record:
-                write_start_results(r, args.window)
+                write_start_results(r, args.window, note=args.note)
             return  # (leaving the block stops the server)
         print("mixed load (40% append, 25% recent, 20% recall, 15% save):")
         for clients in [int(c) for c in args.clients.split(",")]:
@@ -491,7 +501,7 @@ async def run_all(argv: list[str] | None = None) -> None:
             for line in r["errors"][:5]:
                 print("     ", line)
     if args.record:
-        write_results(runs, args.seconds)
+        write_results(runs, args.seconds, note=args.note)
 
 
 def main(argv: list[str] | None = None) -> None:
