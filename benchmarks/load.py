@@ -30,7 +30,9 @@ Reported: request p50/p99, the slowest request and the errors of the windows
 with a start against those without, each request counted in the window it
 ended in. ``--compare DIR``: a third kind of window, where the worker imports
 harbor_pg from DIR (another checkout; see ``benchmarks/startup.py --warm``),
-interleaved with the other two.
+interleaved with the other two. ``--nice N``: one more kind, this checkout's
+start under ``nice -n N`` (a worker started at a lower CPU priority). A worker
+reads compiled bytecode as an installed package does (``startup.deployed_env``).
 """
 
 from __future__ import annotations
@@ -199,6 +201,7 @@ async def run_start_windows(
     pairs: int,
     pool: int,
     compare: str | None = None,
+    nice: int = 0,
 ) -> dict[str, Any]:
     """16 clients without pause; a worker process starting in every other window.
     Every 0.1 s, the server's backends waiting for a lock are counted."""
@@ -250,6 +253,8 @@ async def run_start_windows(
     envs = {"start": deployed_env(dict(os.environ), cache)}
     if compare:
         envs["compare"] = {**envs["start"], "PYTHONPATH": compare}
+    if nice:
+        envs["nice"] = envs["start"]
     for env in envs.values():
         child = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -264,16 +269,17 @@ async def run_start_windows(
     tasks = [asyncio.create_task(client(i)) for i in range(clients)]
     tasks.append(asyncio.create_task(watch_locks()))
     await asyncio.sleep(1.0)  # warm up
-    kinds = ("start", "none", "compare") if compare else ("start", "none")
+    kinds = ("start", "none", *(["compare"] if compare else []), *(["nice"] if nice else []))
     cycle = [*kinds, *kinds[::-1]]
     plan = [w for _ in range(pairs) for w in cycle][: len(kinds) * pairs]
     windows: list[tuple[str, float, float, str]] = []
     for kind in plan:
         t0 = time.perf_counter()
         child = None
-        if kind in ("start", "compare"):
+        if kind != "none":
             env = envs[kind]
             child = await asyncio.create_subprocess_exec(
+                *(["nice", "-n", str(nice)] if kind == "nice" else []),
                 sys.executable,
                 "-c",
                 START_SCRIPT,
@@ -288,7 +294,9 @@ async def run_start_windows(
         if child is not None:
             out, err = await child.communicate()
             took = out.decode().strip() or f"failed: {err.decode()[-300:]}"
-        windows.append((kind, t0, t0 + window, took))
+        # a start that outlasts its window (a niced one waits for idle CPU) keeps the
+        # window open until it ends: every request it may have slowed is counted
+        windows.append((kind, t0, max(t0 + window, time.perf_counter()), took))
     stop.set()
     await asyncio.gather(*tasks)
     await manager.close()
@@ -303,14 +311,22 @@ async def run_start_windows(
             "p99": pct(lat, 99) * 1000,
             "max": max(lat) * 1000,
             "errors": errs,
-            "ops_s": len(lat) / (window * sum(k == kind for k, *_ in windows)),
+            "ops_s": len(lat) / sum(b - a for k, a, b, _ in windows if k == kind),
             "lock_waits": max(
                 (n for k, a, b, _ in windows if k == kind for t, n in lock_waits if a <= t < b),
                 default=0,
             ),
         }
+    for kind in kinds:
+        # requests the windows of this kind served fewer than the same time without a
+        # start would have, per start (negative: more; the machine's noise)
+        count = sum(k == kind for k, *_ in windows)
+        seconds = sum(b - a for k, a, b, _ in windows if k == kind)
+        expected = result["none"]["ops_s"] * seconds
+        result[kind]["lost"] = (expected - result[kind]["n"]) / count if kind != "none" else 0.0
     result["starts"] = [took for k, _, _, took in windows if k == "start"]
     result["compare_starts"] = [took for k, _, _, took in windows if k == "compare"]
+    result["nice_starts"] = [took for k, _, _, took in windows if k == "nice"]
     result["kinds"] = kinds
     return result
 
@@ -402,6 +418,7 @@ def write_start_results(
             "slowest ms",
             "errors",
             "most backends waiting for a lock",
+            "requests lost a start",
         ],
         rows=[
             [
@@ -413,12 +430,14 @@ def write_start_results(
                 f"{r[kind]['max']:.0f}",
                 len(r[kind]["errors"]),
                 r[kind]["lock_waits"],
+                f"{r[kind]['lost']:.0f}" if "lost" in r[kind] and kind != "none" else "-",
             ]
             for kind in r["kinds"]
         ],
         notes="Worker starts took (s): "
         + (", ".join(r["starts"]) or "-")
         + ("; compared checkout: " + ", ".join(r["compare_starts"]) if r["compare_starts"] else "")
+        + ("; under nice: " + ", ".join(r["nice_starts"]) if r.get("nice_starts") else "")
         + (f"\n\n{note}" if note else ""),
         results=path,
     )
@@ -436,6 +455,12 @@ async def run_all(argv: list[str] | None = None) -> None:
     parser.add_argument("--window", type=float, default=5.0)
     parser.add_argument("--pairs", type=int, default=4)
     parser.add_argument("--compare", help="another checkout whose start to interleave")
+    parser.add_argument(
+        "--nice",
+        type=int,
+        default=0,
+        help="a further kind of window: this checkout's start under `nice -n N`",
+    )
     parser.add_argument(
         "--record", action="store_true", help="write the figures into benchmarks/RESULTS.md"
     )
@@ -460,6 +485,7 @@ async def run_all(argv: list[str] | None = None) -> None:
                 args.pairs,
                 default_pool_size(),
                 args.compare,
+                args.nice,
             )
             print(
                 f"16 clients, windows of {args.window:.0f} s; worker starts took (s):",
@@ -467,13 +493,15 @@ async def run_all(argv: list[str] | None = None) -> None:
             )
             if r["compare_starts"]:
                 print(f"  starts of {args.compare}:", ", ".join(r["compare_starts"]))
+            if r["nice_starts"]:
+                print(f"  starts under nice -n {args.nice}:", ", ".join(r["nice_starts"]))
             for kind in r["kinds"]:
                 w = r[kind]
                 print(
                     f"  {kind:>5}: {w['n']} requests, {w['ops_s']:.0f} ops/s,"
                     f" p50 {w['p50']:.1f} ms, p99 {w['p99']:.1f} ms, slowest {w['max']:.0f} ms,"
                     f" errors {len(w['errors'])}, most backends waiting for a lock at once"
-                    f" {w['lock_waits']}",
+                    f" {w['lock_waits']}, requests lost a start {w['lost']:.0f}",
                     flush=True,
                 )
                 for line in w["errors"][:5]:
