@@ -30,7 +30,9 @@ Reported: request p50/p99, the slowest request and the errors of the windows
 with a start against those without, each request counted in the window it
 ended in. ``--compare DIR``: a third kind of window, where the worker imports
 harbor_pg from DIR (another checkout; see ``benchmarks/startup.py --warm``),
-interleaved with the other two.
+interleaved with the other two. ``--nice N``: one more kind, this checkout's
+start under ``nice -n N`` (a worker started at a lower CPU priority). A worker
+reads compiled bytecode as an installed package does (``startup.deployed_env``).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, machine, pct, private_server, record, with_params
+from startup import deployed_env
 
 from harbor_pg import ConversationMessage, HashingEmbedder, MemoryManager, MemoryOwner
 from harbor_pg.db import migrate, server
@@ -198,6 +201,7 @@ async def run_start_windows(
     pairs: int,
     pool: int,
     compare: str | None = None,
+    nice: int = 0,
 ) -> dict[str, Any]:
     """16 clients without pause; a worker process starting in every other window.
     Every 0.1 s, the server's backends waiting for a lock are counted."""
@@ -243,21 +247,39 @@ async def run_start_windows(
                 lock_waits.append((time.perf_counter(), int(row[0]) if row else 0))
                 await asyncio.sleep(0.1)
 
+    # a worker reads compiled bytecode, as an installed package does (pip writes it);
+    # the first start of each checkout, before the clients, writes it
+    cache = Path(data_dir) / "pycache"
+    envs = {"start": deployed_env(dict(os.environ), cache)}
+    if compare:
+        envs["compare"] = {**envs["start"], "PYTHONPATH": compare}
+    if nice:
+        envs["nice"] = envs["start"]
+    for env in envs.values():
+        child = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            START_SCRIPT,
+            str(data_dir),
+            env=env,
+            cwd="/",
+            stdout=asyncio.subprocess.DEVNULL,
+        )
+        await child.wait()
     tasks = [asyncio.create_task(client(i)) for i in range(clients)]
     tasks.append(asyncio.create_task(watch_locks()))
     await asyncio.sleep(1.0)  # warm up
-    kinds = ("start", "none", "compare") if compare else ("start", "none")
+    kinds = ("start", "none", *(["compare"] if compare else []), *(["nice"] if nice else []))
     cycle = [*kinds, *kinds[::-1]]
     plan = [w for _ in range(pairs) for w in cycle][: len(kinds) * pairs]
     windows: list[tuple[str, float, float, str]] = []
     for kind in plan:
         t0 = time.perf_counter()
         child = None
-        if kind in ("start", "compare"):
-            env = dict(os.environ)
-            if kind == "compare" and compare:
-                env["PYTHONPATH"] = compare
+        if kind != "none":
+            env = envs[kind]
             child = await asyncio.create_subprocess_exec(
+                *(["nice", "-n", str(nice)] if kind == "nice" else []),
                 sys.executable,
                 "-c",
                 START_SCRIPT,
@@ -272,7 +294,9 @@ async def run_start_windows(
         if child is not None:
             out, err = await child.communicate()
             took = out.decode().strip() or f"failed: {err.decode()[-300:]}"
-        windows.append((kind, t0, t0 + window, took))
+        # a start that outlasts its window (a niced one waits for idle CPU) keeps the
+        # window open until it ends: every request it may have slowed is counted
+        windows.append((kind, t0, max(t0 + window, time.perf_counter()), took))
     stop.set()
     await asyncio.gather(*tasks)
     await manager.close()
@@ -287,14 +311,22 @@ async def run_start_windows(
             "p99": pct(lat, 99) * 1000,
             "max": max(lat) * 1000,
             "errors": errs,
-            "ops_s": len(lat) / (window * sum(k == kind for k, *_ in windows)),
+            "ops_s": len(lat) / sum(b - a for k, a, b, _ in windows if k == kind),
             "lock_waits": max(
                 (n for k, a, b, _ in windows if k == kind for t, n in lock_waits if a <= t < b),
                 default=0,
             ),
         }
+    for kind in kinds:
+        # requests the windows of this kind served fewer than the same time without a
+        # start would have, per start (negative: more; the machine's noise)
+        count = sum(k == kind for k, *_ in windows)
+        seconds = sum(b - a for k, a, b, _ in windows if k == kind)
+        expected = result["none"]["ops_s"] * seconds
+        result[kind]["lost"] = (expected - result[kind]["n"]) / count if kind != "none" else 0.0
     result["starts"] = [took for k, _, _, took in windows if k == "start"]
     result["compare_starts"] = [took for k, _, _, took in windows if k == "compare"]
+    result["nice_starts"] = [took for k, _, _, took in windows if k == "nice"]
     result["kinds"] = kinds
     return result
 
@@ -335,7 +367,11 @@ def load_row(kind: str, r: dict[str, Any]) -> list[str]:
 
 
 def write_results(
-    runs: list[tuple[str, dict[str, Any]]], seconds: float, *, path: Path = RESULTS
+    runs: list[tuple[str, dict[str, Any]]],
+    seconds: float,
+    *,
+    path: Path = RESULTS,
+    note: str = "",
 ) -> None:
     """Replace RESULTS.md's ``load`` section with these runs (kind, run's figures)."""
     record(
@@ -357,12 +393,16 @@ def write_results(
             "errors",
         ],
         rows=[load_row(kind, r) for kind, r in runs],
-        notes="append / recent / recall / save: p50 / p99 ms.",
+        notes="append / recent / recall / save: p50 / p99 ms. CPU per op: this process"
+        " (the clients) and every PostgreSQL process of the data directory, per operation."
+        + (f"\n\n{note}" if note else ""),
         results=path,
     )
 
 
-def write_start_results(r: dict[str, Any], window: float, *, path: Path = RESULTS) -> None:
+def write_start_results(
+    r: dict[str, Any], window: float, *, path: Path = RESULTS, note: str = ""
+) -> None:
     """Replace RESULTS.md's ``load-start`` section with the windows of a ``--mode start`` run."""
     record(
         "load-start",
@@ -378,6 +418,7 @@ def write_start_results(r: dict[str, Any], window: float, *, path: Path = RESULT
             "slowest ms",
             "errors",
             "most backends waiting for a lock",
+            "requests lost a start",
         ],
         rows=[
             [
@@ -389,12 +430,15 @@ def write_start_results(r: dict[str, Any], window: float, *, path: Path = RESULT
                 f"{r[kind]['max']:.0f}",
                 len(r[kind]["errors"]),
                 r[kind]["lock_waits"],
+                f"{r[kind]['lost']:.0f}" if "lost" in r[kind] and kind != "none" else "-",
             ]
             for kind in r["kinds"]
         ],
         notes="Worker starts took (s): "
         + (", ".join(r["starts"]) or "-")
-        + ("; compared checkout: " + ", ".join(r["compare_starts"]) if r["compare_starts"] else ""),
+        + ("; compared checkout: " + ", ".join(r["compare_starts"]) if r["compare_starts"] else "")
+        + ("; under nice: " + ", ".join(r["nice_starts"]) if r.get("nice_starts") else "")
+        + (f"\n\n{note}" if note else ""),
         results=path,
     )
 
@@ -403,14 +447,24 @@ async def run_all(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=6.0)
     parser.add_argument("--clients", default="1,4,16,64")
-    parser.add_argument("--pools", default="2,4,8,16")
+    parser.add_argument("--pools", default="2,4,8,16", help="'' for none")
+    parser.add_argument(
+        "--no-start-run", action="store_true", help="leave out the run with a worker starting"
+    )
     parser.add_argument("--mode", choices=["all", "start"], default="all")
     parser.add_argument("--window", type=float, default=5.0)
     parser.add_argument("--pairs", type=int, default=4)
     parser.add_argument("--compare", help="another checkout whose start to interleave")
     parser.add_argument(
+        "--nice",
+        type=int,
+        default=0,
+        help="a further kind of window: this checkout's start under `nice -n N`",
+    )
+    parser.add_argument(
         "--record", action="store_true", help="write the figures into benchmarks/RESULTS.md"
     )
+    parser.add_argument("--note", default="", help="(--record) a paragraph under the table")
     args = parser.parse_args(argv)
     runs: list[tuple[str, dict[str, Any]]] = []
     print(f"machine: {machine()}; default pool size here: {default_pool_size()}")
@@ -431,6 +485,7 @@ async def run_all(argv: list[str] | None = None) -> None:
                 args.pairs,
                 default_pool_size(),
                 args.compare,
+                args.nice,
             )
             print(
                 f"16 clients, windows of {args.window:.0f} s; worker starts took (s):",
@@ -438,19 +493,21 @@ async def run_all(argv: list[str] | None = None) -> None:
             )
             if r["compare_starts"]:
                 print(f"  starts of {args.compare}:", ", ".join(r["compare_starts"]))
+            if r["nice_starts"]:
+                print(f"  starts under nice -n {args.nice}:", ", ".join(r["nice_starts"]))
             for kind in r["kinds"]:
                 w = r[kind]
                 print(
                     f"  {kind:>5}: {w['n']} requests, {w['ops_s']:.0f} ops/s,"
                     f" p50 {w['p50']:.1f} ms, p99 {w['p99']:.1f} ms, slowest {w['max']:.0f} ms,"
                     f" errors {len(w['errors'])}, most backends waiting for a lock at once"
-                    f" {w['lock_waits']}",
+                    f" {w['lock_waits']}, requests lost a start {w['lost']:.0f}",
                     flush=True,
                 )
                 for line in w["errors"][:5]:
                     print("     ", line)
             if args.record:
-                write_start_results(r, args.window)
+                write_start_results(r, args.window, note=args.note)
             return  # (leaving the block stops the server)
         print("mixed load (40% append, 25% recent, 20% recall, 15% save):")
         for clients in [int(c) for c in args.clients.split(",")]:
@@ -458,20 +515,21 @@ async def run_all(argv: list[str] | None = None) -> None:
             report(r)
             runs.append(("mixed", r))
         print("pool sizes at 16 clients:")
-        for pool in [int(p) for p in args.pools.split(",")]:
+        for pool in [int(p) for p in args.pools.split(",") if p.strip()]:
             r = await run(app_url, pgdata, 16, args.seconds, pool)
             report(r)
             runs.append(("pool size", r))
-        print("16 clients while another worker starts (migrate.upgrade, schema up to date):")
-        r = await run(
-            app_url, pgdata, 16, args.seconds, default_pool_size(), start_worker=owner_url
-        )
-        report(r)
-        runs.append(("a worker starts", r))
-        for line in r["errors"][:5]:
-            print("     ", line)
+        if not args.no_start_run:
+            print("16 clients while another worker starts (migrate.upgrade, schema up to date):")
+            r = await run(
+                app_url, pgdata, 16, args.seconds, default_pool_size(), start_worker=owner_url
+            )
+            report(r)
+            runs.append(("a worker starts", r))
+            for line in r["errors"][:5]:
+                print("     ", line)
     if args.record:
-        write_results(runs, args.seconds)
+        write_results(runs, args.seconds, note=args.note)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -57,9 +57,21 @@ def _tracer() -> Any:
                 "client": trace.SpanKind.CLIENT,
             }
             _state["trace"] = trace
+            _state["proxy"] = trace.ProxyTracerProvider
         except ImportError:  # a namespace package without the API
             tracer = None
     _state["tracer"] = tracer
+    return tracer
+
+
+def _recording() -> Any:
+    """The tracer when spans would go somewhere: the API is installed and an
+    application set a tracer provider. With none set, every span is a no-op
+    that still costs two context switches a call (about 0.1 ms of client CPU for
+    an append): the call then runs without one."""
+    tracer = _tracer()
+    if tracer is None or isinstance(_state["trace"].get_tracer_provider(), _state["proxy"]):
+        return None
     return tracer
 
 
@@ -95,7 +107,7 @@ def traced(
     def decorate(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
         @functools.wraps(fn)
         async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-            tracer = _tracer()
+            tracer = _recording()
             if tracer is None:
                 return await fn(*args, **kwargs)
             attrs: dict[str, Any] = {}

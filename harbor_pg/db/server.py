@@ -265,16 +265,24 @@ def write_embedded_settings(pgdata: Path, settings: dict[str, str]) -> None:
         *(f"{name} = '{value}'" for name, value in sorted(settings.items())),
     ]
     target = pgdata / _SETTINGS_FILE
-    target.write_text("\n".join(lines) + "\n")
+    content = "\n".join(lines) + "\n"
+    try:
+        unchanged = target.read_text() == content
+    except (OSError, UnicodeDecodeError):
+        unchanged = False
+    if not unchanged:
+        # a start of an unchanged server (every worker's create()) writes nothing
+        target.write_text(content)
     text = conf.read_text()
     if _INCLUDE not in text:
         with conf.open("a") as out:
             out.write(f"\n# harbor-pg: settings sized to this machine\n{_INCLUDE}\n")
     # run as root, the wheel's server runs as a user of its own: the file is its
-    owner = conf.stat()
-    if os.name == "posix" and target.stat().st_uid != owner.st_uid:
+    owner, mine = conf.stat(), target.stat()
+    if os.name == "posix" and mine.st_uid != owner.st_uid:
         os.chown(target, owner.st_uid, owner.st_gid)
-    target.chmod(0o600)
+    if mine.st_mode & 0o777 != 0o600:
+        target.chmod(0o600)
 
 
 def embedded_server(pgdata: Path, *, cleanup_mode: str | None = None) -> Any:

@@ -27,7 +27,7 @@ class PgVector:
     __slots__ = ("values",)
 
     def __init__(self, values: Sequence[float]) -> None:
-        self.values = tuple(float(x) for x in values)
+        self.values = tuple(map(float, values))
 
     def __len__(self) -> int:
         return len(self.values)

@@ -136,14 +136,20 @@ def test_unknown_enum_values_are_refused() -> None:
         _stored_memory(_row(memory_type="rumour"))
 
 
-class _Column:
-    def __init__(self, name: str) -> None:
-        self.name = name
+class _Result:
+    """The part of a libpq result the row factory reads: the column names."""
+
+    def __init__(self, names: list[str]) -> None:
+        self._names = [n.encode() for n in names]
+        self.nfields = len(names)
+
+    def fname(self, i: int) -> bytes:
+        return self._names[i]
 
 
 class _Cursor:
     def __init__(self, names: list[str]) -> None:
-        self.description = [_Column(n) for n in names]
+        self.pgresult = _Result(names)
 
 
 def test_the_positional_row_factory_builds_what_the_dict_path_builds() -> None:
@@ -160,3 +166,12 @@ def test_the_positional_row_factory_refuses_rows_without_a_field() -> None:
     names = [n for n in _row() if n != "score"]
     with pytest.raises(MemoryConfigurationError, match="score"):
         recalled_rows(_Cursor(names))
+
+
+def test_the_positional_row_factory_keeps_each_shape_apart() -> None:
+    # the positions are kept per shape of result: a second order of the same
+    # columns is read by its own positions, not the first one's
+    row = _row(metadata={}, entity_ids=[], lexical_rank=4, lexical_score=2.0)
+    for names in (sorted(row), sorted(row, reverse=True), sorted(row)):
+        got = recalled_rows(_Cursor(names))(tuple(row[n] for n in names))
+        assert got == recalled_from_row(row)

@@ -166,3 +166,19 @@ def test_unknown_memory_and_a_failed_start_is_one_clear_error(
     with pytest.raises(MemoryConfigurationError, match=r"did not start: Command .*pg_ctl"):
         server.embedded_server(tmp_path / "pgdata")
     assert start.settings == [{}]  # no retry: there was nothing to fall back from
+
+
+def test_unchanged_settings_are_not_written_again(tmp_path: Path) -> None:
+    # every worker's create() passes through here: a start of an unchanged server
+    # writes nothing (issue 22), a changed size is written
+    (tmp_path / "postgresql.conf").write_text("# the server's own\n")
+    server.write_embedded_settings(tmp_path, {"shared_buffers": "512MB"})
+    target = tmp_path / "harbor.conf"
+    conf = (tmp_path / "postgresql.conf").read_text()
+    stamp = target.stat().st_mtime_ns, target.stat().st_ctime_ns
+    server.write_embedded_settings(tmp_path, {"shared_buffers": "512MB"})
+    assert (target.stat().st_mtime_ns, target.stat().st_ctime_ns) == stamp
+    assert (tmp_path / "postgresql.conf").read_text() == conf
+    server.write_embedded_settings(tmp_path, {"shared_buffers": "1024MB"})
+    assert "shared_buffers = '1024MB'" in target.read_text()
+    assert target.stat().st_mode & 0o777 == 0o600
