@@ -75,6 +75,9 @@ return case when t is null then null
 -- with single spaces and no other whitespace, skips it: collapsing cannot
 -- change that text beyond btrim(), and all-ASCII text is four characters a
 -- token. Not STRICT and argument-only, so it is inlined into the ranking.
+-- The same single-spaced-ASCII test is written out again in harbor.context_hash
+-- below, on purpose: a shared helper would be one more function call per
+-- candidate row unless the planner inlines it; change both together.
 create or replace function harbor.recall_line_tokens(content_hash text, content text)
     returns integer
     language sql immutable security invoker parallel safe
