@@ -464,8 +464,7 @@ class Database:
                         await conn.execute(query("set_identity"), identity_params(owner))
                     if plan_cache_mode is not None:
                         await conn.execute(
-                            "select pg_catalog.set_config('plan_cache_mode', %s, true)",
-                            (plan_cache_mode,),
+                            query("set_plan_cache_mode"), {"mode": plan_cache_mode}
                         )
                     cur = conn.cursor(row_factory=row_factory)
                     await cur.execute(statement, params)

@@ -46,3 +46,8 @@ set local harbor.run_id = {run_id}
 -- Whether this database runs Citus (harbor-pg distribute): the identity is then
 -- set with SET LOCAL (set_identity_local).
 select exists (select 1 from pg_catalog.pg_extension where extname = 'citus') as citus
+
+-- name: set_plan_cache_mode
+-- plan_cache_mode for the current transaction alone (Database.fetch_rows_in_one_round_trip:
+-- a save runs its generic plan), sent in the same round trip as the identity.
+select pg_catalog.set_config('plan_cache_mode', %(mode)s::text, true)
