@@ -77,6 +77,14 @@ def on_cluster(url: str) -> bool:
     return int(conninfo.conninfo_to_dict(url).get("port") or 0) in _CLUSTER_PORTS
 
 
+def show_every_shard(conn: psycopg.Connection[Any]) -> None:
+    """On the cluster, make EXPLAIN ANALYZE show every shard's task: Citus shows one
+    task of a multi-shard query by default (the slowest), which need not be the shard
+    holding the row a test looks for."""
+    if conn.info.port in _CLUSTER_PORTS:
+        conn.execute("set citus.explain_all_tasks = on")
+
+
 _SETS_IDENTITY = re.compile(r"set_identity|^\s*set\s", re.IGNORECASE)
 
 

@@ -17,7 +17,7 @@ import pytest
 from psycopg import errors
 
 from tests.conftest import PgDatabase
-from tests.security.conftest import write_memory, writer
+from tests.security.conftest import show_every_shard, write_memory, writer
 
 VICTIM = ("t1", "user", "", "u2", "", "", "victim: u2 keeps the vault code")
 MINE = ("t1", "user", "", "u1", "", "", "mine: u1 likes tea")
@@ -35,6 +35,7 @@ def test_an_id_found_by_enumeration_cannot_be_linked_as_a_successor(
     victim, mine = _ids(fresh_db)
     with writer(fresh_db, *MINE[:6]) as conn:
         # the enumeration works: ids are not secret
+        show_every_shard(conn)
         plan = conn.execute(
             "explain (analyze, costs off, timing off, summary off)"
             " select 1 from harbor.memories where (tenant_id, id) >= ('t1', %s)"

@@ -27,7 +27,14 @@ from harbor_pg.records import Memory, MemoryType
 from harbor_pg.tiers.base import summary_memory_id
 from harbor_pg.tiers.long_term import PostgresLongTermStore
 from tests.conftest import PgDatabase
-from tests.security.conftest import bind, connect, create_login_roles, drop_roles, refused_by
+from tests.security.conftest import (
+    bind,
+    connect,
+    create_login_roles,
+    drop_roles,
+    refused_by,
+    show_every_shard,
+)
 
 ATTACKER_ROLE = "harbor_test_summary_squatter"
 # a session id the attacker must not learn (unique: any copy of it is a leak)
@@ -159,6 +166,7 @@ def test_the_attacker_cannot_learn_the_victims_session_id(
         summary_id = _victim_summary(victim)
     # the one thing about the row the attacker can learn is its id (ids are not secret:
     # EXPLAIN ANALYZE of a range condition on id counts the rows the policy removed)
+    show_every_shard(squatter)
     plan = "\n".join(
         r[0]
         for r in squatter.execute(
