@@ -38,7 +38,7 @@ from typing import Any
 
 import psycopg
 
-from harbor_pg.db.sqlfiles import read_sql
+from harbor_pg.db.sqlfiles import query, read_sql
 from harbor_pg.errors import MemoryConfigurationError
 
 __all__ = [
@@ -202,6 +202,7 @@ def distribute(superuser_url: str, *, shard_count: int | None = None) -> Distrib
         report.workers = int(
             conn.execute("select count(*) from citus_get_active_worker_nodes()").fetchone()[0]  # type: ignore[index]
         )
+        _refuse_unsafe_bindings(conn)
         dbname = conn.info.dbname
         _set_everywhere(conn, dbname, "citus.propagate_set_commands", "'local'")
         _set_everywhere(conn, dbname, "citus.enable_unsafe_triggers", "on")
@@ -444,6 +445,26 @@ _REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
         re.compile(r"lock table harbor\.role_bindings in share row exclusive mode;"),
         "execute pg_catalog.format('lock table %s in share row exclusive mode',"
         " tg_relid::regclass);",
+    ),
+    # ... and refuses to bind a role that can SET ROLE to one of harbor-pg's roles:
+    # Citus opens the worker connections as the current user, so after SET ROLE
+    # harbor_app the role would reach the workers as harbor_app, out of its binding
+    # (one server keeps the binding: it is looked up by the session's login)
+    (
+        "_role_binding_one_tenant",
+        re.compile(r"(if tg_op = 'DELETE' then\s*return old;\s*end if;)"),
+        r"\1"
+        "\n    if exists (select 1 from pg_catalog.pg_roles r, pg_catalog.pg_roles h"
+        "\n                where r.rolname = new.role_name"
+        "\n                  and h.rolname in ('harbor_owner', 'harbor_app', 'harbor_admin',"
+        " 'harbor_search')"
+        "\n                  and pg_catalog.pg_has_role(r.oid, h.oid, 'SET')) then"
+        "\n        raise exception 'harbor.bind_role: role % can SET ROLE to a harbor-pg role,"
+        " which on Citus takes it out of its binding', new.role_name"
+        "\n            using errcode = '42501',"
+        "\n                  hint = 'Grant it harbor_app without SET (GRANT harbor_app TO"
+        " ... WITH INHERIT TRUE, SET FALSE), then bind it.';"
+        "\n    end if;",
     ),
     # recall's hydration (and its neighbour expansion's context probe, in the same form):
     # a LATERAL probe with OFFSET 0 over a CTE ("Offset clause is
@@ -801,6 +822,24 @@ def _check(conn: psycopg.Connection[Any]) -> None:
         raise MemoryConfigurationError(
             f"database {where!r} on this coordinator has no workers: add them with "
             "select citus_add_node(host, port)"
+        )
+
+
+def unsafe_bindings(conn: psycopg.Connection[Any]) -> list[tuple[str, str, list[str]]]:
+    """The bound roles that can ``SET ROLE`` to a harbor-pg role: (tenant, role, the
+    harbor roles it can become). On Citus such a role leaves its binding that way."""
+    return [(str(t), str(r), list(s)) for t, r, s in conn.execute(query("citus_unsafe_bindings"))]
+
+
+def _refuse_unsafe_bindings(conn: psycopg.Connection[Any]) -> None:
+    unsafe = unsafe_bindings(conn)
+    if unsafe:
+        roles = ", ".join(f"{r} (tenant {t!r}: can SET ROLE {'/'.join(s)})" for t, r, s in unsafe)
+        raise MemoryConfigurationError(
+            f"bound roles that can SET ROLE to a harbor-pg role: {roles}. On Citus the worker"
+            " connections are opened as the current user, so such a role would leave its"
+            " binding; grant them without SET (GRANT harbor_app TO <role> WITH INHERIT TRUE,"
+            " SET FALSE) and run distribute again (docs/citus.md)"
         )
 
 

@@ -463,9 +463,7 @@ class Database:
                     else:
                         await conn.execute(query("set_identity"), identity_params(owner))
                     if plan_cache_mode is not None:
-                        await conn.execute(
-                            query("set_plan_cache_mode"), {"mode": plan_cache_mode}
-                        )
+                        await conn.execute(query("set_plan_cache_mode"), {"mode": plan_cache_mode})
                     cur = conn.cursor(row_factory=row_factory)
                     await cur.execute(statement, params)
                     if self.set_local:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import re
 
 import psycopg
+import pytest
 
 from harbor_pg.db import citus
 from harbor_pg.db.sqlfiles import read_sql
+from harbor_pg.errors import MemoryConfigurationError
 from tests.citus.conftest import ClusterDatabase
 
 
@@ -140,3 +142,34 @@ def test_migrate_again_reapplies_the_citus_forms(cluster_db: ClusterDatabase) ->
     with psycopg.connect(cluster_db.superuser_url) as conn:
         state = conn.execute("select sha256 from public.harbor_idempotent_sql").fetchone()
     assert state is not None and state[0] != "stale"
+
+
+def test_distribute_refuses_a_bound_role_that_can_set_role_harbor_app(
+    cluster_db: ClusterDatabase,
+) -> None:
+    """A binding made safe (harbor_app granted without SET) and the grant changed
+    afterwards (no trigger sees a GRANT): distribute, run again, refuses and says which
+    role and what to do; with the grant put back it runs."""
+    role = "harbor_test_regranted"
+    with psycopg.connect(cluster_db.superuser_url, autocommit=True) as su:
+        su.execute(f"drop role if exists {role}")
+        su.execute(f"create role {role} login")
+        su.execute(f"grant harbor_app to {role} with inherit true, set false")
+        su.execute(
+            "insert into harbor.role_bindings (tenant_id, role_name) values ('regrant-t', %s)",
+            (role,),
+        )
+        su.execute(f"grant harbor_app to {role} with set true")
+    try:
+        with pytest.raises(
+            MemoryConfigurationError, match=f"{role} .tenant 'regrant-t': can SET ROLE harbor_app"
+        ):
+            citus.distribute(cluster_db.superuser_url)
+        with psycopg.connect(cluster_db.superuser_url, autocommit=True) as su:
+            su.execute(f"grant harbor_app to {role} with set false")
+        assert citus.distribute(cluster_db.superuser_url).distributed == []
+    finally:
+        with psycopg.connect(cluster_db.superuser_url, autocommit=True) as su:
+            su.execute("delete from harbor.role_bindings where role_name = %s", (role,))
+            su.execute(f"drop owned by {role}")
+            su.execute(f"drop role {role}")

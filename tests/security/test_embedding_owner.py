@@ -25,7 +25,7 @@ import pytest
 from psycopg import errors
 
 from tests.conftest import PgDatabase
-from tests.security.conftest import connect
+from tests.security.conftest import connect, grant_option
 
 Conn = psycopg.Connection[Any]
 
@@ -74,7 +74,7 @@ def planted(module_db: PgDatabase) -> Iterator[dict[str, Any]]:
     with connect(module_db.superuser_url, autocommit=True) as su:
         su.execute(f"drop role if exists {BOUND}")
         su.execute(f"create role {BOUND} login")
-        su.execute(f"grant harbor_app to {BOUND}")
+        su.execute(f"grant harbor_app to {BOUND}" + grant_option(module_db))
         su.execute(f'grant connect on database "{module_db.name}" to {BOUND}')
     with connect(module_db.admin_url, autocommit=True) as admin:
         admin.execute("select harbor.set_identity('t1')")

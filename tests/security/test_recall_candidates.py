@@ -20,7 +20,15 @@ import pytest
 from psycopg.types.range import Range
 
 from tests.conftest import PgDatabase
-from tests.security.conftest import MEMORIES, bind, connect, drop_roles, on_cluster, write_memory
+from tests.security.conftest import (
+    MEMORIES,
+    bind,
+    connect,
+    drop_roles,
+    grant_option,
+    on_cluster,
+    write_memory,
+)
 
 Conn = psycopg.Connection[Any]
 
@@ -71,7 +79,7 @@ def recall_db(module_db: PgDatabase) -> Iterator[PgDatabase]:
         for role in (LOGIN_ROLE, BOUND_ROLE):
             conn.execute(f"drop role if exists {role}")
         conn.execute(f"create role {BOUND_ROLE} nologin")
-        conn.execute(f"grant harbor_app to {BOUND_ROLE}")
+        conn.execute(f"grant harbor_app to {BOUND_ROLE}" + grant_option(module_db))
         conn.execute(f"create role {LOGIN_ROLE} login")
         conn.execute(f"grant harbor_app, {BOUND_ROLE} to {LOGIN_ROLE}")
         conn.execute(f'grant connect on database "{module_db.name}" to {LOGIN_ROLE}')

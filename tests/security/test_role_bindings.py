@@ -17,7 +17,7 @@ import pytest
 from psycopg import errors
 
 from tests.conftest import PgDatabase
-from tests.security.conftest import connect, on_cluster
+from tests.security.conftest import connect, grant_option, on_cluster
 
 ROLE = "harbor_test_two_tenants"
 OTHER = "harbor_test_other_role"
@@ -30,7 +30,7 @@ def roles(fresh_db: PgDatabase) -> Iterator[PgDatabase]:
         for role in (ROLE, OTHER):
             conn.execute(f"drop role if exists {role}")
             conn.execute(f"create role {role} login")
-            conn.execute(f"grant harbor_app to {role}")
+            conn.execute(f"grant harbor_app to {role}" + grant_option(fresh_db))
             conn.execute(f'grant connect on database "{fresh_db.name}" to {role}')
     yield fresh_db
     with connect(fresh_db.superuser_url, autocommit=True) as conn:
@@ -210,3 +210,56 @@ def test_a_login_without_grants_cannot_hold_up_bind_role(roles: PgDatabase) -> N
         with connect(roles.superuser_url, autocommit=True) as su:
             su.execute(f"drop owned by {idle}")
             su.execute(f"drop role {idle}")
+
+
+def test_on_citus_a_role_that_can_set_role_to_a_harbor_role_is_not_bound(
+    roles: PgDatabase,
+) -> None:
+    """Citus opens its worker connections as the current user: a bound role that ran
+    SET ROLE harbor_app would reach the workers as harbor_app, out of its binding, and
+    the SET LOCAL identity it sends would hold there. So on a distributed database a
+    role that can SET ROLE to a harbor-pg role, directly or through a group, is not
+    bound (by bind_role, or by a direct insert); one server binds it (its binding wins
+    after SET ROLE: test_isolation)."""
+    direct, group, member = "harbor_test_sets_app", "harbor_test_app_group", "harbor_test_member"
+    with connect(roles.superuser_url, autocommit=True) as su:
+        for role in (direct, member, group):
+            su.execute(f"drop role if exists {role}")
+        su.execute(f"create role {direct} login")
+        su.execute(f"grant harbor_app to {direct}")  # (SET TRUE: PostgreSQL's default)
+        su.execute(f"create role {group} nologin")
+        su.execute(f"grant harbor_app to {group}")
+        su.execute(f"create role {member} login")
+        su.execute(f"grant harbor_app to {member} with inherit true, set false")
+        su.execute(f"grant {group} to {member}")  # (SET ROLE harbor_app through the group)
+    try:
+        for role in (direct, member):
+            if grant_option(roles):
+                with (
+                    _admin(roles, "t1") as conn,
+                    pytest.raises(errors.InsufficientPrivilege, match="can SET ROLE"),
+                ):
+                    conn.execute("select harbor.bind_role(%s, 't1')", (role,))
+                with (
+                    connect(roles.superuser_url, autocommit=True) as su,
+                    pytest.raises(errors.InsufficientPrivilege, match="can SET ROLE"),
+                ):
+                    su.execute(
+                        "insert into harbor.role_bindings (tenant_id, role_name) values ('t1', %s)",
+                        (role,),
+                    )
+                assert role not in {r for _t, r, _u in _bindings(roles)}
+            else:
+                with _admin(roles, "t1") as conn:
+                    conn.execute("select harbor.bind_role(%s, 't1')", (role,))
+                assert ("t1", role, None) in _bindings(roles)
+        # granted without SET, and in no group that has it: bound on both
+        with _admin(roles, "t1") as conn:
+            conn.execute("select harbor.bind_role(%s, 't1')", (ROLE,))
+        assert ("t1", ROLE, None) in _bindings(roles)
+    finally:
+        with connect(roles.superuser_url, autocommit=True) as su:
+            su.execute("delete from harbor.role_bindings where role_name like 'harbor_test_%'")
+            for role in (direct, member, group):
+                su.execute(f"drop owned by {role}")
+                su.execute(f"drop role {role}")

@@ -21,7 +21,7 @@ from harbor_pg.owner import MemoryOwner
 from harbor_pg.records import Memory
 from harbor_pg.tiers.long_term import PostgresLongTermStore
 from tests.conftest import PgDatabase
-from tests.security.conftest import connect
+from tests.security.conftest import connect, grant_option
 
 DANA = MemoryOwner(tenant_id="t1", principal_id="dana", session_id="s1")
 EVE = MemoryOwner(tenant_id="t1", principal_id="eve", session_id="s1")
@@ -34,7 +34,10 @@ def bound_dana(fresh_db: PgDatabase) -> Iterator[str]:
     name = f"harbor_test_views_{os.getpid()}"
     with connect(fresh_db.superuser_url, autocommit=True) as conn:
         conn.execute(sql.SQL("create role {} login").format(sql.Identifier(name)))
-        conn.execute(sql.SQL("grant harbor_app to {}").format(sql.Identifier(name)))
+        conn.execute(
+            sql.SQL("grant harbor_app to {}").format(sql.Identifier(name))
+            + sql.SQL(grant_option(fresh_db))
+        )
         conn.execute(
             sql.SQL("grant connect on database {} to {}").format(
                 sql.Identifier(fresh_db.name), sql.Identifier(name)
