@@ -37,16 +37,7 @@ from tests.conftest import PgDatabase, PgServer, _drop_database, _new_database
 CLUSTER_MODULES = {p.stem for p in Path(__file__).parent.glob("test_*.py")}
 #: attacks of those modules that do not run on the cluster, each with its reason (open
 #: work, docs/citus.md "Security suite on the cluster"); matched on the test's name
-CLUSTER_KNOWN = {
-    "test_cannot_create_shadowing_function_in_public[cluster-worker]": (
-        "a worker refuses the DDL with 'operation is not allowed on this node'"
-        " (InternalError), not InsufficientPrivilege: refused, with another error"
-    ),
-    "test_cannot_shadow_harbor_functions_via_pg_temp[cluster-worker-": (
-        "a worker refuses creating the pg_temp function ('operation is not allowed on"
-        " this node'): the attack cannot even be set up there"
-    ),
-}
+CLUSTER_KNOWN: dict[str, str] = {}
 #: attacks that fail on the cluster and are open work (docs/citus.md "Security suite on
 #: the cluster"): expected to fail there (strict: one that passes fails the run, so a fix
 #: must take it off this list), each with its reason; matched on the test's name
