@@ -446,24 +446,30 @@ _REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
         "execute pg_catalog.format('lock table %s in share row exclusive mode',"
         " tg_relid::regclass);",
     ),
-    # ... and refuses to bind a role that can SET ROLE to one of harbor-pg's roles:
-    # Citus opens the worker connections as the current user, so after SET ROLE
-    # harbor_app the role would reach the workers as harbor_app, out of its binding
-    # (one server keeps the binding: it is looked up by the session's login)
+    # ... and refuses to bind a role that can SET ROLE to another role holding harbor-pg
+    # rights (a harbor-pg role, or any member of one: another bound role, an unbound
+    # login granted harbor_app): Citus opens the worker connections as the current
+    # user, so after SET ROLE the role would reach the workers as that role, out of its
+    # binding (one server keeps the binding: it is looked up by the session's login).
+    # The same test as query citus_unsafe_bindings (sql/queries/citus.sql)
     (
         "_role_binding_one_tenant",
         re.compile(r"(if tg_op = 'DELETE' then\s*return old;\s*end if;)"),
         r"\1"
-        "\n    if exists (select 1 from pg_catalog.pg_roles r, pg_catalog.pg_roles h"
-        "\n                where r.rolname = new.role_name"
-        "\n                  and h.rolname in ('harbor_owner', 'harbor_app', 'harbor_admin',"
-        " 'harbor_search')"
-        "\n                  and pg_catalog.pg_has_role(r.oid, h.oid, 'SET')) then"
-        "\n        raise exception 'harbor.bind_role: role % can SET ROLE to a harbor-pg role,"
-        " which on Citus takes it out of its binding', new.role_name"
+        "\n    if exists (select 1 from pg_catalog.pg_roles r, pg_catalog.pg_roles x"
+        "\n                where r.rolname = new.role_name and x.oid <> r.oid"
+        "\n                  and pg_catalog.pg_has_role(r.oid, x.oid, 'SET')"
+        "\n                  and exists (select 1 from pg_catalog.pg_roles h"
+        "\n                               where h.rolname in ('harbor_owner', 'harbor_app',"
+        " 'harbor_admin', 'harbor_search')"
+        "\n                                 and pg_catalog.pg_has_role(x.oid, h.oid, 'MEMBER')))"
+        " then"
+        "\n        raise exception 'harbor.bind_role: role % can SET ROLE to a role with harbor-pg"
+        " rights, which on Citus takes it out of its binding', new.role_name"
         "\n            using errcode = '42501',"
         "\n                  hint = 'Grant it harbor_app without SET (GRANT harbor_app TO"
-        " ... WITH INHERIT TRUE, SET FALSE), then bind it.';"
+        " ... WITH INHERIT TRUE, SET FALSE), and no other role that has harbor-pg rights"
+        " with SET, then bind it.';"
         "\n    end if;",
     ),
     # recall's hydration (and its neighbour expansion's context probe, in the same form):

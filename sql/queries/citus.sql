@@ -50,18 +50,21 @@ update harbor.session_state s
    and s.summary_lease_until = %(lease_until)s::timestamptz
 returning s.session_id
 
--- The bound roles that can SET ROLE to one of harbor-pg's roles (directly, or through a
--- role granted to them with SET). Citus opens its worker connections as the current
--- user: after SET ROLE harbor_app such a role reaches the workers as harbor_app, where
--- its binding is not seen and the SET LOCAL identity it sends holds. harbor-pg
--- distribute refuses to run while one exists; on a distributed database the bindings'
--- trigger refuses to bind one (harbor_pg.db.citus).
+-- The bound roles that can SET ROLE to another role holding harbor-pg rights: a
+-- harbor-pg role, or any member of one (another bound role, an unbound login granted
+-- harbor_app), directly or through a role granted to them with SET. Citus opens its
+-- worker connections as the current user: after SET ROLE harbor_app such a role reaches
+-- the workers as harbor_app, where its binding is not seen and the SET LOCAL identity it
+-- sends holds. harbor-pg distribute refuses to run while one exists; on a distributed
+-- database the bindings' trigger refuses to bind one, by the same test
+-- (harbor_pg.db.citus, _REWRITES).
 -- name: citus_unsafe_bindings
-select b.tenant_id, b.role_name, array_agg(h.rolname::text order by h.rolname) as can_set
+select b.tenant_id, b.role_name, array_agg(x.rolname::text order by x.rolname) as can_set
   from harbor.role_bindings b
   join pg_catalog.pg_roles r on r.rolname = b.role_name
-  join pg_catalog.pg_roles h
-    on h.rolname in ('harbor_owner', 'harbor_app', 'harbor_admin', 'harbor_search')
- where pg_catalog.pg_has_role(r.oid, h.oid, 'SET')
+  join pg_catalog.pg_roles x on x.oid <> r.oid and pg_catalog.pg_has_role(r.oid, x.oid, 'SET')
+ where exists (select 1 from pg_catalog.pg_roles h
+                where h.rolname in ('harbor_owner', 'harbor_app', 'harbor_admin', 'harbor_search')
+                  and pg_catalog.pg_has_role(x.oid, h.oid, 'MEMBER'))
  group by b.tenant_id, b.role_name
  order by b.tenant_id, b.role_name

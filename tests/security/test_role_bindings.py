@@ -218,13 +218,22 @@ def test_on_citus_a_role_that_can_set_role_to_a_harbor_role_is_not_bound(
     """Citus opens its worker connections as the current user: a bound role that ran
     SET ROLE harbor_app would reach the workers as harbor_app, out of its binding, and
     the SET LOCAL identity it sends would hold there. So on a distributed database a
-    role that can SET ROLE to a harbor-pg role, directly or through a group, is not
-    bound (by bind_role, or by a direct insert); one server binds it (its binding wins
-    after SET ROLE: test_isolation)."""
+    role that can SET ROLE to another role with harbor-pg rights (a harbor-pg role, or
+    a member of one), directly or through a group, is not bound (by bind_role, or by a
+    direct insert); one server binds it (its binding wins after SET ROLE:
+    test_isolation)."""
     direct, group, member = "harbor_test_sets_app", "harbor_test_app_group", "harbor_test_member"
+    # and one that can SET ROLE to an unbound login holding harbor_app (without SET): on
+    # the workers it would be that unbound login, whose session identity is trusted
+    via_login, login = "harbor_test_via_login", "harbor_test_unbound_login"
     with connect(roles.superuser_url, autocommit=True) as su:
-        for role in (direct, member, group):
+        for role in (direct, member, group, via_login, login):
             su.execute(f"drop role if exists {role}")
+        su.execute(f"create role {login} login")
+        su.execute(f"grant harbor_app to {login} with inherit true, set false")
+        su.execute(f"create role {via_login} login")
+        su.execute(f"grant harbor_app to {via_login} with inherit true, set false")
+        su.execute(f"grant {login} to {via_login}")
         su.execute(f"create role {direct} login")
         su.execute(f"grant harbor_app to {direct}")  # (SET TRUE: PostgreSQL's default)
         su.execute(f"create role {group} nologin")
@@ -233,7 +242,7 @@ def test_on_citus_a_role_that_can_set_role_to_a_harbor_role_is_not_bound(
         su.execute(f"grant harbor_app to {member} with inherit true, set false")
         su.execute(f"grant {group} to {member}")  # (SET ROLE harbor_app through the group)
     try:
-        for role in (direct, member):
+        for role in (direct, member, via_login):
             if grant_option(roles):
                 with (
                     _admin(roles, "t1") as conn,
@@ -260,6 +269,6 @@ def test_on_citus_a_role_that_can_set_role_to_a_harbor_role_is_not_bound(
     finally:
         with connect(roles.superuser_url, autocommit=True) as su:
             su.execute("delete from harbor.role_bindings where role_name like 'harbor_test_%'")
-            for role in (direct, member, group):
+            for role in (direct, member, group, via_login, login):
                 su.execute(f"drop owned by {role}")
                 su.execute(f"drop role {role}")
