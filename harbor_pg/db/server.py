@@ -380,12 +380,55 @@ def _start(pgdata: Path, settings: dict[str, str], cleanup_mode: str | None) -> 
                 _forget_handle(base, known)
             live_handles(pgdata)
             clear_stale_pid_file(pgdata)
+        deadline = time.monotonic() + _DEAD_SERVER_WAIT
+        while True:
+            try:
+                handle = HarborServer(pgdata, cleanup_mode=cleanup_mode)
+            except BaseException:
+                # the wheel registers the handle before starting the server
+                base._instances.pop(pgdata, None)
+                raise
+            # The wheel reuses a server whose pid file names a process it sees running,
+            # and a postmaster killed a moment ago still looks running while the kernel
+            # tears it down, then as a zombie: the handle is then on a dead server (every
+            # connection refused). Start again once that process is gone.
+            if _accepts_connections(pgdata) or time.monotonic() >= deadline:
+                return handle
+            time.sleep(0.2)
+            with base._lock:
+                _forget_handle(base, handle)
+                live_handles(pgdata)
+                clear_stale_pid_file(pgdata)
+
+
+#: how long a start waits for a server that its pid file names but that refuses
+#: connections (killed under the start) to be gone, before it hands out its handle
+_DEAD_SERVER_WAIT = 15.0
+
+
+def _accepts_connections(pgdata: Path) -> bool:
+    """Whether the server that ``pgdata``'s pid file names listens on its Unix socket
+    (lines 4 and 5 of the file: port and socket directory). True when that cannot be
+    told (no socket directory, another platform): never a restart on a doubt."""
+    import socket
+
+    try:
+        lines = (pgdata / _PID_FILE).read_text().splitlines()
+        port, directory = lines[3].strip(), lines[4].strip()
+    except (OSError, IndexError):
+        return True
+    if not directory or not port.isdigit() or not hasattr(socket, "AF_UNIX"):
+        return True
+    path = Path(directory) / f".s.PGSQL.{port}"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(2.0)
         try:
-            return HarborServer(pgdata, cleanup_mode=cleanup_mode)
-        except BaseException:
-            # the wheel registers the handle before starting the server
-            base._instances.pop(pgdata, None)
-            raise
+            sock.connect(str(path))
+        except (ConnectionRefusedError, FileNotFoundError):
+            return False
+        except OSError:
+            return True
+    return True
 
 
 def _forget_handle(base: Any, handle: Any) -> None:
@@ -415,6 +458,8 @@ def _is_postmaster_of(pid: int | None, pgdata: Path) -> bool:
         proc = psutil.Process(pid)
         if "postgres" not in proc.name():
             return False
+        if proc.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+            return False  # killed (a zombie until reaped): it serves nothing
         try:
             return Path(proc.cwd()).resolve() == pgdata.resolve()
         except psutil.AccessDenied:

@@ -10,9 +10,11 @@ someone deleted the file.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -129,6 +131,34 @@ def test_starts_right_after_the_server_was_killed(data: Path) -> None:
         assert waiting.returncode == 0, stderr
     finally:
         waiting.kill()
+        server.stop_embedded(pgdata)
+
+
+def test_a_dying_server_still_seen_running_is_not_reused(data: Path, tmp_path: Path) -> None:
+    """Right after a kill the postmaster still looks running (torn down, then a zombie):
+    the wheel reused it and handed out a URL on which every connection was refused.
+    Here a process named postgres working in the data directory, listening on nothing,
+    holds the pid file for a second and then exits, as such a postmaster does: the
+    start waits it out and starts the server."""
+    pgdata = data / "pgdata"
+    out = _start_in_a_new_process(data)
+    assert out.returncode == 0, out.stderr
+    lines = (pgdata / "postmaster.pid").read_text().splitlines()
+    server.stop_embedded(pgdata)
+    fake = tmp_path / "postgres"
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", fake)
+    dying = subprocess.Popen([str(fake), "1.5"], cwd=pgdata)
+    reaper = threading.Thread(target=dying.wait)  # (reaped at once: no zombie left)
+    reaper.start()
+    try:
+        (pgdata / "postmaster.pid").write_text("\n".join([str(dying.pid), *lines[1:]]) + "\n")
+        assert server._is_postmaster_of(dying.pid, pgdata)  # it passes for the server
+        out = _start_in_a_new_process(data)
+        assert out.returncode == 0, out.stderr
+        assert _postmaster(pgdata) != dying.pid
+    finally:
+        dying.kill()
+        reaper.join()
         server.stop_embedded(pgdata)
 
 
