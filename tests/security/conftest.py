@@ -61,13 +61,6 @@ CLUSTER_OPEN = {
         " bound login's binding is not seen, and the SET LOCAL identity reaches them: a"
         " bound role reads another tenant's rows (open, docs/citus.md)"
     ),
-    "test_erase_still_reopens_the_version_before_an_erased_successor": (
-        "Citus refuses ON DELETE SET NULL on a key holding the distribution column; without"
-        " it, deleting a memory that a surviving version links to fails (ForeignKeyViolation)"
-    ),
-    "test_a_user_who_deletes_their_newer_fact_does_not_reopen_the_older": (
-        "as above: the older version's link to the deleted one is not cleared on Citus"
-    ),
 }
 #: the ports of the cluster's nodes (a connection to one is one transaction)
 _CLUSTER_PORTS: set[int] = set()
