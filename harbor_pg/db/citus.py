@@ -18,9 +18,10 @@ what Citus needs is derived from them here, so the two cannot drift.
   sub-selects in the policies of a distributed table. On the shards the
   identity functions are inlined and their lookups still run once a statement.
 - The ``superseded_by`` foreign key keeps its columns and loses ``on delete set
-  null``, which Citus refuses when the key holds the distribution column; a
-  memory and the one it supersedes share an owner, so erasure deletes both in
-  one statement.
+  null``, which Citus refuses when the key holds the distribution column; an
+  AFTER DELETE trigger of ``sql/citus/successor.sql`` does what the action did,
+  on the deleted row's shard (it clears the links to the deleted row, as the
+  table's owner, so the add-only guard treats it as the referential action).
 - ``citus.propagate_set_commands = 'local'`` is made the database's default on
   every node, so the identity the wrapper sets with ``SET LOCAL`` reaches every
   worker that runs a piece of a statement (``set_config`` is not propagated).
@@ -38,6 +39,7 @@ from typing import Any
 
 import psycopg
 
+from harbor_pg.db import sqlfiles
 from harbor_pg.db.sqlfiles import query, read_sql
 from harbor_pg.errors import MemoryConfigurationError
 
@@ -82,8 +84,9 @@ _SUBSELECT = re.compile(r"\(\s*select\s+(harbor\.[a-z_]+\([^()]*\))\s*\)", re.IG
 _POLICY_TABLE = re.compile(r"\bon\s+(harbor\.[a-z_]+)", re.IGNORECASE)
 
 _SUPERSEDED_FK = "memories_superseded_by_fkey"
-#: SQL files of Citus forms, applied by citus_functions() (after the single-server files)
-CITUS_FILES: tuple[str, ...] = ("citus/views.sql",)
+#: SQL files of Citus forms, applied by citus_functions() (after the single-server files;
+#: listed in harbor_pg.db.sqlfiles, whose sha256 of the re-runnable files covers them)
+CITUS_FILES: tuple[str, ...] = sqlfiles.CITUS_FILES
 
 
 def citus_policies(text: str | None = None) -> str:
@@ -435,6 +438,18 @@ _REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
         r"perform set_config('\1', \2, is_local);"
         "\n    execute pg_catalog.format('set local \\1 = %L', \\2);",
     ),
+    # harbor.erase lists the versions to reopen in harbor.erase_reopen, which the add-only
+    # guard reads where the erased successor's row is deleted: on its shard's worker. As
+    # for set_identity, each set_config of it is also made with SET LOCAL, so the workers
+    # of the transaction see the list (and then its clearing)
+    (
+        "erase",
+        re.compile(
+            r"perform pg_catalog\.set_config\('harbor\.erase_reopen',.*?, true\);", re.DOTALL
+        ),
+        "\\g<0>\n    execute pg_catalog.format('set local harbor.erase_reopen = %L',"
+        " pg_catalog.current_setting('harbor.erase_reopen'));",
+    ),
     # the bindings' trigger fires on each placement of the reference table; there a
     # LOCK of the Citus table is sent to every node from inside a shard's statement
     # ("failure on connection marked as essential"): it locks its own placement
@@ -727,7 +742,8 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
         if rewritten != definition:
             conn.execute(rewritten.replace("AS $function$", "AS $function$\n" + _REWRITTEN_MARK, 1))
     # the Citus forms kept as SQL files of their own (sql/citus/): the view
-    # harbor.memory_history, whose recursive CTE Citus refuses
+    # harbor.memory_history, whose recursive CTE Citus refuses, and the trigger that
+    # stands for the superseded_by key's ON DELETE SET NULL
     for file in CITUS_FILES:
         for statement in _statements(read_sql(file)):
             conn.execute(statement)

@@ -13,7 +13,7 @@ import re
 from importlib import resources
 from importlib.abc import Traversable
 
-__all__ = ["idempotent_files", "idempotent_sha256", "query", "read_sql", "sql_root"]
+__all__ = ["CITUS_FILES", "idempotent_files", "idempotent_sha256", "query", "read_sql", "sql_root"]
 
 #: Re-runnable files applied after the schema on every install and upgrade, in order.
 IDEMPOTENT_FILES: tuple[str, ...] = (
@@ -28,6 +28,10 @@ IDEMPOTENT_FILES: tuple[str, ...] = (
     "functions/views.sql",
     "functions/grants.sql",
 )
+#: The Citus forms (harbor_pg.db.citus applies them on a distributed database, after the
+#: files above): part of the sha256 too, so that `harbor-pg migrate` re-applies them when
+#: they change.
+CITUS_FILES: tuple[str, ...] = ("citus/views.sql", "citus/successor.sql")
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z0-9_]+)\s*$", re.MULTILINE)
 
@@ -51,10 +55,10 @@ def idempotent_files() -> list[tuple[str, str]]:
 
 
 def idempotent_sha256() -> str:
-    """The sha256 of every re-runnable file (names and texts, in order): a
+    """The sha256 of every re-runnable file and Citus form (names and texts, in order): a
     migration re-applies them only when the one recorded in the database differs."""
     digest = hashlib.sha256()
-    for name, text in idempotent_files():
+    for name, text in [*idempotent_files(), *((n, read_sql(n)) for n in CITUS_FILES)]:
         for part in (name, text):
             data = part.encode("utf-8")
             digest.update(len(data).to_bytes(8, "big") + data)

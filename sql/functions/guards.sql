@@ -28,7 +28,8 @@ begin
     -- (the interval keeps its start and becomes open). Nothing a caller sets is trusted
     -- for it: the link to the deleted successor is cleared by the foreign key's ON DELETE
     -- SET NULL, which PostgreSQL runs as the table's owner (no caller is, and a caller's
-    -- own UPDATE of superseded_by runs as the caller), and then only a row that erase
+    -- own UPDATE of superseded_by runs as the caller; on Citus, which refuses the action,
+    -- by the owner's trigger of sql/citus/successor.sql), and then only a row that erase
     -- listed in harbor.erase_reopen is reopened, for an unbound administrator. Planting
     -- that setting gets an administrator no more than erase gives: the version before a
     -- current version it may delete, and has deleted, comes back.

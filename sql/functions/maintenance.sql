@@ -272,8 +272,8 @@ begin
                                            else gone_local end)
                   and d.valid && tstzrange(lower(m.valid), null, '[)')))::text, ''), true);
 
-    -- successors of an erased memory lose their link (ON DELETE SET NULL), and the listed
-    -- predecessors are reopened then
+    -- successors of an erased memory lose their link (ON DELETE SET NULL; on Citus the
+    -- trigger of sql/citus/successor.sql), and the listed predecessors are reopened then
     delete from harbor.memories m
      where (m.tenant_id = t and m.id = any (gone_local))
         or (m.tenant_id = '' and m.id = any (gone_global));

@@ -154,3 +154,24 @@ def test_a_tenant_moves_or_is_isolated_losing_and_duplicating_nothing(
     assert reads and all(r >= len(before) for r in reads)
     # the same question as of the same time: the same ranked answer
     assert _recall(url, owner, as_of) == recalled
+    # the moved shard has the trigger that stands for ON DELETE SET NULL (Citus makes a
+    # shard's triggers where it moves it): deleting a version another links to works
+    with _conn(url) as conn:
+        _in_identity(conn, owner)
+        linking = conn.execute(
+            "update harbor.memories m set valid = tstzrange(lower(m.valid), now()),"
+            " superseded_by = n.id from harbor.memories n"
+            " where m.tenant_id = %s and n.tenant_id = m.tenant_id"
+            "   and m.content = 'mia note 0' and n.content = 'mia note 1'",
+            (owner.tenant_id,),
+        ).rowcount
+        conn.execute(
+            "delete from harbor.memories where tenant_id = %s and content = 'mia note 1'",
+            (owner.tenant_id,),
+        )
+        linked = conn.execute(
+            "select superseded_by from harbor.memories where tenant_id = %s"
+            " and content = 'mia note 0'",
+            (owner.tenant_id,),
+        ).fetchall()
+    assert linking == 1 and linked == [(None,)]

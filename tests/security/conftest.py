@@ -41,15 +41,7 @@ CLUSTER_KNOWN: dict[str, str] = {}
 #: attacks that fail on the cluster and are open work (docs/citus.md "Security suite on
 #: the cluster"): expected to fail there (strict: one that passes fails the run, so a fix
 #: must take it off this list), each with its reason; matched on the test's name
-CLUSTER_OPEN = {
-    "test_erase_still_reopens_the_version_before_an_erased_successor": (
-        "Citus refuses ON DELETE SET NULL on a key holding the distribution column; without"
-        " it, deleting a memory that a surviving version links to fails (ForeignKeyViolation)"
-    ),
-    "test_a_user_who_deletes_their_newer_fact_does_not_reopen_the_older": (
-        "as above: the older version's link to the deleted one is not cleared on Citus"
-    ),
-}
+CLUSTER_OPEN: dict[str, str] = {}
 #: the ports of the cluster's nodes (a connection to one is one transaction)
 _CLUSTER_PORTS: set[int] = set()
 

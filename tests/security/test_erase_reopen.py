@@ -101,3 +101,31 @@ def test_a_user_who_deletes_their_newer_fact_does_not_reopen_the_older(
         )
         assert conn.execute("delete from harbor.memories where id = %s", (new,)).rowcount == 1
     assert not _is_current(fresh_db, old)
+
+
+def test_an_admin_cannot_run_the_owners_unlink_on_a_table_of_its_own(
+    fresh_db: PgDatabase,
+) -> None:
+    """On Citus the key's ON DELETE SET NULL is a trigger function run as the table's
+    owner (sql/citus/successor.sql). An administrator that plants the reopen list and
+    attaches that function to a temporary table of its own, holding the user's
+    successor's tenant and id, would have the owner clear the link and the guard reopen
+    the user's fact without anything deleted. No role may execute it (on one server it
+    does not exist): the older version stays closed and linked."""
+    old, new = _chain(fresh_db)
+    with _admin(fresh_db) as admin:
+        admin.execute(
+            "select set_config('harbor.erase_reopen', %s, false)", (json.dumps([["t1", old]]),)
+        )
+        admin.execute("create temp table gone (tenant_id text, id text)")
+        admin.execute("insert into gone values ('t1', %s)", (new,))
+        with pytest.raises((errors.InsufficientPrivilege, errors.UndefinedFunction)):
+            admin.execute(
+                "create trigger gone_unlink after delete on gone"
+                " for each row execute function harbor._memories_successor_set_null()"
+            )
+        admin.execute("delete from gone")
+    assert not _is_current(fresh_db, old)
+    with connect(fresh_db.superuser_url) as su:
+        row = su.execute("select superseded_by from harbor.memories where id = %s", (old,))
+        assert row.fetchone() == (new,)

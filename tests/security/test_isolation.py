@@ -87,13 +87,25 @@ def test_only_candidate_functions_are_security_definers(attacker: Conn) -> None:
     # (promote_vector_owner returns a count and updates in_graph, nothing else, and
     # only for a key the caller sees: test_a_caller_cannot_promote_a_key_it_cannot_see;
     # vector_owner_graph writes nothing and answers (false, false) for a key the caller
-    # cannot see: test_a_caller_learns_nothing_of_a_key_it_cannot_see)
+    # cannot see: test_a_caller_learns_nothing_of_a_key_it_cannot_see;
+    # _memories_successor_set_null, on Citus only, is the superseded_by key's ON DELETE
+    # SET NULL, run as the table's owner as the referential action is: no role may
+    # execute it, so no caller can attach it to a table of its own, below and
+    # test_an_admin_cannot_run_the_owners_unlink_on_a_table_of_its_own)
     assert definers <= {
         "_dense_candidates",
         "_lexical_candidates",
         "promote_vector_owner",
         "vector_owner_graph",
+        "_memories_successor_set_null",
     }, definers
+    if "_memories_successor_set_null" in definers:
+        executable = attacker.execute(
+            "select r from unnest(array['harbor_app', 'harbor_admin', 'harbor_search']) r"
+            " where has_function_privilege(r, 'harbor._memories_successor_set_null()',"
+            " 'execute')"
+        ).fetchall()
+        assert executable == []
 
 
 def test_cannot_erase_others_rows(attacker: Conn) -> None:
