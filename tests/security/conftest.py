@@ -14,8 +14,8 @@ connection is one transaction (:func:`connect`): the identity that
 harbor.set_identity() sets reaches the workers for the rest of a transaction
 (harbor-pg distribute gives it SET LOCAL), never beyond, so an autocommit
 connection with a session identity would see nothing there (fail-closed, tested in
-tests/citus). The cluster runs each attack of the modules in ``CLUSTER_MODULES``
-once per attacker, not each of its variants (``pytest_collection_modifyitems``).
+tests/citus). The cluster runs every attack of the modules in ``CLUSTER_MODULES``, every variant,
+for every attacker kind (``pytest_collection_modifyitems``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any, LiteralString
 
 import psycopg
 import pytest
-from psycopg import conninfo, sql
+from psycopg import conninfo, errors, sql
 
 from harbor_pg.testing.nodes import LocalCluster
 from tests.citus.cluster import ClusterDatabase, make_database
@@ -282,6 +282,20 @@ def grant_option(db: PgDatabase) -> LiteralString:
     return " with inherit true, set false" if isinstance(db, ClusterDatabase) else ""
 
 
+def set_role_refused_on_cluster(db: PgDatabase, login: str, role: str) -> bool:
+    """On the cluster a bound login holds harbor-pg roles without SET (:func:`grant_option`,
+    docs/citus.md): assert there that its ``SET ROLE role`` is refused, and say so (the
+    attack ends there); on one server False, and the attack goes on with the SET ROLE."""
+    if not grant_option(db):
+        return False
+    with (
+        connect(db.url_for(login), autocommit=True) as conn,
+        pytest.raises(errors.InsufficientPrivilege, match="permission denied to set role"),
+    ):
+        conn.execute(sql.SQL("set role {}").format(sql.Identifier(role)))
+    return True
+
+
 def create_login_roles(db: PgDatabase, *roles: str) -> None:
     """Login roles granted harbor_app (the operator's part: the superuser)."""
     with psycopg.connect(db.superuser_url, autocommit=True) as conn:
@@ -388,11 +402,10 @@ def _target(item: pytest.Item) -> str | None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The cluster runs the attacks of ``CLUSTER_MODULES``, each test once per attacker
-    kind (its first variant otherwise), and the worker attacker only there."""
+    """The cluster runs every attack of ``CLUSTER_MODULES`` (every variant, every
+    attacker kind), and the worker attacker only there."""
     keep: list[pytest.Item] = []
     dropped: list[pytest.Item] = []
-    seen: set[tuple[str, str]] = set()
     for item in items:
         if not item.nodeid.startswith("tests/security/"):
             keep.append(item)
@@ -404,13 +417,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if target != "cluster":
             (dropped if attacker == "worker" else keep).append(item)
             continue
-        key = (item.nodeid.split("[", 1)[0], str(attacker))
         name = item.nodeid.split("::", 1)[-1]
         known = any(name.startswith(k) for k in CLUSTER_KNOWN)
-        if module not in CLUSTER_MODULES or key in seen or known:
+        if module not in CLUSTER_MODULES or known:
             dropped.append(item)
             continue
-        seen.add(key)
         reason = next((r for k, r in CLUSTER_OPEN.items() if name.startswith(k)), None)
         if reason is not None:
             item.add_marker(pytest.mark.xfail(reason=reason, strict=True))
