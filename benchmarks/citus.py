@@ -138,14 +138,23 @@ def write_results(
     tenants: int,
     rounds: int,
     *,
+    shards: dict[str, int] | None = None,
     path: Path = RESULTS,
 ) -> None:
-    """Replace RESULTS.md's ``citus`` section with this run's table."""
+    """Replace RESULTS.md's ``citus`` section with this run's table (``shards``: the
+    shards of harbor.memories per node, from distribute's report)."""
+    per_node = (
+        " (harbor.memories: "
+        + ", ".join(f"{count} on {node}" for node, count in sorted(shards.items()))
+        + ")"
+        if shards
+        else ""
+    )
     record(
         "citus",
         title="Citus: one server against a 3-node cluster on this machine (`citus`)",
         data=f"{n:,} user memories, {tenants:,} tenants, no vectors; cluster = coordinator"
-        " + 2 workers, 8 shards a table",
+        f" + 2 workers, 8 shards a table{per_node}",
         header=[
             f"call ({rounds} each, wrapper)",
             "one server p50 / p99 ms",
@@ -171,6 +180,7 @@ def main() -> None:
     logging.getLogger("harbor_pg").addHandler(counter)
     base = Path(tempfile.mkdtemp(prefix="harbor-bench-citus-"))
     results: dict[str, dict[str, list[float]]] = {}
+    shards: dict[str, int] = {}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -206,6 +216,7 @@ def main() -> None:
                 migrate.upgrade(coord.url("harbor", "harbor_owner"))
                 cluster.add_workers("harbor")
                 report = citus.distribute(coord.url("harbor"))
+                shards = report.shards
                 loaded = _load(coord.url("harbor"), n, tenants)
                 print(
                     f"cluster: loaded {n} memories in {loaded:.1f}s; shards of "
@@ -240,7 +251,7 @@ def main() -> None:
     for row in table(results, rounds):
         print("| " + " | ".join(row) + " |")
     if args.record:
-        write_results(results, n, tenants, rounds)
+        write_results(results, n, tenants, rounds, shards=shards)
 
 
 if __name__ == "__main__":
