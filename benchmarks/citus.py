@@ -144,9 +144,8 @@ def write_results(
     """Replace RESULTS.md's ``citus`` section with this run's table (``shards``: the
     shards of harbor.memories per node, from distribute's report)."""
     per_node = (
-        " (harbor.memories: "
-        + ", ".join(f"{count} on {node}" for node, count in sorted(shards.items()))
-        + ")"
+        "; shards of harbor.memories per worker: "
+        + ", ".join(str(count) for _node, count in sorted(shards.items()))
         if shards
         else ""
     )
