@@ -848,8 +848,9 @@ def _check(conn: psycopg.Connection[Any]) -> None:
 
 
 def unsafe_bindings(conn: psycopg.Connection[Any]) -> list[tuple[str, str, list[str]]]:
-    """The bound roles that can ``SET ROLE`` to a harbor-pg role: (tenant, role, the
-    harbor roles it can become). On Citus such a role leaves its binding that way."""
+    """The bound roles that can ``SET ROLE`` to another role with harbor-pg rights (a
+    harbor-pg role or a member of one): (tenant, role, the roles it can become). On
+    Citus such a role leaves its binding that way."""
     return [(str(t), str(r), list(s)) for t, r, s in conn.execute(query("citus_unsafe_bindings"))]
 
 
@@ -858,8 +859,8 @@ def _refuse_unsafe_bindings(conn: psycopg.Connection[Any]) -> None:
     if unsafe:
         roles = ", ".join(f"{r} (tenant {t!r}: can SET ROLE {'/'.join(s)})" for t, r, s in unsafe)
         raise MemoryConfigurationError(
-            f"bound roles that can SET ROLE to a harbor-pg role: {roles}. On Citus the worker"
-            " connections are opened as the current user, so such a role would leave its"
+            f"bound roles that can SET ROLE to a role with harbor-pg rights: {roles}. On Citus"
+            " the worker connections are opened as the current user, so such a role would leave its"
             " binding; grant them without SET (GRANT harbor_app TO <role> WITH INHERIT TRUE,"
             " SET FALSE) and run distribute again (docs/citus.md)"
         )
