@@ -1,27 +1,16 @@
-"""In-process stores for applications' own unit tests (no database).
-
-They follow the same contracts as the PostgreSQL stores, including scope
-visibility, dedup by content hash and TTL expiry, and pass the same
-conformance suite (``harbor_pg.testing``). Process-local; nothing survives a
-restart.
-"""
+"""Long-term tier in process: memories and their vectors in dicts (no database)."""
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import math
-import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import datetime, timedelta
 
 from harbor_pg.errors import MemoryScopeError, MemoryValidationError
 from harbor_pg.owner import SCOPE_OWNER_FIELDS, MemoryOwner, MemoryScope
 from harbor_pg.records import (
-    ConversationMessage,
     Memory,
     MemoryType,
     Sensitivity,
@@ -33,300 +22,11 @@ from harbor_pg.tiers.base import (
     FactResult,
     NearestMemory,
     SaveResult,
-    SummaryLease,
     summary_memory_id,
 )
-from harbor_pg.tiers.session_ttl import live_turns
+from harbor_pg.tiers.in_process._shared import erased, utc_now
 
-__all__ = ["InMemoryLongTermStore", "InMemoryShortTermStore", "InMemoryWorkingStore"]
-
-_KEY = ("tenant_id", "project_id", "user_id", "session_id", "run_id")
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _erased(
-    row_user: str,
-    row_principal: str,
-    row_sessions: tuple[str | None, ...],
-    user_id: str | None,
-    session_id: str | None,
-    principal_id: str | None,
-) -> bool:
-    """The erasure predicate of ``harbor.erase`` for one row.
-
-    A user's rows are keyed to them or written by them as the principal; a
-    session matches any of ``row_sessions`` (a memory's own session and the
-    session it was derived from); an agent's rows are those it wrote.
-    """
-    return (
-        (user_id is None or user_id in (row_user, row_principal))
-        and (session_id is None or session_id in row_sessions)
-        and (principal_id is None or row_principal == principal_id)
-    )
-
-
-@dataclass
-class _SessionState:
-    """In-process twin of a ``harbor.session_state`` row (monotonic clock)."""
-
-    summarised_at: float | None = None
-    lease_until: float | None = None
-    lease_token: str | None = None
-    turns_at_summary: int = 0
-
-
-# Its methods repeat the signatures of tiers/base.py's protocols on purpose (`duplicates`
-# pairs them with base.py and with the other implementation): each store implements them.
-class InMemoryShortTermStore:
-    """Conversation turns in a dict keyed by (tenant, user, session)."""
-
-    def __init__(self) -> None:
-        self._turns: dict[tuple[str, str, str], list[ConversationMessage]] = {}
-        # turn id -> the principal that appended it ('' when none), for erasure
-        self._principals: dict[int, str] = {}
-        self._ids = itertools.count(1)
-        self._sessions: dict[tuple[str, str, str], _SessionState] = {}
-        self._lease_lock = asyncio.Lock()
-
-    @staticmethod
-    def _key(owner: MemoryOwner) -> tuple[str, str, str]:
-        owner.require_scope("session")
-        return (owner.tenant_id, owner.user_id or "", owner.session_id or "")
-
-    async def append(self, owner: MemoryOwner, message: ConversationMessage) -> ConversationMessage:
-        """Store ``message`` as the owner's newest turn; return it with its id and time."""
-        key = self._key(owner)
-        turn_id = next(self._ids)
-        stored = message.model_copy(update={"id": turn_id, "created_at": _now()})
-        self._turns.setdefault(key, []).append(stored)
-        self._principals[turn_id] = owner.principal_id or ""
-        return stored
-
-    async def recent(
-        self, owner: MemoryOwner, limit: int, *, ttl_seconds: float | None = None
-    ) -> list[ConversationMessage]:
-        """The owner's last ``limit`` turns, oldest first; with ``ttl_seconds``, only
-        those a session TTL of inactivity has not expired (as in PostgreSQL)."""
-        turns = self._turns.get(self._key(owner), [])
-        newest = list(turns[-limit:]) if limit > 0 else []
-        return live_turns(newest, ttl_seconds) if ttl_seconds is not None else newest
-
-    async def after(
-        self, owner: MemoryOwner, after_id: int, limit: int, before_id: int | None = None
-    ) -> list[ConversationMessage]:
-        """Up to ``limit`` turns with ids after ``after_id`` (and before
-        ``before_id``), oldest first."""
-        turns = [
-            t
-            for t in self._turns.get(self._key(owner), [])
-            if (t.id or 0) > after_id and (before_id is None or (t.id or 0) < before_id)
-        ]
-        return turns[:limit]
-
-    async def count(self, owner: MemoryOwner) -> int:
-        """How many turns the owner's session holds."""
-        return len(self._turns.get(self._key(owner), []))
-
-    async def clear(self, owner: MemoryOwner) -> int:
-        """Delete the session's turns; return how many went."""
-        gone = self._turns.pop(self._key(owner), [])
-        for turn in gone:
-            self._principals.pop(turn.id or 0, None)
-        return len(gone)
-
-    async def append_and_check_summary(
-        self,
-        owner: MemoryOwner,
-        message: ConversationMessage,
-        *,
-        min_turns: int,
-        cooldown_seconds: float,
-    ) -> tuple[ConversationMessage, bool]:
-        """:meth:`append`, and whether the session is now due a background summary."""
-        stored = await self.append(owner, message)
-        due = await self.summary_due(owner, min_turns=min_turns, cooldown_seconds=cooldown_seconds)
-        return stored, due
-
-    async def summary_due(
-        self, owner: MemoryOwner, *, min_turns: int, cooldown_seconds: float
-    ) -> bool:
-        """Whether :meth:`acquire_summary_lease` would succeed now; changes nothing."""
-        key = self._key(owner)
-        turns = len(self._turns.get(key, []))
-        state = self._sessions.get(key)
-        now = time.monotonic()
-        return turns >= min_turns and (
-            state is None
-            or (
-                (state.lease_until is None or state.lease_until <= now)
-                and (state.summarised_at is None or state.summarised_at <= now - cooldown_seconds)
-                and (turns < state.turns_at_summary or turns - state.turns_at_summary >= min_turns)
-            )
-        )
-
-    async def acquire_summary_lease(
-        self,
-        owner: MemoryOwner,
-        *,
-        min_turns: int,
-        cooldown_seconds: float,
-        lease_seconds: float,
-    ) -> SummaryLease | None:
-        """Take the session's summary lease (same rules as the PostgreSQL store)."""
-        key = self._key(owner)
-        async with self._lease_lock:
-            turns = len(self._turns.get(key, []))
-            now = time.monotonic()
-            state = self._sessions.get(key)
-            if turns < min_turns:
-                return None
-            if state is not None:
-                if state.lease_until is not None and state.lease_until > now:
-                    return None
-                if state.summarised_at is not None and state.summarised_at > now - cooldown_seconds:
-                    return None
-                if turns >= state.turns_at_summary and turns - state.turns_at_summary < min_turns:
-                    return None
-            else:
-                state = self._sessions[key] = _SessionState()
-            state.lease_until = now + lease_seconds
-            state.lease_token = uuid.uuid4().hex
-            return SummaryLease(
-                token=state.lease_token, turns=turns, turns_at_summary=state.turns_at_summary
-            )
-
-    async def finish_summary_lease(
-        self, owner: MemoryOwner, lease: SummaryLease, *, turns_at_summary: int
-    ) -> bool:
-        """Record a finished summary and drop the lease, if ``lease`` still holds it."""
-        async with self._lease_lock:
-            state = self._sessions.get(self._key(owner))
-            if state is None or state.lease_token != lease.token or state.lease_until is None:
-                return False
-            state.summarised_at = time.monotonic()
-            state.turns_at_summary = turns_at_summary
-            state.lease_until = None
-            state.lease_token = None
-            return True
-
-    def purge_expired_turns(self, tenant_id: str, ttl_seconds: float) -> int:
-        """Delete the tenant's turns a session TTL has hidden (``purge_expired_turns`` in SQL)."""
-        gone = 0
-        for key in [k for k in self._turns if k[0] == tenant_id]:
-            turns = self._turns[key]
-            kept = live_turns(turns, ttl_seconds)
-            for turn in turns[: len(turns) - len(kept)]:
-                self._principals.pop(turn.id or 0, None)
-                gone += 1
-            if kept:
-                self._turns[key] = kept
-            else:
-                del self._turns[key]
-        return gone
-
-    async def erase(self, subject: ErasureSubject) -> list[int]:
-        """Delete the turns of a user, a session or an agent (``harbor.erase``'s rules).
-
-        Returns the ids of the deleted turns (memories derived from them go too).
-        """
-        tenant_id, user_id = subject.tenant_id, subject.user_id
-        session_id, principal_id = subject.session_id, subject.principal_id
-        if user_id is not None and principal_id is None:
-            for key in list(self._sessions):
-                if key[0] == tenant_id and key[1] == user_id and session_id in (None, key[2]):
-                    del self._sessions[key]
-        gone: list[int] = []
-        for key in list(self._turns):
-            if key[0] != tenant_id:
-                continue
-            kept = []
-            for turn in self._turns[key]:
-                principal = self._principals.get(turn.id or 0, "")
-                if _erased(key[1], principal, (key[2],), user_id, session_id, principal_id):
-                    gone.append(turn.id or 0)
-                    self._principals.pop(turn.id or 0, None)
-                else:
-                    kept.append(turn)
-            if kept:
-                self._turns[key] = kept
-            else:
-                del self._turns[key]
-        return gone
-
-
-# Its methods repeat the signatures of tiers/base.py's protocols on purpose (`duplicates`
-# pairs them with base.py and with the other implementation): each store implements them.
-class InMemoryWorkingStore:
-    """Scratch state per run with a monotonic-clock TTL."""
-
-    def __init__(self) -> None:
-        # run key -> (state, monotonic expiry, principal of the last writer)
-        self._state: dict[tuple[str, ...], tuple[dict[str, Any], float | None, str]] = {}
-        self._lock = asyncio.Lock()
-
-    @staticmethod
-    def _key(owner: MemoryOwner) -> tuple[str, ...]:
-        owner.require_scope("run")
-        return tuple(getattr(owner, f) or "" for f in _KEY)
-
-    def _live(self, key: tuple[str, ...]) -> dict[str, Any] | None:
-        entry = self._state.get(key)
-        if entry is None:
-            return None
-        state, expires, _principal = entry
-        if expires is not None and time.monotonic() >= expires:
-            return None
-        return state
-
-    async def get(self, owner: MemoryOwner) -> dict[str, Any]:
-        """The run's working state (empty once it expired)."""
-        return dict(self._live(self._key(owner)) or {})
-
-    async def update(
-        self, owner: MemoryOwner, state: dict[str, Any], ttl_seconds: float | None
-    ) -> dict[str, Any]:
-        """Merge ``state`` into the run's working state, renewing its TTL; return the result."""
-        async with self._lock:
-            key = self._key(owner)
-            merged = {**(self._live(key) or {}), **state}
-            expires = None if ttl_seconds is None else time.monotonic() + ttl_seconds
-            self._state[key] = (merged, expires, owner.principal_id or "")
-            return dict(merged)
-
-    async def clear(self, owner: MemoryOwner) -> int:
-        """Delete the run's working state; return 1 if there was one, else 0."""
-        return 1 if self._state.pop(self._key(owner), None) is not None else 0
-
-    async def purge_expired(self) -> int:
-        """Drop every expired run (all tenants)."""
-        dead = [k for k in self._state if self._live(k) is None]
-        for k in dead:
-            del self._state[k]
-        return len(dead)
-
-    def purge_expired_of(self, tenant_id: str) -> int:
-        """Drop the expired runs of one tenant (retention)."""
-        dead = [k for k in self._state if k[0] == tenant_id and self._live(k) is None]
-        for k in dead:
-            del self._state[k]
-        return len(dead)
-
-    async def erase(self, subject: ErasureSubject) -> int:
-        """Delete the runs of a user, a session or an agent (``harbor.erase``'s rules)."""
-        tenant_id, user_id = subject.tenant_id, subject.user_id
-        session_id, principal_id = subject.session_id, subject.principal_id
-        dead = [
-            k
-            for k, (_state, _expires, principal) in self._state.items()
-            if k[0] == tenant_id
-            and _erased(k[2], principal, (k[3],), user_id, session_id, principal_id)
-        ]
-        for k in dead:
-            del self._state[k]
-        return len(dead)
+__all__ = ["InMemoryLongTermStore"]
 
 
 def _visible(memory: Memory, owner: MemoryOwner) -> bool:
@@ -441,7 +141,7 @@ class InMemoryLongTermStore:
         digest = memory.content_hash or content_hash(memory.scope, memory.content)
         vector = _check_embedding(embedding, model_id)
         memory_id = _summary_rule(owner, memory)
-        now = _now()
+        now = utc_now()
         async with self._lock:
             found = self._current_duplicate(memory.scope, key, digest, now)
             if found is not None:
@@ -473,7 +173,7 @@ class InMemoryLongTermStore:
         words first (importance breaks ties), at most ``limit``."""
         if not query.strip():
             return []
-        when = as_of or _now()
+        when = as_of or utc_now()
         terms = set(normalize_content(query).split())
         needle = normalize_content(query)
         scored: list[tuple[float, Memory]] = []
@@ -502,7 +202,7 @@ class InMemoryLongTermStore:
         }
         if limit <= 0 or not keys:
             return []
-        now = _now()
+        now = utc_now()
         rows = sorted(
             (
                 row
@@ -532,7 +232,7 @@ class InMemoryLongTermStore:
         key = owner.key(scope)
         vector = _check_embedding(embedding, model_id) or []
         excluded = set(exclude_ids)
-        now = _now()
+        now = utc_now()
         best: NearestMemory | None = None
         for memory_id, (vector_model, stored) in list(self._vectors.items()):
             row = self._rows.get(memory_id)
@@ -572,7 +272,7 @@ class InMemoryLongTermStore:
         key = owner.key(memory.scope)
         digest = memory.content_hash or content_hash(memory.scope, memory.content)
         vector = _check_embedding(embedding, model_id)
-        now = _now()
+        now = utc_now()
         async with self._lock:
             old = self._rows.get(memory_id)
             if (
@@ -654,7 +354,7 @@ class InMemoryLongTermStore:
     async def load_summary(self, owner: MemoryOwner) -> Memory | None:
         """The newest valid SESSION/SUMMARY memory of ``owner``'s session (see SummaryStore)."""
         key = owner.key(MemoryScope.SESSION)
-        now = _now()
+        now = utc_now()
         found = [
             row
             for row in self._rows.values()
@@ -679,7 +379,7 @@ class InMemoryLongTermStore:
             )
         key = owner.key(MemoryScope.SESSION)
         expected = "" if expected_frontier is None else str(expected_frontier)
-        now = _now()
+        now = utc_now()
         changes = {
             "content": memory.content,
             "content_hash": content_hash(MemoryScope.SESSION, memory.content),
@@ -733,7 +433,7 @@ class InMemoryLongTermStore:
         include_summaries: bool = False,
     ) -> int:
         """Delete the tenant's memories older than ``max_age_seconds`` (as in SQL)."""
-        cutoff = _now() - timedelta(seconds=max_age_seconds)
+        cutoff = utc_now() - timedelta(seconds=max_age_seconds)
         dead = {
             k
             for k, m in self._rows.items()
@@ -781,7 +481,7 @@ class InMemoryLongTermStore:
                 sessions: tuple[str | None, ...] = (m.session_id or "",)
                 if user_id is None or (source is not None and source[1] == user_id):
                     sessions += (m.source_session_id,)
-                if _erased(
+                if erased(
                     m.user_id or "",
                     m.principal_id or "",
                     sessions,
