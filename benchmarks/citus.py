@@ -1,4 +1,4 @@
-"""One server against a three-node Citus cluster on this machine (issue 26).
+"""One server against a three-node Citus cluster on this machine.
 
 The same set on both: MEMORIES user-scoped memories over TENANTS tenants (ten
 users each), loaded with one INSERT ... SELECT as the superuser, no vectors

@@ -17,8 +17,9 @@ per question; the three modes differ only in what is passed: the query text
 and/or the query embedding). No language model runs at query time.
 
 Policy for this benchmark, said plainly:
-  * each memory carries the preceding turn as its ``context`` (DESIGN.md:
-    turns lean on their neighbours); ``--no-context`` switches it off;
+  * each memory carries the preceding turn as its ``context`` (turns lean on
+    their neighbours: docs/decisions.md, "A memory carries its conversation
+    context"); ``--no-context`` switches it off;
   * as a user would run the product: each turn is valid from its session's
     date (LoCoMo's ``session_N_date_time``), and "now" is an hour after the
     conversation's last session, with the shipped recency half-life; the
@@ -26,8 +27,8 @@ Policy for this benchmark, said plainly:
     saves every turn at ingest time instead); every memory has the same
     importance (0.5);
   * the shipped ranking defaults (MemoryPolicy, harbor.recall()); the ``old
-    defaults`` line is main before issue 21 (rrf_k 60, weights 1:1, a
-    one-week half-life);
+    defaults`` line is the defaults before the cross-validated ones (rrf_k 60,
+    weights 1:1, a one-week half-life);
   * no relevance threshold on the dense leg for the main table (a question
     is never left without candidates); one extra row shows the hybrid with
     the embedder's calibrated threshold;
@@ -224,7 +225,7 @@ async def run(args: argparse.Namespace, su: str) -> dict[str, Any]:
                 "hybrid, recency off": replace(
                     base, min_similarity=None, recency_half_life_hours=None
                 ),
-                # main before issue 21: rrf_k 60, weights 1:1, a one-week half-life
+                # the defaults before cross-validation: rrf_k 60, weights 1:1, a one-week half-life
                 "hybrid, old defaults": replace(
                     base,
                     min_similarity=None,

@@ -6,8 +6,8 @@
 Replays harbor.recall()'s fusion (rrf_k, dense weight), neighbour expansion
 among the legs' candidates and the date signal in numpy, then picks, per
 held-out conversation, the grid point best on the other four (R@10, then R@5).
-``--audit``: issue 21's lines (the legs and the hybrid at every k, plain and
-cross-validated, per held-out conversation against the better leg; recency held
+``--audit``: the lines behind the shipped defaults (the legs and the hybrid at
+every k, plain and cross-validated, per held-out conversation against the better leg; recency held
 at each half-life; ``fusion=weighted``). ``--explore``: CV over a wider grid of
 recall's existing arguments. CV figures average per held-out conversation: set
 them beside a fixed point's mean over the conversations, not beside the pooled
@@ -389,8 +389,8 @@ def cv_row(label, points, Ps, out):
 
 
 def audit(convs, Ps):
-    """Issue 21's lines, replayed: the legs and the hybrid at every k, plain dev and
-    cross-validated, recency on and off, fusion=weighted, the old defaults."""
+    """The lines behind the shipped defaults: the legs and the hybrid at every k, plain
+    dev and cross-validated, recency on and off, fusion=weighted, the old defaults."""
     n = len(Ps)
     allc = range(n)
     print("== plain dev (all five conversations), replay of harbor.recall()")
@@ -511,7 +511,7 @@ def main() -> None:
     ap.add_argument(
         "--audit",
         action="store_true",
-        help="issue 21's lines: legs and hybrid at every k, plain and CV, recency, weighted",
+        help="the defaults' evidence: legs and hybrid at every k, plain and CV, recency, weighted",
     )
     ap.add_argument(
         "--explore", action="store_true", help="CV over a wider grid of recall's arguments"

@@ -75,11 +75,11 @@ matched to turns by their ids (mem0) or their text (memnos returns no ids).
 
 ``--quick``: 2,000 memories over 100 owners, 100 questions, 500 rows per
 ingest mode, scaling to 10,000, every fourth LoCoMo question: 18 minutes on
-2 cores shared with six other sessions (2026-12-01), most of it harbor-pg's
+2 cores busy with other work (2026-12-01), most of it harbor-pg's
 own writes (about 20 rows/s on that day's main under that load). The full
 sizes (the defaults: 100,000 memories over 1,000 owners, scaling to 100,000)
 load 200,000 rows into harbor-pg, well over an hour at that speed; under
-15 minutes needs the write path of issue 24. Bulk loads run with every
+15 minutes needs a faster write path. Bulk loads run with every
 system's HNSW indexes dropped and built again afterwards, and commits do not
 wait for the WAL flush (``--durable`` keeps it): the figures are CPU and
 round trips, not the shared disk. Absolute figures move with the machine's

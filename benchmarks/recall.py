@@ -22,8 +22,7 @@ more memories over them). The rows are written round robin over the tenants
 (row i of every tenant, then row i + 1), so that each owner's rows are spread
 over the table as a live service with many users leaves them; ``--order
 tenant`` writes them a tenant at a time instead, each owner's rows side by
-side (the order of the figures before session 7 in RESULTS.md: faster, and
-not what a live service sees). The kept sets of the two orders live side by
+side (faster, and not what a live service sees). The kept sets of the two orders live side by
 side under ``--data-dir`` (``uniform-SIZE`` and ``uniform-SIZE-interleaved``).
 Tenants are named t0 ... t999, users u-<tenant> and memories <tenant>-<n>;
 ``--ids uuid`` names the tenants of the uniform sets by UUIDs instead, which

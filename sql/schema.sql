@@ -245,11 +245,11 @@ create index memory_embeddings_owner_idx
 -- a B-tree holding the vectors keeps one owner's side by side however the
 -- writes interleave. It is keyed on one column, the owner fields encoded by
 -- harbor.vector_owner_key(), so that the scan checks one key per entry instead
--- of seven (about 0.2 ms of a 1,000-vector owner's recall, benchmarks/RESULTS.md
--- session 12); the fields are carried too (an index-only scan must see the
--- columns its condition names). Only 384-dimension vectors (1,544 bytes) fit
--- an entry, with owner fields of at most 900 bytes counted twice (the key and
--- the fields) plus the memory id; the others go to the second index.
+-- of seven (about 0.2 ms of a 1,000-vector owner's recall, docs/decisions.md);
+-- the fields are carried too (an index-only scan must see the columns its
+-- condition names). Only 384-dimension vectors (1,544 bytes) fit an entry, with
+-- owner fields of at most 900 bytes counted twice (the key and the fields) plus
+-- the memory id; the others go to the second index.
 create function harbor.vector_owner_key(tenant_id text, model_id text, scope harbor.memory_scope,
                                         user_id text, project_id text, session_id text,
                                         run_id text) returns text

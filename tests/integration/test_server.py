@@ -166,7 +166,7 @@ def test_cli_up_and_status_start_and_reuse_the_embedded_server(tmp_path: Path) -
         )
         assert summary is not None, demo.stdout
         assert int(summary.group(1)) < int(summary.group(2))
-        # the extractive summary keeps what the next turn needs (issue 23): who owns what,
+        # the extractive summary keeps what the next turn needs: who owns what,
         # the decision and the stated preference, not the pasted run report's figures
         folded = " ".join(demo.stdout.split("summary  :")[1].split("question :")[0].split())
         assert "I look after the ingest pipeline" in folded, folded

@@ -2,9 +2,9 @@
 
 A revision that has run on a database has done its work there: Alembic never
 runs it again, so editing it afterwards leaves that database different from
-one migrated by the new text, silently. Session 14 found one such case
-(0008 was re-keyed in place after it was committed; migration 0009 repairs the
-databases its first version migrated). This test pins the text of every
+one migrated by the new text, silently. It happened once: 0008 was re-keyed
+in place after it was committed, and migration 0009 repairs the databases its
+first version migrated. This test pins the text of every
 revision file. When it fails, do not update the hash: put the change in a new
 revision. The one exception is a change that leaves every database the same,
 such as a comment; then update the hash in the same commit and say so there.

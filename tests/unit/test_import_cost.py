@@ -62,7 +62,7 @@ def test_unknown_attribute_is_an_attribute_error() -> None:
 
 
 #: what a worker that makes a MemoryManager with an explicit embedder does not
-#: use, so must not pay for at start (issue 22: a start during load costs the
+#: use, so must not pay for at start (a start during load should cost the
 #: running requests nothing measurable)
 UNUSED_AT_START = (
     "langchain_core",  # LangChain's message classes: the context builder's, ~0.4 s CPU

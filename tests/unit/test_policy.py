@@ -27,7 +27,7 @@ def test_defaults_match_the_seed() -> None:
         MemoryScope.TENANT,
     )
     assert policy.recall_scopes == DEFAULT_RECALL_SCOPES
-    assert policy.recency_half_life_hours == 4320.0  # 180 days (issue 21)
+    assert policy.recency_half_life_hours == 4320.0  # 180 days, cross-validated on LoCoMo
     assert policy.block_budget_fraction == 0.15
     assert policy.query_rewrite is True
     assert policy.extraction_min_importance == 0.3
@@ -39,7 +39,7 @@ def test_defaults_match_the_seed() -> None:
     assert policy.summary_cooldown_seconds == 300.0
     assert policy.max_session_turns == 50
     assert policy.max_content_chars == 20_000
-    assert policy.rrf_k == 5  # cross-validated on LoCoMo (issue 21)
+    assert policy.rrf_k == 5  # cross-validated on LoCoMo
     assert policy.relevance_threshold is None
     assert policy.budget is None
     assert not hasattr(policy, "relevance_weights")

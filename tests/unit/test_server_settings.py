@@ -170,7 +170,8 @@ def test_unknown_memory_and_a_failed_start_is_one_clear_error(
 
 def test_unchanged_settings_are_not_written_again(tmp_path: Path) -> None:
     # every worker's create() passes through here: a start of an unchanged server
-    # writes nothing (issue 22), a changed size is written
+    # writes nothing (it takes no lock and disturbs no running request), a changed
+    # size is written
     (tmp_path / "postgresql.conf").write_text("# the server's own\n")
     server.write_embedded_settings(tmp_path, {"shared_buffers": "512MB"})
     target = tmp_path / "harbor.conf"
