@@ -6,8 +6,7 @@
 -- are applied after this file on every install and upgrade.
 --
 -- The migrations under migrations/versions/ repeat parts of this file on purpose
--- (the near-copies `duplicates` lists, e.g. 0014's access_tokens table): a
--- revision is frozen once committed, this file is the fresh install, and
+-- (e.g. 0014's access_tokens table): a revision is frozen once committed, this file is the fresh install, and
 -- tests/migration/test_migrations.py holds the two to the same schema.
 --
 -- Conventions that make the schema Citus-ready (distribute every table by
@@ -403,8 +402,8 @@ grant select, delete on harbor.session_state to harbor_admin;
 -- else can take or hold an owner's lock (an advisory key could be held by any login).
 -- No table-level UPDATE, DELETE or TRUNCATE for the application role: LOCK TABLE then
 -- allows it nothing stronger than ROW EXCLUSIVE, which no harbor-pg statement waits for.
--- Migration 0017 creates this table and its grants again on purpose (`duplicates`
--- pairs them): the revision stands alone once committed, this is the fresh install.
+-- Migration 0017 creates this table and its grants again on purpose: the revision
+-- stands alone once committed, this is the fresh install.
 create table harbor.owner_locks (
     tenant_id  text not null check (tenant_id <> ''),
     user_id    text not null check (user_id <> ''),

@@ -21,8 +21,8 @@ class EmbedderError(MemoryError):
 
 
 @runtime_checkable
-# Each embedder repeats this protocol's properties (`duplicates` pairs them): intentional,
-# each documents its own model id and threshold.
+# Each embedder repeats this protocol's properties on purpose: each documents its own
+# model id and threshold.
 
 
 class Embedder(Protocol):

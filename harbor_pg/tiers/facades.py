@@ -45,8 +45,8 @@ class InMemoryMemoryRepository(InMemoryLongTermStore):
     """Seed-style name for :class:`~harbor_pg.tiers.in_process.InMemoryLongTermStore`."""
 
 
-# The three tiers below share one shape on purpose (`duplicates` pairs them): each is a
-# typed, documented forwarder to its own store protocol, with its own in-process default.
+# The three tiers below share one shape on purpose: each is a typed, documented
+# forwarder to its own store protocol, with its own in-process default.
 class _Tier:
     """A tier object: one store, reachable as ``.store``."""
 

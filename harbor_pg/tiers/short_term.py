@@ -69,8 +69,8 @@ def _recent_query(
     return "recent_live_turns", {**params, "ttl_seconds": ttl_seconds}
 
 
-# Its methods repeat the signatures of tiers/base.py's protocols on purpose (`duplicates`
-# pairs them with base.py and with the other implementation): each store implements them.
+# Its methods repeat the signatures of tiers/base.py's protocols on purpose, as the other
+# implementation does: each store implements them.
 class PostgresShortTermStore:
     """Conversation turns kept in ``harbor.messages`` under row-level security."""
 

@@ -25,8 +25,8 @@ def run_key(owner: MemoryOwner) -> dict[str, Any]:
     }
 
 
-# Its methods repeat the signatures of tiers/base.py's protocols on purpose (`duplicates`
-# pairs them with base.py and with the other implementation): each store implements them.
+# Its methods repeat the signatures of tiers/base.py's protocols on purpose, as the other
+# implementation does: each store implements them.
 class PostgresWorkingStore:
     """Scratch state in ``harbor.working_state``; expiry decided by the read policy."""
 

@@ -12,8 +12,8 @@
 -- a role bound to no user has no session or run, so it can lock nothing.)
 -- The elevated role deletes its tenant's rows (harbor.erase).
 -- The policy's harbor._writable(...) call repeats the owner-keyed tables' in
--- policies.sql on purpose (`duplicates` pairs them): a policy is one expression the
--- planner inlines, one a table.
+-- policies.sql on purpose: a policy is one expression the planner inlines, one a
+-- table.
 do $locks$
 begin
     if pg_catalog.to_regclass('harbor.owner_locks') is null then

@@ -4,8 +4,7 @@
 -- once per statement (an InitPlan), not once per row.
 
 -- The policies of the four owner-keyed tables (and owner_locks', sql/policies/locks.sql)
--- repeat the same calls on purpose (the near-copies `duplicates` lists): a policy is one
--- expression the planner inlines.
+-- repeat the same calls on purpose: a policy is one expression the planner inlines.
 
 -- role_bindings: a role sees its own binding; admins manage their tenant's,
 -- and read every tenant's so that harbor.bind_role can refuse a role already

@@ -30,8 +30,8 @@ returning id, created_at
 -- summary (harbor.summary_due_rows, the new turn counted). A read: nothing is
 -- written for the summary here, and the lease statement stays the one that decides.
 -- The session's lock comes before the id, as in append_message.
--- Its session_lock CTE repeats append_message's on purpose (`duplicates` pairs them):
--- each named query is one statement, sent whole in one round trip.
+-- Its session_lock CTE repeats append_message's on purpose: each named query is one
+-- statement, sent whole in one round trip.
 with session_lock as (
     insert into harbor.owner_locks as l (tenant_id, user_id, session_id, scope)
     values (%(tenant_id)s::text, %(user_id)s::text, %(session_id)s::text, 'session')

@@ -98,8 +98,8 @@ ERIN = MemoryOwner(
     tenant_id="t1", project_id="p1", principal_id="erin", session_id="s1", run_id="r1"
 )
 #: an assistant acting for Dana in her session (its own principal, Dana's user key)
-# (one shape with the owners of conformance.py and test_portability_fields.py, which
-# `duplicates` pairs: each test states its own data)
+# (one shape with the owners of conformance.py and test_portability_fields.py, on
+# purpose: each test states its own data)
 BOT = MemoryOwner(
     tenant_id="t1",
     project_id="p1",

@@ -15,7 +15,7 @@ _LINE_ONLY = {"type", "vectors"}
 
 
 # Its Memory(...) literal shares a shape with the owners of conformance.py and
-# test_erasure.py (`duplicates` pairs them): each test states its own data.
+# test_erasure.py on purpose: each test states its own data.
 def _row() -> dict[str, object]:
     """A row as export_memories reads it: a value for every Memory field."""
     now = datetime(2026, 1, 1, tzinfo=UTC)

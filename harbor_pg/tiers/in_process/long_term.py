@@ -81,8 +81,8 @@ def _summary_rule(owner: MemoryOwner, memory: Memory) -> str | None:
     return memory.id
 
 
-# Its methods repeat the signatures of tiers/base.py's protocols on purpose (`duplicates`
-# pairs them with base.py and with the other implementation): each store implements them.
+# Its methods repeat the signatures of tiers/base.py's protocols on purpose, as the other
+# implementation does: each store implements them.
 class InMemoryLongTermStore:
     """Memories in a list; same visibility, dedup and validity rules as PostgreSQL."""
 
@@ -113,8 +113,7 @@ class InMemoryLongTermStore:
                 return row
         return None
 
-    # _keep's parameters are save()'s by shape (`duplicates` pairs them): it holds what
-    # save checked.
+    # _keep's parameters are save()'s by shape, on purpose: it holds what save checked.
     def _keep(
         self,
         owner: MemoryOwner,

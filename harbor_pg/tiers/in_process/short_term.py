@@ -27,8 +27,8 @@ class _SessionState:
     turns_at_summary: int = 0
 
 
-# Its methods repeat the signatures of tiers/base.py's protocols on purpose (`duplicates`
-# pairs them with base.py and with the other implementation): each store implements them.
+# Its methods repeat the signatures of tiers/base.py's protocols on purpose, as the other
+# implementation does: each store implements them.
 class InMemoryShortTermStore:
     """Conversation turns in a dict keyed by (tenant, user, session)."""
 

@@ -15,8 +15,8 @@ __all__ = ["InMemoryWorkingStore"]
 _KEY = ("tenant_id", "project_id", "user_id", "session_id", "run_id")
 
 
-# Its methods repeat the signatures of tiers/base.py's protocols on purpose (`duplicates`
-# pairs them with base.py and with the other implementation): each store implements them.
+# Its methods repeat the signatures of tiers/base.py's protocols on purpose, as the other
+# implementation does: each store implements them.
 class InMemoryWorkingStore:
     """Scratch state per run with a monotonic-clock TTL."""
 
