@@ -14,7 +14,8 @@ and one connection instead, question by question:
   at that size; ``DIR/uniform-SIZE`` with ``--order tenant``; with
   ``--skewed``, ``DIR/skewed-interleaved``, asking its 100,000-row tenant
   ``big`` or its ``small`` ones) gets the current SQL (migrate), then the
-  recall functions of ``COMMIT``'s ``sql/functions/recall.sql`` under other
+  recall functions of ``COMMIT``'s ``sql/functions/recall/`` (``recall.sql``
+  before it was split) under other
   names (``harbor.recall_ab``, ``harbor._dense_candidates_ab``,
   ``harbor._lexical_candidates_ab``, ``harbor._bm25_ab``; the candidate
   functions owned by ``harbor_search`` as the originals). The helpers they
@@ -74,25 +75,40 @@ RENAMED = ("recall", "_dense_candidates", "_lexical_candidates", "_bm25")
 DEFINERS = ("_dense_candidates_ab", "_lexical_candidates_ab")
 
 
-def old_functions(ref: str) -> str:
-    """``ref``'s recall functions, renamed with the suffix ``_ab``."""
+def _git(*args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout
+
+
+def recall_sql(ref: str) -> str:
+    """The text of ``ref``'s recall SQL: the files of ``sql/functions/recall/``, or
+    ``sql/functions/recall.sql`` at a ref from before that folder."""
     try:
-        text = subprocess.run(
-            ["git", "show", f"{ref}:sql/functions/recall.sql"],
-            cwd=ROOT,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
+        files = [
+            f
+            for f in _git("ls-tree", "--name-only", f"{ref}:sql/functions/recall/").split()
+            if f.endswith(".sql")
+        ]
+    except subprocess.CalledProcessError:
+        files = []
+    paths = [f"sql/functions/recall/{f}" for f in files] or ["sql/functions/recall.sql"]
+    try:
+        return "\n".join(_git("show", f"{ref}:{path}") for path in paths)
     except subprocess.CalledProcessError as exc:
         raise SystemExit(
-            f"cannot read sql/functions/recall.sql at {ref}: {exc.stderr.strip()}"
+            f"cannot read the recall SQL (sql/functions/recall/) at {ref}: {exc.stderr.strip()}"
         ) from None
+
+
+def old_functions(ref: str) -> str:
+    """``ref``'s recall functions, renamed with the suffix ``_ab``."""
+    text = recall_sql(ref)
     out = []
     for name in RENAMED:
         start = text.find(f"create or replace function harbor.{name}(")
         if start < 0:
-            raise SystemExit(f"{ref}'s recall.sql has no harbor.{name}()")
+            raise SystemExit(f"{ref}'s recall SQL has no harbor.{name}()")
         end = text.index("\n$$;", start) + len("\n$$;")
         out.append(text[start:end])
     body = "\n\n".join(out)

@@ -865,7 +865,7 @@ async def scaling(
 
 
 SCALING_NOTES = """\
-Why the curve bends where it does (sql/functions/recall.sql): the **dense leg** scans
+Why the curve bends where it does (sql/functions/recall/): the **dense leg** scans
 the owner's vectors exactly (from the owner-keyed covering index) while the owner holds
 at most 5,000 vectors of the model or 2% of all of them: a distance per vector, linear
 in the owner's rows (two vectors a turn with a context); above that it walks the HNSW

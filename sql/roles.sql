@@ -5,8 +5,8 @@
 --   harbor_app     the role applications connect as (RLS applies, no BYPASSRLS)
 --   harbor_admin   elevated: TENANT and GLOBAL writes, erasure, retention
 --   harbor_search  NOLOGIN, BYPASSRLS: owns the two SECURITY DEFINER candidate
---                  functions (harbor._dense_candidates and harbor._lexical_candidates
---                  in sql/functions/recall.sql) and nothing else
+--                  functions (harbor._dense_candidates and harbor._lexical_candidates,
+--                  in sql/functions/recall/dense.sql and lexical.sql) and nothing else
 do $roles$
 begin
     -- One block per role, alike on purpose: each role is created only where it is missing.

@@ -1,6 +1,6 @@
 """The pure scoring rules of recall, as seed 000 defines them.
 
-PostgreSQL ranks inside ``harbor.recall()`` (``sql/functions/recall.sql``);
+PostgreSQL ranks inside ``harbor.recall()`` (``sql/functions/recall/ranking.sql``);
 these functions are the same rules for stores that are not PostgreSQL (the
 in-process store, or one of your own), and the reference the SQL is tested
 against::

@@ -2,7 +2,7 @@
 
 On PostgreSQL one call to ``harbor.recall()`` generates the candidates (dense
 and lexical), fuses, boosts, deduplicates and cuts them; see
-``sql/functions/recall.sql``. Any other store (the in-process one, or yours)
+``sql/functions/recall/``. Any other store (the in-process one, or yours)
 is read through its own ``search`` once per recall scope, with a flat
 relevance, and ranked by the same rules in Python
 (:mod:`harbor_pg.context.ranking`).

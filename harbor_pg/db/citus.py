@@ -734,8 +734,9 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
         ):
             # (recall's split is two rewrites that must both match, or neither)
             raise MemoryConfigurationError(
-                f"harbor.{name}: recall.sql no longer has the shape harbor_pg.db.citus splits"
-                " for Citus (its statement's start or the contexts CTE moved)"
+                f"harbor.{name}: sql/functions/recall/ranking.sql no longer has the shape"
+                " harbor_pg.db.citus splits for Citus (its statement's start or the contexts"
+                " CTE moved)"
             )
         if binding_select is not None and "LANGUAGE plpgsql" in rewritten:
             rewritten = _BINDING_CALL.sub(lambda _m: binding_select, rewritten)

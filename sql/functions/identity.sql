@@ -6,8 +6,9 @@
 -- role bound with harbor.bind_role() the binding wins over those settings.
 -- The binding is looked up by session_user first, so SET ROLE cannot shed it.
 -- The role set with SET ROLE is read from the `role` setting as well as
--- current_user: inside the SECURITY DEFINER candidate functions of recall.sql
--- current_user is their owner, while `role` still names the caller's role.
+-- current_user: inside the SECURITY DEFINER candidate functions of recall
+-- (sql/functions/recall/) current_user is their owner, while `role` still names
+-- the caller's role.
 
 -- The identity functions are written with SQL-standard bodies (RETURN /
 -- BEGIN ATOMIC): parsed at creation, so no search_path can redirect them, and
