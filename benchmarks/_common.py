@@ -103,17 +103,13 @@ def record(
         command = " ".join([sys.argv[0], shlex.join(sys.argv[1:])]).strip()
     else:
         command = shlex.join(["python", *sys.argv])
+    today = datetime.date.today().isoformat()
     lines = [
         f"<!-- results:{name} -->",
         f"## {title}",
-        "",
-        "| run | |",
-        "|---|---|",
-        f"| command | `{command}` |",
-        f"| data | {data} |",
-        f"| machine | {machine()} |",
-        f"| date | {datetime.date.today().isoformat()} |",
-        f"| commit | {commit()} |",
+        "| command | data | machine | date | commit |",
+        "|---|---|---|---|---|",
+        f"| `{command}` | {data} | {machine()} | {today} | {commit()} |",
         "",
         "| " + " | ".join(header) + " |",
         "|" + "---|" * len(header),

@@ -864,18 +864,12 @@ async def scaling(
     return table, curves
 
 
-SCALING_NOTES = """\
-Why the curve bends where it does (sql/functions/recall/): the **dense leg** scans
-the owner's vectors exactly (from the owner-keyed covering index) while the owner holds
-at most 5,000 vectors of the model or 2% of all of them: a distance per vector, linear
-in the owner's rows (two vectors a turn with a context); above that it walks the HNSW
-graph (iterative scan, ef_search 400), whose cost grows with log n and the filter, not
-with n. The **lexical leg** is linear in the owner's rows on conversation text: it
-ORs the question's terms and BM25-scores every matching row, and names and common words
-match a large share of a conversation (up to 2,000 rows it reads all the owner's rows
-from the covering index; beyond, the GIN index finds the matches, and the scoring is
-still per match). Fusion, boosts and hydrating the 25 winners cost the same at every
-size. So the hybrid follows the lexical leg once the dense leg has switched to the graph."""
+# why the curve bends is explained in docs/decisions.md ("An owner's recall cost follows
+# the lexical leg"); the results page points there
+SCALING_NOTES = (
+    "Why the curve bends (the dense leg's exact scan, then the graph; the lexical leg linear"
+    " in the owner's matching rows):\n[decisions](../docs/decisions.md#recall)."
+)
 
 
 def _moved(vector: list[float], rng: np.random.Generator) -> list[float]:
