@@ -318,7 +318,7 @@ create index memories_owner_terms_idx
 -- ef_construction 128 (pgvector's default is 64): with 64, a graph built over
 -- rows written round robin by many owners found 93% of a 100,000-row owner's
 -- exact top 25 (76% at worst); with 128, 99.8% (96% at worst), for 1.5 times
--- the build time (benchmarks/RESULTS.md, session 7).
+-- the build time (migration 0006's docstring has the measurement).
 -- Only the rows in_graph (migration 0018): the owner keys recall walks the graph for.
 create index memory_embeddings_hnsw_384 on harbor.memory_embeddings
     using hnsw ((embedding::public.vector(384)) public.vector_cosine_ops)
