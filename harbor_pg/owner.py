@@ -21,8 +21,10 @@ visibility key whether or not the caller spells out ``user_id``.
 from __future__ import annotations
 
 import enum
+import functools
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
@@ -33,6 +35,8 @@ __all__ = [
     "SCOPE_OWNER_FIELDS",
     "MemoryOwner",
     "MemoryScope",
+    "check_caller",
+    "guarded",
     "narrow_owner",
     "scope_owner_fields",
 ]
@@ -200,3 +204,65 @@ def _first_error(exc: Exception) -> str:
         except Exception:  # pragma: no cover - defensive
             pass
     return str(exc)
+
+
+# -- the caller a facade is bound to ---------------------------------------------------
+
+_T = TypeVar("_T")
+
+
+def check_caller(caller: MemoryOwner | None, owner: MemoryOwner) -> None:
+    """Reject ``owner`` unless it is exactly ``caller`` (nothing to check without one).
+
+    Every identity field must be equal, unset ones included: an owner that adds
+    a field the caller does not carry (a ``project_id``, a ``run_id``) would
+    widen what a call reads or writes beyond the authenticated caller.
+    """
+    if caller is None:
+        return
+    if not isinstance(owner, MemoryOwner):
+        raise MemoryScopeError(f"owner must be a MemoryOwner, got {type(owner).__name__}")
+    for name in MemoryOwner.model_fields:
+        if getattr(owner, name) != getattr(caller, name):
+            raise MemoryScopeError(
+                f"owner does not match the authenticated caller ({name} differs)"
+            )
+
+
+def guarded(helper: _T, caller: MemoryOwner | None) -> _T:
+    """``helper`` as a facade bound to ``caller`` hands it out: each method call that
+    passes a :class:`MemoryOwner` is checked with :func:`check_caller` first."""
+    if caller is None:
+        return helper
+    return cast(_T, _CallerGuard(helper, functools.partial(check_caller, caller)))
+
+
+class _CallerGuard:
+    """A helper handed out by a bound facade: each method call that passes a
+    :class:`MemoryOwner` (positionally or by keyword) is checked against the
+    bound caller first; everything else is the helper's own."""
+
+    def __init__(self, target: Any, check: Callable[[MemoryOwner], None]) -> None:
+        object.__setattr__(self, "_target", target)
+        object.__setattr__(self, "_check", check)
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._target, name)
+        if not callable(value):
+            return value
+        check = self._check
+
+        @functools.wraps(value)
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            for arg in (*args, *kwargs.values()):
+                if isinstance(arg, MemoryOwner):
+                    check(arg)
+            return value(*args, **kwargs)
+
+        return guarded
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._target, name, value)
+
+    def __repr__(self) -> str:
+        return f"<bound {self._target!r}>"

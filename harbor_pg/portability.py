@@ -39,25 +39,45 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Literal
+from typing import IO, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from harbor_pg.db.connection import identity_params
+from harbor_pg.db.connection import Database, identity_params
 from harbor_pg.db.sqlfiles import query
 from harbor_pg.db.vectors import PgVector
+from harbor_pg.embedders.base import Embedder
 from harbor_pg.errors import MemoryConfigurationError, MemoryError, MemoryValidationError
 from harbor_pg.owner import MAX_ID_LENGTH, MemoryOwner, MemoryScope
 from harbor_pg.records import Memory, MemoryType, Sensitivity, validate_source
+from harbor_pg.tiers.facade import FacadeBase
+from harbor_pg.tiers.writer import embed_memories
 
-if TYPE_CHECKING:
-    from harbor_pg.manager import MemoryManager
-
-__all__ = ["FORMAT", "FORMAT_VERSION", "ImportReport", "export_memories", "import_memories"]
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "ImportReport",
+    "Portability",
+    "export_memories",
+    "import_memories",
+]
 
 FORMAT = "harbor-pg/memories"
 FORMAT_VERSION = 1
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+class PortableManager(Protocol):
+    """What export and import use of a :class:`~harbor_pg.manager.MemoryManager`:
+    its database and its embedder (None: imported memories without vectors stay so)."""
+
+    @property
+    def database(self) -> Database | None: ...
+
+    @property
+    def embedder(self) -> Embedder | None: ...
+
+
 _OWNER_FIELDS = ("project_id", "user_id", "session_id", "run_id")
 _VECTOR_CHUNK = 500
 #: Memory fields an export leaves out on purpose (none today). A new Memory field must be
@@ -219,14 +239,14 @@ def _memory_line(row: dict[str, Any], vectors: list[dict[str, Any]] | None) -> s
     return _dumps(obj)
 
 
-def _require_database(manager: MemoryManager) -> Any:
+def _require_database(manager: PortableManager) -> Any:
     if manager.database is None:
         raise MemoryConfigurationError("export and import need the PostgreSQL stores")
     return manager.database
 
 
 async def export_memories(
-    manager: MemoryManager,
+    manager: PortableManager,
     owner: MemoryOwner,
     destination: str | Path | IO[str],
     *,
@@ -447,7 +467,7 @@ def _batches(
 
 
 async def import_memories(
-    manager: MemoryManager,
+    manager: PortableManager,
     owner: MemoryOwner,
     source: str | Path | IO[str] | Iterable[str],
     *,
@@ -506,7 +526,7 @@ async def import_memories(
 
 
 async def _batch_vectors(
-    manager: MemoryManager, records: Sequence[_MemoryLine]
+    manager: PortableManager, records: Sequence[_MemoryLine]
 ) -> dict[str, list[tuple[str, bool, list[float]]]]:
     """Vectors for the records that carry none, from the manager's embedder."""
     if manager.embedder is None:
@@ -514,8 +534,9 @@ async def _batch_vectors(
     missing = [r for r in records if r.vectors is None and r.memory_type is not MemoryType.SUMMARY]
     if not missing:
         return {}
-    embedded = await manager._embed(
-        [Memory(content=r.content, context=r.context, scope=r.scope) for r in missing]
+    embedded = await embed_memories(
+        manager.embedder,
+        [Memory(content=r.content, context=r.context, scope=r.scope) for r in missing],
     )
     if embedded is None:
         return {}
@@ -568,3 +589,41 @@ async def _write(
     report.written += written
     report.duplicates += duplicates
     report.vectors += stored
+
+
+class Portability(FacadeBase):
+    """The facade's export and import (a mixin of :class:`~harbor_pg.manager.MemoryManager`)."""
+
+    async def export_memories(
+        self,
+        owner: MemoryOwner,
+        destination: str | Path | Any,
+        *,
+        elevated: bool = False,
+        vectors: bool = False,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> int:
+        """Write ``owner``'s memories, their whole validity history, as JSON Lines
+        (see :mod:`harbor_pg.portability`); ``elevated`` exports the tenant's.
+        Returns how many were written."""
+        self._check_caller(owner)
+        return await export_memories(
+            self, owner, destination, elevated=elevated, vectors=vectors, progress=progress
+        )
+
+    async def import_memories(
+        self,
+        owner: MemoryOwner,
+        source: str | Path | Any,
+        *,
+        elevated: bool = False,
+        batch_size: int = 200,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> Any:
+        """Read an export back (idempotent: a re-run writes nothing); returns an
+        :class:`~harbor_pg.portability.ImportReport` (read, written, duplicates,
+        refused lines with reasons). See :mod:`harbor_pg.portability`."""
+        self._check_caller(owner)
+        return await import_memories(
+            self, owner, source, elevated=elevated, batch_size=batch_size, progress=progress
+        )

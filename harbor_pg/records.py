@@ -23,6 +23,7 @@ __all__ = [
     "MessageRole",
     "Sensitivity",
     "content_hash",
+    "embedding_texts",
     "normalize_content",
     "validate_source",
 ]
@@ -233,3 +234,17 @@ class Memory(BaseModel):
         if self.valid_from is not None and when < self.valid_from:
             return False
         return self.invalid_at is None or when < self.invalid_at
+
+
+def embedding_texts(memory: Memory) -> tuple[str, str | None]:
+    """The texts a memory's vectors are computed from: its content, and with a context.
+
+    Conversation turns lean on their neighbours: a question may match a
+    turn's own words or the exchange it belongs to. A memory saved with a
+    ``context`` line (the preceding turn, say) gets a second vector of the
+    context followed by the content, and dense recall takes the nearer of the
+    two; the full-text index reads context and content together.
+    """
+    if memory.context and memory.context.strip():
+        return memory.content, f"{memory.context.strip()}\n{memory.content}"
+    return memory.content, None

@@ -17,11 +17,13 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "MAX_TTL_SECONDS",
     "MIN_TTL_SECONDS",
+    "check_content",
     "check_count",
     "check_json",
     "check_seconds",
     "check_text",
     "check_ttl",
+    "first_error",
     "json_problem",
     "text_problem",
 ]
@@ -97,6 +99,18 @@ def json_problem(value: object, *, max_depth: int = MAX_JSON_DEPTH) -> str | Non
     return None
 
 
+def check_content(value: object, what: str, max_chars: int) -> None:
+    """``value`` is a string of at most ``max_chars`` characters PostgreSQL can store."""
+    if not isinstance(value, str):
+        raise MemoryValidationError(f"{what} must be a string")
+    if len(value) > max_chars:
+        raise MemoryValidationError(
+            f"{what} is {len(value)} characters; the limit is "
+            f"{max_chars} (MemoryManagerConfig.max_content_chars)"
+        )
+    check_text(value, what)
+
+
 def check_json(value: object, what: str) -> None:
     """``value`` is a dict that can be stored as jsonb (see :func:`json_problem`)."""
     if not isinstance(value, dict):
@@ -140,3 +154,14 @@ def check_ttl(value: Any) -> float:
     """A working-state TTL: a finite number of seconds between :data:`MIN_TTL_SECONDS`
     and :data:`MAX_TTL_SECONDS`."""
     return check_seconds(value, "ttl_seconds", minimum=MIN_TTL_SECONDS, maximum=MAX_TTL_SECONDS)
+
+
+def first_error(exc: Exception) -> str:
+    """The first problem a pydantic ``ValidationError`` reports (``field: message``),
+    or the text of any other exception."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        err = errors()[0]
+        loc = ".".join(str(p) for p in err.get("loc", ()))
+        return f"{loc}: {err.get('msg')}" if loc else str(err.get("msg"))
+    return str(exc)

@@ -45,7 +45,13 @@ from harbor_pg.embedders.base import Embedder, EmbedderError, normalize_vector
 from harbor_pg.errors import MemoryConfigurationError
 from harbor_pg.owner import MemoryOwner, MemoryScope
 from harbor_pg.policy import MemoryPolicy
-from harbor_pg.records import RECALL_MEMORY_TYPES, Memory, MemoryType, Sensitivity
+from harbor_pg.records import (
+    RECALL_MEMORY_TYPES,
+    Memory,
+    MemoryType,
+    Sensitivity,
+    embedding_texts,
+)
 from harbor_pg.telemetry import DB_SYSTEM, note, traced
 from harbor_pg.tiers.base import LongTermStore
 from harbor_pg.tiers.long_term import PostgresLongTermStore, memory_from_row
@@ -110,20 +116,6 @@ class RecallRequest:
         """How many candidates each search hands the ranking, counted as
         ``harbor.recall()`` counts them: ``candidates``, at least max(2 x top_k, 50)."""
         return max(self.candidates or 0, 2 * self.top_k, 50)
-
-
-def embedding_texts(memory: Memory) -> tuple[str, str | None]:
-    """The texts a memory's vectors are computed from: its content, and with a context.
-
-    Conversation turns lean on their neighbours: a question may match a
-    turn's own words or the exchange it belongs to. A memory saved with a
-    ``context`` line (the preceding turn, say) gets a second vector of the
-    context followed by the content, and dense recall takes the nearer of the
-    two; the full-text index reads context and content together.
-    """
-    if memory.context and memory.context.strip():
-        return memory.content, f"{memory.context.strip()}\n{memory.content}"
-    return memory.content, None
 
 
 def _wanted(types: Iterable[MemoryType | str]) -> tuple[MemoryType, ...]:

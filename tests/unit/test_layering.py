@@ -30,6 +30,7 @@ LAYERS: dict[str, int] = {
     "embedders": 2,
     "records": 2,
     "policy": 3,
+    "config": 3,
     "messages": 3,
     "fencing": 4,
     "db": 5,
@@ -39,6 +40,7 @@ LAYERS: dict[str, int] = {
     "tables": 6,
     "access_tokens": 6,
     "portability": 7,
+    "governance": 7,
     "manager": 8,
     "alembic_env": 9,
     # surfaces over the facade

@@ -1,0 +1,47 @@
+"""The limits a :class:`~harbor_pg.manager.MemoryManager` enforces before anything is written."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from harbor_pg.errors import MemoryConfigurationError
+
+__all__ = ["MemoryManagerConfig"]
+
+
+class MemoryManagerConfig(BaseModel):
+    """Limits the facade enforces before anything is written."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: longest accepted content (turns and memories), in characters
+    max_content_chars: int = Field(default=20_000, ge=1, le=1_000_000)
+    #: default number of recent turns in a snapshot
+    recent_limit: int = Field(default=12, ge=0)
+    #: memories a snapshot recalls
+    snapshot_top_k: int = Field(default=6, ge=0, le=1000)
+    #: after each append, summarise the session in the background once it is due
+    #: (MemoryPolicy.summarise_after_turns, summary_cooldown_seconds)
+    summarise_in_background: bool = True
+    #: hours of inactivity after which a session's recent turns expire (seed 004): they
+    #: are invisible at once and apply_retention reclaims them; summaries and memories
+    #: extracted from them stay. None: turns never expire.
+    session_ttl_hours: float | None = Field(default=24.0, gt=0)
+
+    @property
+    def session_ttl_seconds(self) -> float | None:
+        """:attr:`session_ttl_hours` in seconds (None: never)."""
+        return None if self.session_ttl_hours is None else self.session_ttl_hours * 3600.0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_knobs(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "max_session_turns" in data:
+            # one knob, one place: the policy caps every recent read (manager and builder)
+            raise MemoryConfigurationError(
+                "max_session_turns is a MemoryPolicy field: pass "
+                "MemoryManager(policy=MemoryPolicy(max_session_turns=...))"
+            )
+        return data

@@ -1,0 +1,81 @@
+"""The facade's fact extraction (a mixin of :class:`~harbor_pg.manager.MemoryManager`).
+
+The extractor and the model libraries it needs are imported on the first call,
+so a manager that never extracts never loads them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harbor_pg.embedders.base import Embedder
+from harbor_pg.errors import MemoryConfigurationError
+from harbor_pg.extraction.entities import MemoryEntityResolver
+from harbor_pg.owner import MemoryOwner
+from harbor_pg.policy import MemoryPolicy
+from harbor_pg.telemetry import traced
+from harbor_pg.tiers.facade import FacadeBase
+
+__all__ = ["Extraction"]
+
+
+class Extraction(FacadeBase):
+    """``extract_memories``: durable facts mined from a session's recent turns."""
+
+    @traced("harbor_pg.extract", result=lambda ids: {"harbor.extract.stored": len(ids)})
+    async def extract_memories(
+        self,
+        owner: MemoryOwner,
+        *,
+        model: Any = None,
+        extract_facts: bool = False,
+        limit: int | None = None,
+        entities: MemoryEntityResolver | None = None,
+        policy: MemoryPolicy | None = None,
+        embedder: Embedder | None = None,
+        render_limit: int | None = None,
+        max_facts: int | None = None,
+    ) -> list[str]:
+        """Mine ``owner``'s session's recent turns for durable facts; the new memory ids.
+
+        Off by default (one model call per call): pass ``extract_facts=True``
+        and a ``model`` (a :class:`~harbor_pg.llm.MemoryModel` or a LangChain
+        chat model). Facts are stored with ``source="extracted"``, deduplicated
+        and superseded as :class:`~harbor_pg.extraction.extractor.MemoryExtractor`
+        describes, which takes the same collaborators: ``entities`` (a
+        :class:`~harbor_pg.extraction.entities.MemoryEntityResolver`, so facts
+        are anchored to knowledge-graph ids), ``policy`` and ``embedder``
+        (default: the manager's), ``render_limit`` and ``max_facts``. Raises
+        :class:`MemoryConfigurationError` when off, without a model, or when a
+        collaborator does not fit; every other failure is logged and yields the
+        ids stored so far.
+        """
+        from harbor_pg.extraction.extractor import MemoryExtractor, extract_memories
+
+        self._check_caller(owner)
+        if not extract_facts:
+            raise MemoryConfigurationError(
+                "fact extraction is off: pass extract_facts=True (it costs one model call)"
+            )
+        if model is None:
+            raise MemoryConfigurationError("fact extraction needs a model (model=...)")
+        sizes: dict[str, int] = {}
+        if render_limit is not None:
+            sizes["render_limit"] = render_limit
+        if max_facts is not None:
+            sizes["max_facts"] = max_facts
+        extractor = MemoryExtractor(
+            memories=self._long(),  # type: ignore[arg-type]
+            model=model,
+            policy=policy or self.policy,
+            embedder=embedder if embedder is not None else self.embedder,
+            entities=entities,
+            **sizes,
+        )
+        return await extract_memories(
+            owner,
+            short_term=self._live_turns(),
+            extractor=extractor,
+            extract_facts=True,
+            limit=limit,
+        )

@@ -1,0 +1,282 @@
+"""Long-term memories in: validated, embedded and saved, one at a time or in batches.
+
+Every memory is checked before anything is written (length, storable text, a
+scope the caller can address, no credential unless allowed). When the store
+keeps vectors (PostgreSQL) and an embedder is configured, a memory gets a
+vector of its content and, with a context, one of context and content (see
+:func:`~harbor_pg.records.embedding_texts`), all in one embedder call per batch.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from harbor_pg.credentials import secret_kind
+from harbor_pg.embedders.base import Embedder, normalize_vector
+from harbor_pg.errors import MemoryValidationError
+from harbor_pg.owner import MemoryOwner, MemoryScope
+from harbor_pg.records import (
+    Memory,
+    MemoryType,
+    Sensitivity,
+    embedding_texts,
+    validate_source,
+)
+from harbor_pg.telemetry import traced
+from harbor_pg.tiers.base import LongTermStore, SaveResult
+from harbor_pg.tiers.facade import FacadeBase
+from harbor_pg.tiers.long_term import ELEVATED_SCOPES, MemoryVectors, PostgresLongTermStore
+from harbor_pg.validation import check_content, first_error
+
+__all__ = ["LongTermWrites", "MemoryWriter", "embed_memories"]
+
+log = logging.getLogger("harbor_pg")
+
+
+async def embed_memories(
+    embedder: Embedder, memories: Sequence[Memory]
+) -> list[MemoryVectors] | None:
+    """Vectors of ``memories`` (content, and context + content where there is a
+    context) in one embedder call, or None with a WARNING on failure."""
+    pairs = [embedding_texts(m) for m in memories]
+    texts = [content for content, _ in pairs]
+    texts += [with_context for _, with_context in pairs if with_context is not None]
+    try:
+        raw = await embedder.embed(texts)
+        vectors = [
+            normalize_vector(v, dimensions=embedder.dimensions, model_id=embedder.model_id)
+            for v in raw
+        ]
+    except Exception as exc:
+        log.warning(
+            "embedding %d memories failed, saving them without vectors (lexical recall "
+            "still finds them): %s",
+            len(memories),
+            exc,
+        )
+        return None
+    extra = iter(vectors[len(pairs) :])
+    return [
+        MemoryVectors(vectors[i], next(extra) if with_context is not None else None)
+        for i, (_, with_context) in enumerate(pairs)
+    ]
+
+
+class MemoryWriter:
+    """Saves memories into ``store``, embedding them with ``embedder`` when the
+    store keeps vectors; ``max_content_chars`` bounds content and context."""
+
+    def __init__(
+        self, store: LongTermStore, embedder: Embedder | None, *, max_content_chars: int
+    ) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.max_content_chars = max_content_chars
+
+    def check(self, caller: MemoryOwner, memory: Memory, *, allow_secrets: bool = False) -> None:
+        """Raise :class:`MemoryValidationError` (or MemoryScopeError) before a bad write."""
+        check_content(memory.content, "memory content", self.max_content_chars)
+        if not memory.content.strip():
+            raise MemoryValidationError("memory content is blank")
+        caller.require_scope(memory.scope)
+        if not allow_secrets:
+            for what, text in (("content", memory.content), ("context", memory.context)):
+                kind = secret_kind(text) if text else None
+                if kind is not None:
+                    raise MemoryValidationError(
+                        f"memory {what} looks like it holds a secret ({kind}); long-term "
+                        "memory is read back into later prompts, so it is not stored "
+                        "(pass allow_secrets=True if you mean to store it)"
+                    )
+
+    def _embedder(self) -> Embedder | None:
+        """The embedder, when the store keeps vectors."""
+        return self.embedder if isinstance(self.store, PostgresLongTermStore) else None
+
+    async def save(
+        self,
+        caller: MemoryOwner,
+        memory: Memory,
+        *,
+        embedding: Sequence[float] | None = None,
+        model_id: str | None = None,
+        allow_secrets: bool = False,
+    ) -> SaveResult:
+        """Check and save one memory (embedded unless ``embedding`` is given)."""
+        store = self.store
+        self.check(caller, memory, allow_secrets=allow_secrets)
+        embedder = self._embedder()
+        if embedding is None and embedder is not None:
+            vectors = await embed_memories(embedder, [memory])
+            if vectors is not None:
+                assert isinstance(store, PostgresLongTermStore)
+                return await store.save(
+                    caller,
+                    memory,
+                    vectors[0].content,
+                    embedder.model_id,
+                    context_embedding=vectors[0].with_context,
+                )
+        return await store.save(caller, memory, embedding, model_id)
+
+    async def save_many(
+        self,
+        caller: MemoryOwner,
+        memories: Sequence[Memory],
+        *,
+        batch_size: int = 64,
+        progress: Callable[[int, int], None] | None = None,
+        allow_secrets: bool = False,
+    ) -> list[SaveResult]:
+        """Check every memory, then save them in batches of ``batch_size``, each
+        embedded in one call and, on PostgreSQL, committed as one transaction;
+        ``progress(saved, total)`` after each batch."""
+        if batch_size < 1:
+            raise MemoryValidationError("batch_size must be >= 1")
+        store = self.store
+        for memory in memories:
+            self.check(caller, memory, allow_secrets=allow_secrets)
+        embedder = self._embedder()
+        results: list[SaveResult] = []
+        total = len(memories)
+        for start in range(0, total, batch_size):
+            batch = list(memories[start : start + batch_size])
+            vectors = await embed_memories(embedder, batch) if embedder is not None else None
+            model_id = embedder.model_id if vectors is not None and embedder else None
+            one_role = len({m.scope in ELEVATED_SCOPES for m in batch}) == 1
+            if isinstance(store, PostgresLongTermStore):
+                content = [v.content for v in vectors] if vectors is not None else None
+                contextual = [v.with_context for v in vectors] if vectors is not None else None
+                if one_role:
+                    results.extend(
+                        await store.save_many(
+                            caller, batch, content, model_id, context_vectors=contextual
+                        )
+                    )
+                else:
+                    for i, memory in enumerate(batch):
+                        results.append(
+                            await store.save(
+                                caller,
+                                memory,
+                                content[i] if content is not None else None,
+                                model_id,
+                                context_embedding=contextual[i] if contextual else None,
+                            )
+                        )
+            else:
+                for memory in batch:
+                    results.append(await store.save(caller, memory))
+            if progress is not None:
+                progress(len(results), total)
+        return results
+
+
+class LongTermWrites(FacadeBase):
+    """The facade's long-term writes (a mixin of :class:`~harbor_pg.manager.MemoryManager`)."""
+
+    @traced(
+        "harbor_pg.save",
+        attributes=lambda self, caller, memory, **kw: {
+            "harbor.memory.scope": memory.scope.value,
+            "harbor.memory.type": memory.memory_type.value,
+        },
+        result=lambda r: {"harbor.memory.created": r.created},
+    )
+    async def save(
+        self,
+        caller: MemoryOwner,
+        memory: Memory,
+        *,
+        embedding: Sequence[float] | None = None,
+        model_id: str | None = None,
+        allow_secrets: bool = False,
+    ) -> SaveResult:
+        """Store a memory under ``caller`` narrowed to the memory's scope.
+
+        Saving the same content twice in the same scope is a no-op that
+        reports the existing memory (``created=False``). Content or context
+        that looks like a credential (an API key, a stated password or PIN,
+        ...; see :mod:`harbor_pg.extraction.secrets`) is refused with
+        :class:`MemoryValidationError` naming the kind, unless
+        ``allow_secrets=True``.
+        """
+        self._check_caller(caller)
+        self._wrote(caller)
+        return await self._writer().save(
+            caller, memory, embedding=embedding, model_id=model_id, allow_secrets=allow_secrets
+        )
+
+    @traced(
+        "harbor_pg.save_many",
+        attributes=lambda self, caller, memories, **kw: {"harbor.save.count": len(memories)},
+        result=lambda rs: {"harbor.save.created": sum(r.created for r in rs)},
+    )
+    async def save_many(
+        self,
+        caller: MemoryOwner,
+        memories: Sequence[Memory],
+        *,
+        batch_size: int = 64,
+        progress: Callable[[int, int], None] | None = None,
+        allow_secrets: bool = False,
+    ) -> list[SaveResult]:
+        """Save many memories: embedded in batches, each batch one transaction.
+
+        Every memory is validated before anything is written, so bad input
+        writes nothing. On PostgreSQL a batch commits as a whole: a failure
+        leaves the earlier batches saved and none of the failing one.
+        ``progress(saved, total)`` is called after each batch. A memory that
+        looks like a credential is refused as in :meth:`save` (``allow_secrets``).
+        """
+        self._check_caller(caller)
+        self._wrote(caller)
+        return await self._writer().save_many(
+            caller, memories, batch_size=batch_size, progress=progress, allow_secrets=allow_secrets
+        )
+
+    def _writer(self) -> MemoryWriter:
+        return MemoryWriter(
+            self._long(), self.embedder, max_content_chars=self.config.max_content_chars
+        )
+
+    async def inject_memory(
+        self,
+        owner: MemoryOwner,
+        content: str,
+        *,
+        scope: MemoryScope | str = MemoryScope.USER,
+        memory_type: MemoryType | str = MemoryType.FACT,
+        importance: float = 0.5,
+        source: str = "injected",
+        sensitivity: Sensitivity | str = Sensitivity.NONE,
+        entity_ids: Sequence[str] = (),
+        metadata: dict[str, Any] | None = None,
+        context: str | None = None,
+        allow_secrets: bool = False,
+    ) -> SaveResult:
+        """Store a fact you know directly (source ``injected`` by default).
+
+        Refuses a credential as :meth:`save` does, unless ``allow_secrets=True``.
+        """
+        self._check_caller(owner)
+        self._wrote(owner)
+        try:
+            memory = Memory(
+                content=content,
+                scope=MemoryScope(scope),
+                memory_type=MemoryType(memory_type),
+                importance=importance,
+                source=validate_source(source),
+                sensitivity=Sensitivity(sensitivity),
+                entity_ids=list(entity_ids),
+                metadata=metadata or {},
+                context=context,
+            )
+        except (ValidationError, ValueError, TypeError) as exc:
+            raise MemoryValidationError(f"invalid memory: {first_error(exc)}") from None
+        return await self.save(owner, memory, allow_secrets=allow_secrets)
