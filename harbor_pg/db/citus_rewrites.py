@@ -1,0 +1,288 @@
+"""The statement rewrites that give harbor's single-server functions the form Citus can
+run, applied by :func:`harbor_pg.db.citus.citus_functions` to each function's catalog
+definition (``pg_get_functiondef``), so the SQL files under ``sql/functions/`` stay
+single-server and the two cannot drift.
+
+Each entry of :data:`REWRITES` names the function it applies to (by name, whichever
+file under ``sql/functions/`` defines it), a pattern and its replacement;
+:func:`rewrite` applies a function's entries in order
+(``tests/unit/test_citus_rewrites.py`` checks that each still matches).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from harbor_pg.errors import MemoryConfigurationError
+
+__all__ = ["REWRITES", "rewrite", "rewritten_functions"]
+
+# Statements of the single-server functions that Citus cannot plan or route, each
+# with the form it can: (function, pattern, replacement). A pattern that no longer
+# matches (the function was rewritten) leaves that statement as it is (recall then
+# still answers, and the routing test in tests/citus says it is no longer routed).
+#
+# Routing: the candidate legs select the caller's rows by joining the owner keys
+# of harbor._recall_keys() to the tables, which Citus cannot prune on; each such
+# statement gets a literal predicate on the distribution column, the tenants the
+# requested scopes can address: the caller's, and '' only with the global scope.
+# Under custom plans the CASE folds to a constant array, so a call without the
+# global scope reads one shard (the tenant's), with it two.
+# The entries share one shape on purpose: a table of (function, pattern,
+# replacement), one entry a statement.
+_TENANTS = "(case when 'global' = any ({scopes}) then array['', {tenant}] else array[{tenant}] end)"
+_LEG = _TENANTS.format(scopes="p_scopes", tenant="v_tenant")
+REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
+    # harbor.set_identity: Citus forwards SET LOCAL (also one a function executes) to
+    # the workers of the transaction, and never set_config(); each setting is also
+    # made with SET LOCAL, so inside a transaction block the identity reaches every
+    # worker for the rest of the transaction, whatever is_local says (a session-level
+    # identity still holds on the coordinator only: the workers see none after the
+    # transaction, and fail closed)
+    (
+        "set_identity",
+        re.compile(r"perform set_config\('(harbor\.\w+)', (.+?), is_local\);"),
+        r"perform set_config('\1', \2, is_local);"
+        "\n    execute pg_catalog.format('set local \\1 = %L', \\2);",
+    ),
+    # harbor.erase lists the versions to reopen in harbor.erase_reopen, which the add-only
+    # guard reads where the erased successor's row is deleted: on its shard's worker. As
+    # for set_identity, each set_config of it is also made with SET LOCAL, so the workers
+    # of the transaction see the list (and then its clearing)
+    (
+        "erase",
+        re.compile(
+            r"perform pg_catalog\.set_config\('harbor\.erase_reopen',.*?, true\);", re.DOTALL
+        ),
+        "\\g<0>\n    execute pg_catalog.format('set local harbor.erase_reopen = %L',"
+        " pg_catalog.current_setting('harbor.erase_reopen'));",
+    ),
+    # the bindings' trigger fires on each placement of the reference table; there a
+    # LOCK of the Citus table is sent to every node from inside a shard's statement
+    # ("failure on connection marked as essential"): it locks its own placement
+    # instead (bind_role locks the Citus table first, on every node, so binds still
+    # take turns; a direct insert is serialised by Citus's lock on the shard)
+    (
+        "_role_binding_one_tenant",
+        re.compile(r"lock table harbor\.role_bindings in share row exclusive mode;"),
+        "execute pg_catalog.format('lock table %s in share row exclusive mode',"
+        " tg_relid::regclass);",
+    ),
+    # ... and refuses to bind a role that can SET ROLE to another role holding harbor-pg
+    # rights (a harbor-pg role, or any member of one: another bound role, an unbound
+    # login granted harbor_app): Citus opens the worker connections as the current
+    # user, so after SET ROLE the role would reach the workers as that role, out of its
+    # binding (one server keeps the binding: it is looked up by the session's login).
+    # The same test as query citus_unsafe_bindings (sql/queries/citus.sql)
+    (
+        "_role_binding_one_tenant",
+        re.compile(r"(own roles never\.';\s*end if;)"),
+        r"\1"
+        "\n    if exists (select 1 from pg_catalog.pg_roles r, pg_catalog.pg_roles x"
+        "\n                where r.rolname = new.role_name and x.oid <> r.oid"
+        "\n                  and pg_catalog.pg_has_role(r.oid, x.oid, 'SET')"
+        "\n                  and exists (select 1 from pg_catalog.pg_roles h"
+        "\n                               where h.rolname in ('harbor_owner', 'harbor_app',"
+        " 'harbor_admin', 'harbor_search')"
+        "\n                                 and pg_catalog.pg_has_role(x.oid, h.oid, 'MEMBER')))"
+        " then"
+        "\n        raise exception 'harbor.bind_role: role % can SET ROLE to a role with harbor-pg"
+        " rights, which on Citus takes it out of its binding', new.role_name"
+        "\n            using errcode = '42501',"
+        "\n                  hint = 'Grant it harbor_app without SET (GRANT harbor_app TO"
+        " ... WITH INHERIT TRUE, SET FALSE), and no other role that has harbor-pg rights"
+        " with SET, then bind it.';"
+        "\n    end if;",
+    ),
+    # recall's hydration (and its neighbour expansion's context probe, in the same form):
+    # a LATERAL probe with OFFSET 0 over a CTE ("Offset clause is
+    # currently unsupported when a lateral subquery references ... CTEs") becomes a
+    # join on the distribution column and the id (the same rows: the probe's tenant
+    # test was the join's). Not given a tenant predicate: routed to one shard, the
+    # whole statement would go to the worker with the legs in it, whose statements
+    # Citus then refuses as nested distributed queries (and, allowed, fails on a
+    # reused worker connection: "the backend has already been assigned a
+    # transaction id"); so the hydration of the top_k ids visits every shard
+    (
+        "recall",
+        re.compile(
+            r"cross join lateral \(\s*select (\w+)\.\* from harbor\.memories \1"
+            r" where \1\.id = (\w+)\.memory_id offset 0\) (\w+)"
+            r"\s+where \3\.tenant_id = \2\.tenant_id",
+            re.IGNORECASE,
+        ),
+        r"join harbor.memories \3 on \3.tenant_id = \2.tenant_id and \3.id = \2.memory_id"
+        "\n         where true",
+    ),
+    # recall's hydration (and its neighbour expansion's context probe) routed to the
+    # tenant's shard: the statement is split in two. The first runs the legs and fuses
+    # their candidates into a jsonb value; the second reads them back (a function in
+    # FROM: no distributed table), ranks them and joins them to harbor.memories, both
+    # probes with a literal tenant predicate, so Citus routes it whole to the tenant's
+    # worker, one task (and the '' shard too with the global scope). In one statement
+    # the tenant predicate made the whole statement, leg calls included, one router
+    # query sent to the worker, where the legs' own statements are refused as nested
+    # distributed queries ("cannot execute a distributed query from a query on a shard")
+    (
+        "recall",
+        re.compile(r"\n(\s*)v_years  integer\[\];[^\n]*"),
+        "\\g<0>\n\\1v_candidates jsonb;  -- (Citus: the candidates, between the two statements)"
+        "\n\\1v_tenant text := harbor.caller_tenant();",
+    ),
+    (
+        "recall",
+        re.compile(r"\n(\s*)return query\n(\s*)with lexical as materialized \("),
+        "\n\\1select coalesce(pg_catalog.jsonb_agg(pg_catalog.to_jsonb(c)), '[]'::jsonb)"
+        " into v_candidates from (\n\\2with lexical as materialized (",
+    ),
+    (
+        "recall",
+        re.compile(r"\n(\s*)\), contexts as \("),
+        "\n\\1)\n\\1select * from candidates) c;\n\\1return query\n\\1with candidates as (\n\\1"
+        "    select * from pg_catalog.jsonb_to_recordset(v_candidates) as x(tenant_id text,"
+        " memory_id text, dense_rank integer, similarity double precision,"
+        " lexical_rank integer, lexical_score double precision, substring_match boolean,"
+        " relevance double precision, scope harbor.memory_scope,"
+        " memory_type harbor.memory_type, importance real, valid_from timestamptz,"
+        " content_hash text, entity_ids text[])"
+        "\n\\1), contexts as (",
+    ),
+    (
+        "recall",
+        re.compile(
+            r"join harbor\.memories x on x\.tenant_id = c\.tenant_id and x\.id = c\.memory_id"
+        ),
+        "\\g<0> and x.tenant_id = any "
+        + _TENANTS.format(scopes="recall.scopes", tenant="v_tenant"),
+    ),
+    (
+        "recall",
+        re.compile(
+            r"join harbor\.memories m on m\.tenant_id = r\.tenant_id and m\.id = r\.memory_id"
+        ),
+        "\\g<0> and m.tenant_id = any "
+        + _TENANTS.format(scopes="recall.scopes", tenant="v_tenant"),
+    ),
+    # the legs' owner-key joins
+    (
+        "_dense_candidates",
+        re.compile(r"(\w+)\.tenant_id = k\.tenant_id"),
+        r"\1.tenant_id = k.tenant_id and \1.tenant_id = any " + _LEG,
+    ),
+    (
+        "_lexical_candidates",
+        re.compile(r"(\w+)\.tenant_id = k\.tenant_id"),
+        r"\1.tenant_id = k.tenant_id and \1.tenant_id = any " + _LEG,
+    ),
+    (
+        "_dense_candidates",
+        re.compile(r"join harbor\.memory_embeddings e\s+on harbor\.vector_owner_key\("),
+        "join harbor.memory_embeddings e\n on e.tenant_id = any "
+        + _LEG
+        + " and harbor.vector_owner_key(",
+    ),
+    (
+        "_dense_candidates",
+        re.compile(r"on m\.tenant_id = win\.tenant_id"),
+        "on m.tenant_id = win.tenant_id and m.tenant_id = any " + _LEG,
+    ),
+    (
+        "_dense_candidates",
+        re.compile(r"on m\.tenant_id = e\.tenant_id and m\.id = e\.memory_id"),
+        "on m.tenant_id = e.tenant_id and m.id = e.memory_id and m.tenant_id = any "
+        + _TENANTS.format(scopes="$3", tenant="$5")
+        + " and e.tenant_id = any "
+        + _TENANTS.format(scopes="$3", tenant="$5"),
+    ),
+    (
+        "_lexical_candidates",
+        re.compile(r"from harbor\.memories m\s+where harbor\.memory_owner_terms\("),
+        "from harbor.memories m\n where m.tenant_id = any "
+        + _LEG
+        + " and harbor.memory_owner_terms(",
+    ),
+    (
+        "_lexical_candidates",
+        re.compile(r"and m\.tenant_id = any \(array\['', \$2\]\)"),
+        "and m.tenant_id = any " + _TENANTS.format(scopes="$3", tenant="$2"),
+    ),
+    # the legs' per-owner-key LATERAL range scans, kept whole by OFFSET 0 on one
+    # server (a generic plan's merge join read every other owner's rows first): Citus
+    # cannot push down a LATERAL subquery with OFFSET ("cannot push down this
+    # subquery") once the global scope adds the '' shard, and custom plans are used
+    # here anyway, so the subqueries become plain joins again (the same rows)
+    ("_lexical_candidates", re.compile(r"\boffset 0\) m\b"), ") m"),
+    ("_dense_candidates", re.compile(r"\boffset 0\) e\b"), ") e"),
+    # the dense leg's probe of the window's memories stops at the count it needs
+    # (`limit (select wanted.n from wanted)`), which Citus refuses once the global
+    # scope adds the '' shard ("subquery in LIMIT is not supported in multi-shard
+    # queries"): the probe reads every memory of the window instead (at most
+    # 2 * p_limit + 64 primary-key lookups), the same answer: the final selection
+    # still keeps the p_limit nearest, and the window test `count(near) >= wanted.n`
+    # holds exactly when it held with the limit
+    (
+        "_dense_candidates",
+        re.compile(r"\n(\s*)limit \(select wanted\.n from wanted\)"),
+        "\n\\1-- (no limit: Citus)",
+    ),
+    # promote_vector_owner is a definer owned by harbor_search (NOLOGIN), made SECURITY
+    # INVOKER here, so its UPDATE of in_graph, which no caller may make, is refused
+    # ("permission denied"). On Citus it has nothing to do: graph_min_vectors() is 0, so
+    # every vector a save writes is in the graph already (a vector written outside the
+    # library, in_graph false, is scanned exactly by the dense leg): after the same
+    # visibility check it promotes nothing
+    (
+        "promote_vector_owner",
+        re.compile(r"\n(\s*)-- try, never wait: any login"),
+        "\n\\1-- (Citus: every vector is in the graph, graph_min_vectors() is 0)"
+        "\n\\1return 0;\\g<0>",
+    ),
+    # the guards look a memory up by primary key alone, the tenant tested outside the
+    # fenced scan (on one server, a second tenant test misled the planner); on a shard
+    # that lookup is a query over every shard, which Citus refuses inside a shard's
+    # trigger ("cannot execute a distributed query from a query on a shard"): the
+    # tenant goes back into the scan, so the lookup stays on the row's own shard
+    (
+        "_embedding_owner_is_memorys",
+        re.compile(r"where y\.id = new\.memory_id"),
+        "where y.tenant_id = new.tenant_id and y.id = new.memory_id",
+    ),
+    (
+        "_memory_successor_visible",
+        re.compile(r"where s\.id = new\.superseded_by offset 0"),
+        "where s.tenant_id = new.tenant_id and s.id = new.superseded_by offset 0",
+    ),
+)
+
+
+def rewritten_functions() -> list[str]:
+    """The names of the functions :data:`REWRITES` rewrites, each once, in order."""
+    return list(dict.fromkeys(name for name, _pattern, _replacement in REWRITES))
+
+
+def _expander(replacement: str) -> Callable[[re.Match[str]], str]:
+    return lambda m: m.expand(replacement)
+
+
+def rewrite(name: str, definition: str) -> str:
+    """``definition`` (of function ``harbor.<name>``) with the entries of :data:`REWRITES`
+    for ``name`` applied in order (unchanged when none matches).
+
+    Raises :class:`MemoryConfigurationError` when only one half of recall's split into
+    two statements matched (harbor.recall() in sql/functions/recall/ranking.sql changed
+    its shape)."""
+    rewritten = definition
+    for function, pattern, replacement in REWRITES:
+        if function == name:
+            rewritten = pattern.sub(_expander(replacement), rewritten)
+    if rewritten.count(" into v_candidates from (") != rewritten.count(
+        "select * from candidates) c;"
+    ):
+        # (recall's split is two rewrites that must both match, or neither)
+        raise MemoryConfigurationError(
+            f"harbor.{name}: sql/functions/recall/ranking.sql no longer has the shape"
+            " harbor_pg.db.citus splits for Citus (its statement's start or the contexts"
+            " CTE moved)"
+        )
+    return rewritten
