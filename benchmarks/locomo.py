@@ -11,6 +11,17 @@ conversation; every turn becomes a memory whose text is ``Speaker said,
 question's recall@k is the share of its evidence ids among the top k turns
 (empty evidence counts 1); all five categories and the overall mean.
 
+Repeated turns: the store keeps one memory per distinct content, so a turn
+that repeats an earlier turn of its conversation word for word is stored once,
+as the first copy (valid from the first copy's session, with its context).
+The benchmark counts these repeats, prints them per conversation and in total
+(with how many questions cite one), and scores a question whose evidence is a
+repeat against the stored first copy: the repeat's id counts as found when that
+memory is among the top k. That is what a user of the product gets back: the
+same words, once, dated when they were first said. The repeat is neither
+dropped (it would hide the case) nor counted as missed (the text was recalled).
+k counts recalled memories, so a memory standing for two turns takes one place.
+
 Everything goes through the public API: ``MemoryManager.save_many`` (batched
 embedding with the local MiniLM model) and ``harbor.recall()`` (one SQL call
 per question; the three modes differ only in what is passed: the query text
@@ -138,9 +149,21 @@ def evidence_of(qa: dict[str, Any]) -> set[str]:
 
 
 def recall_at(ranked: list[str], evidence: set[str], k: int) -> float:
+    """The share of ``evidence`` among the first ``k`` turn ids of ``ranked`` (1 if none)."""
+    return recall_of(set(ranked[:k]), evidence)
+
+
+def recall_of(found: set[str], evidence: set[str]) -> float:
+    """The share of ``evidence`` among the turn ids ``found`` (1 if there is no evidence)."""
     if not evidence:
         return 1.0
-    return len(evidence & set(ranked[:k])) / len(evidence)
+    return len(evidence & found) / len(evidence)
+
+
+def turns_found(ranked: list[str], dia_of: dict[str, list[str]], k: int) -> set[str]:
+    """The turn ids the first ``k`` recalled memories stand for: one memory stands for
+    every copy of a turn repeated word for word, and k counts memories, not turns."""
+    return {d for memory_id in ranked[:k] for d in dia_of.get(memory_id, [])}
 
 
 async def run(args: argparse.Namespace, su: str) -> dict[str, Any]:
@@ -174,37 +197,34 @@ async def run(args: argparse.Namespace, su: str) -> dict[str, Any]:
     per_conv: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     latencies: dict[str, list[float]] = defaultdict(list)
     t_ingest = 0.0
-    n_turns = n_questions = n_dated = 0
+    n_turns = n_questions = n_dated = n_on_repeats = 0
+    repeats: dict[str, list[tuple[str, str]]] = {}
     for sample in data:
         owner = MemoryOwner(tenant_id="locomo", principal_id=sample["sample_id"])
-        turns = turns_of(sample)
-        memories = turn_memories(sample, turns, context=args.context)
-        if not args.dated:
-            memories = [m.model_copy(update={"valid_from": None}) for m in memories]
         t0 = time.perf_counter()
-        results = await manager.save_many(owner, memories, batch_size=64)
+        stored = await store_conversation(
+            manager, db, owner, sample, context=args.context, dated=args.dated
+        )
         t_ingest += time.perf_counter() - t0
         if isinstance(embedder, CachedEmbedder):
             embedder.save()
-        dia_of: dict[str, list[str]] = defaultdict(list)
-        for turn, res in zip(turns, results, strict=True):
-            assert res.memory.id is not None
-            dia_of[res.memory.id].append(turn.dia_id)
-        if args.dated:
-            n_dated += await check_dates(db, owner, turns, results)
+        turns, dia_of = stored.turns, stored.dia_of
         n_turns += len(turns)
+        n_dated += stored.dated
+        repeats[sample["sample_id"]] = stored.repeats
         # "now" just after the conversation's last session (ingest time when undated)
         dates = [t.valid_from for t in turns if t.valid_from is not None]
         now = max(dates) + timedelta(hours=1) if args.dated and dates else None
         print(
             f"{sample['sample_id']}: {len(turns)} turns ingested"
             f" in {time.perf_counter() - t0:.1f}s,"
-            f" {len(sample['qa'])} questions",
+            f" {len(sample['qa'])} questions; {stored.describe(sample['qa'])}",
             flush=True,
         )
         for qa in sample["qa"]:
             n_questions += 1
             evidence = evidence_of(qa)
+            n_on_repeats += bool(evidence & stored.repeated)
             category = int(qa["category"])
             base = await recaller.prepare(owner, qa["question"], as_of=now, token_budget=10**9)
             assert base is not None and base.embedding is not None
@@ -246,24 +266,38 @@ async def run(args: argparse.Namespace, su: str) -> dict[str, Any]:
                 t = time.perf_counter()
                 ranked = await _recall(db, owner, request)
                 latencies[mode].append(time.perf_counter() - t)
-                dias = [d for memory_id in ranked for d in dia_of.get(memory_id, [])]
                 for k in KS:
-                    scores[mode][k][category].append(recall_at(dias, evidence, k))
-                    per_conv[mode][f"{sample['sample_id']}@{k}"].append(
-                        recall_at(dias, evidence, k)
-                    )
+                    found = recall_of(turns_found(ranked, dia_of, k), evidence)
+                    scores[mode][k][category].append(found)
+                    per_conv[mode][f"{sample['sample_id']}@{k}"].append(found)
     if isinstance(embedder, CachedEmbedder):
         embedder.save()
     await db.close()
 
+    n_repeats = sum(len(r) for r in repeats.values())
+    print(
+        "\nrepeated turns (word for word the same as an earlier turn of the conversation,"
+        " so stored once, as the first copy; a question whose evidence is a repeat is"
+        " scored against that first copy):"
+    )
+    print("  " + ", ".join(f"{name}: {len(r)}" for name, r in repeats.items()))
+    print(
+        f"  total: {n_repeats} of {n_turns} turns;"
+        f" {n_on_repeats} of {n_questions} questions have a repeat among their evidence"
+    )
     print(f"\nmachine: {machine()}")
     described = (
         f"{len(data)} conversations, {n_turns} turns, {n_questions} questions;"
         f" context={'previous turn' if args.context else 'none'};"
         f" times={'session dates, now = last session + 1 h' if args.dated else 'ingest time'}"
         + (
-            f" (stored valid-from = session date: {n_dated} of {n_turns} turns)"
+            f" (stored valid-from = session date: {n_dated} of {n_turns - n_repeats} stored turns)"
             if args.dated
+            else ""
+        )
+        + (
+            f"; repeated turns: {n_repeats}, each stored once and scored against its first copy"
+            if n_repeats
             else ""
         )
         + ";"
@@ -354,10 +388,79 @@ def parse_point(spec: str) -> dict[str, Any]:
     return out
 
 
-async def check_dates(db: Database, owner: MemoryOwner, turns: list[Turn], results: Any) -> int:
-    """How many of a conversation's turns are stored valid from their session's date, read
-    back from harbor.memories as the owner sees them; stops the run on the first that is not."""
-    expected = {res.memory.id: turn.valid_from for turn, res in zip(turns, results, strict=True)}
+@dataclass(frozen=True)
+class Stored:
+    """A conversation as stored: its turns, the turn ids each memory stands for, the
+    repeated turns (``(repeat, first copy)`` dia ids) and how many memories were read
+    back valid from their session's date (0 when undated)."""
+
+    turns: list[Turn]
+    dia_of: dict[str, list[str]]
+    repeats: list[tuple[str, str]]
+    dated: int
+
+    @property
+    def repeated(self) -> set[str]:
+        """The dia ids of the turns stored only as an earlier copy."""
+        return {repeat for repeat, _first in self.repeats}
+
+    def describe(self, questions: list[dict[str, Any]]) -> str:
+        """One line on the repeated turns and the ``questions`` that cite one."""
+        if not self.repeats:
+            return "0 repeated turns"
+        cited = sum(1 for qa in questions if evidence_of(qa) & self.repeated)
+        pairs = ", ".join(f"{repeat} = {first}" for repeat, first in self.repeats[:3])
+        more = ", ..." if len(self.repeats) > 3 else ""
+        return (
+            f"{len(self.repeats)} repeated turn{'s' if len(self.repeats) != 1 else ''}"
+            f" ({pairs}{more}) stored once, as the first copy with its date;"
+            f" {cited} question{'s' if cited != 1 else ''} citing a repeat scored against"
+            " the first copy"
+        )
+
+
+async def store_conversation(
+    manager: MemoryManager,
+    db: Database,
+    owner: MemoryOwner,
+    sample: dict[str, Any],
+    *,
+    context: bool,
+    dated: bool,
+) -> Stored:
+    """Save every turn of ``sample`` for ``owner`` through ``save_many`` and map the
+    memories back to the turns.
+
+    The store keeps one memory per distinct content (its dedup), so a turn that
+    repeats an earlier one word for word comes back as the earlier turn's memory:
+    valid from the earlier session's date, with the earlier turn's context. It is
+    counted as a repeat and that memory stands for both turns; only the first copies
+    are checked against their session's date.
+    """
+    turns = turns_of(sample)
+    memories = turn_memories(sample, turns, context=context)
+    if not dated:
+        memories = [m.model_copy(update={"valid_from": None}) for m in memories]
+    results = await manager.save_many(owner, memories, batch_size=64)
+    dia_of: dict[str, list[str]] = defaultdict(list)
+    first: dict[str, Turn] = {}
+    repeats: list[tuple[str, str]] = []
+    for turn, res in zip(turns, results, strict=True):
+        assert res.memory.id is not None
+        if res.memory.id in first:
+            repeats.append((turn.dia_id, first[res.memory.id].dia_id))
+        else:
+            first[res.memory.id] = turn
+        dia_of[res.memory.id].append(turn.dia_id)
+    n_dated = await check_dates(db, owner, first) if dated else 0
+    return Stored(turns, dict(dia_of), repeats, n_dated)
+
+
+async def check_dates(db: Database, owner: MemoryOwner, first: dict[str, Turn]) -> int:
+    """How many memories are stored valid from their session's date (``first``: each
+    memory id and the first turn stored as it), read back from harbor.memories as the
+    owner sees them; stops the run on the first that is not."""
+    expected = {memory_id: turn.valid_from for memory_id, turn in first.items()}
     async with db.transaction(owner) as conn:
         cur = await conn.execute(
             "select id, lower(valid) as valid_from from harbor.memories where id = any(%s)",
@@ -367,7 +470,7 @@ async def check_dates(db: Database, owner: MemoryOwner, turns: list[Turn], resul
     wrong = [(i, expected[i], stored.get(i)) for i in expected if stored.get(i) != expected[i]]
     if wrong:
         raise SystemExit(f"{len(wrong)} turns not stored at their session's date, e.g. {wrong[0]}")
-    return sum(1 for turn in turns if turn.valid_from is not None)
+    return sum(1 for turn in first.values() if turn.valid_from is not None)
 
 
 async def _recall(db: Database, owner: MemoryOwner, request: RecallRequest) -> list[str]:
