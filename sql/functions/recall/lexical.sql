@@ -49,9 +49,9 @@ return array(
 -- matches with the same scores; p_term_limit 0 skips the lookup, and so does
 -- a question of more than 16 lexemes.
 -- The owner pass below reads the rows in two LATERAL branches that differ only in
--- `not harbor.lexical_entry_fits(...)` on purpose (`duplicates` pairs them): one per
--- source (the covering index for the entries that fit it, the table for the rest),
--- as the comment in the body says. Its identity declarations share the shape of
+-- `not harbor.lexical_entry_fits(...)` on purpose: one per source (the covering
+-- index for the entries that fit it, the table for the rest), as the comment in the
+-- body says. Its identity declarations share the shape of
 -- every entry point's (erase, _dense_candidates).
 do $$
 begin
