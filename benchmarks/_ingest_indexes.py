@@ -125,8 +125,8 @@ def index_costs(su: str, db_url: str, args: Any) -> None:
 async def _recall_scans(su: str, db_url: str) -> None:
     from recall import owner_of, queries, request_for, tenant_name
 
-    from harbor_pg.context.recall import recall_in_one_round_trip
     from harbor_pg.db.connection import Database
+    from harbor_pg.tiers.rows import recall_in_one_round_trip
 
     url = psycopg.conninfo.make_conninfo(su, dbname="harbor")
 

@@ -64,10 +64,10 @@ from _common import (
 )
 from recall import kept_dir, owner_of, queries, request_for, set_label, tenant_name
 
-from harbor_pg.context.recall import recall_params
 from harbor_pg.db import migrate
 from harbor_pg.db.connection import Database
 from harbor_pg.db.sqlfiles import query as sql_query
+from harbor_pg.tiers.rows import recall_params
 
 ROOT = Path(__file__).resolve().parent.parent
 # the functions that make up recall, and which of them run as harbor_search

@@ -62,9 +62,9 @@ from _common import (
 )
 from recall import kept_dir, owner_of, queries, request_for, set_label, tenant_name
 
-from harbor_pg.context.recall import recall_in_one_round_trip
 from harbor_pg.db import migrate
 from harbor_pg.db.connection import Database
+from harbor_pg.tiers.rows import recall_in_one_round_trip
 
 
 def server_pid(su_db: str) -> int | None:

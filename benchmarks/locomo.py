@@ -67,7 +67,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, harbor_database, machine, private_server, record, with_params
 from _embed_cache import CachedEmbedder
 
-from harbor_pg.context.recall import MemoryRecall, RecallRequest, recall_in_one_round_trip
+from harbor_pg.context.recall import MemoryRecall, RecallRequest
 from harbor_pg.db import migrate, server
 from harbor_pg.db.connection import Database
 from harbor_pg.embedders.fastembed import FastEmbedEmbedder
@@ -75,6 +75,7 @@ from harbor_pg.manager import MemoryManager
 from harbor_pg.owner import MemoryOwner
 from harbor_pg.policy import MemoryPolicy
 from harbor_pg.records import Memory
+from harbor_pg.tiers.rows import recall_in_one_round_trip
 
 KS = (5, 10, 25)
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}

@@ -49,7 +49,7 @@ from _embed_cache import CachedEmbedder
 from _recall_ab import drop_ab, install, old_functions, old_query, server_times
 from locomo import DEFAULT_MODEL, KS, evidence_of, recall_at, turn_memories, turns_of
 
-from harbor_pg.context.recall import MemoryRecall, recall_params
+from harbor_pg.context.recall import MemoryRecall
 from harbor_pg.db import migrate, server
 from harbor_pg.db.connection import Database
 from harbor_pg.db.sqlfiles import query as sql_query
@@ -57,6 +57,7 @@ from harbor_pg.embedders.fastembed import FastEmbedEmbedder
 from harbor_pg.manager import MemoryManager
 from harbor_pg.owner import MemoryOwner
 from harbor_pg.policy import MemoryPolicy
+from harbor_pg.tiers.rows import recall_params
 
 MODES = ("hybrid", "lexical", "dense")
 

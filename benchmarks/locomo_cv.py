@@ -49,11 +49,12 @@ from _embed_cache import CachedEmbedder
 from locomo import DEFAULT_MODEL, KS, evidence_of, turn_memories, turns_of
 from locomo_signals import leg_ranks
 
-from harbor_pg.context.recall import RecallRequest, recall_in_one_round_trip
+from harbor_pg.context.recall import RecallRequest
 from harbor_pg.db import migrate, server
 from harbor_pg.embedders.fastembed import FastEmbedEmbedder
 from harbor_pg.manager import MemoryManager
 from harbor_pg.owner import MemoryOwner, MemoryScope
+from harbor_pg.tiers.rows import recall_in_one_round_trip
 
 DEPTH = 200
 

@@ -116,13 +116,14 @@ from _common import machine, private_server, record, with_params
 from _peers_metrics import completeness, dialogue_ids, latency_ms, ratio, recall_at
 from locomo import DEFAULT_MODEL, evidence_of, turn_memories, turns_of
 
-from harbor_pg.context.recall import MemoryRecall, RecallRequest, recall_in_one_round_trip
+from harbor_pg.context.recall import MemoryRecall, RecallRequest
 from harbor_pg.db import migrate, server
 from harbor_pg.db.connection import Database
 from harbor_pg.embedders.base import EmbedderError
 from harbor_pg.manager import MemoryManager
 from harbor_pg.owner import MemoryOwner
 from harbor_pg.records import Memory
+from harbor_pg.tiers.rows import recall_in_one_round_trip
 
 QUESTION = "How does harbor-pg compare with mem0 and memnos on the same server and vectors?"
 

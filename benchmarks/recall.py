@@ -84,10 +84,11 @@ from _common import (
     with_params,
 )
 
-from harbor_pg.context.recall import RecallRequest, recall_in_one_round_trip
+from harbor_pg.context.recall import RecallRequest
 from harbor_pg.db import migrate, server
 from harbor_pg.db.connection import Database
 from harbor_pg.owner import MemoryOwner, MemoryScope
+from harbor_pg.tiers.rows import recall_in_one_round_trip
 
 QUESTION = "How fast is recall at my size, and does it return everything it should?"
 

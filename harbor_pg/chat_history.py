@@ -14,8 +14,8 @@ from harbor_pg.errors import MemoryConfigurationError
 from harbor_pg.manager import MemoryManager
 from harbor_pg.messages import from_langchain, to_langchain
 from harbor_pg.owner import MemoryOwner, MemoryScope
+from harbor_pg.tiers.base import BlockingShortTermStore
 from harbor_pg.tiers.in_process import InMemoryShortTermStore
-from harbor_pg.tiers.short_term import PostgresShortTermStore
 
 __all__ = ["HarborChatMessageHistory"]
 
@@ -101,7 +101,7 @@ class HarborChatMessageHistory(BaseChatMessageHistory):
         except RuntimeError:
             here = None
         store = self.manager.short_term
-        home = store.db.loop if isinstance(store, PostgresShortTermStore) else None
+        home = store.loop if isinstance(store, BlockingShortTermStore) else None
         if home is not None and home is not here and home.is_running() and not home.is_closed():
             return asyncio.run_coroutine_threadsafe(coroutine(), home).result()
         if direct is not None:
@@ -119,22 +119,22 @@ class HarborChatMessageHistory(BaseChatMessageHistory):
             "history.aget_messages()`, `aadd_messages(...)` and `aclear()` here"
         )
 
-    def _pg_store(self) -> PostgresShortTermStore | None:
+    def _pg_store(self) -> BlockingShortTermStore | None:
         store = self.manager.short_term
-        return store if isinstance(store, PostgresShortTermStore) else None
+        return store if isinstance(store, BlockingShortTermStore) else None
 
-    def _pg_recent(self, store: PostgresShortTermStore) -> list[BaseMessage]:
+    def _pg_recent(self, store: BlockingShortTermStore) -> list[BaseMessage]:
         self.owner.require_scope(MemoryScope.SESSION)
         limit = self.manager._recent_limit(self.limit)
         ttl = self.manager.config.session_ttl_seconds
         return [to_langchain(m) for m in store.recent_sync(self.owner, limit, ttl_seconds=ttl)]
 
-    def _pg_add(self, store: PostgresShortTermStore, messages: list[BaseMessage]) -> None:
+    def _pg_add(self, store: BlockingShortTermStore, messages: list[BaseMessage]) -> None:
         # validate every message before the first write, as the async path does per message
         turns = [self.manager._turn(self.owner, from_langchain(m)) for m in messages]
         for turn in turns:
             store.append_sync(self.owner, turn)
 
-    def _pg_clear(self, store: PostgresShortTermStore) -> None:
+    def _pg_clear(self, store: BlockingShortTermStore) -> None:
         self.owner.require_scope(MemoryScope.SESSION)
         store.clear_sync(self.owner)

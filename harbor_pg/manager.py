@@ -42,7 +42,7 @@ from harbor_pg.tiers.in_process import (
     InMemoryWorkingStore,
 )
 from harbor_pg.tiers.long_term import PostgresLongTermStore
-from harbor_pg.tiers.postgres import all_postgres
+from harbor_pg.tiers.postgres import all_postgres, is_postgres
 from harbor_pg.tiers.replica import READ_URL_ENV, ReadReplica
 from harbor_pg.tiers.session_ttl import LiveTurns
 from harbor_pg.tiers.short_term import PostgresShortTermStore
@@ -540,7 +540,7 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
         limit = max(0, min(limit, self.policy.max_session_turns))
         text = (query or "")[: self.config.max_content_chars]
         if (
-            isinstance(self.short_term, PostgresShortTermStore)
+            is_postgres(self.short_term)
             and all_postgres(self.working, self.long_term)
             and self.database is not None
             # Citus cannot plan recall() inside the one-statement snapshot: three calls

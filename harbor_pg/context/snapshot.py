@@ -12,11 +12,12 @@ import logging
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from harbor_pg.context.recall import MemoryRecall, RecallRequest, recall_params, recalled_from_row
+from harbor_pg.context.recall import MemoryRecall, RecallRequest
 from harbor_pg.db.connection import Database
 from harbor_pg.db.sqlfiles import query
 from harbor_pg.owner import MemoryOwner, MemoryScope
 from harbor_pg.records import ConversationMessage, Memory
+from harbor_pg.tiers.rows import recall_params, recalled_from_row
 from harbor_pg.tiers.short_term import message_from_row
 
 __all__ = ["MemorySnapshot", "snapshot_in_one_round_trip"]

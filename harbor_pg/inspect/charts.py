@@ -11,8 +11,8 @@ import math
 from dataclasses import dataclass
 from datetime import datetime
 
-from harbor_pg.context.ranking import RecalledMemory
 from harbor_pg.context.recall import RecallRequest
+from harbor_pg.ranking import RecalledMemory
 
 __all__ = ["Bar", "signal_bars", "timeline"]
 

@@ -22,13 +22,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from harbor_pg.context.ranking import RecalledMemory
-from harbor_pg.context.recall import RecallRequest, recall_params, recalled_from_row
+from harbor_pg.context.recall import RecallRequest
 from harbor_pg.context.summarizer import FRONTIER_KEY
 from harbor_pg.db.connection import Connection, identity_params
 from harbor_pg.db.sqlfiles import query
 from harbor_pg.errors import MemoryError
 from harbor_pg.owner import MemoryOwner
+from harbor_pg.ranking import RecalledMemory
+from harbor_pg.tiers.rows import recall_params, recalled_from_row
 
 if TYPE_CHECKING:
     from harbor_pg.manager import MemoryManager

@@ -200,11 +200,11 @@ class MemoryStoreConformance:
 
     async def test_recall_ranks_as_the_python_rules_do(self, manager: MemoryManager) -> None:
         """Every signal of a recall, recomputed from its columns by
-        harbor_pg.context.ranking, gives the same relevance, recency, score and
+        harbor_pg.ranking, gives the same relevance, recency, score and
         order: the database's ranking and the Python one agree on the same rows."""
         from datetime import UTC, datetime, timedelta
 
-        from harbor_pg.context import ranking
+        import harbor_pg.ranking as ranking
         from harbor_pg.context.recall import MemoryRecall
         from harbor_pg.embedders.hashing import HashingEmbedder
 

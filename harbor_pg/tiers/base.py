@@ -6,6 +6,7 @@ The PostgreSQL stores and the in-process stores both satisfy these, and
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -13,9 +14,11 @@ from datetime import datetime
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from harbor_pg.owner import MemoryOwner, MemoryScope
+from harbor_pg.ranking import RecalledMemory, RecallRequest
 from harbor_pg.records import ConversationMessage, Memory
 
 __all__ = [
+    "BlockingShortTermStore",
     "ErasableLongTermStore",
     "ErasableShortTermStore",
     "ErasableWorkingStore",
@@ -203,6 +206,32 @@ class ShortTermStore(Protocol):
 
 
 @runtime_checkable
+class BlockingShortTermStore(Protocol):
+    """A short-term store that can also be called without an event loop (the
+    PostgreSQL one, on short-lived connections): LangChain's synchronous chat
+    history calls these when the store's own loop cannot run its coroutines."""
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop the store's async connections belong to (None: none yet)."""
+        ...
+
+    def append_sync(self, owner: MemoryOwner, message: ConversationMessage) -> ConversationMessage:
+        """Append one turn, blocking."""
+        ...
+
+    def recent_sync(
+        self, owner: MemoryOwner, limit: int, *, ttl_seconds: float | None = None
+    ) -> list[ConversationMessage]:
+        """The newest ``limit`` turns, oldest first, blocking."""
+        ...
+
+    def clear_sync(self, owner: MemoryOwner) -> int:
+        """Delete the session's turns, blocking."""
+        ...
+
+
+@runtime_checkable
 class WorkingStore(Protocol):
     """Per-run scratch state with an optional time to live."""
 
@@ -247,6 +276,12 @@ class LongTermStore(Protocol):
 
     async def delete(self, owner: MemoryOwner, memory_id: str) -> bool:
         """Delete one of the caller's own memories."""
+        ...
+
+    async def recall(self, owner: MemoryOwner, request: RecallRequest) -> list[RecalledMemory]:
+        """The memories ``request`` recalls for ``owner``, ranked, every signal set
+        (:mod:`harbor_pg.ranking`; :func:`~harbor_pg.ranking.search_and_rank` answers
+        it from :meth:`search` for any store)."""
         ...
 
 

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from harbor_pg.owner import MemoryOwner
+from harbor_pg.ranking import RecalledMemory, RecallRequest
 from harbor_pg.records import ConversationMessage, Memory
 from harbor_pg.tiers.base import LongTermStore, SaveResult, ShortTermStore, WorkingStore
 from harbor_pg.tiers.in_process import (
@@ -129,6 +130,10 @@ class LongTermMemory(_Tier):
     async def delete(self, caller: MemoryOwner, memory_id: str) -> bool:
         """Delete one of the caller's own memories."""
         return await self.store.delete(caller, memory_id)
+
+    async def recall(self, caller: MemoryOwner, request: RecallRequest) -> list[RecalledMemory]:
+        """The memories ``request`` recalls for ``caller``, ranked."""
+        return await self.store.recall(caller, request)
 
 
 def unwrap_store(tier: Any) -> Any:

@@ -15,8 +15,16 @@ from harbor_pg.db.sqlfiles import query
 from harbor_pg.db.vectors import PgVector, PgVectorArray
 from harbor_pg.errors import MemoryScopeError, MemoryValidationError
 from harbor_pg.owner import MemoryOwner, MemoryScope
+from harbor_pg.ranking import RecalledMemory, RecallRequest
 from harbor_pg.records import Memory, MemoryType, content_hash
 from harbor_pg.tiers.base import FactResult, NearestMemory, SaveResult
+from harbor_pg.tiers.rows import (
+    ELEVATED_SCOPES,
+    current_memories_params,
+    memory_from_row,
+    memory_params,
+    recall_in_one_round_trip,
+)
 
 __all__ = [
     "ELEVATED_SCOPES",
@@ -26,38 +34,6 @@ __all__ = [
     "memory_params",
     "vector_literal",
 ]
-
-#: Scopes only the elevated role may write.
-ELEVATED_SCOPES = frozenset({MemoryScope.TENANT, MemoryScope.GLOBAL})
-
-
-def memory_from_row(row: dict[str, Any]) -> Memory:
-    data = {k: v for k, v in row.items() if k in Memory.model_fields}
-    data["importance"] = float(data.get("importance", 0.5))
-    return Memory.model_validate(data)
-
-
-def memory_params(owner: MemoryOwner, memory: Memory) -> dict[str, Any]:
-    """Named parameters of ``insert_memory`` for ``memory`` saved by ``owner``."""
-    key = owner.key(memory.scope)
-    return {
-        **key,
-        "id": memory.id,
-        "scope": memory.scope.value,
-        "principal_id": "" if memory.scope in ELEVATED_SCOPES else (owner.principal_id or ""),
-        "memory_type": memory.memory_type.value,
-        "importance": memory.importance,
-        "content": memory.content,
-        "content_hash": memory.content_hash or content_hash(memory.scope, memory.content),
-        "context": memory.context,
-        "entity_ids": list(memory.entity_ids),
-        "source": memory.source,
-        "sensitivity": memory.sensitivity.value,
-        "source_session_id": memory.source_session_id,
-        "source_message_ids": list(memory.source_message_ids),
-        "metadata": Jsonb(memory.metadata),
-        "valid_from": memory.valid_from,
-    }
 
 
 def _summary_params(owner: MemoryOwner, memory: Memory, memory_id: str) -> dict[str, Any]:
@@ -101,29 +77,6 @@ def check_vector(embedding: Sequence[float]) -> list[float]:
 def vector_literal(vector: Sequence[float]) -> str:
     """A vector as pgvector's text form, for a ``%s::public.vector`` parameter."""
     return "[" + ",".join(repr(float(x)) for x in vector) + "]"
-
-
-def current_memories_params(
-    owner: MemoryOwner, scopes: Sequence[MemoryScope], limit: int
-) -> dict[str, Any] | None:
-    """Parameters of ``extraction_current_memories``; None when no scope is addressable.
-
-    A scope is switched on by its key parameters; a scope the owner cannot
-    address (or not asked for) gets NULL keys, which match no row.
-    """
-    wanted = {MemoryScope(s) for s in scopes}
-    usable = {s for s in wanted if owner.can_address(s)}
-    on = {s: s in usable for s in (MemoryScope.USER, MemoryScope.SESSION, MemoryScope.PROJECT)}
-    if limit <= 0 or not any(on.values()):
-        return None
-    return {
-        "tenant_id": owner.tenant_id,
-        "user_user_id": owner.user_id if on[MemoryScope.USER] else None,
-        "session_user_id": owner.user_id if on[MemoryScope.SESSION] else None,
-        "session_session_id": owner.session_id if on[MemoryScope.SESSION] else None,
-        "project_project_id": owner.project_id if on[MemoryScope.PROJECT] else None,
-        "limit": limit,
-    }
 
 
 @dataclass(frozen=True)
@@ -273,8 +226,16 @@ def _checked_vectors(
 class PostgresLongTermStore:
     """Memories in ``harbor.memories`` (+ ``harbor.memory_embeddings``)."""
 
+    #: the SQL function that answers :meth:`recall` (recall's telemetry names it)
+    recall_procedure = "harbor.recall"
+
     def __init__(self, db: Database) -> None:
         self.db = db
+
+    async def recall(self, owner: MemoryOwner, request: RecallRequest) -> list[RecalledMemory]:
+        """``harbor.recall()`` as ``owner``: hybrid candidates, fused and ranked in
+        SQL with every signal, in one round trip."""
+        return await recall_in_one_round_trip(self.db, owner, request)
 
     async def save(
         self,

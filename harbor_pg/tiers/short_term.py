@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -105,6 +106,11 @@ class PostgresShortTermStore:
 
     # -- synchronous twins, each on a short-lived connection of its own ----------------
     # (for HarborChatMessageHistory's sync members when the async pool cannot be used)
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop the database's pool belongs to (None before it is opened)."""
+        return self.db.loop
 
     def append_sync(self, owner: MemoryOwner, message: ConversationMessage) -> ConversationMessage:
         """:meth:`append` without an event loop (see :meth:`Database.sync_transaction`)."""

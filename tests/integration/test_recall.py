@@ -8,7 +8,6 @@ from datetime import UTC, datetime
 
 import pytest
 
-from harbor_pg.context import recall as recall_module
 from harbor_pg.context.recall import MemoryRecall, RecallRequest, recalled_entity_ids
 from harbor_pg.db.connection import Database
 from harbor_pg.embedders.base import EmbedderError
@@ -17,8 +16,10 @@ from harbor_pg.errors import MemoryConfigurationError
 from harbor_pg.manager import MemoryManager
 from harbor_pg.owner import MemoryOwner, MemoryScope
 from harbor_pg.policy import MemoryPolicy
+from harbor_pg.ranking import search_and_rank
 from harbor_pg.records import Memory, MemoryType
 from harbor_pg.tiers.in_process import InMemoryLongTermStore
+from harbor_pg.tiers.long_term import PostgresLongTermStore
 
 ALICE = MemoryOwner(tenant_id="t1", project_id="p1", principal_id="alice", session_id="s1")
 BOB = MemoryOwner(tenant_id="t1", project_id="p1", principal_id="bob", session_id="s1")
@@ -125,14 +126,14 @@ async def test_embedder_failure_falls_back_to_lexical_with_a_warning(
 async def test_index_failure_falls_back_to_lexical(
     manager: MemoryManager, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = recall_module._postgres_recall
+    real = PostgresLongTermStore.recall
 
     async def flaky(store: object, owner: MemoryOwner, request: RecallRequest) -> object:
         if request.embedding is not None:
             raise RuntimeError("hnsw index corrupted")
         return await real(store, owner, request)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(recall_module, "_postgres_recall", flaky)
+    monkeypatch.setattr(PostgresLongTermStore, "recall", flaky)
     with caplog.at_level(logging.WARNING, logger="harbor_pg.recall"):
         got = await manager.recall(ALICE, "peanuts")
     assert [m.content for m in got] == ["Alice is allergic to peanuts"]
@@ -145,7 +146,7 @@ async def test_repository_failure_yields_nothing_and_never_raises(
     async def down(*args: object) -> object:
         raise ConnectionError("database is down")
 
-    monkeypatch.setattr(recall_module, "_postgres_recall", down)
+    monkeypatch.setattr(PostgresLongTermStore, "recall", down)
     with caplog.at_level(logging.WARNING, logger="harbor_pg.recall"):
         assert await manager.recall(ALICE, "peanuts") == ()
     assert "memory store failed" in caplog.text
@@ -252,7 +253,7 @@ async def test_other_stores_are_searched_as_deep_as_the_sql_legs() -> None:
     scopes = (MemoryScope.USER,)
     for top_k, candidates in ((10, None), (30, None), (10, 120)):
         request = RecallRequest(query="alice", scopes=scopes, top_k=top_k, candidates=candidates)
-        await recall_module._generic_recall(store, ALICE, request)
+        await search_and_rank(store, ALICE, request)
     assert store.limits == [50, 60, 120]
 
 

@@ -6,10 +6,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from harbor_pg.context.ranking import RecalledMemory
 from harbor_pg.context.recall import RecallRequest
 from harbor_pg.inspect.charts import signal_bars, timeline
 from harbor_pg.owner import MemoryScope
+from harbor_pg.ranking import RecalledMemory
 from harbor_pg.records import Memory
 
 

@@ -31,6 +31,7 @@ LAYERS: dict[str, int] = {
     "records": 2,
     "policy": 3,
     "config": 3,
+    "ranking": 3,
     "messages": 3,
     "fencing": 4,
     "db": 5,

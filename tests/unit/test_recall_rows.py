@@ -8,17 +8,17 @@ from typing import Any
 
 import pytest
 
-from harbor_pg.context.ranking import RecalledMemory
-from harbor_pg.context.recall import (
+from harbor_pg.errors import MemoryConfigurationError
+from harbor_pg.owner import MemoryScope
+from harbor_pg.ranking import RecalledMemory
+from harbor_pg.records import Memory, MemoryType
+from harbor_pg.tiers.rows import (
     _MEMORY_FIELDS,
     _PLAIN_MEMORY,
     _stored_memory,
     recalled_from_row,
     recalled_rows,
 )
-from harbor_pg.errors import MemoryConfigurationError
-from harbor_pg.owner import MemoryScope
-from harbor_pg.records import Memory, MemoryType
 
 
 def _row(**overrides: Any) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 
 from harbor_pg.errors import MemoryScopeError, MemoryValidationError
 from harbor_pg.owner import SCOPE_OWNER_FIELDS, MemoryOwner, MemoryScope
+from harbor_pg.ranking import RecalledMemory, RecallRequest, search_and_rank
 from harbor_pg.records import (
     Memory,
     MemoryType,
@@ -163,6 +164,11 @@ class InMemoryLongTermStore:
         """The memory ``memory_id`` if the owner may see it, else None."""
         row = self._rows.get(memory_id)
         return row if row is not None and _visible(row, owner) else None
+
+    async def recall(self, owner: MemoryOwner, request: RecallRequest) -> list[RecalledMemory]:
+        """The memories ``request`` recalls: :meth:`search` per scope, ranked by the
+        rules ``harbor.recall()`` applies (:func:`~harbor_pg.ranking.search_and_rank`)."""
+        return await search_and_rank(self, owner, request)
 
     async def search(
         self, owner: MemoryOwner, query: str, *, limit: int = 10, as_of: datetime | None = None

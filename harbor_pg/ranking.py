@@ -21,18 +21,22 @@ add-only, so that is when its content became what we believe.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
-from harbor_pg.records import Memory, MemoryType, content_hash, normalize_content
+from harbor_pg.owner import MemoryOwner, MemoryScope
+from harbor_pg.records import Memory, MemoryType, Sensitivity, content_hash, normalize_content
 from harbor_pg.tokens import TokenCounter, approximate_tokens
 
 __all__ = [
+    "RecallRequest",
     "RecalledMemory",
     "Relevance",
+    "SearchableStore",
     "budget_prefix",
     "date_match",
     "dedupe",
@@ -46,8 +50,11 @@ __all__ = [
     "recency",
     "render_recalled",
     "rrf",
+    "search_and_rank",
     "type_boost",
 ]
+
+log = logging.getLogger("harbor_pg.recall")
 
 
 @dataclass(frozen=True)
@@ -77,6 +84,47 @@ class RecalledMemory:
     neighbour: float = 0.0
     #: 1 when the query names a month or year this memory became valid in, else 0
     date_match: float = 0.0
+
+
+@dataclass(frozen=True)
+class RecallRequest:
+    """Everything one recall needs besides the owner; built by :class:`MemoryRecall`."""
+
+    query: str
+    scopes: tuple[MemoryScope, ...]
+    top_k: int
+    anchor_entity_ids: tuple[str, ...] = ()
+    wanted_types: tuple[MemoryType, ...] = ()
+    as_of: datetime | None = None
+    # These defaults repeat MemoryPolicy's on purpose, so a request built by hand ranks as the
+    # default policy does; tests/unit/test_policy.py checks that the two agree.
+    recency_half_life_hours: float | None = 4320.0
+    entity_weight: float = 0.5
+    type_weight: float = 0.5
+    rrf_k: int = 5
+    dense_weight: float = 0.75
+    lexical_weight: float = 1.0
+    min_similarity: float | None = None
+    token_budget: int | None = None
+    embedding: list[float] | None = None
+    model_id: str | None = None
+    #: candidates per leg (None: max(2 x top_k, 50))
+    candidates: int | None = None
+    #: how the two legs' lists are fused: "rrf" or "weighted" (see harbor.recall())
+    fusion: str = "rrf"
+    #: the most sensitive memories recall may return (candidates above it are never read)
+    max_sensitivity: Sensitivity = Sensitivity.PII
+    #: share of the better fused relevance of a candidate's neighbours (the
+    #: candidates before and after it in its conversation) a candidate adds
+    neighbour_weight: float = 0.75
+    #: relevance times (1 + date_weight) for a memory valid from a month or year the query names
+    date_weight: float = 2.0
+
+    @property
+    def candidates_per_leg(self) -> int:
+        """How many candidates each search hands the ranking, counted as
+        ``harbor.recall()`` counts them: ``candidates``, at least max(2 x top_k, 50)."""
+        return max(self.candidates or 0, 2 * self.top_k, 50)
 
 
 _MONTHS = (
@@ -323,3 +371,77 @@ def budget_prefix(
         used += cost
         out.append(replace(item, tokens=cost) if cost != item.tokens else item)
     return out
+
+
+class SearchableStore(Protocol):
+    """What :func:`search_and_rank` needs of a store: a lexical search per owner."""
+
+    async def search(
+        self, owner: MemoryOwner, query: str, *, limit: int = 10, as_of: datetime | None = None
+    ) -> list[Memory]: ...
+
+
+async def search_and_rank(
+    store: SearchableStore, owner: MemoryOwner, request: RecallRequest
+) -> list[RecalledMemory]:
+    """Recall for any store: its own search per scope, flat relevance, the same
+    scoring rules as ``harbor.recall()`` (the in-process store's recall; a store of
+    your own can answer ``recall`` with it)."""
+    as_of = request.as_of or datetime.now(UTC)
+    # a first-ranked match's relevance, as harbor.recall() gives its substring matches
+    flat = 1.0 if request.fusion == "weighted" else rrf([1], request.rrf_k)
+    candidates: list[RecalledMemory] = []
+    for scope in request.scopes:
+        try:
+            found = await store.search(
+                owner.narrowed(scope), request.query, limit=request.candidates_per_leg, as_of=as_of
+            )
+        except Exception as exc:
+            log.warning(
+                "recall: reading %s memories failed, none from that scope: %s", scope.value, exc
+            )
+            continue
+        for memory in found:
+            if memory.scope is not scope or memory.memory_type is MemoryType.SUMMARY:
+                continue
+            if memory.sensitivity.level > request.max_sensitivity.level:
+                continue  # above the ceiling: never a candidate
+            rec = recency(memory, as_of, request.recency_half_life_hours)
+            ent = entity_boost(memory, request.anchor_entity_ids, request.entity_weight)
+            typ = type_boost(memory, request.wanted_types, request.type_weight)
+            candidates.append(
+                RecalledMemory(
+                    memory=memory,
+                    rank=0,
+                    relevance=flat,
+                    recency=rec,
+                    entity=ent,
+                    type_boost=typ,
+                    score=final_score(flat, rec, memory.importance, ent, typ),
+                    tokens=0,
+                    substring_match=True,
+                )
+            )
+    # the neighbour and date signals, as harbor.recall() adds them to relevance
+    parts = fused_relevance(
+        candidates,
+        fusion=request.fusion,
+        rrf_k=request.rrf_k,
+        dense_weight=request.dense_weight,
+        lexical_weight=request.lexical_weight,
+        neighbour_weight=request.neighbour_weight,
+        date_weight=request.date_weight,
+        query=request.query,
+    )
+    candidates = [
+        replace(
+            c,
+            relevance=p.relevance,
+            neighbour=p.neighbour,
+            date_match=p.date_match,
+            score=final_score(p.relevance, c.recency, c.memory.importance, c.entity, c.type_boost),
+        )
+        for c, p in zip(candidates, parts, strict=True)
+    ]
+    ranked = dedupe(candidates)[: request.top_k]
+    return [replace(item, rank=i + 1) for i, item in enumerate(ranked)]
