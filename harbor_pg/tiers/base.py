@@ -174,11 +174,11 @@ class SummaryLease:
     turns_at_summary: int
 
 
+# The stores (short_term.py, working.py, long_term.py and in_process/) repeat these
+# protocols' signatures on purpose: each implements them.
+
+
 @runtime_checkable
-# The stores (short_term.py, working.py, long_term.py, in_process.py) repeat these
-# protocols' signatures, and `duplicates` pairs them: intentional, each implements them.
-
-
 class ShortTermStore(Protocol):
     """Conversation turns of one session (tenant, user, session)."""
 
@@ -320,7 +320,7 @@ class SummaryStore(Protocol):
 class SummaryLeaseStore(Protocol):
     """Per-session lease and cooldown for background summaries."""
 
-    # The protocols' signatures stand again in their implementations (tiers/in_process.py,
+    # The protocols' signatures stand again in their implementations (tiers/in_process/,
     # tiers/short_term.py, tiers/long_term.py) on purpose: an implementation must repeat them.
     async def acquire_summary_lease(
         self,
@@ -435,7 +435,7 @@ class ExtractionStore(LongTermStore, Protocol):
         """
         ...
 
-    # Repeated by tiers/in_process.py and tiers/long_term.py on purpose (the implementations).
+    # Repeated by tiers/in_process/ and tiers/long_term.py on purpose (the implementations).
     async def add_fact(
         self,
         owner: MemoryOwner,

@@ -221,8 +221,8 @@ def _checked_vectors(
     return MemoryVectors(content, with_context)
 
 
-# Its methods repeat the signatures of tiers/base.py's protocols on purpose (`duplicates`
-# pairs them with base.py and with the other implementation): each store implements them.
+# Its methods repeat the signatures of tiers/base.py's protocols on purpose (as the
+# in-process store does): each store implements them.
 class PostgresLongTermStore:
     """Memories in ``harbor.memories`` (+ ``harbor.memory_embeddings``)."""
 

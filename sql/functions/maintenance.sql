@@ -116,7 +116,7 @@ $$;
 -- * the serialisation locks (harbor.owner_locks) of the erased sessions and runs go.
 -- Embeddings go with their memories (counted, then ON DELETE CASCADE).
 -- harbor.erase's DELETEs (messages, working_state, ...) each repeat the
--- erased owner's predicate on purpose (`duplicates` pairs them): one statement a
+-- erased owner's predicate on purpose: one statement a
 -- table, each with its own RETURNING of what the next step needs.
 create or replace function harbor.erase(
     user_id text default null,

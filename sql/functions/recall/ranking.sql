@@ -182,7 +182,7 @@ begin
         return;
     end if;
     v_n := greatest(coalesce(recall.candidates, 0), 2 * recall.top_k, 50);
-    -- ---- issue 21, the date signal: the months (capitalised English names) and
+    -- ---- the date signal: the months (capitalised English names) and
     -- the years (19xx, 20xx) the query names, as whole words
     if recall.date_weight > 0 then
         select array_agg(distinct pg_catalog.array_position(array['January', 'February',
@@ -257,7 +257,7 @@ begin
            and btrim(v_query) <> ''
            and not exists (select 1 from fused)
     ), contexts as (
-        -- ---- issue 21, neighbour expansion. A memory's context is the text
+        -- ---- neighbour expansion. A memory's context is the text
         -- before it (a conversation's previous turn), stored with the key it
         -- would have as content (memories.context_hash, harbor.context_hash()):
         -- the candidates' keys, read by primary key as the invoker (the probe's
@@ -292,7 +292,7 @@ begin
                        from linked a where a.context_hash is not null group by 1, 2) n
             on n.tenant_id = l.tenant_id and n.h = l.content_hash collate "C"
     ), dated as (
-        -- ---- issue 21, the date signal: 1 when the query names a month or a year
+        -- ---- the date signal: 1 when the query names a month or a year
         -- and the memory became valid (UTC) in one of the named months (of a named
         -- year, when it names one), else 0
         select g.*,
@@ -316,7 +316,7 @@ begin
                d.neighbour, d.date_match
           from dated d
     ), scored as (
-        -- ---- (end of issue 21's part)
+        -- ---- (end of the neighbour and date signals)
         select c.*,
                case when recall.recency_half_life_hours is null then 0::double precision
                     else pg_catalog.power(0.5::double precision,
