@@ -28,9 +28,9 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+import harbor_pg.inspect.charts as charts
 from harbor_pg.access_tokens import AccessToken, TokenStore
 from harbor_pg.errors import MemoryError, MemoryScopeError, MemoryValidationError
-from harbor_pg.inspect import charts
 from harbor_pg.inspect.access import (
     IDENTITY_COOKIE,
     TOKEN_COOKIE,

@@ -123,6 +123,58 @@ def test_no_module_imports_a_higher_layer_or_a_peer() -> None:
     assert not wrong, "imports against the layering:\n" + "\n".join(wrong)
 
 
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan, iterative)."""
+    edges = {m: sorted(t for t in targets if t in graph and t != m) for m, targets in graph.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:
+            node, i = work.pop()
+            if i == 0:
+                index[node] = low[node] = len(index)
+                stack.append(node)
+                on_stack.add(node)
+            if i < len(edges[node]):
+                work.append((node, i + 1))
+                nxt = edges[node][i]
+                if nxt not in index:
+                    work.append((nxt, 0))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            for child in edges[node]:
+                if child in on_stack:
+                    low[node] = min(low[node], low[child])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    found.append(sorted(group))
+    return found
+
+
+def test_no_import_cycle() -> None:
+    """Not even inside a unit, and not through a package's ``__init__``."""
+    assert _cycles(_graph()) == []
+
+
+def test_the_cycle_check_finds_a_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c"]]
+
+
 @pytest.mark.parametrize(
     ("source", "expected"),
     [
