@@ -8,7 +8,7 @@ import os
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -60,8 +60,6 @@ __all__ = ["MemoryManager", "MemoryManagerConfig", "MemorySnapshot"]
 
 log = logging.getLogger("harbor_pg")
 
-_T = TypeVar("_T")
-
 
 class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
     """One facade over the tiers you configure.
@@ -79,6 +77,12 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
     :meth:`background_summarizer`) on every call. The tier attributes
     (``short_term``, ``working``, ``long_term``) are the raw stores and are not
     bound.
+
+    The methods of each feature are defined beside it and mixed in: long-term
+    writes (:class:`~harbor_pg.tiers.writer.LongTermWrites`), erasure and
+    retention (:class:`~harbor_pg.governance.Governance`), export and import
+    (:class:`~harbor_pg.portability.Portability`) and fact extraction
+    (:class:`~harbor_pg.extraction.facade.Extraction`).
     """
 
     def __init__(
