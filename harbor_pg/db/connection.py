@@ -12,7 +12,7 @@ import random
 import select
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import AsyncConnection
@@ -22,15 +22,13 @@ from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool
 from psycopg_pool.base import AttemptWithBackoff
 
-from harbor_pg.db.server import ADMIN_ROLE, APP_ROLE, describe_connect_error, redact
+from harbor_pg.db.errors import connect_error, harbor_error, wrap_db_errors, wrap_sync
+from harbor_pg.db.server import ADMIN_ROLE, APP_ROLE
 from harbor_pg.db.sqlfiles import query
 from harbor_pg.db.vectors import register_vector_array
 from harbor_pg.errors import (
     MemoryConcurrencyError,
     MemoryConfigurationError,
-    MemoryDatabaseError,
-    MemoryScopeError,
-    MemoryValidationError,
 )
 from harbor_pg.owner import MemoryOwner
 
@@ -40,6 +38,7 @@ __all__ = [
     "Connection",
     "Database",
     "default_pool_size",
+    "harbor_error",
     "wrap_db_errors",
 ]
 
@@ -285,7 +284,7 @@ class Database:
             if adopt is not None:
                 await adopt.close()
             await self._pool.close()
-            raise MemoryConfigurationError(describe_connect_error(self.app_url, exc)) from None
+            raise connect_error(self.app_url, exc) from None
         if self._admin_pool is not None:
             await self._admin_pool.open(wait=False)
         async with wrap_db_errors(), self._pool.connection() as conn:
@@ -485,7 +484,7 @@ class Database:
         for a connection setup and the statement.
         """
         with (
-            _wrap_sync(),
+            wrap_sync(),
             psycopg.connect(self.app_url, row_factory=dict_row, connect_timeout=10) as conn,
         ):
             statement = _set_role(
@@ -536,85 +535,3 @@ def local_identity(owner: MemoryOwner) -> list[pgsql.Composed]:
         for command in text.split(";")
         if command.strip()
     ]
-
-
-# _wrap_sync below is its synchronous twin, on purpose: one context manager cannot be both.
-@contextlib.asynccontextmanager
-async def wrap_db_errors() -> AsyncIterator[None]:
-    """Turn driver errors into harbor errors, keyed on SQLSTATE and constraint."""
-    try:
-        yield
-    except psycopg.Error as exc:
-        _raise_harbor_error(exc)
-    except _ADAPTATION_ERRORS as exc:
-        _raise_unsendable(exc)
-
-
-# The synchronous twin of wrap_db_errors, on purpose: one context manager cannot be both.
-@contextlib.contextmanager
-def _wrap_sync() -> Iterator[None]:
-    """:func:`wrap_db_errors` for synchronous code."""
-    try:
-        yield
-    except psycopg.Error as exc:
-        _raise_harbor_error(exc)
-    except _ADAPTATION_ERRORS as exc:
-        _raise_unsendable(exc)
-
-
-#: what the driver raises for a parameter it cannot send (a lone surrogate in a
-#: string, a number beyond its type); the public API checks its input first, so
-#: this is the backstop for values that slip past
-_ADAPTATION_ERRORS = (UnicodeEncodeError, OverflowError)
-
-
-def _raise_unsendable(exc: Exception) -> NoReturn:
-    raise MemoryValidationError(f"a value cannot be sent to the database: {exc}") from None
-
-
-#: SQLSTATE classes (the first two characters) of errors caused by the input:
-#: data exceptions (22: bad value, out of range, bad encoding...), integrity
-#: violations (23: check, not null, unique, exclusion), program limits (54: too
-#: deep, too large).
-_INPUT_CLASSES = frozenset({"22", "23", "54"})
-#: ... except a division by zero: a fault of the SQL, not of the input
-_NOT_INPUT = frozenset({"22012"})
-#: transaction rollbacks: serialization failure (40001), deadlock (40P01)
-_CONFLICT_CLASS = "40"
-#: the server is not there, or going away: connection exceptions (08),
-#: insufficient resources (53), operator intervention (57: shutdown, crash)
-_UNAVAILABLE_CLASSES = frozenset({"08", "53", "57"})
-
-
-def _raise_harbor_error(exc: psycopg.Error) -> NoReturn:
-    """The one place a driver error becomes a harbor error, keyed on its
-    SQLSTATE class (psycopg's own classes do not follow them: a class-22 error
-    is a ``psycopg.DataError``, a deadlock an ``OperationalError``)."""
-    error = harbor_error(exc)
-    # an unclassified server error keeps its driver traceback; the rest need none
-    keep = type(error) is MemoryDatabaseError and not str(error).startswith("database unavailable")
-    raise error from (exc if keep else None)
-
-
-def harbor_error(exc: psycopg.Error) -> Exception:
-    """The harbor error for the driver error ``exc`` (see :func:`_raise_harbor_error`)."""
-    state = exc.sqlstate or ""
-    text = _first_line(exc)
-    if state == "42501":
-        return MemoryScopeError(f"not permitted: {text}")
-    if state[:2] in _INPUT_CLASSES and state not in _NOT_INPUT:
-        return MemoryValidationError(f"rejected by the database: {text}")
-    if state[:2] == _CONFLICT_CLASS:
-        return MemoryConcurrencyError(f"conflicting concurrent transaction: {text}")
-    # no SQLSTATE: the driver's own error; only a connection failure is an outage
-    # (a value the driver cannot load, say, is not)
-    if (not state and isinstance(exc, psycopg.OperationalError)) or (
-        state[:2] in _UNAVAILABLE_CLASSES
-    ):
-        return MemoryDatabaseError(f"database unavailable: {redact(text)}")
-    return MemoryDatabaseError(f"database error: {text}")
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -15,9 +15,16 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.rows import dict_row
 
-from harbor_pg.db.server import OWNER_ROLE, describe_connect_error, redact, scrub
+from harbor_pg.db.errors import (
+    connect_errors,
+    driver_errors,
+    first_line,
+    migration_error,
+    scrub,
+)
+from harbor_pg.db.server import OWNER_ROLE
 from harbor_pg.db.sqlfiles import idempotent_sha256, query
-from harbor_pg.errors import MemoryConfigurationError, MemoryDatabaseError
+from harbor_pg.errors import MemoryConfigurationError
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -78,8 +85,9 @@ def upgrade(
     migration that ends sooner reports nothing and opens no extra connection.
 
     Raises :class:`MemoryConfigurationError` when the login may not migrate
-    or the database lacks an extension, :class:`MemoryDatabaseError` for any
-    other database failure; never a driver traceback, never the password.
+    or the database lacks an extension; any other database failure comes out
+    as :mod:`harbor_pg.db.errors` maps it (a :class:`MemoryDatabaseError` for
+    most); never a driver traceback, never the password.
 
     A database already at the newest revision, with the re-runnable SQL this
     package ships, costs one connection and one catalog query
@@ -153,7 +161,7 @@ def _index_progress(
                     if not done.is_set():
                         report(describe_index_progress(row))
         except Exception as exc:  # progress must never fail a migration
-            log.debug("migration progress reporting stopped: %s", scrub(_first_line(exc), url))
+            log.debug("migration progress reporting stopped: %s", scrub(first_line(exc), url))
         finally:
             if conn is not None:
                 conn.close()
@@ -188,17 +196,10 @@ def describe_index_progress(row: Mapping[str, Any]) -> str:
 @contextmanager
 def _connect(url: str) -> Iterator[psycopg.Connection[dict[str, Any]]]:
     """A short autocommit connection whose failures come out as harbor errors."""
-    try:
+    with connect_errors(url):
         conn = psycopg.connect(url, autocommit=True, connect_timeout=10, row_factory=dict_row)
-    except psycopg.Error as exc:
-        raise MemoryConfigurationError(describe_connect_error(url, exc)) from None
-    try:
-        with conn:
-            yield conn
-    except psycopg.Error as exc:
-        raise MemoryDatabaseError(
-            f"database error at {redact(url)}: {scrub(_first_line(exc), url)}"
-        ) from None
+    with driver_errors(url), conn:
+        yield conn
 
 
 def _login(conn: psycopg.Connection[dict[str, Any]]) -> dict[str, Any]:
@@ -238,35 +239,12 @@ def _migration_errors(url: str, revision: str) -> Iterator[None]:
         yield
     except CommandError as exc:  # an unknown revision, say
         raise MemoryConfigurationError(
-            f"cannot migrate to {revision!r}: {scrub(_first_line(exc), url)}"
+            f"cannot migrate to {revision!r}: {scrub(first_line(exc), url)}"
         ) from None
     except sqlalchemy.exc.DBAPIError as exc:
-        raise _describe_migration_error(url, revision, exc.orig or exc) from None
+        raise migration_error(url, revision, exc.orig or exc) from None
     except psycopg.Error as exc:
-        raise _describe_migration_error(url, revision, exc) from None
-
-
-def _describe_migration_error(url: str, revision: str, exc: BaseException) -> Exception:
-    text = scrub(_first_line(exc), url)
-    low = text.lower()
-    where = redact(url)
-    if isinstance(exc, psycopg.OperationalError) and exc.sqlstate is None:
-        return MemoryConfigurationError(describe_connect_error(url, exc))
-    if 'access method "gist"' in low or 'type "vector"' in low or "extension" in low:
-        return MemoryConfigurationError(
-            f"migrating {where} to {revision} failed: {text}. The vector and btree_gist "
-            "extensions must be installed in this database: as a superuser, run "
-            "`create extension if not exists vector; create extension if not exists "
-            "btree_gist;` in it"
-        )
-    if isinstance(exc, psycopg.errors.InsufficientPrivilege):
-        return MemoryConfigurationError(f"migrating {where} to {revision} failed: {text}")
-    return MemoryDatabaseError(f"migrating {where} to {revision} failed: {text}")
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+        raise migration_error(url, revision, exc) from None
 
 
 def head_revision() -> str | None:

@@ -31,12 +31,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
 
 import psycopg
 from psycopg import conninfo
 from psycopg.rows import dict_row
 
+from harbor_pg.db.errors import connect_errors, driver_errors, first_line, redact, scrub
 from harbor_pg.db.server_process import accepts_connections as _accepts_connections
 from harbor_pg.db.server_process import (
     clear_stale_pid_file,
@@ -97,41 +97,6 @@ class ServerInfo:
     schema_state: tuple[tuple[str, str], ...] | None = None
 
 
-def redact(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (URL or key=value form)."""
-    return _KV_PASSWORD.sub(r"\1***", _URL_USERINFO.sub(r"\1***@", url))
-
-
-_KV_PASSWORD = re.compile(r"(password\s*=\s*)('[^']*'|\S+)", re.IGNORECASE)
-# scheme://user:password@ -- the password runs to the last '@' of the token, so
-# one with an unencoded '/', ':' or '@' in it is covered too (urllib would split
-# it at the '/' and report only the part before it)
-_URL_USERINFO = re.compile(r"([A-Za-z][\w+.-]*://[^\s:/@]*:)(\S*)@")
-# user:password@ in anything that looks like a URL's user part (driver messages)
-_USERINFO = re.compile(r"((?:^|[\s\"'/])[^\s\"'/:@]*:)[^\s\"'/@]*@")
-
-
-def _passwords(url: str) -> list[str]:
-    found: list[str] = []
-    for m in _URL_USERINFO.finditer(url):
-        found += [m.group(2), unquote(m.group(2))]
-    for m in _KV_PASSWORD.finditer(url):
-        found.append(m.group(2).strip("'"))
-    return [p for p in found if p]
-
-
-def scrub(text: str, *urls: str | None) -> str:
-    """``text`` (say, a driver's message) with the passwords of ``urls`` and
-    any ``user:password@`` or ``password=...`` in it replaced by ``***``."""
-    for url in urls:
-        if not url:
-            continue
-        text = text.replace(url, redact(url))
-        for password in _passwords(url):
-            text = text.replace(password, "***")
-    return _KV_PASSWORD.sub(r"\1***", _USERINFO.sub(r"\1***@", _URL_USERINFO.sub(r"\1***@", text)))
-
-
 def check_url(url: str, what: str = "the database URL") -> None:
     """Raise :class:`MemoryConfigurationError` unless ``url`` is a PostgreSQL
     connection string (``postgresql://`` / ``postgres://`` URL or key=value
@@ -146,13 +111,8 @@ def check_url(url: str, what: str = "the database URL") -> None:
         conninfo.conninfo_to_dict(url)
     except psycopg.Error as exc:
         raise MemoryConfigurationError(
-            f"{what} is malformed: {scrub(_first_line(exc), url)} ({expected})"
+            f"{what} is malformed: {scrub(first_line(exc), url)} ({expected})"
         ) from None
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def default_data_dir() -> Path:
@@ -422,7 +382,7 @@ def _start_failure(pgdata: Path, exc: BaseException) -> str:
                     found.insert(0, line.split("LOG:", 1)[1].strip())
                     break
             return "; ".join(found)
-    return _first_line(exc)
+    return first_line(exc)
 
 
 def _with(url: str, **params: Any) -> str:
@@ -492,23 +452,18 @@ def check_server(url: str, what: str = "the database URL") -> bool:
 
     Raises :class:`MemoryConfigurationError` with one clear line (password
     redacted) for a malformed or non-PostgreSQL URL, an unreachable server,
-    bad credentials, or missing pgvector >= 0.7 / btree_gist. A superuser
-    login gets the extensions created (:func:`resolve_server`), so for it
-    they need only be available in the cluster; any other login needs them
-    installed in its database already. Returns whether the login is a superuser.
+    bad credentials, or missing pgvector >= 0.7 / btree_gist; any other
+    failure of the check comes out as :mod:`harbor_pg.db.errors` maps it. A
+    superuser login gets the extensions created (:func:`resolve_server`), so
+    for it they need only be available in the cluster; any other login needs
+    them installed in its database already. Returns whether the login is a
+    superuser.
     """
     check_url(url, what)
-    try:
+    with connect_errors(url):
         conn = psycopg.connect(url, connect_timeout=10, autocommit=True, row_factory=dict_row)
-    except psycopg.Error as exc:
-        raise MemoryConfigurationError(describe_connect_error(url, exc)) from None
-    try:
-        with conn:
-            row = conn.execute(query("server_extensions")).fetchone()
-    except psycopg.Error as exc:
-        raise MemoryConfigurationError(
-            f"cannot check PostgreSQL at {redact(url)}: {scrub(_first_line(exc), url)}"
-        ) from None
+    with driver_errors(url, context=f"cannot check PostgreSQL at {redact(url)}: "), conn:
+        row = conn.execute(query("server_extensions")).fetchone()
     assert row is not None
     available: dict[str, str] = {str(k): str(v) for k, v in row["available"].items()}
     installed: dict[str, str] = {str(k): str(v) for k, v in row["installed"].items()}
@@ -569,33 +524,6 @@ def check_extensions(
         )
 
 
-def describe_connect_error(url: str, exc: BaseException) -> str:
-    """One line naming why a connection failed, without the password."""
-    text = _first_line(exc)
-    low = str(exc).lower()
-    where = redact(url)
-    if "password authentication failed" in low or "authentication failed" in low:
-        reason = "bad credentials (authentication failed)"
-    elif "no password supplied" in low:
-        reason = "bad credentials (the server wants a password)"
-    elif "does not exist" in low and "database" in low:
-        reason = "the database does not exist"
-    elif "does not exist" in low and "role" in low:
-        reason = "bad credentials (the role does not exist)"
-    elif (
-        "connection refused" in low
-        or "could not connect" in low
-        or "timeout" in low
-        or "no such file" in low
-        or "could not translate host name" in low
-        or "name or service not known" in low
-    ):
-        reason = "the server is unreachable"
-    else:
-        reason = scrub(text, url)
-    return f"cannot connect to PostgreSQL at {where}: {reason}"
-
-
 def resolve_server(
     database_url: str | None = None,
     *,
@@ -629,17 +557,14 @@ def resolve_server(
     is_superuser = check_server(url, what)
     ready, state = _bootstrapped(url) if is_superuser else (False, None)
     if is_superuser and not ready:
-        try:
-            with psycopg.connect(url, autocommit=True) as conn:
-                conn.execute(read_sql("roles.sql"))
-                conn.execute("create extension if not exists vector")
-                conn.execute("create extension if not exists btree_gist")
-                _grant_database(conn, conn.info.dbname)
-        except psycopg.Error as exc:
-            raise MemoryConfigurationError(
-                f"cannot set up roles and extensions at {redact(url)}: "
-                f"{scrub(_first_line(exc), url)}"
-            ) from None
+        with (
+            driver_errors(url, context=f"cannot set up roles and extensions at {redact(url)}: "),
+            psycopg.connect(url, autocommit=True) as conn,
+        ):
+            conn.execute(read_sql("roles.sql"))
+            conn.execute("create extension if not exists vector")
+            conn.execute("create extension if not exists btree_gist")
+            _grant_database(conn, conn.info.dbname)
     return ServerInfo(
         app_url=url,
         admin_url=admin_url or url,
