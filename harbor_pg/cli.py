@@ -13,8 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import psycopg
-
+from harbor_pg.db.errors import driver_errors
 from harbor_pg.errors import MemoryConfigurationError, MemoryError
 
 __all__ = ["main"]
@@ -249,31 +248,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
-    try:
-        return int(args.func(args))
-    except MemoryError as exc:
-        print(f"harbor-pg: error: {exc}", file=sys.stderr)
-        return 2
-    except psycopg.Error as exc:
-        # last resort: a driver error nothing above turned into a harbor error
-        print(f"harbor-pg: database error: {_driver_message(exc, args)}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-
-
-def _driver_message(exc: BaseException, args: argparse.Namespace) -> str:
-    """One line of ``exc`` with every password we know of replaced by ``***``."""
-    from harbor_pg.db.server import scrub
-
-    text = str(exc).strip()
-    line = text.splitlines()[0] if text else type(exc).__name__
-    return scrub(
-        line,
+    # last resort: a driver error nothing below turned into a harbor error goes
+    # through the same map, with every password we know of scrubbed
+    known_urls = (
         args.database_url,
         os.environ.get("HARBOR_DATABASE_URL"),
         os.environ.get("HARBOR_ADMIN_DATABASE_URL"),
     )
+    try:
+        with driver_errors(*known_urls):
+            return int(args.func(args))
+    except MemoryError as exc:
+        print(f"harbor-pg: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

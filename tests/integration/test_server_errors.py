@@ -134,8 +134,9 @@ def test_cli_last_resort_for_driver_errors(
     code = cli.main(["--database-url", url, "status"])
     err = capsys.readouterr().err
     assert code == 2
+    # the same map as every other path: a refused privilege is "not permitted"
     assert err == (
-        "harbor-pg: database error: permission denied near postgresql://bob:***@db.example/x\n"
+        "harbor-pg: error: not permitted: permission denied near postgresql://bob:***@db.example/x\n"
     )
 
 
