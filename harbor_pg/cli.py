@@ -54,7 +54,8 @@ def as_url(conninfo: str) -> str:
         if port:
             params["port"] = port
     dbname = quote(params.pop("dbname", ""), safe="")
-    query = f"?{urlencode(params)}" if params else ""
+    # percent-encoded (libpq reads "+" in a URL as a plus sign, never a space)
+    query = f"?{urlencode(params, quote_via=quote)}" if params else ""
     return f"postgresql://{userinfo}{netloc}/{dbname}{query}"
 
 

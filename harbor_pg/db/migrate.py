@@ -11,8 +11,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from importlib import resources
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlencode
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
 from harbor_pg.db.errors import (
@@ -52,8 +54,9 @@ def _sqlalchemy_url(url: str) -> str:
     for prefix in ("postgresql://", "postgres://"):
         if url.startswith(prefix):
             return "postgresql+psycopg://" + url[len(prefix) :]
-    if "://" not in url:  # key=value conninfo
-        return "postgresql+psycopg:///?" + "&".join(p.replace("'", "") for p in url.split())
+    if "://" not in url:  # key=value conninfo: libpq's own parse (quoted values included)
+        params = {k: str(v) for k, v in conninfo_to_dict(url).items() if v is not None}
+        return "postgresql+psycopg:///?" + urlencode(params, quote_via=quote)
     return url
 
 

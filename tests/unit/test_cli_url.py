@@ -20,6 +20,10 @@ from harbor_pg.cli import as_url
             "postgresql://a:p%20w@db.example.com:6543/h?sslmode=require",
         ),
         ("user=u dbname=d host=/s port=5433", "postgresql://u@/d?host=%2Fs&port=5433"),
+        (
+            "user=u dbname=d host=/s options='-c lock_timeout=200'",
+            "postgresql://u@/d?options=-c%20lock_timeout%3D200&host=%2Fs",
+        ),
     ],
 )
 def test_connection_strings_become_equivalent_urls(conninfo: str, url: str) -> None:
@@ -31,3 +35,18 @@ def test_a_url_is_kept() -> None:
     assert (
         as_url("postgresql://u:p@h:5/d?sslmode=disable") == "postgresql://u:p@h:5/d?sslmode=disable"
     )
+
+
+def test_a_connection_string_reaches_sqlalchemy_whole() -> None:
+    """A quoted value with spaces stays one value on the migrations' engine URL."""
+    from sqlalchemy.engine import make_url
+
+    from harbor_pg.db.migrate import _sqlalchemy_url
+
+    url = make_url(_sqlalchemy_url("user=u dbname=d host=/s options='-c lock_timeout=200'"))
+    assert dict(url.query) == {
+        "user": "u",
+        "dbname": "d",
+        "host": "/s",
+        "options": "-c lock_timeout=200",
+    }
