@@ -149,11 +149,6 @@ def evidence_of(qa: dict[str, Any]) -> set[str]:
     return ids
 
 
-def recall_at(ranked: list[str], evidence: set[str], k: int) -> float:
-    """The share of ``evidence`` among the first ``k`` turn ids of ``ranked`` (1 if none)."""
-    return recall_of(set(ranked[:k]), evidence)
-
-
 def recall_of(found: set[str], evidence: set[str]) -> float:
     """The share of ``evidence`` among the turn ids ``found`` (1 if there is no evidence)."""
     if not evidence:
@@ -165,6 +160,31 @@ def turns_found(ranked: list[str], dia_of: dict[str, list[str]], k: int) -> set[
     """The turn ids the first ``k`` recalled memories stand for: one memory stands for
     every copy of a turn repeated word for word, and k counts memories, not turns."""
     return {d for memory_id in ranked[:k] for d in dia_of.get(memory_id, [])}
+
+
+def repeats_of(order: list[str], dia_of: dict[str, list[str]]) -> list[tuple[str, str]]:
+    """The repeated turns of a conversation as stored, in the turns' ``order``:
+    ``(repeat, first copy)`` for every turn id a memory stands for after its first
+    (``dia_of`` lists each memory's turn ids in conversation order)."""
+    first = {d: ids[0] for ids in dia_of.values() for d in ids[1:]}
+    return [(d, first[d]) for d in order if d in first]
+
+
+def repeats_summary(
+    repeats: dict[str, list[tuple[str, str]]], n_turns: int, n_cited: int, n_questions: int
+) -> list[str]:
+    """The lines reporting the repeated turns of a run: per conversation (``repeats``:
+    sample id -> its ``(repeat, first copy)`` pairs) and in total, with ``n_cited`` of
+    the ``n_questions`` questions citing a repeat."""
+    n_repeats = sum(len(r) for r in repeats.values())
+    return [
+        "repeated turns (word for word the same as an earlier turn of the conversation,"
+        " so stored once, as the first copy; a question whose evidence is a repeat is"
+        " scored against that first copy):",
+        "  " + ", ".join(f"{name}: {len(r)}" for name, r in repeats.items()),
+        f"  total: {n_repeats} of {n_turns} turns;"
+        f" {n_cited} of {n_questions} questions have a repeat among their evidence",
+    ]
 
 
 async def run(args: argparse.Namespace, su: str) -> dict[str, Any]:
@@ -276,16 +296,8 @@ async def run(args: argparse.Namespace, su: str) -> dict[str, Any]:
     await db.close()
 
     n_repeats = sum(len(r) for r in repeats.values())
-    print(
-        "\nrepeated turns (word for word the same as an earlier turn of the conversation,"
-        " so stored once, as the first copy; a question whose evidence is a repeat is"
-        " scored against that first copy):"
-    )
-    print("  " + ", ".join(f"{name}: {len(r)}" for name, r in repeats.items()))
-    print(
-        f"  total: {n_repeats} of {n_turns} turns;"
-        f" {n_on_repeats} of {n_questions} questions have a repeat among their evidence"
-    )
+    print()
+    print("\n".join(repeats_summary(repeats, n_turns, n_on_repeats, n_questions)))
     print(f"\nmachine: {machine()}")
     described = (
         f"{len(data)} conversations, {n_turns} turns, {n_questions} questions;"
@@ -445,15 +457,12 @@ async def store_conversation(
     results = await manager.save_many(owner, memories, batch_size=64)
     dia_of: dict[str, list[str]] = defaultdict(list)
     first: dict[str, Turn] = {}
-    repeats: list[tuple[str, str]] = []
     for turn, res in zip(turns, results, strict=True):
         assert res.memory.id is not None
-        if res.memory.id in first:
-            repeats.append((turn.dia_id, first[res.memory.id].dia_id))
-        else:
-            first[res.memory.id] = turn
+        first.setdefault(res.memory.id, turn)
         dia_of[res.memory.id].append(turn.dia_id)
     n_dated = await check_dates(db, owner, first) if dated else 0
+    repeats = repeats_of([t.dia_id for t in turns], dia_of)
     return Stored(turns, dict(dia_of), repeats, n_dated)
 
 

@@ -23,6 +23,12 @@ shared machine does not inflate), each side's mean time inside the server
 12 digits), and each side's R@5/10/25 (which must not move for a change meant
 to be only faster). ``--ref HEAD`` is the noise floor. ``--record`` writes
 the per-mode table into benchmarks/RESULTS.md's ``locomo-ab`` section.
+
+R@k is scored as ``benchmarks/locomo.py`` scores it (``turns_found``,
+``recall_of``): a turn repeated word for word later in its conversation is
+stored once, as the first copy, and counts as found when that memory is among
+the top k; k counts recalled memories, not turn ids. A conversation with such
+repeats adds their count per conversation and in total to the output.
 """
 
 from __future__ import annotations
@@ -47,7 +53,17 @@ import psycopg
 from _common import RESULTS, kept_server, machine, private_server, record, with_params
 from _embed_cache import CachedEmbedder
 from _recall_ab import drop_ab, install, old_functions, old_query, server_times
-from locomo import DEFAULT_MODEL, KS, evidence_of, recall_at, turn_memories, turns_of
+from locomo import (
+    DEFAULT_MODEL,
+    KS,
+    evidence_of,
+    recall_of,
+    repeats_of,
+    repeats_summary,
+    turn_memories,
+    turns_found,
+    turns_of,
+)
 
 from harbor_pg.context.recall import MemoryRecall
 from harbor_pg.db import migrate, server
@@ -97,7 +113,8 @@ async def run(args: argparse.Namespace, su: str, cache: Path, keep: Path | None)
     modes = [m for m in args.modes.split(",") if m]
     # every question of every conversation: (owner, params per mode, evidence, dia_of)
     work: list[tuple[MemoryOwner, dict[str, dict[str, Any]], set[str], dict[str, list[str]]]] = []
-    n_turns = 0
+    n_turns = n_cited = 0
+    repeats: dict[str, list[tuple[str, str]]] = {}
     marker = keep / "locomo-ingested.json" if keep else None
     known: dict[str, dict[str, list[str]]] = (
         json.loads(marker.read_text()) if marker and marker.exists() else {}
@@ -118,8 +135,11 @@ async def run(args: argparse.Namespace, su: str, cache: Path, keep: Path | None)
                 assert res.memory.id is not None
                 dia_of[res.memory.id].append(turn.dia_id)
             known[sample["sample_id"]] = dict(dia_of)
+        repeats[sample["sample_id"]] = repeats_of([t.dia_id for t in turns], dia_of)
+        repeated = {repeat for repeat, _first in repeats[sample["sample_id"]]}
         now = max(t.valid_from for t in turns if t.valid_from is not None) + timedelta(hours=1)
         for qa in sample["qa"]:
+            n_cited += bool(evidence_of(qa) & repeated)
             base = await recaller.prepare(owner, qa["question"], as_of=now, token_budget=10**9)
             assert base is not None and base.embedding is not None
             requests = {
@@ -137,7 +157,18 @@ async def run(args: argparse.Namespace, su: str, cache: Path, keep: Path | None)
     with psycopg.connect(su_db, autocommit=True) as conn:
         conn.execute("analyze harbor.memories")
         conn.execute("analyze harbor.memory_embeddings")
-    print(f"data: {len(data)} conversations, {n_turns} turns, {len(work)} questions", flush=True)
+    n_repeats = sum(len(r) for r in repeats.values())
+    if n_repeats:
+        print("\n".join(repeats_summary(repeats, n_turns, n_cited, len(work))))
+    print(
+        f"data: {len(data)} conversations, {n_turns} turns, {len(work)} questions"
+        + (
+            f"; repeated turns: {n_repeats}, each stored once and scored against its first copy"
+            if n_repeats
+            else ""
+        ),
+        flush=True,
+    )
 
     new_sql = sql_query("recall")
     old_sql = old_query(new_sql, old_functions(args.ref))
@@ -174,9 +205,10 @@ async def run(args: argparse.Namespace, su: str, cache: Path, keep: Path | None)
                 if round_no == 0:
                     same[mode] += _answer(got["old"]) == _answer(got["new"])
                     for side, rows in got.items():
-                        dias = [d for r in rows for d in dias_of.get(r["id"], [])]
+                        ranked = [r["id"] for r in rows]
                         for k in KS:
-                            quality[(mode, side, k)].append(recall_at(dias, evidence, k))
+                            found = turns_found(ranked, dias_of, k)
+                            quality[(mode, side, k)].append(recall_of(found, evidence))
     after = await server_times(db, su_db)
     await db.close()
 
