@@ -1,13 +1,14 @@
 """The figures ``benchmarks/peers.py`` reports, as pure functions (unit-tested on their own).
 
 Nothing here touches a database or a peer library: lists of what a system
-returned go in, numbers come out.
+returned go in, numbers come out. R@k is scored with ``benchmarks/locomo.py``'s
+helpers (``turns_found``, ``recall_of``), as the other LoCoMo benchmarks score it.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Sequence
 
 
 def completeness(returned: Sequence[Hashable], exact: Sequence[Hashable], k: int = 25) -> float:
@@ -17,32 +18,6 @@ def completeness(returned: Sequence[Hashable], exact: Sequence[Hashable], k: int
     if not wanted:
         return 1.0
     return len(wanted & set(returned)) / len(wanted)
-
-
-def recall_at(ranked: Sequence[str], evidence: set[str], k: int) -> float:
-    """LoCoMo's recall@k: the share of ``evidence`` among the first ``k`` of ``ranked``
-    (empty evidence counts 1, as the published protocol scores it)."""
-    if not evidence:
-        return 1.0
-    return len(evidence & set(ranked[:k])) / len(evidence)
-
-
-def dialogue_ids(
-    ranked: Iterable[Hashable], mapping: Mapping[Hashable, Sequence[str]]
-) -> list[str]:
-    """The dialogue ids of ``ranked`` results, in order, first occurrence only.
-
-    ``mapping`` takes a result's key (an id, or a text for a system that returns
-    only texts) to the turns it stands for; a text shared by two turns stands for
-    both. Keys the mapping does not know are skipped."""
-    out: list[str] = []
-    seen: set[str] = set()
-    for key in ranked:
-        for dia in mapping.get(key, ()):
-            if dia not in seen:
-                seen.add(dia)
-                out.append(dia)
-    return out
 
 
 def percentile(values: Sequence[float], p: float) -> float:

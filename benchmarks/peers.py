@@ -73,6 +73,20 @@ become exact scans; the B-tree and GIN lookups are exact either way), and R@10
 on LoCoMo; then harbor's p50 over each peer's. mem0 and memnos results are
 matched to turns by their ids (mem0) or their text (memnos returns no ids).
 
+R@10 and repeated turns. A turn may repeat an earlier turn of its conversation
+word for word (the held-out conversations have some; the dev set none).
+harbor-pg keeps one memory per distinct content, so it stores the repeat once,
+as the first copy; mem0 stores both copies, each a row with an id of its own;
+memnos stores both turns, and its results (texts) match both. One rule scores
+every system: a result stands for the turns stored under its id (or text) and
+for every word-for-word copy of them (the copies are the turns harbor-pg stored
+as one memory); an evidence turn is found when a result standing for it is
+among the system's first 10 results; k counts the results a system returned,
+not turn ids. So harbor-pg's one memory takes one of the 10 places and finds
+both turns, and a peer that returns both copies spends two places on the same
+words, which is what its user gets back. The repeats are printed per
+conversation and in total (as ``benchmarks/locomo.py`` does) when there are any.
+
 ``--quick``: 2,000 memories over 100 owners, 100 questions, 500 rows per
 ingest mode, scaling to 10,000, every fourth LoCoMo question: 18 minutes on
 2 cores busy with other work (2026-12-01), most of it harbor-pg's
@@ -99,7 +113,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -113,8 +127,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import contextlib
 
 from _common import machine, private_server, record, with_params
-from _peers_metrics import completeness, dialogue_ids, latency_ms, ratio, recall_at
-from locomo import DEFAULT_MODEL, evidence_of, turn_memories, turns_of
+from _peers_metrics import completeness, latency_ms, ratio
+from locomo import (
+    DEFAULT_MODEL,
+    evidence_of,
+    recall_of,
+    repeats_of,
+    repeats_summary,
+    turn_memories,
+    turns_found,
+    turns_of,
+)
 
 from harbor_pg.context.recall import MemoryRecall, RecallRequest
 from harbor_pg.db import migrate, server
@@ -243,24 +266,24 @@ class Conv:
 
 
 def conversations(path: str) -> list[Conv]:
-    out = []
-    for sample in json.loads(Path(path).read_text()):
-        turns = turns_of(sample)
-        memories = turn_memories(sample, turns, context=True)
-        dates = [t.valid_from for t in turns if t.valid_from is not None]
-        questions = [Question(qa["question"], frozenset(evidence_of(qa))) for qa in sample["qa"]]
-        out.append(
-            Conv(
-                sample["sample_id"],
-                memories,
-                [t.dia_id for t in turns],
-                [t.session for t in turns],
-                [t.text.split(" said,", 1)[0] for t in turns],
-                questions,
-                max(dates) + timedelta(hours=1),
-            )
-        )
-    return out
+    return [conversation(sample) for sample in json.loads(Path(path).read_text())]
+
+
+def conversation(sample: dict[str, Any]) -> Conv:
+    """One LoCoMo sample as this benchmark's conversation."""
+    turns = turns_of(sample)
+    memories = turn_memories(sample, turns, context=True)
+    dates = [t.valid_from for t in turns if t.valid_from is not None]
+    questions = [Question(qa["question"], frozenset(evidence_of(qa))) for qa in sample["qa"]]
+    return Conv(
+        sample["sample_id"],
+        memories,
+        [t.dia_id for t in turns],
+        [t.session for t in turns],
+        [t.text.split(" said,", 1)[0] for t in turns],
+        questions,
+        max(dates) + timedelta(hours=1),
+    )
 
 
 @dataclass
@@ -293,7 +316,9 @@ class Harbor:
     exact_db: Database
     manager: MemoryManager
     recaller: MemoryRecall
-    ids: dict[str, tuple[str, int]] = field(default_factory=dict)  # memory id -> (owner, row)
+    # (owner, memory id) -> the rows stored as that memory: a row repeating an earlier
+    # one word for word comes back as the earlier row's memory
+    rows: dict[tuple[str, str], list[int]] = field(default_factory=lambda: defaultdict(list))
 
     async def write(self, owner: Owner, batch: bool) -> None:
         memories = [memory_for(owner, i) for i in owner.rows]
@@ -303,7 +328,7 @@ class Harbor:
             results = [await self.manager.save(owner_of(owner.key), m) for m in memories]
         for i, res in zip(owner.rows, results, strict=True):
             assert res.memory.id is not None
-            self.ids[res.memory.id] = (owner.key, i)
+            self.rows[(owner.key, res.memory.id)].append(i)
 
 
 class Mem0:
@@ -341,14 +366,15 @@ class Mem0:
 
         self.memory = build(url)
         self.exact = build(with_params(url, options=EXACT))
-        self.ids: dict[str, tuple[str, int]] = {}
+        # (owner, mem0 id) -> the row stored under it (every row gets an id of its own)
+        self.rows: dict[tuple[str, str], list[int]] = {}
 
     def add(self, owner: Owner, i: int) -> None:
         m = owner.conv.memories[i]
         out = self.memory.add(
             m.content, user_id=owner.key, infer=False, metadata={"dia_id": owner.conv.dias[i]}
         )
-        self.ids[out["results"][0]["id"]] = (owner.key, i)
+        self.rows[(owner.key, out["results"][0]["id"])] = [i]
 
     def insert_batch(self, owner: Owner, rows: Sequence[int]) -> None:
         """mem0's batch path: ``vector_store.insert`` of many rows in one call, each row
@@ -376,7 +402,7 @@ class Mem0:
                     "text_lemmatized": lemmatize_for_bm25(m.content),
                 }
             )
-            self.ids[memory_id] = (owner.key, i)
+            self.rows[(owner.key, memory_id)] = [i]
         self.memory.vector_store.insert(vectors=vectors, payloads=payloads, ids=ids)
 
     @staticmethod
@@ -611,6 +637,8 @@ async def recall_workload(
             got = await call(system, n)
             tallies[system].latencies.append(time.perf_counter() - t0)
             results[system].append(got)
+    # what each system's results stand for, per owner (the question's turns looked up in it)
+    turn_maps: dict[tuple[str, str], dict[Any, list[str]]] = {}
     for system in systems:
         exact_system = "harbor (raw)" if system == "harbor (API)" else system
         for n, got in enumerate(results[system]):
@@ -623,36 +651,75 @@ async def recall_workload(
             tally.complete.append(completeness(got, exact, TOP_K))
             if evidence:
                 ask = asks[n]
-                tally.r10.append(
-                    recall_at(
-                        _dias(system, ask.owner, got, harbor, mem0, memnos),
-                        set(ask.question.evidence),
-                        10,
+                key = (system, ask.owner.key)
+                if key not in turn_maps:
+                    turn_maps[key] = turn_map(
+                        ask.owner,
+                        _stored(system, harbor, mem0, memnos),
+                        copies_of(ask.owner, harbor.rows),
                     )
-                )
+                found = turns_found(got, turn_maps[key], 10)
+                tally.r10.append(recall_of(found, set(ask.question.evidence)))
     return tallies
 
 
-def _dias(
-    system: str,
-    owner: Owner,
-    got: list[Any],
-    harbor: Harbor,
-    mem0: Mem0 | None,
-    memnos: Memnos | None,
-) -> list[str]:
-    dia = owner.conv.dias
+def _stored(
+    system: str, harbor: Harbor, mem0: Mem0 | None, memnos: Memnos | None
+) -> dict[tuple[str, Any], list[int]]:
+    """(owner, result key) -> rows, as ``system`` stored them: harbor-pg and mem0 by
+    id, memnos by text (it returns no ids)."""
     if system.startswith("harbor"):
-        mapping = {k: [dia[i]] for k, (o, i) in harbor.ids.items() if o == owner.key}
-    elif system == "mem0":
+        return harbor.rows
+    if system == "mem0":
         assert mem0 is not None
-        mapping = {k: [dia[i]] for k, (o, i) in mem0.ids.items() if o == owner.key}
-    else:
-        assert memnos is not None
-        mapping = {
-            t: [dia[i] for i in rows] for (o, t), rows in memnos.texts.items() if o == owner.key
-        }
-    return dialogue_ids(got, mapping)
+        return mem0.rows
+    assert memnos is not None
+    return memnos.texts
+
+
+def copies_of(
+    owner: Owner, harbor_rows: Mapping[tuple[str, str], list[int]]
+) -> dict[int, list[int]]:
+    """Each of ``owner``'s rows that has a word-for-word copy in its conversation ->
+    every copy (itself included, in order): the rows harbor-pg stored as one memory."""
+    out: dict[int, list[int]] = {}
+    for (key, _memory_id), rows in harbor_rows.items():
+        if key == owner.key and len(rows) > 1:
+            for i in rows:
+                out[i] = list(rows)
+    return out
+
+
+def turn_map(
+    owner: Owner,
+    stored: Mapping[tuple[str, Any], Sequence[int]],
+    copies: Mapping[int, Sequence[int]],
+) -> dict[Any, list[str]]:
+    """What each of a system's results stands for, as turn ids: the turns of the rows
+    the system stored under the result's key (``stored``: (owner, key) -> rows), and
+    every word-for-word copy of them (``copies``: row -> all its copies). The same rule
+    for every system (see the module docstring)."""
+    dias = owner.conv.dias
+    out: dict[Any, list[str]] = {}
+    for (key, result), rows in stored.items():
+        if key != owner.key:
+            continue
+        turns = [dias[j] for i in rows for j in copies.get(i, (i,))]
+        out[result] = list(dict.fromkeys(turns))
+    return out
+
+
+def repeats_in(
+    owner: Owner, harbor_rows: Mapping[tuple[str, str], list[int]]
+) -> list[tuple[str, str]]:
+    """``owner``'s repeated turns, as harbor-pg stored them: ``(repeat, first copy)``."""
+    dias = owner.conv.dias
+    dia_of = {
+        memory_id: [dias[i] for i in rows]
+        for (key, memory_id), rows in harbor_rows.items()
+        if key == owner.key
+    }
+    return repeats_of(dias, dia_of)
 
 
 def recall_rows(tallies: dict[str, Tally], evidence: bool) -> list[list[str]]:
@@ -922,6 +989,7 @@ async def run(args: argparse.Namespace) -> None:
     table: list[list[str]] = []
     ingest_rows: list[list[str]] = []
     data_lines: list[str] = []
+    n_repeats = 0  # LoCoMo turns repeating an earlier turn word for word
     if peers_needed:
         # before the peers are imported (mem0 reads its telemetry switch at import)
         os.environ["MEM0_TELEMETRY"] = "False"
@@ -966,6 +1034,13 @@ async def run(args: argparse.Namespace) -> None:
                     asks = [Ask(o, q) for o in owners for q in o.conv.questions]
                     if args.quick:
                         asks = asks[::4]
+                    repeats = {o.key: repeats_in(o, harbor.rows) for o in owners}
+                    n_repeats = sum(len(r) for r in repeats.values())
+                    if n_repeats:
+                        repeated = {o.key: {r for r, _first in repeats[o.key]} for o in owners}
+                        cited = sum(1 for a in asks if a.question.evidence & repeated[a.owner.key])
+                        n_turns = sum(len(c.memories) for c in convs)
+                        print("\n".join(repeats_summary(repeats, n_turns, cited, len(asks))))
                     tallies = await recall_workload(
                         asks, harbor, mem0, memnos, evidence=True, warmup=30
                     )
@@ -1027,6 +1102,12 @@ async def run(args: argparse.Namespace) -> None:
             f"LoCoMo dev ({len(convs)} conversations); {args.users * args.per_user:,} memories over"
             f" {args.users:,} owners (LoCoMo turn windows, real dates); {args.ingest:,} rows per"
             f" ingest mode; {version}, shared_buffers {sb}; MiniLM-L6 int8 vectors, precomputed"
+            + (
+                f"; repeated LoCoMo turns: {n_repeats}, stored once by harbor-pg, each counted"
+                " found with its first copy for every system"
+                if n_repeats
+                else ""
+            )
         )
     scaling_rows: list[list[str]] = []
     sizes = [s for s in SCALING_SIZES if s <= args.scaling_max]

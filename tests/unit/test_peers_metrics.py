@@ -1,5 +1,6 @@
-"""The figures of the peers benchmark (benchmarks/_peers_metrics.py): completeness, R@k,
-the mapping of results to dialogue turns, percentiles and ratios."""
+"""The figures of the peers benchmark (benchmarks/_peers_metrics.py): completeness,
+percentiles and ratios. Its R@10 and the mapping of results to turns are tested with
+the repeated-turn conversation (tests/integration/test_locomo_repeats.py)."""
 
 from __future__ import annotations
 
@@ -28,20 +29,6 @@ def test_completeness_is_the_share_of_the_exact_top_k_returned() -> None:
     assert metrics.completeness(["a"], ["a", "b"], 25) == 0.5
     assert metrics.completeness([], [], 25) == 1.0
     assert metrics.completeness(["a", "a"], ["a", "b"], 25) == 0.5
-
-
-def test_recall_at_k_counts_evidence_in_the_first_k() -> None:
-    ranked = ["D1:1", "D1:2", "D2:7", "D3:1"]
-    assert metrics.recall_at(ranked, {"D1:2", "D3:1"}, 2) == 0.5
-    assert metrics.recall_at(ranked, {"D1:2", "D3:1"}, 10) == 1.0
-    assert metrics.recall_at(ranked, {"D9:9"}, 10) == 0.0
-    assert metrics.recall_at(ranked, set(), 10) == 1.0
-
-
-def test_dialogue_ids_map_results_in_order_once() -> None:
-    mapping = {"a": ["D1:1"], "b": ["D1:2", "D4:4"], "c": ["D1:1"]}
-    assert metrics.dialogue_ids(["b", "zzz", "c", "a"], mapping) == ["D1:2", "D4:4", "D1:1"]
-    assert metrics.dialogue_ids([], mapping) == []
 
 
 def test_percentiles_and_ratios() -> None:
