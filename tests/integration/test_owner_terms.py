@@ -11,6 +11,7 @@ costs a read, never a row.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from typing import Any
 
@@ -186,6 +187,70 @@ def test_more_matches_than_the_limit_fall_back_to_the_owner_scan(
     assert {r[-1] for r in few} == {13}  # owner_rows: every row of the owner
     assert few_stats["memories_owner_terms_idx"] >= 1 and few_stats["memories_lexical_idx"] >= 1
     assert room_stats["memories_lexical_idx"] == 0
+
+
+def test_a_term_in_nearly_every_row_makes_no_row_a_match(conns: tuple[Conn, Conn]) -> None:
+    """A query term held by at least 90% of the owner's rows (a speaker's name in
+    every turn) makes no row a candidate by itself: with another term in the
+    query, only the rows holding that one are read (from the owner-term index,
+    never the covering one) and scored, by BM25 over every query term with
+    document frequencies counted over the owner's rows; the order of those rows
+    is the owner scan's."""
+    su, app = conns
+    crane = set()
+    for n in range(40):
+        if n % 13 == 0:
+            crane.add(_insert(su, f"harbor crane number {n}" + " crane" * (n % 2)))
+        else:
+            _insert(su, f"harbor note number {n}")
+    hidden = _insert(su, "harbor crane kept above the ceiling")
+    su.execute("update harbor.memories set sensitivity = 'pii' where id = %s", (hidden,))
+    _insert(su, "harbor crane of another user", user="u2")
+    su.execute("vacuum analyze harbor.memories")
+    with app.transaction():
+        before = _scans(app)
+        rows = app.execute(
+            "select memory_id, lexical_rank, lexical_score, owner_rows"
+            " from harbor._lexical_candidates('harbor crane', '{user}', now(), 50, 2000, 2,"
+            " 'low') order by lexical_rank, memory_id"
+        ).fetchall()
+        after = _scans(app)
+    assert {r["memory_id"] for r in rows} == crane
+    assert {r["owner_rows"] for r in rows} == {41}
+    assert after["memories_lexical_idx"] == before["memories_lexical_idx"]
+    assert after["memories_owner_terms_idx"] > before["memories_owner_terms_idx"]
+    # BM25 as harbor._bm25, over the owner's 41 rows, the frequencies counted
+    docs = {
+        mid: dict(
+            su.execute(
+                "select lexeme, cardinality(positions) from unnest("
+                "(select fts from harbor.memories where id = %s))",
+                (mid,),
+            ).fetchall()
+        )
+        for mid in crane
+    }
+    avgdl = sum(len(d) for d in docs.values()) / len(docs)
+    df = {"harbor": 41, "crane": 5}  # the hidden row counts, as in the collection size
+    expected = {
+        mid: sum(
+            math.log(1 + (41 - df[t] + 0.5) / (df[t] + 0.5))
+            * d[t]
+            * 2.2
+            / (d[t] + 1.2 * (0.25 + 0.75 * len(d) / avgdl))
+            for t in df
+            if t in d
+        )
+        for mid, d in docs.items()
+    }
+    assert {r["memory_id"]: r["lexical_score"] for r in rows} == pytest.approx(expected)
+    # the same order as the owner scan's, which also returns the rows of harbor only
+    scan = app.execute(
+        "select memory_id from harbor._lexical_candidates('harbor crane', '{user}', now(), 50,"
+        " 2000, 0, 'low') order by lexical_rank, memory_id"
+    ).fetchall()
+    assert len(scan) == 40
+    assert [r["memory_id"] for r in scan[: len(rows)]] == [r["memory_id"] for r in rows]
 
 
 def test_no_match_reads_no_owner_rows(conns: tuple[Conn, Conn]) -> None:

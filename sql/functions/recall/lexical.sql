@@ -48,6 +48,13 @@ return array(
 -- with more, the leg reads the owner's rows as above. Both ways find the same
 -- matches with the same scores; p_term_limit 0 skips the lookup, and so does
 -- a question of more than 16 lexemes.
+-- The lookup first counts, in the same index, how many of the owner's rows hold
+-- each term. A term in at least 90% of them (a speaker's name, in every turn of
+-- a conversation and in its context) weighs almost nothing in BM25 but makes
+-- nearly every row a match: when the question holds such a term and others, the
+-- leg reads and scores only the rows holding one of the others, with document
+-- frequencies from the counts (LoCoMo, paired: the leg's server CPU -34%,
+-- recall quality held; docs/decisions.md).
 -- The owner pass below reads the rows in two LATERAL branches that differ only in
 -- `not harbor.lexical_entry_fits(...)` on purpose: one per source (the covering
 -- index for the entries that fit it, the table for the rest), as the comment in the
@@ -97,6 +104,8 @@ declare
     v_hits    integer;
     v_found   boolean := false;  -- the lookup found every match
     v_hidden  text[];            -- the owner's memories above p_max_sensitivity
+    v_df      double precision[];  -- the owner's rows holding each of v_terms
+    v_rare    text[];              -- the terms of v_terms that carry weight
 begin
     if p_query is null or coalesce(p_limit, 0) < 1 then
         return;
@@ -123,6 +132,45 @@ begin
         if v_keys is null then
             return;  -- no owner key, or no lexeme the query could match
         end if;
+        -- how many of the owner's rows hold each term (every type and validity, as
+        -- the collection size below), counted in the owner-term index; the owner
+        -- key is tested column by column (cheaper than building it for each row)
+        select array_agg(coalesce(c.n, 0) order by l.i)
+          into v_df
+          from pg_catalog.unnest(v_terms) with ordinality l(term, i)
+          left join (
+              select x.term, count(*)::double precision as n
+                from (select t.term
+                        from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user,
+                                                 v_session, v_run) k
+                        cross join pg_catalog.unnest(v_terms) t(term)
+                        cross join lateral (
+                            select 1
+                              from harbor.memories m
+                             where harbor.memory_owner_terms(m.tenant_id, m.scope, m.user_id,
+                                                             m.project_id, m.session_id,
+                                                             m.run_id, m.fts)
+                                   operator(pg_catalog.&&)
+                                   array[harbor.owner_term_prefix(harbor.vector_owner_key(
+                                             k.tenant_id, '', k.scope, k.user_id,
+                                             k.project_id, k.session_id, k.run_id))
+                                         || t.term]
+                               -- (in coalesce(): a filter, never the owner index,
+                               -- which would have the terms computed for each row)
+                               and coalesce(m.tenant_id = k.tenant_id and m.scope = k.scope
+                                            and m.user_id = k.user_id
+                                            and m.project_id = k.project_id
+                                            and m.session_id = k.session_id
+                                            and m.run_id = k.run_id, false)
+                            offset 0) m
+                       -- (an owner above p_scan_limit is not scored from the counts:
+                       -- the count stops, bounded; below it, every term is counted)
+                       limit (p_scan_limit + 1) * cardinality(v_terms)) x
+               group by x.term) c on c.term = l.term;
+    end if;
+    -- (a term in more rows than the lookup reads: it cannot find them all)
+    if v_keys is not null
+       and coalesce((select max(d.n) from pg_catalog.unnest(v_df) d(n)), 0) <= p_term_limit then
         -- the rows indexed under those keys: a row matches the query only if its
         -- text holds one of the query's lexemes, so these are all the candidates
         -- (the owner key and the text are tested on each; the index is the only
@@ -174,6 +222,89 @@ begin
              limit p_scan_limit + 1) c;
     if v_seen = 0 then
         return;
+    end if;
+    if not v_found and v_df is not null and v_seen <= p_scan_limit
+       and v_seen > p_term_limit then
+        -- the terms in fewer than 90% of the owner's rows. A term in nearly every
+        -- row (LoCoMo: the speakers' names, in every turn and its context) weighs
+        -- almost nothing in BM25 (ln(1 + 0.1 / 0.9) = 0.1 at 90%, against 4.6 for
+        -- a term in 1% of them), yet makes every row a match to be scored. When
+        -- the query holds such a term and others, only the rows holding one of the
+        -- others are read and scored (every term of the query counts in their
+        -- score), from the owner-term index; document frequencies are the counts
+        -- above, not the matches'. Rows holding only the common terms are not
+        -- candidates.
+        select array_agg(t.term)
+          into v_rare
+          from unnest(v_terms, v_df) t(term, n)
+         where t.n > 0 and t.n < 0.9 * v_seen;
+        if cardinality(v_rare) > 0
+           and exists (select 1 from pg_catalog.unnest(v_df) d(n) where d.n >= 0.9 * v_seen)
+        then
+            -- (every owner key's: a row is read under its own, tested column by column)
+            select array_agg(harbor.owner_term_prefix(o.key) || t.term)
+              into v_keys
+              from pg_catalog.unnest(v_owners) o(key), pg_catalog.unnest(v_rare) t(term);
+            return query
+                with docs as materialized (
+                    select m.tenant_id, m.id,
+                           greatest(pg_catalog.length(m.fts), 1)::double precision as dl,
+                           pg_catalog.ts_filter(pg_catalog.setweight(m.fts, 'A', v_terms),
+                                                '{a}') as terms,
+                           m.scope, m.memory_type, m.importance, lower(m.valid) as valid_from,
+                           m.content_hash, m.entity_ids
+                      from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user,
+                                               v_session, v_run) k
+                      cross join lateral (
+                          select m.*
+                            from harbor.memories m
+                           where harbor.memory_owner_terms(m.tenant_id, m.scope, m.user_id,
+                                                           m.project_id, m.session_id,
+                                                           m.run_id, m.fts)
+                                 operator(pg_catalog.&&) v_keys
+                             and coalesce(m.tenant_id = k.tenant_id and m.scope = k.scope
+                                          and m.user_id = k.user_id
+                                          and m.project_id = k.project_id
+                                          and m.session_id = k.session_id
+                                          and m.run_id = k.run_id, false)
+                          offset 0) m
+                     where coalesce(m.fts operator(pg_catalog.@@) v_tsq, false)
+                       and coalesce(m.valid operator(pg_catalog.@>) p_as_of, false)
+                       and m.memory_type <> 'summary'
+                       and m.sensitivity <= p_max_sensitivity
+                       and harbor._visible(m.scope, m.tenant_id, m.project_id, m.user_id,
+                                           m.session_id, m.run_id, v_tenant, v_project,
+                                           v_user, v_session, v_run)
+                ), postings as materialized (
+                    select x.tenant_id, x.id, x.dl, (x.u).lexeme as lexeme,
+                           coalesce(cardinality((x.u).positions), 1)::double precision as tf
+                      from (select d.tenant_id, d.id, d.dl, pg_catalog.unnest(d.terms) as u
+                              from docs d) x
+                ), avgdl as (
+                    select greatest(avg(d.dl), 1) as v from docs d
+                ), scored as (
+                    select p.tenant_id, p.id,
+                           sum(ln(1 + (greatest(v_seen::double precision, df.n) - df.n + 0.5)
+                                      / (df.n + 0.5))
+                               * p.tf * 2.2 / (p.tf + 1.2 * (0.25 + 0.75 * p.dl / a.v)))
+                               as score
+                      from postings p
+                      join unnest(v_terms, v_df) df(lexeme, n) on df.lexeme = p.lexeme
+                      cross join avgdl a
+                     group by p.tenant_id, p.id
+                ), top as (
+                    select s.tenant_id, s.id, s.score
+                      from scored s
+                     order by s.score desc, s.id
+                     limit p_limit
+                )
+                select t.tenant_id, t.id, (rank() over (order by t.score desc))::integer,
+                       t.score, d.scope, d.memory_type, d.importance, d.valid_from,
+                       d.content_hash, d.entity_ids, v_seen
+                  from top t
+                  join docs d on d.tenant_id = t.tenant_id and d.id = t.id;
+            return;
+        end if;
     end if;
     if not v_found then
         -- the owner's memories above the sensitivity ceiling, which the pass
