@@ -240,6 +240,8 @@ async def load_vectors(convs: list[Conv], cache: str, model_path: str) -> GivenV
         v = vector(q, True)
         assert v is not None
         given.queries[q] = v.astype(float).tolist()
+        # mem0 strips a question before it embeds it (LoCoMo has some with a trailing space)
+        given.queries.setdefault(q.strip(), given.queries[q])
     return given
 
 
