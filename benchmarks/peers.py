@@ -976,6 +976,7 @@ def plot_scaling(sizes: Sequence[int], curves: dict[str, list[float]], path: Pat
 
 async def run(args: argparse.Namespace) -> None:
     started = time.perf_counter()
+    load_at_start = os.getloadavg()[0]
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
     unknown = set(workloads) - {"locomo", "users", "ingest", "scaling"}
     if unknown:
@@ -1135,8 +1136,8 @@ async def run(args: argparse.Namespace) -> None:
             print("| " + " | ".join(cells) + " |")
     if args.record:
         contention = (
-            "Measured with other work running on the machine: absolute figures are inflated"
-            " and move between runs; the ratios (one run, questions interleaved) are the"
+            f"Load average at the start: {load_at_start:.1f}. Absolute figures move between"
+            " runs and machines; the ratios (one run, questions interleaved) are the"
             f" comparable figure. The whole run took {took / 60:.0f} min."
         )
         ingest_table = ""
