@@ -177,15 +177,15 @@ REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ),
     (
         "_dense_candidates",
-        re.compile(r"join harbor\.memory_embeddings e\s+on harbor\.vector_owner_key\("),
-        "join harbor.memory_embeddings e\n on e.tenant_id = any "
+        re.compile(r"from harbor\.memory_embeddings e\s+where harbor\.vector_owner_key\("),
+        "from harbor.memory_embeddings e\n where e.tenant_id = any "
         + _LEG
         + " and harbor.vector_owner_key(",
     ),
     (
         "_dense_candidates",
-        re.compile(r"on m\.tenant_id = win\.tenant_id"),
-        "on m.tenant_id = win.tenant_id and m.tenant_id = any " + _LEG,
+        re.compile(r"where m\.tenant_id = win\.tenant_id"),
+        "where m.tenant_id = win.tenant_id and m.tenant_id = any " + _LEG,
     ),
     (
         "_dense_candidates",
@@ -207,13 +207,21 @@ REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
         re.compile(r"and m\.tenant_id = any \(array\['', \$2\]\)"),
         "and m.tenant_id = any " + _TENANTS.format(scopes="$3", tenant="$2"),
     ),
-    # the legs' per-owner-key LATERAL range scans, kept whole by OFFSET 0 on one
-    # server (a generic plan's merge join read every other owner's rows first): Citus
-    # cannot push down a LATERAL subquery with OFFSET ("cannot push down this
-    # subquery") once the global scope adds the '' shard, and custom plans are used
-    # here anyway, so the subqueries become plain joins again (the same rows)
+    # the legs' per-owner-key LATERAL range scans and the dense leg's per-vector
+    # lookups, kept whole by OFFSET 0 (or the per-key LIMIT of the dense window) on
+    # one server (a generic plan's merge or hash join read every other owner's rows
+    # first): Citus cannot push down a LATERAL subquery with OFFSET or LIMIT ("cannot
+    # push down this subquery") once the global scope adds the '' shard, and custom
+    # plans are used here anyway, so the subqueries become plain joins again (the
+    # same rows: the window's own ORDER BY and LIMIT still keep the nearest)
     ("_lexical_candidates", re.compile(r"\boffset 0\) m\b"), ") m"),
     ("_dense_candidates", re.compile(r"\boffset 0\) e\b"), ") e"),
+    ("_dense_candidates", re.compile(r"\boffset 0\) m\b"), ") m"),
+    (
+        "_dense_candidates",
+        re.compile(r"\s+order by dist, e\.memory_id\s+limit v_window\) e\b"),
+        ") e",
+    ),
     # the dense leg's probe of the window's memories stops at the count it needs
     # (`limit (select wanted.n from wanted)`), which Citus refuses once the global
     # scope adds the '' shard ("subquery in LIMIT is not supported in multi-shard
