@@ -32,7 +32,7 @@ from harbor_pg.tiers.facade import FacadeBase
 from harbor_pg.tiers.long_term import ELEVATED_SCOPES, MemoryVectors, PostgresLongTermStore
 from harbor_pg.validation import check_content, first_error
 
-__all__ = ["LongTermWrites", "MemoryWriter", "embed_memories"]
+__all__ = ["LongTermWrites", "embed_memories"]
 
 log = logging.getLogger("harbor_pg")
 
@@ -66,37 +66,17 @@ async def embed_memories(
     ]
 
 
-class MemoryWriter:
-    """Saves memories into ``store``, embedding them with ``embedder`` when the
-    store keeps vectors; ``max_content_chars`` bounds content and context."""
+class LongTermWrites(FacadeBase):
+    """The facade's long-term writes (a mixin of :class:`~harbor_pg.manager.MemoryManager`)."""
 
-    def __init__(
-        self, store: LongTermStore, embedder: Embedder | None, *, max_content_chars: int
-    ) -> None:
-        self.store = store
-        self.embedder = embedder
-        self.max_content_chars = max_content_chars
-
-    def check(self, caller: MemoryOwner, memory: Memory, *, allow_secrets: bool = False) -> None:
-        """Raise :class:`MemoryValidationError` (or MemoryScopeError) before a bad write."""
-        check_content(memory.content, "memory content", self.max_content_chars)
-        if not memory.content.strip():
-            raise MemoryValidationError("memory content is blank")
-        caller.require_scope(memory.scope)
-        if not allow_secrets:
-            for what, text in (("content", memory.content), ("context", memory.context)):
-                kind = secret_kind(text) if text else None
-                if kind is not None:
-                    raise MemoryValidationError(
-                        f"memory {what} looks like it holds a secret ({kind}); long-term "
-                        "memory is read back into later prompts, so it is not stored "
-                        "(pass allow_secrets=True if you mean to store it)"
-                    )
-
-    def _embedder(self) -> Embedder | None:
-        """The embedder, when the store keeps vectors."""
-        return self.embedder if isinstance(self.store, PostgresLongTermStore) else None
-
+    @traced(
+        "harbor_pg.save",
+        attributes=lambda self, caller, memory, **kw: {
+            "harbor.memory.scope": memory.scope.value,
+            "harbor.memory.type": memory.memory_type.value,
+        },
+        result=lambda r: {"harbor.memory.created": r.created},
+    )
     async def save(
         self,
         caller: MemoryOwner,
@@ -106,10 +86,20 @@ class MemoryWriter:
         model_id: str | None = None,
         allow_secrets: bool = False,
     ) -> SaveResult:
-        """Check and save one memory (embedded unless ``embedding`` is given)."""
-        store = self.store
-        self.check(caller, memory, allow_secrets=allow_secrets)
-        embedder = self._embedder()
+        """Store a memory under ``caller`` narrowed to the memory's scope.
+
+        Saving the same content twice in the same scope is a no-op that
+        reports the existing memory (``created=False``). Content or context
+        that looks like a credential (an API key, a stated password or PIN,
+        ...; see :mod:`harbor_pg.extraction.secrets`) is refused with
+        :class:`MemoryValidationError` naming the kind, unless
+        ``allow_secrets=True``.
+        """
+        self._check_caller(caller)
+        self._wrote(caller)
+        store = self._long()
+        self._check_memory(caller, memory, allow_secrets=allow_secrets)
+        embedder = self._vector_embedder(store)
         if embedding is None and embedder is not None:
             vectors = await embed_memories(embedder, [memory])
             if vectors is not None:
@@ -123,6 +113,11 @@ class MemoryWriter:
                 )
         return await store.save(caller, memory, embedding, model_id)
 
+    @traced(
+        "harbor_pg.save_many",
+        attributes=lambda self, caller, memories, **kw: {"harbor.save.count": len(memories)},
+        result=lambda rs: {"harbor.save.created": sum(r.created for r in rs)},
+    )
     async def save_many(
         self,
         caller: MemoryOwner,
@@ -132,15 +127,22 @@ class MemoryWriter:
         progress: Callable[[int, int], None] | None = None,
         allow_secrets: bool = False,
     ) -> list[SaveResult]:
-        """Check every memory, then save them in batches of ``batch_size``, each
-        embedded in one call and, on PostgreSQL, committed as one transaction;
-        ``progress(saved, total)`` after each batch."""
+        """Save many memories: embedded in batches, each batch one transaction.
+
+        Every memory is validated before anything is written, so bad input
+        writes nothing. On PostgreSQL a batch commits as a whole: a failure
+        leaves the earlier batches saved and none of the failing one.
+        ``progress(saved, total)`` is called after each batch. A memory that
+        looks like a credential is refused as in :meth:`save` (``allow_secrets``).
+        """
+        self._check_caller(caller)
+        self._wrote(caller)
         if batch_size < 1:
             raise MemoryValidationError("batch_size must be >= 1")
-        store = self.store
+        store = self._long()
         for memory in memories:
-            self.check(caller, memory, allow_secrets=allow_secrets)
-        embedder = self._embedder()
+            self._check_memory(caller, memory, allow_secrets=allow_secrets)
+        embedder = self._vector_embedder(store)
         results: list[SaveResult] = []
         total = len(memories)
         for start in range(0, total, batch_size):
@@ -175,74 +177,27 @@ class MemoryWriter:
                 progress(len(results), total)
         return results
 
+    def _check_memory(
+        self, caller: MemoryOwner, memory: Memory, *, allow_secrets: bool = False
+    ) -> None:
+        """Raise :class:`MemoryValidationError` (or MemoryScopeError) before a bad write."""
+        check_content(memory.content, "memory content", self.config.max_content_chars)
+        if not memory.content.strip():
+            raise MemoryValidationError("memory content is blank")
+        caller.require_scope(memory.scope)
+        if not allow_secrets:
+            for what, text in (("content", memory.content), ("context", memory.context)):
+                kind = secret_kind(text) if text else None
+                if kind is not None:
+                    raise MemoryValidationError(
+                        f"memory {what} looks like it holds a secret ({kind}); long-term "
+                        "memory is read back into later prompts, so it is not stored "
+                        "(pass allow_secrets=True if you mean to store it)"
+                    )
 
-class LongTermWrites(FacadeBase):
-    """The facade's long-term writes (a mixin of :class:`~harbor_pg.manager.MemoryManager`)."""
-
-    @traced(
-        "harbor_pg.save",
-        attributes=lambda self, caller, memory, **kw: {
-            "harbor.memory.scope": memory.scope.value,
-            "harbor.memory.type": memory.memory_type.value,
-        },
-        result=lambda r: {"harbor.memory.created": r.created},
-    )
-    async def save(
-        self,
-        caller: MemoryOwner,
-        memory: Memory,
-        *,
-        embedding: Sequence[float] | None = None,
-        model_id: str | None = None,
-        allow_secrets: bool = False,
-    ) -> SaveResult:
-        """Store a memory under ``caller`` narrowed to the memory's scope.
-
-        Saving the same content twice in the same scope is a no-op that
-        reports the existing memory (``created=False``). Content or context
-        that looks like a credential (an API key, a stated password or PIN,
-        ...; see :mod:`harbor_pg.extraction.secrets`) is refused with
-        :class:`MemoryValidationError` naming the kind, unless
-        ``allow_secrets=True``.
-        """
-        self._check_caller(caller)
-        self._wrote(caller)
-        return await self._writer().save(
-            caller, memory, embedding=embedding, model_id=model_id, allow_secrets=allow_secrets
-        )
-
-    @traced(
-        "harbor_pg.save_many",
-        attributes=lambda self, caller, memories, **kw: {"harbor.save.count": len(memories)},
-        result=lambda rs: {"harbor.save.created": sum(r.created for r in rs)},
-    )
-    async def save_many(
-        self,
-        caller: MemoryOwner,
-        memories: Sequence[Memory],
-        *,
-        batch_size: int = 64,
-        progress: Callable[[int, int], None] | None = None,
-        allow_secrets: bool = False,
-    ) -> list[SaveResult]:
-        """Save many memories: embedded in batches, each batch one transaction.
-
-        Every memory is validated before anything is written, so bad input
-        writes nothing. On PostgreSQL a batch commits as a whole: a failure
-        leaves the earlier batches saved and none of the failing one.
-        ``progress(saved, total)`` is called after each batch. A memory that
-        looks like a credential is refused as in :meth:`save` (``allow_secrets``).
-        """
-        self._check_caller(caller)
-        self._wrote(caller)
-        return await self._writer().save_many(
-            caller, memories, batch_size=batch_size, progress=progress, allow_secrets=allow_secrets
-        )
-
-    def _writer(self) -> MemoryWriter:
-        return MemoryWriter(
-            self._long(), self.embedder, max_content_chars=self.config.max_content_chars
-        )
+    def _vector_embedder(self, store: LongTermStore) -> Embedder | None:
+        """The embedder, when ``store`` keeps vectors."""
+        return self.embedder if isinstance(store, PostgresLongTermStore) else None
 
     async def inject_memory(
         self,
