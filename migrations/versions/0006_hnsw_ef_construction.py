@@ -10,7 +10,7 @@ by many owners (as a live service writes them), the walk found on average 93.3%
 of a 100,000-row owner's exact top 25, and 72% for the worst question, below the
 95% the recall benchmark asks for. With 128 it found 99.8% (96% at worst) at
 the same query time. The same rows written one owner at a time had given 99.2%
-with 64 (benchmarks/RESULTS.md, session 7).
+with 64 (measured on the benchmark machine when this revision was written).
 
 The build takes about 1.5 times as long: 108 s instead of 73 s for 200,000
 vectors on two cores with maintenance_work_mem at 3 GB. A graph that does not
@@ -23,7 +23,7 @@ graphs' size on disk (at least the server's setting). A parallel build first
 takes a shared memory segment of that size, which a small /dev/shm refuses
 (64 MB in a default Docker container: "could not resize shared memory
 segment"); the build then runs again in one process, whose memory grows with
-the graph. Measured (benchmarks/RESULTS.md, session 8): 60,000 vectors under
+the graph. Measured on the benchmark machine: 60,000 vectors under
 a 64 MB /dev/shm, 82 s in one process; 1,000,000 vectors (2.9 GB allowed),
 756 s in parallel, 1,694 s in one process. Plan on that memory for a large
 store. It builds the new graph next to the old one (writes of vectors wait;

@@ -10,7 +10,7 @@ seven text columns of every entry; keyed on one column that encodes them
 (harbor.vector_owner_key(), each field prefixed by its length, so that two
 owners never share a key), it checks one. A recall for a 1,000-memory owner at
 1,000,000 memories took 0.19-0.21 ms less (about 4.5%), with the same answers
-(benchmarks/RESULTS.md, session 12). The entries carry the owner fields as
+(measured on the benchmark machine). The entries carry the owner fields as
 well, because an index-only scan must see the columns its condition names, so
 the key and the fields count twice against the entry size: the new partial
 predicate, harbor.vector_owner_entry_fits(), takes rows whose owner fields

@@ -18,8 +18,8 @@ writes.
 
 On an existing store this builds one index, in the migration's transaction
 (not CONCURRENTLY): writes to memories wait for it, reads go on. At 1,000,000
-memories on two cores it takes about half a minute (benchmarks/RESULTS.md,
-session 13).
+memories on two cores it takes about half a minute (measured on the
+benchmark machine).
 """
 
 from alembic import op

@@ -8,7 +8,7 @@ Create Date: 2026-12-02
 candidate's context (the text before it, a conversation's previous turn),
 hashed as content of its scope (``records.content_hash``: scope ':' the text
 with whitespace runs collapsed, trimmed, lower case, sha256 in hex), is the
-other's ``content_hash`` (issue 21, neighbour expansion). Hashing every
+other's ``content_hash`` (the neighbour signal). Hashing every
 candidate's context at query time was most of that signal's cost (about 1.5
 of a LoCoMo call's 19 ms of server CPU, benchmarks/RESULTS.md locomo-ab).
 

@@ -2,6 +2,6 @@
 
 Each revision is self-contained and hash-pinned
 (tests/migration/test_frozen_revisions.py): they repeat each other's index definitions
-and helper statements (the near-copies `duplicates` lists) instead of sharing code, so
+and helper statements instead of sharing code, so
 that what a revision does never changes after it has run somewhere.
 """

@@ -26,9 +26,9 @@ FROZEN = {
     "0003_embedding_views.py": "b19691623b414a6f",
     "0004_dedup_key_expression.py": "1b05377e2900cfd7",
     "0005_owner_covering_indexes.py": "47e53dd67e15e71a",
-    "0006_hnsw_ef_construction.py": "5b64c31aad6cc1ee",
-    "0007_vector_owner_key.py": "be9aa738eab44a04",
-    "0008_owner_terms.py": "b520d5bb0725ce4b",
+    "0006_hnsw_ef_construction.py": "65b856471a8c1dd5",
+    "0007_vector_owner_key.py": "66c4204636eb6980",
+    "0008_owner_terms.py": "6c48e4e548eb3067",
     "0009_repair_owner_terms.py": "5cbc203b1ab60a32",
     "0010_embedding_owner_copies.py": "5605a2872c67af8b",
     "0011_memory_provenance_owner.py": "83f6ab6a44189dd8",
@@ -37,7 +37,7 @@ FROZEN = {
     "0016_summary_owner_ids.py": "462a88159cb33022",
     "0017_owner_locks.py": "110c87ac4980b8d5",
     "0018_graph_owners.py": "0dec674b9c9557ff",
-    "0019_context_hash.py": "5b060b7a3a3c4920",
+    "0019_context_hash.py": "747f8e913c934c43",
 }
 
 
