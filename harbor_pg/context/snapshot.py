@@ -46,7 +46,6 @@ async def snapshot_in_one_round_trip(
     ttl_seconds: float | None,
     recaller: MemoryRecall | None,
     top_k: int,
-    with_recent: bool = True,
     with_working: bool = True,
 ) -> MemorySnapshot:
     """The snapshot of ``owner`` in one statement: the newest ``recent_limit`` live
@@ -81,7 +80,7 @@ async def snapshot_in_one_round_trip(
         ranked = [recalled_from_row(m, typed=False) for m in row["memories"]]
         memories = [item.memory for item in recaller.finish(ranked, request)]
     return MemorySnapshot(
-        recent=[message_from_row(r) for r in row["recent"]] if with_recent else [],
+        recent=[message_from_row(r) for r in row["recent"]],
         working_state=dict(row["working"] or {}) if with_working else {},
         memories=memories,
     )
