@@ -31,6 +31,7 @@ from harbor_pg.db import migrate
 
 __all__ = [
     "HARBOR_SCHEMA",
+    "HARBOR_SCHEMAS",
     "HARBOR_VERSION_TABLE",
     "include_name",
     "include_object",
@@ -39,6 +40,8 @@ __all__ = [
 
 #: The schema harbor-pg owns.
 HARBOR_SCHEMA = "harbor"
+#: Every schema harbor-pg owns: its own and its job queue's (procrastinate's tables)
+HARBOR_SCHEMAS = frozenset({HARBOR_SCHEMA, "harbor_jobs"})
 #: harbor-pg's Alembic version table (in the ``public`` schema, beside the application's).
 HARBOR_VERSION_TABLE = "harbor_alembic_version"
 #: harbor-pg's tables in ``public``: its version table and the record of the
@@ -47,15 +50,16 @@ HARBOR_PUBLIC_TABLES = frozenset({HARBOR_VERSION_TABLE, "harbor_idempotent_sql"}
 
 
 def include_name(name: str | None, type_: str, parent_names: dict[str, Any]) -> bool:
-    """Alembic ``include_name`` hook: skip the harbor schema and harbor-pg's tables in public.
+    """Alembic ``include_name`` hook: skip harbor-pg's schemas and its tables in public.
 
     Pass it to ``context.configure(include_name=...)`` so autogenerate (and
-    ``alembic check``) neither proposes dropping harbor-pg's tables nor
+    ``alembic check``) neither proposes dropping harbor-pg's tables (its job
+    queue's included) nor
     reflects them, with or without ``include_schemas=True``.
     """
     if type_ == "schema":
-        return name != HARBOR_SCHEMA
-    if parent_names.get("schema_name") == HARBOR_SCHEMA:
+        return name not in HARBOR_SCHEMAS
+    if parent_names.get("schema_name") in HARBOR_SCHEMAS:
         return False
     return not (type_ == "table" and name in HARBOR_PUBLIC_TABLES)
 
@@ -66,7 +70,7 @@ def include_object(
     """Alembic ``include_object`` hook with the same rule as :func:`include_name`."""
     schema = getattr(obj, "schema", None)
     table = getattr(obj, "table", None)
-    if schema == HARBOR_SCHEMA or getattr(table, "schema", None) == HARBOR_SCHEMA:
+    if schema in HARBOR_SCHEMAS or getattr(table, "schema", None) in HARBOR_SCHEMAS:
         return False
     return not (type_ == "table" and name in HARBOR_PUBLIC_TABLES)
 

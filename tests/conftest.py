@@ -88,6 +88,8 @@ def _new_database(srv: PgServer) -> PgDatabase:
     with psycopg.connect(srv.superuser_url, autocommit=True) as conn:
         conn.execute(f'create database "{name}" template "{TEMPLATE}"')
         conn.execute(f'grant connect on database "{name}" to harbor_app, harbor_admin')
+        # as server.bootstrap does (a database's grants are not copied from its template)
+        conn.execute(f'grant create, connect on database "{name}" to harbor_owner')
     return PgDatabase(
         name=name,
         superuser_url=srv.url(name),

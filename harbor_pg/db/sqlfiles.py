@@ -31,6 +31,7 @@ IDEMPOTENT_FILES: tuple[str, ...] = (
     "policies/policies.sql",
     "policies/tokens.sql",
     "policies/locks.sql",
+    "policies/jobs.sql",
     "functions/views.sql",
     "functions/grants.sql",
 )

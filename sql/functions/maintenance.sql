@@ -114,6 +114,8 @@ $$;
 --   under the same owner already;
 -- * erasing a user (not one session) removes the role bindings naming them;
 -- * the serialisation locks (harbor.owner_locks) of the erased sessions and runs go.
+-- * the jobs queued for the erased user, session or agent (harbor_jobs) go: pending,
+--   finished and failed alike.
 -- Embeddings go with their memories (counted, then ON DELETE CASCADE).
 -- harbor.erase's DELETEs (messages, working_state, ...) each repeat the
 -- erased owner's predicate on purpose: one statement a
@@ -333,6 +335,20 @@ begin
         execute 'delete from harbor.access_tokens k where k.tenant_id = $1'
                 ' and (k.user_id = $2 or (k.user_id is null and k.principal_id = $2))'
             using t, u;
+    end if;
+
+    -- the erased subject's jobs on the queue (migration 0020; their arguments name the
+    -- owner): pending ones never run, and no finished or failed one keeps their ids.
+    -- Deleted in this transaction, so a job is gone exactly when the rows it would read
+    -- are; a job a worker is running meanwhile finds its turns gone and writes nothing.
+    if pg_catalog.to_regclass('harbor_jobs.procrastinate_jobs') is not null then
+        execute 'delete from harbor_jobs.procrastinate_jobs j'
+                ' where j.args operator(pg_catalog.->>) ''tenant_id'' = $1'
+                '   and ($2 is null or j.args operator(pg_catalog.->>) ''user_id'' = $2'
+                '        or j.args operator(pg_catalog.->>) ''principal_id'' = $2)'
+                '   and ($3 is null or j.args operator(pg_catalog.->>) ''session_id'' = $3)'
+                '   and ($4 is null or j.args operator(pg_catalog.->>) ''principal_id'' = $4)'
+            using t, u, s, p;
     end if;
 
     return;

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 from psycopg import sql
+from psycopg.types.json import Jsonb
 
 from harbor_pg.access_tokens import TokenStore
 from harbor_pg.context.summarizer import SessionSummarizer
@@ -66,6 +67,10 @@ NOT_PERSONAL = {
     ("harbor", "access_tokens", "tenant_id"): "the tenant",
     ("harbor", "access_tokens", "id"): "a random uuid",
     ("harbor", "access_tokens", "token_hash"): "a SHA-256 digest of a random token",
+    ("harbor_jobs", "procrastinate_jobs", "queue_name"): "harbor-pg's queue names",
+    ("harbor_jobs", "procrastinate_jobs", "task_name"): "harbor-pg's task names",
+    ("harbor_jobs", "procrastinate_periodic_defers", "task_name"): "harbor-pg's task names",
+    ("harbor_jobs", "procrastinate_periodic_defers", "periodic_id"): "an upkeep schedule's id",
 }
 
 
@@ -222,7 +227,41 @@ async def fill(manager: MemoryManager, database: Database, fresh_db: PgDatabase)
     await summarise(database, ERIN_SUPPORT)
     summary = await store.load_summary(ERIN_SUPPORT)
     assert summary is not None and TAG in summary.content
+    # jobs queued for Dana (their arguments, lock and queueing lock name her) and Erin
+    for owner in (DANA2, ERIN):
+        queue_job(fresh_db, owner)
     return str(prior.memory.id)
+
+
+def queue_job(db: PgDatabase, owner: MemoryOwner) -> None:
+    """A job on the queue for ``owner``, enqueued as the application enqueues it."""
+    args = {
+        "tenant_id": owner.tenant_id,
+        "project_id": owner.project_id or "",
+        "principal_id": owner.principal_id or "",
+        "user_id": owner.user_id or "",
+        "session_id": owner.session_id or "",
+        "run_id": owner.run_id or "",
+        "message_id": 1,
+    }
+    key = f"{owner.tenant_id}/{owner.user_id}/{owner.session_id}"
+    with psycopg.connect(db.app_url) as conn:
+        conn.execute(
+            "select harbor.set_identity(%s, %s, %s, %s, %s, %s, true)",
+            (
+                owner.tenant_id,
+                owner.project_id,
+                owner.principal_id,
+                owner.user_id,
+                owner.session_id,
+                owner.run_id,
+            ),
+        )
+        conn.execute(
+            "select harbor_jobs.procrastinate_defer_jobs_v1(array[row('harbor', 'harbor.test',"
+            " 0, %s, %s, %s, null)::harbor_jobs.procrastinate_job_to_defer_v1])",
+            (f"lock:{key}", f"queue:{key}", Jsonb(args)),
+        )
 
 
 async def test_erasing_a_user_leaves_no_text_of_theirs_in_any_column(
@@ -241,6 +280,11 @@ async def test_erasing_a_user_leaves_no_text_of_theirs_in_any_column(
     receipt = await manager.erase("t1", user_id=DANA_ID)
 
     assert columns_holding(fresh_db, TAG) == set()
+    with psycopg.connect(fresh_db.admin_url) as conn:
+        queued = conn.execute(
+            "select args ->> 'user_id' from harbor_jobs.procrastinate_jobs"
+        ).fetchall()
+    assert queued == [("erin",)]  # Erin's job stays
     assert receipt.role_bindings == 1
     # what Erin wrote stays: her turns, her notes derived from her own s1, her summary's
     # session (re-folded from the turns that remain on its next run)

@@ -38,6 +38,8 @@ FROZEN = {
     "0017_owner_locks.py": "110c87ac4980b8d5",
     "0018_graph_owners.py": "0dec674b9c9557ff",
     "0019_context_hash.py": "747f8e913c934c43",
+    "0020_job_queue.py": "5d69dce24eb0bf30",
+    "0020_job_queue.sql": "c70ec4b400a60ad9",
 }
 
 
@@ -56,3 +58,12 @@ def test_committed_revisions_are_unchanged() -> None:
         f"{changed} changed after they were committed: a database they already migrated "
         "keeps the old result; put the change in a new revision instead"
     )
+
+
+def test_the_queue_schema_is_the_installed_procrastinates() -> None:
+    """0020 froze procrastinate's schema: a procrastinate whose schema differs (a new
+    version in pyproject.toml) needs a revision that migrates the queue to it."""
+    from procrastinate.schema import SchemaManager
+
+    frozen = (VERSIONS / "0020_job_queue.sql").read_text(encoding="utf-8")
+    assert SchemaManager.get_schema() == frozen
