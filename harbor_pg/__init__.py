@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from harbor_pg.manager import MemoryManager, MemoryManagerConfig, MemorySnapshot
     from harbor_pg.owner import SCOPE_OWNER_FIELDS, MemoryOwner, MemoryScope, scope_owner_fields
     from harbor_pg.policy import BudgetSplit, MemoryPolicy
+    from harbor_pg.profile import ProfileEntry, UserProfile
     from harbor_pg.records import (
         RECALL_MEMORY_TYPES,
         ConversationMessage,
@@ -61,6 +62,8 @@ _LAZY: dict[str, str] = {
     "MemoryContextBuilder": "harbor_pg.context.builder",
     "MemoryRecall": "harbor_pg.context.recall",
     "RecalledMemory": "harbor_pg.context.recall",
+    "ProfileEntry": "harbor_pg.profile",
+    "UserProfile": "harbor_pg.profile",
     "recalled_entity_ids": "harbor_pg.context.recall",
     "MemoryContext": "harbor_pg.context.result",
     "SessionSummarizer": "harbor_pg.context.summarizer",
@@ -151,6 +154,7 @@ __all__ = [
     "MemorySnapshot",
     "MemoryType",
     "MemoryValidationError",
+    "ProfileEntry",
     "RecalledMemory",
     "ResolvedEntity",
     "RetentionReceipt",
@@ -158,6 +162,7 @@ __all__ = [
     "Sensitivity",
     "SessionSummarizer",
     "ShortTermMemory",
+    "UserProfile",
     "WorkingMemory",
     "approximate_tokens",
     "default_embedder",

@@ -6,7 +6,7 @@ import json
 import logging
 import os
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from harbor_pg.governance import Governance
 from harbor_pg.owner import MemoryOwner, MemoryScope
 from harbor_pg.policy import MemoryPolicy
 from harbor_pg.portability import Portability
+from harbor_pg.profile import ProfileRequest, UserProfile
 from harbor_pg.records import (
     ConversationMessage,
     Memory,
@@ -32,6 +33,7 @@ from harbor_pg.records import (
 from harbor_pg.telemetry import traced
 from harbor_pg.tiers.base import (
     LongTermStore,
+    ProfileStore,
     ShortTermStore,
     WorkingStore,
 )
@@ -523,6 +525,41 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
             raise MemoryConfigurationError("listing memories needs a store that can list them")
         found: list[Memory] = await current(caller, wanted, limit=limit)
         return found
+
+    async def profile(
+        self,
+        caller: MemoryOwner,
+        *,
+        token_budget: int | None = 400,
+        stable_after: timedelta = timedelta(days=30),
+        scopes: Sequence[MemoryScope | str] = (MemoryScope.USER,),
+        as_of: datetime | None = None,
+    ) -> UserProfile:
+        """``caller``'s profile: their current durable memories of ``scopes`` (user by
+        default; among user, project, session and run, those the caller can address),
+        in two sections: ``stable`` (valid for at least ``stable_after``: most important
+        first, then the longest held) and ``recent`` (newest first), together within
+        ``token_budget`` tokens (None: no budget). One call; on PostgreSQL one round
+        trip to ``harbor.profile()``. The recall policy's ``max_sensitivity`` applies.
+        Raises :class:`MemoryValidationError` on a bad argument and
+        :class:`MemoryConfigurationError` for a long-term store that keeps no profile."""
+        self._check_caller(caller)
+        try:
+            request = ProfileRequest(
+                scopes=tuple(MemoryScope(s) for s in scopes),
+                token_budget=token_budget,
+                stable_after=stable_after,
+                as_of=as_of,
+                max_sensitivity=self.policy.recall_max_sensitivity,
+            )
+        except ValueError as exc:
+            raise MemoryValidationError(str(exc)) from None
+        store = self._long()
+        if not isinstance(store, ProfileStore):
+            raise MemoryConfigurationError(
+                "a profile needs a long-term store that keeps one (both built-in stores do)"
+            )
+        return await store.profile(caller, request)
 
     # -- combined -------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ IDEMPOTENT_FILES: tuple[str, ...] = (
     "functions/recall/dense.sql",
     "functions/recall/lexical.sql",
     "functions/recall/ranking.sql",
+    "functions/profile.sql",
     "policies/policies.sql",
     "policies/tokens.sql",
     "policies/locks.sql",

@@ -361,6 +361,33 @@ def build_server(
             raise ResourceError(str(exc)) from None
         return json.dumps([_memory_view(m) for m in found], ensure_ascii=False)
 
+    @server.resource(
+        "harbor://profile/{scope}",
+        name="profile",
+        description="Your profile: your current durable memories of one scope (user, session "
+        "or project) or of all three (all), in two sections, stable (held for 30 days or "
+        "more, most important first) and recent (newest first), within 400 tokens, as JSON.",
+        mime_type="application/json",
+    )
+    async def profile(scope: str, ctx: Context[Any, Any]) -> str:
+        me = who(ctx)
+        allowed = {"user", "session", "project"}
+        if scope != "all" and scope not in allowed:
+            raise ResourceError(f"unknown scope {scope!r}: use all, user, session or project")
+        scopes = sorted(allowed) if scope == "all" else [scope]
+        try:
+            got = await manager.profile(me.owner, scopes=scopes)
+        except MemoryError as exc:
+            raise ResourceError(str(exc)) from None
+        return json.dumps(
+            {
+                "stable": [_memory_view(e.memory) for e in got.stable],
+                "recent": [_memory_view(e.memory) for e in got.recent],
+                "tokens": got.tokens,
+            },
+            ensure_ascii=False,
+        )
+
     return server
 
 

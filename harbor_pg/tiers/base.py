@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from harbor_pg.owner import MemoryOwner, MemoryScope
+from harbor_pg.profile import ProfileRequest, UserProfile
 from harbor_pg.ranking import RecalledMemory, RecallRequest
 from harbor_pg.records import ConversationMessage, Memory
 
@@ -28,6 +29,7 @@ __all__ = [
     "FactResult",
     "LongTermStore",
     "NearestMemory",
+    "ProfileStore",
     "RetentionReceipt",
     "SaveResult",
     "ShortTermStore",
@@ -375,6 +377,17 @@ class FactResult:
     created: bool
     superseded: str | None = None
     restatement_of: NearestMemory | None = None
+
+
+@runtime_checkable
+class ProfileStore(Protocol):
+    """A long-term store that answers a user's profile (both built-in stores do)."""
+
+    async def profile(self, owner: MemoryOwner, request: ProfileRequest) -> UserProfile:
+        """The owner's current durable memories of ``request.scopes`` as a profile:
+        the rules of :func:`harbor_pg.profile.profile_of` (``harbor.profile()``), only
+        rows keyed exactly to ``owner`` narrowed to each scope it can address."""
+        ...
 
 
 @runtime_checkable

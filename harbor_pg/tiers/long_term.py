@@ -15,6 +15,7 @@ from harbor_pg.db.sqlfiles import query
 from harbor_pg.db.vectors import PgVector, PgVectorArray
 from harbor_pg.errors import MemoryScopeError, MemoryValidationError
 from harbor_pg.owner import MemoryOwner, MemoryScope
+from harbor_pg.profile import ProfileEntry, ProfileRequest, UserProfile
 from harbor_pg.ranking import RecalledMemory, RecallRequest
 from harbor_pg.records import Memory, MemoryType, content_hash
 from harbor_pg.tiers.base import FactResult, NearestMemory, SaveResult
@@ -23,6 +24,7 @@ from harbor_pg.tiers.rows import (
     current_memories_params,
     memory_from_row,
     memory_params,
+    profile_params,
     recall_in_one_round_trip,
 )
 
@@ -469,6 +471,21 @@ class PostgresLongTermStore:
         return [memory_from_row(r) for r in rows]
 
     # -- extraction (ExtractionStore) ------------------------------------------------
+
+    async def profile(self, owner: MemoryOwner, request: ProfileRequest) -> UserProfile:
+        """The owner's profile (``harbor.profile()``, one round trip; ProfileStore)."""
+        scopes = [s for s in request.scopes if owner.can_address(s)]
+        if not scopes:
+            return UserProfile()
+        rows = await self.db.fetch_in_one_round_trip(
+            owner, query("profile"), profile_params(request, scopes)
+        )
+        sections: dict[str, list[ProfileEntry]] = {"stable": [], "recent": []}
+        for row in rows:
+            sections[row["section"]].append(
+                ProfileEntry(memory=memory_from_row(row), rank=row["rank"], tokens=row["tokens"])
+            )
+        return UserProfile(stable=tuple(sections["stable"]), recent=tuple(sections["recent"]))
 
     async def current_memories(
         self, owner: MemoryOwner, scopes: Sequence[MemoryScope], *, limit: int

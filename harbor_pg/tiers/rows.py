@@ -23,6 +23,7 @@ from harbor_pg.db.sqlfiles import query as sql_query
 from harbor_pg.db.vectors import PgVector
 from harbor_pg.errors import MemoryConfigurationError
 from harbor_pg.owner import MemoryOwner, MemoryScope
+from harbor_pg.profile import ProfileRequest
 from harbor_pg.ranking import RecalledMemory, RecallRequest
 from harbor_pg.records import Memory, MemoryType, Sensitivity, content_hash
 
@@ -31,6 +32,7 @@ __all__ = [
     "current_memories_params",
     "memory_from_row",
     "memory_params",
+    "profile_params",
     "recall_in_one_round_trip",
     "recall_params",
     "recalled_from_row",
@@ -85,6 +87,17 @@ def current_memories_params(
         "session_session_id": owner.session_id if on[MemoryScope.SESSION] else None,
         "project_project_id": owner.project_id if on[MemoryScope.PROJECT] else None,
         "limit": limit,
+    }
+
+
+def profile_params(request: ProfileRequest, scopes: Sequence[MemoryScope]) -> dict[str, Any]:
+    """Named parameters of the ``profile`` query for ``request``, reading ``scopes``."""
+    return {
+        "scopes": [s.value for s in scopes],
+        "token_budget": request.token_budget,
+        "stable_after": request.stable_after,
+        "as_of": request.as_of,
+        "max_sensitivity": request.max_sensitivity.value,
     }
 
 

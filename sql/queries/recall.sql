@@ -25,3 +25,13 @@ select r.*
       max_sensitivity => %(max_sensitivity)s::harbor.sensitivity,
       neighbour_weight => %(neighbour_weight)s::double precision,
       date_weight => %(date_weight)s::double precision) r
+
+-- name: profile
+-- The caller's profile (identity already set): harbor.profile(), stable section first.
+select p.*
+  from harbor.profile(
+      scopes => %(scopes)s::text[]::harbor.memory_scope[],
+      token_budget => %(token_budget)s::integer,
+      stable_after => %(stable_after)s::interval,
+      as_of => %(as_of)s::timestamptz,
+      max_sensitivity => %(max_sensitivity)s::harbor.sensitivity) p

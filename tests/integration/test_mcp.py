@@ -143,6 +143,16 @@ async def test_stdio_every_tool_and_the_resource(module_db: PgDatabase) -> None:
             (await s.read_resource("harbor://memories/user")).contents[0].text  # type: ignore[union-attr]
         )
         assert [m["id"] for m in user_only] == [saved["id"]]
+        profile = json.loads(
+            (await s.read_resource("harbor://profile/user")).contents[0].text  # type: ignore[union-attr]
+        )
+        assert profile["stable"] == []
+        assert [m["id"] for m in profile["recent"]] == [saved["id"]]
+        assert profile["tokens"] > 0
+        both = json.loads(
+            (await s.read_resource("harbor://profile/all")).contents[0].text  # type: ignore[union-attr]
+        )
+        assert {m["content"] for m in both["recent"]} == {m["content"] for m in current}
 
         refused = _error(await s.call_tool("erase", {"user_id": "dana"}))
         assert "administrator" in refused

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 
 from harbor_pg.errors import MemoryScopeError, MemoryValidationError
 from harbor_pg.owner import SCOPE_OWNER_FIELDS, MemoryOwner, MemoryScope
+from harbor_pg.profile import ProfileRequest, UserProfile, profile_of
 from harbor_pg.ranking import RecalledMemory, RecallRequest, search_and_rank
 from harbor_pg.records import (
     Memory,
@@ -193,6 +194,14 @@ class InMemoryLongTermStore:
                 scored.append((overlap + row.importance / 10, row))
         scored.sort(key=lambda p: -p[0])
         return [m for _s, m in scored[:limit]]
+
+    async def profile(self, owner: MemoryOwner, request: ProfileRequest) -> UserProfile:
+        """The owner's profile by the rules of ``harbor.profile()`` (ProfileStore)."""
+        keys = {s: owner.key(s) for s in request.scopes if owner.can_address(s)}
+        rows = [
+            row for row in self._rows.values() if row.scope in keys and _keyed(row, keys[row.scope])
+        ]
+        return profile_of(rows, request, as_of=request.as_of or utc_now())
 
     # -- extraction (ExtractionStore) ------------------------------------------------
 
