@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -39,7 +40,8 @@ import pytest
 from harbor_pg.errors import MemoryConfigurationError, MemoryScopeError, MemoryValidationError
 from harbor_pg.manager import MemoryManager
 from harbor_pg.owner import MemoryOwner, MemoryScope
-from harbor_pg.records import ConversationMessage, Memory
+from harbor_pg.records import ConversationMessage, Memory, MemoryType
+from harbor_pg.tiers.base import ProfileStore
 
 __all__ = ["MemoryStoreConformance"]
 
@@ -53,6 +55,8 @@ BOB = MemoryOwner(tenant_id="t1", project_id="p1", principal_id="bob", session_i
 OTHER_TENANT = MemoryOwner(
     tenant_id="t2", project_id="p1", principal_id="alice", session_id="s1", run_id="r1"
 )
+
+_DAY = timedelta(days=1)
 
 
 class MemoryStoreConformance:
@@ -289,6 +293,39 @@ class MemoryStoreConformance:
         )
         assert len({r.memory.id for r in results}) == 1
         assert sum(r.created for r in results) == 1
+
+    async def test_profile_sections_and_isolation(self, manager: MemoryManager) -> None:
+        # (a store that keeps no profile says so; ProfileStore is the protocol to offer one)
+        if not isinstance(manager.long_term, ProfileStore):
+            with pytest.raises(MemoryConfigurationError):
+                await manager.profile(ALICE)
+            return
+        now = datetime.now(UTC)
+        await manager.save_many(
+            ALICE,
+            [
+                Memory(content="Alice is vegetarian", importance=0.9, valid_from=now - _DAY * 200),
+                Memory(content="Alice plays the cello", importance=0.7, valid_from=now - _DAY * 90),
+                Memory(content="Alice started a new job", valid_from=now - _DAY * 2),
+                Memory(content="Alice's summary", memory_type=MemoryType.SUMMARY),
+            ],
+        )
+        await manager.save(BOB, Memory(content="Bob is vegetarian", valid_from=now - _DAY * 100))
+        await manager.save(OTHER_TENANT, Memory(content="Alice of t2 likes tea"))
+        got = await manager.profile(ALICE, token_budget=None)
+        assert [e.memory.content for e in got.stable] == [
+            "Alice is vegetarian",
+            "Alice plays the cello",
+        ]
+        assert [e.memory.content for e in got.recent] == ["Alice started a new job"]
+        assert [e.rank for e in got.stable] == [1, 2]
+        bob = await manager.profile(BOB, token_budget=None)
+        assert [m.content for m in bob.memories] == ["Bob is vegetarian"]
+        # the first line alone fills a budget of its own size twice over: no later line
+        first = got.stable[0].tokens
+        assert [
+            e.memory.content for e in (await manager.profile(ALICE, token_budget=2 * first)).stable
+        ] == ["Alice is vegetarian"]
 
     async def test_scope_visibility(self, manager: MemoryManager) -> None:
         user = await manager.save(ALICE, Memory(content="alice user fact", scope=MemoryScope.USER))

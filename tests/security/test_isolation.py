@@ -546,3 +546,21 @@ def test_recall_gives_the_victim_its_own_rows(
             assert dense_rank is not None and lexical_rank is not None, content
     # and nothing beyond what the policies show this identity
     assert {r[0] for r in rows} <= visible
+
+
+def test_profile_holds_only_its_own_memories(attacker: Conn) -> None:
+    # every scope asked for, no budget: the caller's own rows of each, never another
+    # owner's, and no GLOBAL row (a profile is a tenant's user's)
+    rows = contents(
+        attacker,
+        "select content from harbor.profile("
+        " scopes => '{global,tenant,project,user,session,run}', token_budget => null,"
+        " stable_after => '0') order by content",
+    )
+    assert rows == [
+        "mine: p1 project fact",
+        "mine: t1 tenant fact",
+        "mine: u1 s1 r1 run fact",
+        "mine: u1 s1 session fact",
+        "mine: u1 user fact",
+    ]
