@@ -417,6 +417,7 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
                 memories=self.long_term,  # type: ignore[arg-type]
                 model=model,
                 recall=recall,
+                profile=self.long_term if isinstance(self.long_term, ProfileStore) else None,
                 **options,
             )
         )

@@ -172,6 +172,7 @@ _INT_FIELDS = (
     "max_session_turns",
     "max_content_chars",
     "rrf_k",
+    "profile_max_tokens",
 )
 _FLOAT_FIELDS = (
     "summary_trigger_fraction",
@@ -205,6 +206,7 @@ _RANGES: dict[str, tuple[float | None, bool, float | None, bool]] = {
     "max_session_turns": (1, True, None, False),
     "max_content_chars": (1, True, None, False),
     "rrf_k": (1, True, None, False),
+    "profile_max_tokens": (0, True, None, False),
 }
 
 
@@ -273,6 +275,10 @@ class MemoryPolicy(BaseModel):
     - ``recall_fusion``: how recall fuses its dense and lexical lists, ``"rrf"``
       (reciprocal rank fusion, the default) or ``"weighted"`` (a blend of each
       leg's scores, min-max normalised over its candidates); see ``harbor.recall()``.
+    - ``profile_max_tokens``: tokens of the user's profile (``MemoryManager.profile``)
+      the context builder puts in :attr:`MemoryContext.profile`, beside the recalled
+      memories, which then leave out what the profile holds; 0 (the default) builds
+      no profile.
 
     Any violation raises :class:`MemoryConfigurationError` naming the field.
     The model is frozen; derive variants with :meth:`with_changes`, which
@@ -307,6 +313,7 @@ class MemoryPolicy(BaseModel):
     budget: BudgetSplit | None = None
     recall_max_sensitivity: Sensitivity = Sensitivity.PII
     recall_fusion: Literal["rrf", "weighted"] = "rrf"
+    profile_max_tokens: int = 0
 
     # The validators below share one shape on purpose: pydantic's one validator per field group.
     @field_validator(*_INT_FIELDS, mode="before")

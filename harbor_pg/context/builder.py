@@ -42,9 +42,10 @@ from harbor_pg.llm.langchain import as_memory_model
 from harbor_pg.messages import to_langchain
 from harbor_pg.owner import MemoryOwner
 from harbor_pg.policy import BudgetAllowance, MemoryPolicy
+from harbor_pg.profile import ProfileRequest, UserProfile
 from harbor_pg.records import ConversationMessage, Memory, MemoryType
 from harbor_pg.telemetry import traced
-from harbor_pg.tiers.base import ShortTermStore, SummaryLease, SummaryStore
+from harbor_pg.tiers.base import ProfileStore, ShortTermStore, SummaryLease, SummaryStore
 from harbor_pg.tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter, approximate_tokens
 
 __all__ = ["ContextRecall", "MemoryContextBuilder"]
@@ -127,6 +128,9 @@ class MemoryContextBuilder:
         page_size: messages per catch-up page of the summary refresh.
         background: a :class:`SessionSummarizer`; when set, every enabled
             ``build`` schedules it for the session (it runs only when due).
+        profile: a store that keeps profiles (:class:`~harbor_pg.tiers.base.ProfileStore`);
+            with ``MemoryPolicy.profile_max_tokens`` above 0 each ``build`` puts
+            the user's profile in :attr:`MemoryContext.profile`.
 
     Raises:
         MemoryConfigurationError: the policy has a BudgetSplit but no
@@ -147,6 +151,7 @@ class MemoryContextBuilder:
         summary_max_tokens: int | None = None,
         page_size: int = DEFAULT_PAGE_SIZE,
         background: SessionSummarizer | None = None,
+        profile: ProfileStore | None = None,
     ) -> None:
         self.policy = policy or MemoryPolicy()
         if self.policy.budget is not None and prompt_tokens is None:
@@ -163,6 +168,7 @@ class MemoryContextBuilder:
         self.token_counter: TokenCounter = token_counter or approximate_tokens
         self.prompt_tokens = prompt_tokens
         self.background = background
+        self.profile = profile
         self.rolling: RollingSummary | None = None
         if memories is not None:
             if summary_max_tokens is None:
@@ -328,6 +334,24 @@ class MemoryContextBuilder:
                 log.warning("context: recall failed (%s)", _describe(exc))
                 degraded.append("recall")
 
+        # 9. the user's profile, when asked for: recall then leaves out what it holds
+        profile: UserProfile | None = None
+        if self.profile is not None and policy.profile_max_tokens > 0:
+            try:
+                profile = await self.profile.profile(
+                    owner,
+                    ProfileRequest(
+                        token_budget=policy.profile_max_tokens,
+                        max_sensitivity=policy.recall_max_sensitivity,
+                    ),
+                )
+            except Exception as exc:
+                log.warning("context: loading the profile failed (%s)", _describe(exc))
+                degraded.append("profile")
+            else:
+                held = {m.id for m in profile.memories}
+                recalled = tuple(m for m in recalled if m.id is None or m.id not in held)
+
         if self.background is not None:
             try:
                 self.background.schedule(owner)
@@ -346,6 +370,7 @@ class MemoryContextBuilder:
             summary_refreshed=refreshed,
             budget=allowance,
             degraded=tuple(degraded),
+            profile=profile,
         )
 
     async def _summary(

@@ -13,6 +13,7 @@ from langchain_core.messages import BaseMessage
 from harbor_pg.context.recall import recalled_entity_ids
 from harbor_pg.messages import to_langchain
 from harbor_pg.policy import BudgetAllowance
+from harbor_pg.profile import UserProfile
 from harbor_pg.records import ConversationMessage, Memory, MemoryType
 
 __all__ = ["MemoryContext", "recalled_entity_ids"]
@@ -37,7 +38,11 @@ class MemoryContext:
         summary_refreshed: True when this turn folded messages into the summary and saved it.
         budget: the per-share token allowances, when the policy has a BudgetSplit.
         degraded: the steps that failed and were skipped this turn (each logged at
-            WARNING): any of ``"history"``, ``"summary"``, ``"rewrite"``, ``"recall"``.
+            WARNING): any of ``"history"``, ``"summary"``, ``"rewrite"``, ``"recall"``,
+            ``"profile"``.
+        profile: the user's profile within ``MemoryPolicy.profile_max_tokens`` (None
+            when that is 0 or the builder has no profile store); ``recalled`` then
+            leaves out the memories it holds.
     """
 
     messages: tuple[ConversationMessage, ...] = ()
@@ -51,6 +56,7 @@ class MemoryContext:
     summary_refreshed: bool = False
     budget: BudgetAllowance | None = None
     degraded: tuple[str, ...] = ()
+    profile: UserProfile | None = None
 
     def langchain_messages(self) -> list[BaseMessage]:
         """The window as fresh LangChain messages, ready to send to a chat model."""

@@ -210,3 +210,32 @@ def test_profile_of_is_the_reference() -> None:
     assert [e.memory.id for e in got.recent] == ["m3", "m4"]
     with pytest.raises(MemoryValidationError):
         ProfileRequest(scopes=())
+
+
+async def test_the_context_builder_carries_the_profile_when_asked(database: Database) -> None:
+    manager = MemoryManager.from_database(database)
+    await manager.save_many(ALICE, _facts())
+    question = "what does Alice play and eat?"
+    # off by default: no profile, recall as before
+    plain = await manager.context_builder(
+        policy=MemoryPolicy(query_rewrite=False, recall_top_k=10)
+    ).build(ALICE, question)
+    assert plain.profile is None
+    assert "Alice is vegetarian" in [m.content for m in plain.recalled]
+    asked = await manager.context_builder(
+        policy=MemoryPolicy(query_rewrite=False, recall_top_k=10, profile_max_tokens=200)
+    ).build(ALICE, question)
+    assert asked.profile is not None
+    assert asked.profile == await manager.profile(ALICE, token_budget=200)
+    held = {m.id for m in asked.profile.memories}
+    assert "Alice is vegetarian" in [m.content for m in asked.profile.memories]
+    # what the profile holds is not recalled a second time
+    assert not held & {m.id for m in asked.recalled}
+    assert asked.degraded == ()
+
+
+def test_profile_max_tokens_is_checked() -> None:
+    from harbor_pg.errors import MemoryConfigurationError
+
+    with pytest.raises(MemoryConfigurationError, match="profile_max_tokens"):
+        MemoryPolicy(profile_max_tokens=-1)
