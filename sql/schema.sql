@@ -83,19 +83,6 @@ create index working_state_expires_idx on harbor.working_state (expires_at)
     where expires_at is not null;
 
 -- Long-term tier: add-only memories with validity intervals.
--- The narrow part of a memory's dedup key, as one injective text (each field
--- length-prefixed). The exclusion constraint below compares it as one GiST
--- column: with the owner columns spelled out one by one, the planner took the
--- constraint's GiST index for the owner-key lookups of recall (2.4 ms against
--- 0.9 ms through the B-tree owner index for a 1,000-row owner at 1,000,000 rows).
-create function harbor.memory_dedup_key(project_id text, user_id text, session_id text,
-                                        run_id text, content_hash text) returns text
-    language sql immutable parallel safe
-return pg_catalog.length(project_id) || ':' || project_id || ';'
-    || pg_catalog.length(user_id) || ':' || user_id || ';'
-    || pg_catalog.length(session_id) || ':' || session_id || ';'
-    || pg_catalog.length(run_id) || ':' || run_id || ';' || content_hash;
-
 create table harbor.memories (
     tenant_id          text not null,
     id                 text not null default (pg_catalog.gen_random_uuid())::text,
@@ -152,15 +139,19 @@ create table harbor.memories (
             when 'run'     then tenant_id <> '' and user_id <> '' and session_id <> ''
                                 and run_id <> ''
         end),
-    -- dedup under concurrent writers: two currently valid rows with the same
-    -- owner key and content hash cannot coexist
-    constraint memories_no_duplicate_valid exclude using gist (
-        tenant_id with =, scope with =,
-        (harbor.memory_dedup_key(project_id, user_id, session_id, run_id, content_hash)) with =,
-        valid with &&),
     constraint memories_superseded_by_fkey foreign key (tenant_id, superseded_by)
         references harbor.memories (tenant_id, id) on delete set null (superseded_by)
 );
+-- Dedup under concurrent writers: two currently valid rows with the same owner key
+-- and content hash cannot coexist. A current row's interval is open (two open
+-- intervals always overlap), so the rule is a unique key over the open rows;
+-- supersession closes the old row in the transaction that inserts its successor,
+-- which takes it out of the index. The scope last: the owner fields determine it
+-- (memories_scope_key), and under row-level security its enum equality, not
+-- leakproof, cannot be an index condition (migration 0021).
+create unique index memories_no_duplicate_current
+    on harbor.memories (tenant_id, user_id, project_id, session_id, run_id, content_hash, scope)
+    where upper_inf(valid);
 -- hot paths: a scope's current rows, validity lookups, full text, entities
 create index memories_owner_idx
     on harbor.memories (tenant_id, scope, user_id, project_id, session_id, run_id);

@@ -28,8 +28,8 @@ One extraction is one model call and, per stored fact, a few statements:
 6. Each remaining fact becomes a new row valid from now (``source="extracted"``),
    or, with a resolved reference, the successor of the replaced memory,
    which closes the old interval in the same statement. Identical content
-   already valid in the scope is a no-op (the database's exclusion
-   constraint), which is what makes a retried turn harmless. Steps 5 and 6
+   already valid in the scope is a no-op (the database's unique index on
+   current rows), which is what makes a retried turn harmless. Steps 5 and 6
    are one transaction per fact (:meth:`~harbor_pg.tiers.base.ExtractionStore.add_fact`).
 
 Failure semantics: every failure (model, embedder, index, repository) is

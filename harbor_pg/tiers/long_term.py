@@ -172,8 +172,8 @@ def _batch_params(
 
 
 def _dedup_key(owner: MemoryOwner, memory: Memory) -> tuple[str, ...]:
-    """What the exclusion constraint on current duplicates compares (owner key and
-    content hash): the order a batch locks its rows in."""
+    """What the unique index on current duplicates compares (owner key and content
+    hash): the order a batch locks its rows in."""
     params = memory_params(owner, memory)
     return tuple(
         str(params[name] or "")

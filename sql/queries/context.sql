@@ -22,7 +22,7 @@ select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, 
 -- Create the session summary (the database sets its id from the owner fields: harbor.summary_id
 -- in guards.sql); nothing if this session's summary exists already, or if
 -- a concurrent writer just created the same summary text (no conflict target, so the
--- exclusion constraint on owner + content hash is an arbiter too: two builders folding the
+-- unique index on owner + content hash of current rows is an arbiter too: two builders folding the
 -- same turns at once produce the same text, and the loser must see a lost race, not an error).
 insert into harbor.memories (tenant_id, id, scope, project_id, user_id, session_id, run_id,
                              principal_id, memory_type, importance, content, content_hash,

@@ -48,9 +48,9 @@ select n.memory_id, n.similarity
 -- vector, behind the similarity gate, in one statement (one round trip for a fact): when
 -- the owner already has a currently valid memory at least dedup_threshold similar (a NULL
 -- threshold: no gate), nothing is written and that memory comes back as restatement_of;
--- otherwise the row is inserted unless a currently valid duplicate exists (the exclusion
--- constraint, the content-hash gate, also under concurrent writers: then no id comes
--- back). Always one row.
+-- otherwise the row is inserted unless a currently valid duplicate exists (the unique
+-- index memories_no_duplicate_current, the content-hash gate, also under concurrent
+-- writers: then no id comes back). Always one row.
 -- extraction_supersede_memory repeats this gate and insert on purpose (see there).
 with gate as (
     -- the similarity gate: the nearest currently valid memory, when it is at least

@@ -1,5 +1,6 @@
 -- name: insert_memory
--- Insert a memory; nothing when a currently valid duplicate exists (exclusion constraint).
+-- Insert a memory; nothing when a currently valid duplicate exists (the unique index
+-- memories_no_duplicate_current).
 insert into harbor.memories (tenant_id, id, scope, project_id, user_id, session_id, run_id,
                              principal_id, memory_type, importance, content, content_hash,
                              context, entity_ids, source, sensitivity, source_session_id,
@@ -16,17 +17,15 @@ on conflict do nothing
 returning id
 
 -- name: find_current_duplicate
--- The memory that blocked insert_memory: same owner key and content hash, validity overlapping
--- the new row's. Overlap, not "valid at now()": a concurrent writer whose transaction began
--- after ours holds a row that starts after our now().
+-- The memory that blocked insert_memory: same owner key and content hash, interval open (what
+-- memories_no_duplicate_current holds). Open, not "valid at now()": a concurrent writer whose
+-- transaction began after ours holds a row that starts after our now().
 select id from harbor.memories m
  where m.tenant_id = %(tenant_id)s::text and m.scope = %(scope)s::harbor.memory_scope
    and m.project_id = %(project_id)s::text and m.user_id = %(user_id)s::text
    and m.session_id = %(session_id)s::text and m.run_id = %(run_id)s::text
    and m.content_hash = %(content_hash)s::text
-   and m.valid && tstzrange(coalesce(%(valid_from)s::timestamptz, pg_catalog.now()), null, '[)')
- order by lower(m.valid)
- limit 1
+   and upper_inf(m.valid)
 
 -- name: insert_embedding
 -- Store one vector of a memory for one model (owner key copied from the memory): of the
@@ -111,8 +110,9 @@ select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, 
 -- round trip with the identity). Each array has one element per memory, in the order the
 -- rows are inserted and locked (the caller sorts them by dedup key, so that two batches of
 -- the same facts wait for each other instead of deadlocking); ids are distinct within a
--- call. A memory is inserted unless a currently valid duplicate exists (the exclusion
--- constraint decides, also under concurrent writers: ON CONFLICT DO NOTHING); then that
+-- call. A memory is inserted unless a currently valid duplicate exists (the unique index
+-- memories_no_duplicate_current decides, also under concurrent writers: ON CONFLICT DO
+-- NOTHING); then that
 -- duplicate comes back instead, with created false: one this statement inserted earlier,
 -- or one its snapshot sees. A duplicate it cannot see (a concurrent writer's, committed
 -- after the statement began) comes back as a row with a null id: the caller looks it up
@@ -222,19 +222,16 @@ with input as materialized (
                                 and (e.m).session_id = i.session_id
                                 and (e.m).run_id = i.run_id
                                 and (e.m).content_hash = i.content_hash
-                                and (e.m).valid operator(pg_catalog.&&) i.valid
                              union all
+                             -- (the unique index's key; its rows are the open ones)
                              select d, 1
                                from harbor.memories d
-                              where d.tenant_id = i.tenant_id and d.scope = i.scope
-                                and harbor.memory_dedup_key(d.project_id, d.user_id,
-                                                            d.session_id, d.run_id,
-                                                            d.content_hash)
-                                    = harbor.memory_dedup_key(i.project_id, i.user_id,
-                                                              i.session_id, i.run_id,
-                                                              i.content_hash)
-                                and d.valid operator(pg_catalog.&&) i.valid) x
-                      order by x.here, pg_catalog.lower((x.m).valid)
+                              where d.tenant_id = i.tenant_id and d.user_id = i.user_id
+                                and d.project_id = i.project_id
+                                and d.session_id = i.session_id and d.run_id = i.run_id
+                                and d.content_hash = i.content_hash and d.scope = i.scope
+                                and pg_catalog.upper_inf(d.valid)) x
+                      order by x.here
                       limit 1)) as m
       from input i
       left join inserted n on (n.m).id = i.id and (n.m).tenant_id = i.tenant_id

@@ -40,6 +40,7 @@ FROZEN = {
     "0019_context_hash.py": "747f8e913c934c43",
     "0020_job_queue.py": "5d69dce24eb0bf30",
     "0020_job_queue.sql": "c70ec4b400a60ad9",
+    "0021_current_dedup_unique.py": "cc6cfda2674f5fcb",
 }
 
 
