@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from harbor_pg.config import MemoryManagerConfig
+from harbor_pg.consolidation import ConsolidationReport, ConsolidationRequest
 from harbor_pg.context.background import BackgroundSummaries
 from harbor_pg.context.recall import MemoryRecall
 from harbor_pg.context.snapshot import MemorySnapshot, snapshot_in_one_round_trip
@@ -32,6 +33,7 @@ from harbor_pg.records import (
 )
 from harbor_pg.telemetry import traced
 from harbor_pg.tiers.base import (
+    ConsolidatingStore,
     LongTermStore,
     ProfileStore,
     ShortTermStore,
@@ -561,6 +563,48 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
                 "a profile needs a long-term store that keeps one (both built-in stores do)"
             )
         return await store.profile(caller, request)
+
+    async def consolidate(
+        self,
+        caller: MemoryOwner,
+        *,
+        scopes: Sequence[MemoryScope | str] = (MemoryScope.USER,),
+        min_similarity: float | None = None,
+        max_merges: int = 1000,
+    ) -> ConsolidationReport:
+        """Merge ``caller``'s near-duplicate current memories of ``scopes`` (user by default;
+        among user, project, session and run, those the caller can address), add-only.
+
+        Memories of one owner key and one writer whose texts are the same once case and
+        punctuation are set aside, or (with an embedder) whose content vectors are at
+        least ``min_similarity`` similar (default: the policy's ``dedup_threshold``, the
+        similarity at which extraction calls a fact a restatement), are superseded by one
+        successor that keeps the best-ranked text (most important, then newest), the
+        highest importance and sensitivity, and every entity and source turn; the
+        originals stay readable as of before (:mod:`harbor_pg.consolidation`). At most
+        ``max_merges`` groups a call. Safe beside concurrent writers and consolidations:
+        a group is merged once. Raises :class:`MemoryValidationError` on a bad argument
+        and :class:`MemoryConfigurationError` for a store that cannot merge."""
+        self._check_caller(caller)
+        vectors = self.embedder is not None and self.embedder.model_id is not None
+        threshold = min_similarity
+        if threshold is None and vectors:
+            threshold = self.policy.dedup_threshold
+        try:
+            request = ConsolidationRequest(
+                scopes=tuple(MemoryScope(s) for s in scopes),
+                min_similarity=threshold,
+                model_id=self.embedder.model_id if vectors and self.embedder else None,
+                max_merges=max_merges,
+            )
+        except ValueError as exc:
+            raise MemoryValidationError(str(exc)) from None
+        store = self._long()
+        if not isinstance(store, ConsolidatingStore):
+            raise MemoryConfigurationError(
+                "consolidation needs a long-term store that merges (both built-in stores do)"
+            )
+        return await store.consolidate(caller, request)
 
     # -- combined -------------------------------------------------------------------
 

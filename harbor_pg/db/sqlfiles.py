@@ -29,6 +29,7 @@ IDEMPOTENT_FILES: tuple[str, ...] = (
     "functions/recall/lexical.sql",
     "functions/recall/ranking.sql",
     "functions/profile.sql",
+    "functions/consolidate.sql",
     "policies/policies.sql",
     "policies/tokens.sql",
     "policies/locks.sql",

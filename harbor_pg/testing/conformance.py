@@ -41,7 +41,7 @@ from harbor_pg.errors import MemoryConfigurationError, MemoryScopeError, MemoryV
 from harbor_pg.manager import MemoryManager
 from harbor_pg.owner import MemoryOwner, MemoryScope
 from harbor_pg.records import ConversationMessage, Memory, MemoryType
-from harbor_pg.tiers.base import ProfileStore
+from harbor_pg.tiers.base import ConsolidatingStore, ProfileStore
 
 __all__ = ["MemoryStoreConformance"]
 
@@ -326,6 +326,33 @@ class MemoryStoreConformance:
         assert [
             e.memory.content for e in (await manager.profile(ALICE, token_budget=2 * first)).stable
         ] == ["Alice is vegetarian"]
+
+    async def test_consolidation_merges_near_duplicates_add_only(
+        self, manager: MemoryManager
+    ) -> None:
+        # (a store that cannot merge says so; ConsolidatingStore is the protocol to offer it)
+        if not isinstance(manager.long_term, ConsolidatingStore):
+            with pytest.raises(MemoryConfigurationError):
+                await manager.consolidate(ALICE)
+            return
+        now = datetime.now(UTC)
+        teas = [
+            Memory(content="Alice likes tea.", importance=0.4, valid_from=now - _DAY * 3),
+            Memory(content="alice likes TEA", importance=0.9, valid_from=now - _DAY * 2),
+        ]
+        saved = await manager.save_many(ALICE, teas)
+        bob = await manager.save_many(BOB, teas)
+        [merge] = (await manager.consolidate(ALICE)).merges
+        assert merge.merged_ids == (saved[1].memory.id, saved[0].memory.id)
+        assert merge.content == "alice likes TEA"
+        current = await manager.current_memories(ALICE, ["user"])
+        assert [m.id for m in current] == [merge.successor_id]
+        old = await manager.get(ALICE, saved[0].memory.id or "")
+        assert old is not None and old.superseded_by == merge.successor_id
+        # another user's copies are theirs: untouched
+        assert {m.id for m in await manager.current_memories(BOB, ["user"])} == {
+            r.memory.id for r in bob
+        }
 
     async def test_scope_visibility(self, manager: MemoryManager) -> None:
         user = await manager.save(ALICE, Memory(content="alice user fact", scope=MemoryScope.USER))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
+from harbor_pg.consolidation import ConsolidationReport, ConsolidationRequest
 from harbor_pg.owner import MemoryOwner, MemoryScope
 from harbor_pg.profile import ProfileRequest, UserProfile
 from harbor_pg.ranking import RecalledMemory, RecallRequest
@@ -20,6 +21,7 @@ from harbor_pg.records import ConversationMessage, Memory
 
 __all__ = [
     "BlockingShortTermStore",
+    "ConsolidatingStore",
     "ErasableLongTermStore",
     "ErasableShortTermStore",
     "ErasableWorkingStore",
@@ -387,6 +389,20 @@ class ProfileStore(Protocol):
         """The owner's current durable memories of ``request.scopes`` as a profile:
         the rules of :func:`harbor_pg.profile.profile_of` (``harbor.profile()``), only
         rows keyed exactly to ``owner`` narrowed to each scope it can address."""
+        ...
+
+
+@runtime_checkable
+class ConsolidatingStore(Protocol):
+    """A long-term store that merges near-duplicate memories (both built-in stores do)."""
+
+    async def consolidate(
+        self, owner: MemoryOwner, request: ConsolidationRequest
+    ) -> ConsolidationReport:
+        """Merge the owner's near-duplicate current memories of ``request.scopes``, add-only,
+        by the rules of ``harbor.consolidate_memories()`` (:mod:`harbor_pg.consolidation`):
+        only rows keyed exactly to ``owner`` narrowed to each scope it can address, never
+        two writers' memories into one."""
         ...
 
 

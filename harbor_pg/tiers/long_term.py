@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 
 from psycopg.types.json import Jsonb
 
+from harbor_pg.consolidation import ConsolidationReport, ConsolidationRequest, Merge
 from harbor_pg.db.connection import Connection, Database
 from harbor_pg.db.sqlfiles import query
 from harbor_pg.db.vectors import PgVector, PgVectorArray
@@ -471,6 +472,36 @@ class PostgresLongTermStore:
         return [memory_from_row(r) for r in rows]
 
     # -- extraction (ExtractionStore) ------------------------------------------------
+
+    async def consolidate(
+        self, owner: MemoryOwner, request: ConsolidationRequest
+    ) -> ConsolidationReport:
+        """Merge the owner's near-duplicates (``harbor.consolidate_memories()``, one round
+        trip and one transaction; ConsolidatingStore)."""
+        scopes = [s.value for s in request.scopes if owner.can_address(s)]
+        if not scopes:
+            return ConsolidationReport()
+        rows = await self.db.fetch_in_one_round_trip(
+            owner,
+            query("consolidate"),
+            {
+                "scopes": scopes,
+                "min_similarity": request.min_similarity,
+                "model_id": request.model_id,
+                "max_merges": request.max_merges,
+            },
+        )
+        return ConsolidationReport(
+            merges=tuple(
+                Merge(
+                    successor_id=r["successor_id"],
+                    merged_ids=tuple(r["merged_ids"]),
+                    matched_by=r["matched_by"],
+                    content=r["content"],
+                )
+                for r in rows
+            )
+        )
 
     async def profile(self, owner: MemoryOwner, request: ProfileRequest) -> UserProfile:
         """The owner's profile (``harbor.profile()``, one round trip; ProfileStore)."""

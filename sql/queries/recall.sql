@@ -35,3 +35,13 @@ select p.*
       stable_after => %(stable_after)s::interval,
       as_of => %(as_of)s::timestamptz,
       max_sensitivity => %(max_sensitivity)s::harbor.sensitivity) p
+
+-- name: consolidate
+-- Merge the caller's near-duplicate memories (identity already set):
+-- harbor.consolidate_memories(), one row a merge.
+select c.*
+  from harbor.consolidate_memories(
+      scopes => %(scopes)s::text[]::harbor.memory_scope[],
+      min_similarity => %(min_similarity)s::double precision,
+      model_id => %(model_id)s::text,
+      max_merges => %(max_merges)s::integer) c

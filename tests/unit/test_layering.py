@@ -32,6 +32,7 @@ LAYERS: dict[str, int] = {
     "policy": 3,
     "config": 3,
     "ranking": 3,
+    "consolidation": 4,
     "profile": 4,
     "messages": 3,
     "fencing": 4,

@@ -8,6 +8,13 @@ import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
+from harbor_pg.consolidation import (
+    ConsolidationReport,
+    ConsolidationRequest,
+    Merge,
+    consolidation_groups,
+    successor_of,
+)
 from harbor_pg.errors import MemoryScopeError, MemoryValidationError
 from harbor_pg.owner import SCOPE_OWNER_FIELDS, MemoryOwner, MemoryScope
 from harbor_pg.profile import ProfileRequest, UserProfile, profile_of
@@ -194,6 +201,57 @@ class InMemoryLongTermStore:
                 scored.append((overlap + row.importance / 10, row))
         scored.sort(key=lambda p: -p[0])
         return [m for _s, m in scored[:limit]]
+
+    async def consolidate(
+        self, owner: MemoryOwner, request: ConsolidationRequest
+    ) -> ConsolidationReport:
+        """Merge the owner's near-duplicates by the rules of ``harbor.consolidate_memories()``
+        (ConsolidatingStore)."""
+        keys = {s: owner.key(s) for s in request.scopes if owner.can_address(s)}
+        merges: list[Merge] = []
+        async with self._lock:
+            now = utc_now()
+            candidates = [
+                row
+                for row in self._rows.values()
+                if row.scope in keys
+                and _keyed(row, keys[row.scope])
+                and row.memory_type is not MemoryType.SUMMARY
+                and row.superseded_by is None
+                and row.invalid_at is None
+                and row.valid_from is not None
+                and row.valid_from < now
+            ]
+            vectors = {
+                memory_id: vector
+                for memory_id, (model, vector) in self._vectors.items()
+                if request.min_similarity is not None and model == request.model_id
+            }
+            groups = consolidation_groups(candidates, vectors, request.min_similarity)
+            for head, members, why in groups[: request.max_merges]:
+                group = [self._rows[i] for i in (head, *members)]
+                stored = successor_of(group, at=now).model_copy(update={"id": str(uuid.uuid4())})
+                new_id = stored.id or ""
+                for old in group:
+                    self._rows[old.id or ""] = old.model_copy(
+                        update={"invalid_at": now, "superseded_by": new_id, "updated_at": now}
+                    )
+                self._rows[new_id] = stored.model_copy(
+                    update={"created_at": now, "updated_at": now}
+                )
+                if head in self._sources:
+                    self._sources[new_id] = self._sources[head]
+                if head in self._vectors:
+                    self._vectors[new_id] = self._vectors[head]
+                merges.append(
+                    Merge(
+                        successor_id=new_id,
+                        merged_ids=tuple(m.id or "" for m in group),
+                        matched_by=why,
+                        content=stored.content,
+                    )
+                )
+        return ConsolidationReport(merges=tuple(merges))
 
     async def profile(self, owner: MemoryOwner, request: ProfileRequest) -> UserProfile:
         """The owner's profile by the rules of ``harbor.profile()`` (ProfileStore)."""

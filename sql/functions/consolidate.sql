@@ -1,0 +1,237 @@
+-- Consolidation: near-duplicate memories merged into one, add-only.
+
+-- harbor.consolidate_memories() is SECURITY INVOKER: it reads and writes under the
+-- row-level security policies, as the caller, only the caller's own owner keys
+-- narrowed to each requested scope (user, project, session, run: the scopes a caller
+-- writes; harbor._recall_keys(), as recall's legs and harbor.profile()).
+--
+-- Candidates: the current memories of those keys (valid now, not superseded, never
+-- rolling summaries, valid from before this transaction), each with its rank among
+-- the memories of its owner key and writer (principal_id): most important first, then
+-- the newest, then the id. Two candidates of one owner key and one writer match when
+--   text     their contents are the same once lower-cased, with every run of
+--            characters other than letters and digits made one space, or
+--   vector   min_similarity is given and their content vectors of model_id (the
+--            vector of the content alone, not the one with its context) are at least
+--            that similar (cosine).
+-- Memories of different writers are never merged (erasing one writer's memories then
+-- never takes, or leaves behind, another's).
+--
+-- Groups: a candidate that matches no better-ranked candidate heads a group; every
+-- other candidate joins the best-ranked head it matches (one that matches no head,
+-- only members of groups, waits for a later run). So each group is its head and
+-- memories that match the head itself, never a chain of resemblances.
+--
+-- Merging a group (at most max_merges groups, best-ranked heads first), in this
+-- transaction: the members still current are locked (all groups' rows in one
+-- statement, in id order, so that two consolidations never wait on each other in a
+-- circle), their validity closed at now() and a successor inserted, valid from now():
+-- the head's content, context, type, scope and writer; the highest importance and
+-- sensitivity of the group; the union of its entity ids and of its source turns
+-- (source_message_ids), the head's source session; the head's metadata plus
+-- "consolidated_from", the ids merged. Each member's superseded_by is the successor,
+-- and the head's vectors (of every model) are copied to it. Nothing is deleted: as of
+-- any moment before now the members are what they were. A group of which fewer than
+-- two members are still current (a concurrent consolidation or supersession closed
+-- them first) is left alone.
+--
+-- Returns one row a merge: the successor's id, the ids merged (the head first), how
+-- the members matched ('text', 'vector', or 'text,vector' when both occur), and the
+-- content kept.
+create or replace function harbor.consolidate_memories(
+    scopes harbor.memory_scope[] default '{user}',
+    min_similarity double precision default null,
+    model_id text default null,
+    max_merges integer default 1000
+) returns table (successor_id text, merged_ids text[], matched_by text, content text)
+    language plpgsql volatile security invoker
+    set search_path to pg_catalog, pg_temp
+as $$
+declare
+    v_id        record := harbor._caller_identity();
+    v_groups    jsonb;
+    v_group_row record;
+    v_live      text[];
+    v_group  text[];
+    v_new    text;
+begin
+    if v_id.tenant_id is null then
+        raise exception 'harbor.consolidate_memories: no identity set (harbor.set_identity)'
+            using errcode = '42501';
+    end if;
+    if consolidate_memories.scopes is null or cardinality(consolidate_memories.scopes) = 0 then
+        return;
+    end if;
+    if consolidate_memories.scopes && '{global,tenant}'::harbor.memory_scope[] then
+        raise exception 'harbor.consolidate_memories: scopes are among user, project, session and run'
+            using errcode = '22023';
+    end if;
+    if consolidate_memories.min_similarity is not null
+       and not (consolidate_memories.min_similarity > 0
+                and consolidate_memories.min_similarity <= 1) then
+        raise exception 'harbor.consolidate_memories: min_similarity must be in (0, 1] (or null)'
+            using errcode = '22023';
+    end if;
+    if consolidate_memories.min_similarity is not null
+       and consolidate_memories.model_id is null then
+        raise exception 'harbor.consolidate_memories: min_similarity needs a model_id'
+            using errcode = '22023';
+    end if;
+    if consolidate_memories.max_merges is null or consolidate_memories.max_merges < 0 then
+        raise exception 'harbor.consolidate_memories: max_merges must be >= 0'
+            using errcode = '22023';
+    end if;
+    -- the groups, from one snapshot: [{head, members, matched_by}] best-ranked head first
+    with candidates as materialized (
+        select m.id, m.tenant_id, m.scope, m.project_id, m.user_id, m.session_id, m.run_id,
+               m.principal_id,
+               row_number() over (partition by m.scope, m.project_id, m.user_id, m.session_id,
+                                               m.run_id, m.principal_id
+                                  order by m.importance desc, lower(m.valid) desc,
+                                           m.id collate "C")
+                   as rnk,
+               pg_catalog.btrim(pg_catalog.regexp_replace(pg_catalog.lower(m.content),
+                                                          '[^[:alnum:]]+', ' ', 'g')) as normal
+          from harbor._recall_keys(consolidate_memories.scopes, v_id.tenant_id,
+                                   v_id.project_id, v_id.user_id, v_id.session_id,
+                                   v_id.run_id) k
+          cross join lateral (
+              select m.*
+                from harbor.memories m
+               where m.tenant_id = v_id.tenant_id
+                 and m.tenant_id = k.tenant_id and m.scope = k.scope
+                 and m.user_id = k.user_id and m.project_id = k.project_id
+                 and m.session_id = k.session_id and m.run_id = k.run_id
+              offset 0) m
+         where pg_catalog.upper_inf(m.valid)
+           and pg_catalog.lower(m.valid) < pg_catalog.now()
+           and m.superseded_by is null
+           and m.memory_type <> 'summary'
+    ), vectors as materialized (
+        select c.*, e.embedding
+          from candidates c
+          join harbor.memory_embeddings e
+            on e.tenant_id = c.tenant_id and e.memory_id = c.id
+           and e.model_id = consolidate_memories.model_id and not e.with_context
+         where consolidate_memories.min_similarity is not null
+    ), pairs as (
+        -- (better, worse): two candidates of one owner key and writer that match
+        select a.id as better, a.rnk as better_rank, b.id as worse, 'text' as why
+          from candidates a
+          join candidates b
+            on b.scope = a.scope and b.project_id = a.project_id and b.user_id = a.user_id
+           and b.session_id = a.session_id and b.run_id = a.run_id
+           and b.principal_id = a.principal_id
+           and b.rnk > a.rnk and b.normal = a.normal
+         where a.normal <> ''
+        union
+        select a.id, a.rnk, b.id, 'vector'
+          from vectors a
+          join vectors b
+            on b.scope = a.scope and b.project_id = a.project_id and b.user_id = a.user_id
+           and b.session_id = a.session_id and b.run_id = a.run_id
+           and b.principal_id = a.principal_id
+           and b.rnk > a.rnk
+         where public.vector_dims(a.embedding) = public.vector_dims(b.embedding)
+           and 1 - (a.embedding operator(public.<=>) b.embedding)
+               >= consolidate_memories.min_similarity
+    ), joined as (
+        -- each member with the best-ranked head it matches (a head matches nothing better)
+        select distinct on (p.worse) p.worse, p.better, p.better_rank
+          from pairs p
+         where not exists (select 1 from pairs q where q.worse = p.better)
+         order by p.worse, p.better_rank, p.better collate "C"
+    ), grouped as (
+        select j.better as head, min(j.better_rank) as head_rank,
+               array_agg(distinct j.worse collate "C" order by j.worse collate "C") as members,
+               pg_catalog.string_agg(distinct p.why, ',' order by p.why) as matched_by
+          from joined j
+          join pairs p on p.better = j.better and p.worse = j.worse
+         group by j.better
+    )
+    select coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+                        'head', g.head, 'members', g.members, 'matched_by', g.matched_by)
+                    order by g.head_rank, g.head collate "C"), '[]')
+      into v_groups
+      from grouped g;
+    -- every group's rows still current, locked in one statement in id order
+    select array_agg(x.id)
+      into v_live
+      from (select m.id
+              from harbor.memories m
+             where m.tenant_id = v_id.tenant_id
+               and m.id = any (array(select g.head
+                                       from jsonb_to_recordset(v_groups) g(head text)
+                                     union all
+                                     select unnest(g.members)
+                                       from jsonb_to_recordset(v_groups) g(members text[])))
+               and pg_catalog.upper_inf(m.valid)
+               and m.superseded_by is null
+             order by m.id collate "C"
+             for update) x;
+    for v_group_row in
+        select g.head, g.members, g.matched_by
+          from rows from (jsonb_to_recordset(v_groups)
+                          as (head text, members text[], matched_by text))
+               with ordinality g(head, members, matched_by, n)
+         order by g.n
+         limit consolidate_memories.max_merges
+    loop
+        -- the head and the members still current; a head gone leaves its group alone
+        v_group := array(select x.id
+                           from unnest(array[v_group_row.head] || v_group_row.members)
+                                with ordinality x(id, n)
+                          where x.id = any (v_live)
+                          order by x.n);
+        continue when coalesce(cardinality(v_group), 0) < 2
+                   or v_group[1] is distinct from v_group_row.head;
+        update harbor.memories m
+           set valid = pg_catalog.tstzrange(pg_catalog.lower(m.valid), pg_catalog.now(), '[)')
+         where m.tenant_id = v_id.tenant_id and m.id = any (v_group);
+        v_new := (pg_catalog.gen_random_uuid())::text;
+        insert into harbor.memories (tenant_id, id, scope, project_id, user_id, session_id,
+                                     run_id, principal_id, memory_type, importance, content,
+                                     content_hash, context, entity_ids, source, sensitivity,
+                                     source_session_id, source_message_ids, metadata, valid)
+        select h.tenant_id, v_new, h.scope, h.project_id, h.user_id, h.session_id, h.run_id,
+               h.principal_id, h.memory_type, g.importance, h.content, h.content_hash,
+               h.context, g.entity_ids, h.source, g.sensitivity, h.source_session_id,
+               g.source_message_ids,
+               h.metadata || pg_catalog.jsonb_build_object('consolidated_from',
+                                                           pg_catalog.to_jsonb(v_group)),
+               pg_catalog.tstzrange(pg_catalog.now(), null, '[)')
+          from harbor.memories h
+         cross join (
+             select max(m.importance) as importance, max(m.sensitivity) as sensitivity,
+                    array(select distinct u.e collate "C"
+                            from harbor.memories m2
+                           cross join unnest(m2.entity_ids) u(e)
+                           where m2.tenant_id = v_id.tenant_id and m2.id = any (v_group)
+                           order by 1) as entity_ids,
+                    array(select distinct s.s collate "C"
+                            from harbor.memories m3
+                           cross join unnest(m3.source_message_ids) s(s)
+                           where m3.tenant_id = v_id.tenant_id and m3.id = any (v_group)
+                           order by 1) as source_message_ids
+               from harbor.memories m
+              where m.tenant_id = v_id.tenant_id and m.id = any (v_group)) g
+         where h.tenant_id = v_id.tenant_id and h.id = v_group_row.head;
+        update harbor.memories m
+           set superseded_by = v_new
+         where m.tenant_id = v_id.tenant_id and m.id = any (v_group);
+        insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims, embedding,
+                                              scope, project_id, user_id, session_id, run_id,
+                                              with_context, in_graph)
+        select e.tenant_id, v_new, e.model_id, e.dims, e.embedding, e.scope, e.project_id,
+               e.user_id, e.session_id, e.run_id, e.with_context, e.in_graph
+          from harbor.memory_embeddings e
+         where e.tenant_id = v_id.tenant_id and e.memory_id = v_group_row.head;
+        successor_id := v_new;
+        merged_ids := v_group;
+        matched_by := v_group_row.matched_by;
+        select h.content into consolidate_memories.content
+          from harbor.memories h where h.tenant_id = v_id.tenant_id and h.id = v_new;
+        return next;
+    end loop;
+end
+$$;
