@@ -97,6 +97,14 @@ class HarborTokenVerifier:
         )
 
 
+def _resource_scopes(scope: str) -> list[MemoryScope]:
+    """A resource's ``{scope}``: user, session or project, or all three (``all``)."""
+    allowed = ("project", "session", "user")
+    if scope != "all" and scope not in allowed:
+        raise ResourceError(f"unknown scope {scope!r}: use all, user, session or project")
+    return [MemoryScope(s) for s in (allowed if scope == "all" else (scope,))]
+
+
 def _memory_view(memory: Memory) -> dict[str, Any]:
     return {
         "id": memory.id,
@@ -349,14 +357,9 @@ def build_server(
     )
     async def memories(scope: str, ctx: Context[Any, Any]) -> str:
         me = who(ctx)
-        allowed = {"user", "session", "project"}
-        if scope != "all" and scope not in allowed:
-            raise ResourceError(f"unknown scope {scope!r}: use all, user, session or project")
-        scopes = sorted(allowed) if scope == "all" else [scope]
+        scopes = _resource_scopes(scope)
         try:
-            found = await manager.current_memories(
-                me.owner, [MemoryScope(s) for s in scopes], limit=200
-            )
+            found = await manager.current_memories(me.owner, scopes, limit=200)
         except MemoryError as exc:
             raise ResourceError(str(exc)) from None
         return json.dumps([_memory_view(m) for m in found], ensure_ascii=False)
@@ -371,10 +374,7 @@ def build_server(
     )
     async def profile(scope: str, ctx: Context[Any, Any]) -> str:
         me = who(ctx)
-        allowed = {"user", "session", "project"}
-        if scope != "all" and scope not in allowed:
-            raise ResourceError(f"unknown scope {scope!r}: use all, user, session or project")
-        scopes = sorted(allowed) if scope == "all" else [scope]
+        scopes = _resource_scopes(scope)
         try:
             got = await manager.profile(me.owner, scopes=scopes)
         except MemoryError as exc:

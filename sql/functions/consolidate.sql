@@ -3,7 +3,7 @@
 -- harbor.consolidate_memories() is SECURITY INVOKER: it reads and writes under the
 -- row-level security policies, as the caller, only the caller's own owner keys
 -- narrowed to each requested scope (user, project, session, run: the scopes a caller
--- writes; harbor._recall_keys(), as recall's legs and harbor.profile()).
+-- writes; harbor._owner_memories(), as harbor.profile()).
 --
 -- Candidates: the current memories of those keys (valid now, not superseded, never
 -- rolling summaries, valid from before this transaction), each with its rank among
@@ -92,17 +92,9 @@ begin
                    as rnk,
                pg_catalog.btrim(pg_catalog.regexp_replace(pg_catalog.lower(m.content),
                                                           '[^[:alnum:]]+', ' ', 'g')) as normal
-          from harbor._recall_keys(consolidate_memories.scopes, v_id.tenant_id,
-                                   v_id.project_id, v_id.user_id, v_id.session_id,
-                                   v_id.run_id) k
-          cross join lateral (
-              select m.*
-                from harbor.memories m
-               where m.tenant_id = v_id.tenant_id
-                 and m.tenant_id = k.tenant_id and m.scope = k.scope
-                 and m.user_id = k.user_id and m.project_id = k.project_id
-                 and m.session_id = k.session_id and m.run_id = k.run_id
-              offset 0) m
+          from harbor._owner_memories(consolidate_memories.scopes, v_id.tenant_id,
+                                      v_id.project_id, v_id.user_id, v_id.session_id,
+                                      v_id.run_id) m
          where pg_catalog.upper_inf(m.valid)
            and pg_catalog.lower(m.valid) < pg_catalog.now()
            and m.superseded_by is null

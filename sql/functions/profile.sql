@@ -1,10 +1,34 @@
 -- A user's profile: their current durable memories in one call, grouped into what
 -- has held for a long time (stable) and what is new (recent), within a token budget.
 
+-- The memories stored under the caller's owner keys narrowed to each of scopes
+-- (harbor._recall_keys(), as recall's legs): one owner-index range scan a key, the
+-- tenant named once more (on Citus, one shard group). Read as the invoker, under the
+-- row-level security policies; GLOBAL rows (no tenant's) are not among them. Every
+-- validity and type: the caller filters. Inlined into the statement that reads it
+-- (a set-returning SQL function of one SELECT).
+create or replace function harbor._owner_memories(
+    scopes harbor.memory_scope[], i_tenant text, i_project text, i_user text,
+    i_session text, i_run text
+) returns setof harbor.memories
+    language sql stable security invoker parallel safe
+as $$
+    select m.*
+      from harbor._recall_keys(scopes, i_tenant, i_project, i_user, i_session, i_run) k
+      cross join lateral (
+          select m.*
+            from harbor.memories m
+           where m.tenant_id = i_tenant
+             and m.tenant_id = k.tenant_id and m.scope = k.scope
+             and m.user_id = k.user_id and m.project_id = k.project_id
+             and m.session_id = k.session_id and m.run_id = k.run_id
+          offset 0) m
+$$;
+
 -- harbor.profile() is SECURITY INVOKER: it reads under the row-level security
 -- policies like any SELECT, and only the caller's own owner keys narrowed to each
--- requested scope (harbor._recall_keys(), as recall's legs), one owner-index range
--- scan per key; GLOBAL memories (no tenant's) are not a user's profile. Rows: the
+-- requested scope (harbor._owner_memories()); GLOBAL memories (no tenant's) are not a
+-- user's profile. Rows: the
 -- memories valid at as_of (default now), of the given scopes,
 -- never rolling summaries, at most max_sensitivity, one per content_hash (the more
 -- important copy, then the older, then the narrower scope). A memory is 'stable' when
@@ -59,17 +83,8 @@ begin
                harbor.recall_line_tokens(m.content_hash, m.content) as tok,
                case m.scope when 'run' then 0 when 'session' then 1 when 'user' then 2
                             when 'project' then 3 when 'tenant' then 4 else 5 end as breadth
-          from harbor._recall_keys(profile.scopes, v_id.tenant_id, v_id.project_id,
-                                   v_id.user_id, v_id.session_id, v_id.run_id) k
-          cross join lateral (
-              select m.*
-                from harbor.memories m
-               -- (the caller's tenant named once more: on Citus, one shard group)
-               where m.tenant_id = v_id.tenant_id
-                 and m.tenant_id = k.tenant_id and m.scope = k.scope
-                 and m.user_id = k.user_id and m.project_id = k.project_id
-                 and m.session_id = k.session_id and m.run_id = k.run_id
-              offset 0) m
+          from harbor._owner_memories(profile.scopes, v_id.tenant_id, v_id.project_id,
+                                      v_id.user_id, v_id.session_id, v_id.run_id) m
          where coalesce(m.valid operator(pg_catalog.@>) v_as_of, false)
            and m.memory_type <> 'summary'
            and m.sensitivity <= profile.max_sensitivity
