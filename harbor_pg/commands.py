@@ -1,5 +1,5 @@
-"""The ``harbor-pg`` commands beyond the server's life cycle: mcp, inspect, token,
-export, import, stop (registered on the parser of :mod:`harbor_pg.cli`)."""
+"""The ``harbor-pg`` commands beyond the server's life cycle: worker, mcp, inspect,
+token, export, import, stop (registered on the parser of :mod:`harbor_pg.cli`)."""
 
 from __future__ import annotations
 
@@ -293,10 +293,61 @@ def cmd_import(args: argparse.Namespace) -> int:
     return asyncio.run(main())
 
 
+def cmd_worker(args: argparse.Namespace) -> int:
+    """Run the queue's jobs (fact extraction queued with appended turns) until SIGINT or
+    SIGTERM; several workers, on one machine or many, share the queue safely.
+
+    Each job runs as its owner (the identity in its arguments), under row-level
+    security, with the models of the manager that ``--manager MODULE:FUNCTION``
+    returns (a function taking no arguments, async or not, that returns a
+    MemoryManager with its ``extraction_model``). Without ``--manager``, a manager
+    over the configured database with the default embedder and no extraction
+    model, whose extraction jobs fail, visibly, on the queue. ``--once`` stops when
+    the queue is empty. See docs/operations.md#background-jobs.
+    """
+
+    async def run() -> None:
+        manager = await _worker_manager(args)
+        try:
+            await manager.run_worker(concurrency=args.concurrency, wait=not args.once)
+        finally:
+            await manager.close()
+
+    asyncio.run(run())
+    return 0
+
+
+async def _worker_manager(args: argparse.Namespace) -> Any:
+    if not args.manager:
+        return await _manager(args)
+    import importlib
+    import inspect
+
+    module_name, _, attribute = args.manager.partition(":")
+    if not module_name or not attribute:
+        raise MemoryConfigurationError("--manager takes MODULE:FUNCTION, e.g. myapp.memory:manager")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # the application's modules, as uvicorn finds them
+    factory = getattr(importlib.import_module(module_name), attribute)
+    manager = factory()
+    if inspect.isawaitable(manager):
+        manager = await manager
+    return manager
+
+
 def add_commands(sub: Any) -> None:
-    """Register stop, mcp, inspect, token, export and import on ``sub`` (argparse subparsers)."""
+    """Register stop, worker, mcp, inspect, token, export and import on ``sub`` (argparse
+    subparsers)."""
     p = sub.add_parser("stop", help="stop the embedded server", description=cmd_stop.__doc__)
     p.set_defaults(func=cmd_stop)
+
+    p = sub.add_parser(
+        "worker", help="run the queue's background jobs", description=cmd_worker.__doc__
+    )
+    p.add_argument("--manager", help="MODULE:FUNCTION returning the MemoryManager jobs run with")
+    p.add_argument("--concurrency", type=int, default=1, help="jobs run at once (default 1)")
+    p.add_argument("--once", action="store_true", help="stop when the queue is empty")
+    p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("mcp", help="serve the memory over MCP", description=cmd_mcp.__doc__)
     p.add_argument("--http", action="store_true", help="streamable HTTP instead of stdio")

@@ -25,6 +25,20 @@ class MemoryManagerConfig(BaseModel):
     #: after each append, summarise the session in the background once it is due
     #: (MemoryPolicy.summarise_after_turns, summary_cooldown_seconds)
     summarise_in_background: bool = True
+    #: run the jobs this manager queues (fact extraction after appends) itself, in its
+    #: event loop; False: ``harbor-pg worker`` processes run them
+    jobs_in_process: bool = True
+    #: fold rolling summaries as jobs on the queue, queued with the turn that makes the
+    #: session due (durable, run by whoever runs the jobs), not as tasks of this process;
+    #: always so when the manager has an extraction_model
+    summaries_on_queue: bool = False
+    #: runs after the first that a failed job gets (0: none) ...
+    job_retries: int = Field(default=4, ge=0, le=100)
+    #: ... the first after this many seconds, each later one after twice the wait before it
+    job_retry_seconds: float = Field(default=2.0, ge=0, le=86_400)
+    #: a job worker silent (no heartbeat) this many seconds is taken for dead, and the jobs
+    #: it was running are run again by another
+    job_stalled_seconds: float = Field(default=30.0, gt=0, le=86_400)
     #: hours of inactivity after which a session's recent turns expire (seed 004): they
     #: are invisible at once and apply_retention reclaims them; summaries and memories
     #: extracted from them stay. None: turns never expire.

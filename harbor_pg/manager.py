@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -19,9 +20,10 @@ from harbor_pg.context.recall import MemoryRecall
 from harbor_pg.context.snapshot import MemorySnapshot, snapshot_in_one_round_trip
 from harbor_pg.db.connection import Database
 from harbor_pg.embedders.base import Embedder
-from harbor_pg.errors import MemoryConfigurationError, MemoryValidationError
+from harbor_pg.errors import MemoryConfigurationError, MemoryScopeError, MemoryValidationError
 from harbor_pg.extraction.facade import Extraction
 from harbor_pg.governance import Governance
+from harbor_pg.jobs import JobRunner
 from harbor_pg.owner import MemoryOwner, MemoryScope
 from harbor_pg.policy import MemoryPolicy
 from harbor_pg.portability import Portability
@@ -102,6 +104,7 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
         policy: MemoryPolicy | None = None,
         summary_model: Any = None,
         replica: ReadReplica | None = None,
+        extraction_model: Any = None,
     ) -> None:
         # seed 000's tier objects (WorkingMemory(store), ...) are accepted for their store
         self.short_term: ShortTermStore | None = unwrap_store(short_term)
@@ -119,8 +122,13 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
         self.summary_model = summary_model
         #: a hot standby for recall, snapshot, recent and search (None: the primary)
         self.replica = replica
+        #: extracts facts from each appended turn, as a job queued with the turn
+        #: (a MemoryModel or LangChain chat model; None: no extraction on append)
+        self.extraction_model = extraction_model
         self._owns_database = False
         self._background = BackgroundSummaries()
+        #: the queue's runner, made on first use and shared with bound copies
+        self._jobs_box: dict[str, JobRunner] = {}
         self._live: LiveTurns | None = None
 
     # -- construction -------------------------------------------------------------
@@ -139,6 +147,7 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
         policy: MemoryPolicy | None = None,
         summary_model: Any = None,
         read_url: str | None = None,
+        extraction_model: Any = None,
     ) -> MemoryManager:
         """A manager with every tier, ready to use.
 
@@ -153,6 +162,9 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
 
         ``read_url`` (or ``HARBOR_READ_DATABASE_URL``): a hot standby of that
         server; reads go there, writes to the primary (:mod:`harbor_pg.tiers.replica`).
+
+        ``extraction_model``: facts are extracted from every appended turn by a
+        job queued in the turn's transaction (:meth:`append`).
         """
         if in_process:
             return cls(
@@ -163,6 +175,7 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
                 caller=caller,
                 policy=policy,
                 summary_model=summary_model,
+                extraction_model=extraction_model,
             )
         if embedder is None and embeddings:
             from harbor_pg.embedders import default_embedder
@@ -183,6 +196,7 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
             embedder=embedder,
             policy=policy,
             summary_model=summary_model,
+            extraction_model=extraction_model,
         )
         manager._owns_database = True
         read_url = read_url or os.environ.get(READ_URL_ENV)
@@ -202,6 +216,7 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
         embedder: Embedder | None = None,
         policy: MemoryPolicy | None = None,
         summary_model: Any = None,
+        extraction_model: Any = None,
     ) -> MemoryManager:
         """Every tier backed by ``db`` (an open :class:`Database`)."""
         return cls(
@@ -214,6 +229,7 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
             embedder=embedder,
             policy=policy,
             summary_model=summary_model,
+            extraction_model=extraction_model,
         )
 
     def bound_to(self, caller: MemoryOwner) -> MemoryManager:
@@ -235,21 +251,33 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
             policy=self.policy,
             summary_model=self.summary_model,
             replica=self.replica,
+            extraction_model=self.extraction_model,
         )
         clone._background = self._background  # one set of background summaries to drain
+        clone._jobs_box = self._jobs_box  # and one job runner
         return clone
 
     async def close(self) -> None:
-        """Wait for background summaries, then close the database pools this manager opened."""
+        """Wait for background summaries and the jobs this manager runs, stop its
+        in-process job worker, then close the database pools this manager opened."""
         await self.drain()
+        jobs = self._jobs_box.get("runner")
+        if jobs is not None:
+            await jobs.close()
         if self._owns_database and self.database is not None:
             await self.database.close()
             if self.replica is not None:
                 await self.replica.database.close()
 
     async def drain(self) -> None:
-        """Wait until every background summary scheduled so far has finished."""
+        """Wait until every background summary scheduled so far has finished, and,
+        when this manager runs the queue's jobs itself, every job it queued."""
         await self._background.drain()
+        jobs = self._jobs_box.get("runner")
+        if jobs is not None and self.config.jobs_in_process and jobs.queued:
+            queued = list(jobs.queued)
+            await jobs.wait_for(queued)
+            jobs.queued.difference_update(queued)
 
     async def __aenter__(self) -> MemoryManager:
         return self
@@ -270,11 +298,22 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
         Once the session is due a summary (``summarise_after_turns`` new turns,
         the cooldown passed; see :meth:`background_summarizer`) it is summarised
         in the background. Append never waits for that and never fails for it.
+
+        With an ``extraction_model`` (PostgreSQL stores only), the turn's fact
+        extraction is queued in the turn's own transaction (:mod:`harbor_pg.jobs`):
+        a turn that is not stored has no job, a stored one always has one; so is
+        the summary fold of a session the turn makes due (also with
+        ``MemoryManagerConfig.summaries_on_queue`` alone). A worker
+        (``harbor-pg worker``) runs them, or, with
+        ``MemoryManagerConfig.jobs_in_process`` (the default), this manager in its
+        event loop.
         """
         self._check_caller(owner)
         store = self._short()
         message = self._turn(owner, turn)
         self._wrote(owner)
+        if self._queues_jobs():
+            return await self._append_with_jobs(owner, message)
         background = self._background
         if not (
             self.config.summarise_in_background
@@ -286,6 +325,83 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
         return await background.append(
             store, owner, message, policy=self.policy, summarise_if_due=self._summarise_if_due
         )
+
+    def _queues_jobs(self) -> bool:
+        """Whether appends queue jobs (extraction is configured, or summaries go on the
+        queue), on the PostgreSQL stores."""
+        if self.extraction_model is None and not self.config.summaries_on_queue:
+            return False
+        if not isinstance(self.short_term, PostgresShortTermStore):
+            raise MemoryConfigurationError(
+                "extraction_model and summaries_on_queue need the PostgreSQL stores: their "
+                "jobs are queued in the database, with the turn"
+            )
+        return True
+
+    def job_runner(self) -> JobRunner:
+        """The queue's tasks over this manager (:mod:`harbor_pg.jobs`), made on first use;
+        what ``harbor-pg worker`` runs. Its jobs run as the owners in their arguments,
+        so a bound manager refuses (:class:`MemoryScopeError`): use the unbound one."""
+        if self.caller is not None:
+            raise MemoryScopeError(
+                "a bound manager runs no jobs (they run as their own owners): use the "
+                "unbound manager's job_runner() or run_worker()"
+            )
+        return self._job_runner()
+
+    def _job_runner(self) -> JobRunner:
+        runner = self._jobs_box.get("runner")
+        if runner is None:
+            admin_url = self.database.admin_url if self.database else None
+            # a job runs as the owner in its arguments, whoever this copy is bound to
+            handlers = self
+            if self.caller is not None:
+                handlers = copy.copy(self)
+                handlers.caller = None
+            config = self.config
+            runner = self._jobs_box["runner"] = JobRunner(
+                handlers,
+                admin_url,
+                retries=config.job_retries,
+                retry_seconds=config.job_retry_seconds,
+                stalled_seconds=config.job_stalled_seconds,
+            )
+        return runner
+
+    async def run_worker(self, *, concurrency: int = 1, wait: bool = True) -> None:
+        """Run the queue's jobs with this manager's models, as their owners, until
+        stopped (SIGINT, SIGTERM) or, with ``wait=False``, until the queue is empty.
+        Refused by a bound manager (:meth:`job_runner`)."""
+        await self.job_runner().run_worker(concurrency=concurrency, wait=wait)
+
+    async def _append_with_jobs(
+        self, owner: MemoryOwner, message: ConversationMessage
+    ) -> ConversationMessage:
+        store = self.short_term
+        assert isinstance(store, PostgresShortTermStore)
+        fold = (
+            self.config.summarise_in_background
+            and self.policy.enabled
+            and owner.principal_id is not None
+            and self._background.can_summarise(store, self.long_term)
+        )
+        stored, _due, job_ids = await store.append_with_jobs(
+            owner,
+            message,
+            min_turns=self.policy.summarise_after_turns,
+            cooldown_seconds=self.policy.summary_cooldown_seconds,
+            extract=self.extraction_model is not None,
+            fold=fold,
+        )
+        if self.config.jobs_in_process and job_ids:
+            try:
+                runner = self._job_runner()
+                runner.queued.update(job_ids)
+                await runner.open()
+                runner.start_in_process()
+            except Exception as exc:  # the turn and its jobs are stored: a worker runs them
+                log.warning("the in-process job worker did not start (%s)", exc)
+        return stored
 
     def _turn(
         self, owner: MemoryOwner, turn: ConversationMessage | dict[str, Any] | Any
@@ -442,6 +558,13 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
             model=model,
         )
         return self._guarded(found)
+
+    async def run_summary_job(self, owner: MemoryOwner) -> None:
+        """Run a queued summary fold (:mod:`harbor_pg.jobs`): ``owner``'s session is
+        summarised with the manager's ``summary_model`` if it is still due (the summary
+        lease decides, so a fold queued twice folds once)."""
+        self._check_caller(owner)
+        await self._summarise_if_due(owner, False)
 
     async def _summarise_if_due(self, owner: MemoryOwner, checked: bool) -> None:
         await self._background.summarise_if_due(

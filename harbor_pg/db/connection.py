@@ -38,6 +38,7 @@ __all__ = [
     "Connection",
     "Database",
     "default_pool_size",
+    "elevated_role_setup",
     "harbor_error",
     "wrap_db_errors",
 ]
@@ -202,6 +203,13 @@ def _role_switcher(target: str) -> Callable[[Connection], Any]:
         await conn.commit()
 
     return configure
+
+
+def elevated_role_setup() -> Callable[[Connection], Any]:
+    """The ``configure`` of another pool that acts as the elevated role (the job queue's,
+    :mod:`harbor_pg.jobs`): SET ROLE harbor_admin when the login is a member of it, as
+    :class:`Database`'s own elevated pool does; a privileged login that cannot is refused."""
+    return _role_switcher(ADMIN_ROLE)
 
 
 class Database:

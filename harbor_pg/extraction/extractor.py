@@ -61,11 +61,12 @@ from harbor_pg.extraction.facts import (
     ExtractionResult,
     memory_reference,
 )
-from harbor_pg.extraction.prompts import extraction_prompt
+from harbor_pg.extraction.prompts import extraction_prompt, repair_prompt
 from harbor_pg.extraction.secrets import contains_secret, secret_kind
 from harbor_pg.fencing import Prompt
 from harbor_pg.llm.base import (
     MemoryModel,
+    MemoryModelError,
     StructuredOutputUnsupportedError,
     supports_structured_output,
 )
@@ -93,6 +94,9 @@ log = logging.getLogger("harbor_pg.extraction")
 DEFAULT_RENDER_LIMIT = 50
 #: Facts one extraction stores at most; the rest of an over-long answer is dropped.
 DEFAULT_MAX_FACTS = 20
+#: most characters of a model's unreadable answer kept (in a MemoryModelError, on the
+#: job queue's record of a failed job)
+RAW_OUTPUT_CHARS = 4000
 
 MessageLike = ConversationMessage | BaseMessage
 
@@ -113,6 +117,14 @@ def _describe(exc: BaseException) -> str:
     text = str(exc).strip()
     first = text.splitlines()[0][:300] if text else ""
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def _as_text(answer: object) -> str:
+    """A structured answer that failed validation, as text for the repair prompt."""
+    try:
+        return json.dumps(answer, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return repr(answer)
 
 
 def parse_text_answer(text: str) -> ExtractionResult:
@@ -239,7 +251,7 @@ class MemoryExtractor:
         self.max_facts = max_facts
 
     async def extract(
-        self, owner: MemoryOwner, messages: Sequence[MessageLike]
+        self, owner: MemoryOwner, messages: Sequence[MessageLike], *, strict: bool = False
     ) -> tuple[Memory, ...]:
         """Extract the facts ``messages`` state and store them for ``owner``.
 
@@ -254,7 +266,10 @@ class MemoryExtractor:
             The memories this call created, in the model's order; restatements
             and duplicates are not included. ``()`` when nothing was stored.
             Never raises: every failure is logged at WARNING and what was
-            saved until then is returned.
+            saved until then is returned. With ``strict=True`` (a queued job,
+            which the queue retries) the failure is logged and raised instead;
+            what was saved stays, and a re-run stores none of it twice (the
+            content-hash gate).
         """
         saved: list[Memory] = []
         stage = "start"
@@ -295,6 +310,8 @@ class MemoryExtractor:
                 _describe(exc),
                 len(saved),
             )
+            if strict:
+                raise
         return tuple(saved)
 
     # -- stages ---------------------------------------------------------------------
@@ -317,6 +334,11 @@ class MemoryExtractor:
 
     @chat_span("extract")
     async def _ask(self, prompt: Prompt) -> ExtractionResult:
+        """The model's facts. An answer that cannot be read as an
+        :class:`ExtractionResult` gets one repair attempt (the prompt again, with
+        that answer and what was wrong with it); if that fails too, a
+        :class:`MemoryModelError` carrying the last answer, bounded."""
+        answer_text: str | None = None
         if supports_structured_output(self.model):
             try:
                 answer: object = await self.model.generate_structured(
@@ -329,9 +351,26 @@ class MemoryExtractor:
                     return answer
                 if isinstance(answer, BaseModel):
                     answer = answer.model_dump()
-                return ExtractionResult.model_validate(answer)
-        text = await self.model.generate_text(prompt.system, prompt.user)
-        return parse_text_answer(text)
+                try:
+                    return ExtractionResult.model_validate(answer)
+                except ValueError as exc:
+                    answer_text, problem = _as_text(answer), _describe(exc)
+        if answer_text is None:
+            answer_text = await self.model.generate_text(prompt.system, prompt.user)
+            try:
+                return parse_text_answer(answer_text)
+            except ValueError as exc:
+                problem = _describe(exc)
+        retry = repair_prompt(prompt, answer_text[:RAW_OUTPUT_CHARS], problem)
+        repaired = await self.model.generate_text(retry.system, retry.user)
+        try:
+            return parse_text_answer(repaired)
+        except ValueError as exc:
+            raise MemoryModelError(
+                "the model's answer is not the extraction JSON, after one repair attempt "
+                f"({_describe(exc)})",
+                raw_output=repaired[:RAW_OUTPUT_CHARS],
+            ) from None
 
     def _candidates(
         self, owner: MemoryOwner, facts: Sequence[ExtractedFact], existing: Sequence[Memory]

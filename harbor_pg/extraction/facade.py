@@ -79,3 +79,34 @@ class Extraction(FacadeBase):
             extract_facts=True,
             limit=limit,
         )
+
+    async def run_extraction_job(self, owner: MemoryOwner, message_id: int) -> None:
+        """Run a queued extraction job (:mod:`harbor_pg.jobs`): the facts of ``owner``'s
+        session's recent turns up to its turn ``message_id``, with the manager's
+        ``extraction_model``. A turn that is gone (erased, expired) extracts nothing.
+
+        Raises :class:`MemoryConfigurationError` when this process has no
+        ``extraction_model`` (the job then fails, visibly, on the queue), and
+        whatever stopped the extraction (the model, the database), for the queue
+        to retry; a re-run stores nothing twice.
+        """
+        from harbor_pg.extraction.extractor import MemoryExtractor
+
+        self._check_caller(owner)
+        model = self.extraction_model
+        if model is None:
+            raise MemoryConfigurationError(
+                "this process has no extraction_model: give the manager that runs the "
+                "queue's jobs one (harbor-pg worker --manager module:function)"
+            )
+        extractor = MemoryExtractor(
+            memories=self._long(),  # type: ignore[arg-type]
+            model=model,
+            policy=self.policy,
+            embedder=self.embedder,
+        )
+        recent = await self._live_turns().recent(owner, extractor.policy.recent_max_messages)
+        turns = [t for t in recent if t.id is not None and int(t.id) <= message_id]
+        if not turns or int(turns[-1].id) != message_id:
+            return
+        await extractor.extract(owner, turns, strict=True)

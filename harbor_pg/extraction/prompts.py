@@ -20,7 +20,7 @@ from harbor_pg.fencing import (
 )
 from harbor_pg.records import Memory
 
-__all__ = ["extraction_prompt", "render_memories", "render_memory"]
+__all__ = ["extraction_prompt", "render_memories", "render_memory", "repair_prompt"]
 
 
 def render_memory(memory: Memory) -> str:
@@ -93,3 +93,18 @@ def extraction_prompt(
         ]
     )
     return Prompt(system, user)
+
+
+def repair_prompt(prompt: Prompt, answer: str, problem: str) -> Prompt:
+    """The one second chance an extraction answer gets: ``prompt`` again, with the
+    ``answer`` that could not be read (fenced as untrusted) and what was wrong with it."""
+    user = "\n\n".join(
+        [
+            prompt.user,
+            "Your previous answer could not be read as the JSON asked for "
+            f"({escape_untrusted(problem)}):",
+            f"<previous_answer>\n{escape_untrusted(answer)}\n</previous_answer>",
+            'Answer again with only the JSON object {"facts": [...]}, nothing else.',
+        ]
+    )
+    return Prompt(prompt.system, user)

@@ -35,12 +35,16 @@ class MemoryModelError(MemoryError):
     5xx, ...), refusals, truncated or malformed output, and output that does not
     match the requested schema. The message says what went wrong and never
     contains credentials. ``status_code`` carries the HTTP status when there was
-    one.
+    one; ``raw_output`` the model's answer (cut to a bounded length) when it
+    answered something that could not be read.
     """
 
-    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, status_code: int | None = None, raw_output: str | None = None
+    ) -> None:
         super().__init__(message)
         self.status_code = status_code
+        self.raw_output = raw_output
 
 
 class StructuredOutputUnsupportedError(MemoryModelError):

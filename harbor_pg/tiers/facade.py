@@ -39,6 +39,8 @@ class FacadeBase:
     embedder: Embedder | None
     policy: MemoryPolicy
     replica: ReadReplica | None
+    #: extracts facts from each appended turn, as a job on the queue (None: off)
+    extraction_model: Any = None
     _live: LiveTurns | None = None
 
     def _short(self) -> ShortTermStore:

@@ -104,6 +104,33 @@ class PostgresShortTermStore:
         stored = message.model_copy(update={"id": row["id"], "created_at": row["created_at"]})
         return stored, bool(row["summary_due"])
 
+    async def append_with_jobs(
+        self,
+        owner: MemoryOwner,
+        message: ConversationMessage,
+        *,
+        min_turns: int,
+        cooldown_seconds: float,
+        extract: bool,
+        fold: bool,
+    ) -> tuple[ConversationMessage, bool, list[int]]:
+        """:meth:`append_and_check_summary`, and the turn's jobs queued in the same
+        statement (:mod:`harbor_pg.jobs`): its fact extraction (``extract``) and, when
+        the session is now due one, its summary fold (``fold``). The stored turn,
+        whether a summary is due, and the ids of the jobs queued with it."""
+        params = {
+            **_append_params(owner, message),
+            "min_turns": min_turns,
+            "cooldown_seconds": cooldown_seconds,
+            "extract": extract,
+            "fold": fold,
+        }
+        [row] = await self.db.fetch_in_one_round_trip(
+            owner, query("append_message_with_jobs"), params
+        )
+        stored = message.model_copy(update={"id": row["id"], "created_at": row["created_at"]})
+        return stored, bool(row["summary_due"]), [int(i) for i in row["job_ids"] or ()]
+
     # -- synchronous twins, each on a short-lived connection of its own ----------------
     # (for HarborChatMessageHistory's sync members when the async pool cannot be used)
 

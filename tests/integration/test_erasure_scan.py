@@ -257,10 +257,17 @@ def queue_job(db: PgDatabase, owner: MemoryOwner) -> None:
                 owner.run_id,
             ),
         )
-        conn.execute(
+        [job_ids] = conn.execute(
             "select harbor_jobs.procrastinate_defer_jobs_v1(array[row('harbor', 'harbor.test',"
             " 0, %s, %s, %s, null)::harbor_jobs.procrastinate_job_to_defer_v1])",
             (f"lock:{key}", f"queue:{key}", Jsonb(args)),
+        ).fetchone()
+    # a failed run of it: the error and the model output that broke it may quote the turn
+    with psycopg.connect(db.admin_url) as conn:
+        conn.execute(
+            "insert into harbor_jobs.job_errors (job_id, attempt, error, raw_output)"
+            " values (%s, 0, %s, %s)",
+            (job_ids[0], f"ValueError: {key}", f"facts about {key}"),
         )
 
 

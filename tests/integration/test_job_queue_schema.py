@@ -62,6 +62,7 @@ def test_the_application_enqueues_and_reads_only_its_own_jobs(fresh_db: PgDataba
             "select * from harbor_jobs.procrastinate_workers",
             "select lock from harbor_jobs.procrastinate_jobs",
             "select * from harbor_jobs.procrastinate_events",
+            "select * from harbor_jobs.job_errors",
         ):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(statement)

@@ -41,6 +41,7 @@ FROZEN = {
     "0020_job_queue.py": "5d69dce24eb0bf30",
     "0020_job_queue.sql": "c70ec4b400a60ad9",
     "0021_current_dedup_unique.py": "cc6cfda2674f5fcb",
+    "0022_job_errors.py": "39ad8c407ed4cfa5",
 }
 
 

@@ -42,6 +42,8 @@ NO_OWNER = {
     "close": "waits for background work and closes pools",
     "drain": "waits for background work",
     "purge_working_state": "reclaims expired working state, already invisible to everyone",
+    "job_runner": "refused when bound: the queue's jobs run as the owners in their arguments",
+    "run_worker": "refused when bound: the queue's jobs run as the owners in their arguments",
 }
 #: construction: class methods, no manager to bind yet
 CONSTRUCTORS = {"create", "from_database"}
@@ -61,6 +63,7 @@ SAMPLES: dict[str, Any] = {
     "memory_id": "m-1",
     "destination": io.StringIO(),  # export_memories
     "source": io.StringIO(""),  # import_memories: an empty export
+    "message_id": 1,  # run_extraction_job
 }
 
 

@@ -40,6 +40,7 @@ LAYERS: dict[str, int] = {
     "tiers": 6,
     "context": 7,
     "extraction": 7,
+    "jobs": 7,
     "tables": 6,
     "access_tokens": 6,
     "portability": 7,

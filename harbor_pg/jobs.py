@@ -1,0 +1,340 @@
+"""Background work on a PostgreSQL job queue (procrastinate, schema ``harbor_jobs``).
+
+A job is queued in the transaction of the write that causes it (an appended
+turn queues its fact extraction, and the summary fold of a session it makes
+due: query ``append_message_with_jobs``), so a rolled-back turn leaves no job
+and a committed one always has one. A job's arguments are ids only: its
+owner's identity and the turn's id. Upkeep (expired working state) is a
+periodic job with no owner, run as ``harbor_admin``. Failed runs are retried
+with exponential backoff and leave their error in ``harbor_jobs.job_errors``;
+the running jobs of a worker that went silent are run again. Whoever runs
+it (``harbor-pg worker``, or the manager itself in its event loop when no
+worker is configured) runs it as that owner, under row-level security, through
+the facade's own methods; the queue's tables are read and changed through
+``harbor_admin`` (sql/policies/jobs.sql).
+
+procrastinate and its dependencies load on first use: a manager that queues
+nothing never imports them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+from psycopg.rows import dict_row
+
+from harbor_pg.db.connection import elevated_role_setup
+from harbor_pg.db.sqlfiles import query
+from harbor_pg.errors import MemoryConfigurationError
+from harbor_pg.owner import MemoryOwner
+
+if TYPE_CHECKING:
+    import procrastinate
+
+__all__ = [
+    "EXTRACT_TASK",
+    "FOLD_TASK",
+    "PURGE_TASK",
+    "QUEUE",
+    "SCHEMA",
+    "JobHandlers",
+    "JobRunner",
+    "owner_from_args",
+]
+
+log = logging.getLogger("harbor_pg")
+
+#: the schema holding procrastinate's tables (migration 0020)
+SCHEMA = "harbor_jobs"
+#: the queue harbor-pg's jobs are queued on
+QUEUE = "harbor"
+#: fact extraction after an appended turn (arguments: the owner's ids, message_id)
+EXTRACT_TASK = "harbor.extract_turn"
+#: a session's rolling-summary fold, once it is due (arguments: the owner's ids)
+FOLD_TASK = "harbor.fold_summary"
+#: upkeep, periodic: reclaim expired working state (no owner: it runs as harbor_admin)
+PURGE_TASK = "harbor.purge_working_state"
+#: when the upkeep runs (cron; procrastinate defers each tick once, whatever the workers)
+PURGE_CRON = "*/10 * * * *"
+#: most characters of a failed run's error, and of the model answer that broke it, kept
+ERROR_CHARS = 2000
+RAW_OUTPUT_CHARS = 4000
+
+#: the owner fields a job's arguments carry ('' when absent), as the policies compare them
+_OWNER_FIELDS = ("tenant_id", "project_id", "principal_id", "user_id", "session_id", "run_id")
+
+
+def owner_from_args(args: Mapping[str, Any]) -> MemoryOwner:
+    """The owner a job runs as: the identity fields of its arguments ('' is absent)."""
+    fields = {name: (str(args.get(name) or "") or None) for name in _OWNER_FIELDS}
+    return MemoryOwner(**fields)
+
+
+class JobHandlers(Protocol):
+    """What runs a job: the facade's methods, as the job's owner."""
+
+    async def run_extraction_job(self, owner: MemoryOwner, message_id: int) -> None:
+        """Extract facts from ``owner``'s session up to its turn ``message_id``."""
+
+    async def run_summary_job(self, owner: MemoryOwner) -> None:
+        """Fold ``owner``'s session's rolling summary, if it is still due."""
+
+    async def purge_working_state(self) -> int:
+        """Reclaim the space of expired working state (every tenant's; elevated role)."""
+
+
+class JobRunner:
+    """The queue's tasks over a facade's :class:`JobHandlers`, and the worker that runs them.
+
+    ``admin_url``: the queue's connection (``harbor_admin``; its search path is
+    set to ``harbor_jobs`` for procrastinate's own statements). The jobs
+    themselves read and write memory through ``handlers``, as their owners.
+    """
+
+    def __init__(
+        self,
+        handlers: JobHandlers,
+        admin_url: str | None,
+        *,
+        retries: int = 4,
+        retry_seconds: float = 2.0,
+        stalled_seconds: float = 30.0,
+    ) -> None:
+        if not admin_url:
+            raise MemoryConfigurationError(
+                "running queued jobs needs the elevated database login (harbor_admin): "
+                "pass Database(app_url, admin_url)"
+            )
+        self.handlers = handlers
+        self.admin_url = admin_url
+        #: runs after the first that a failed job gets, the first after ``retry_seconds``,
+        #: each later one after twice the wait before it
+        self.retries = retries
+        self.retry_seconds = retry_seconds
+        #: a worker silent (no heartbeat) this long is taken for dead, and the jobs it
+        #: was running are run again
+        self.stalled_seconds = stalled_seconds
+        self._app: procrastinate.App | None = None
+        self._opened = False
+        self._worker: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+        #: ids of jobs this process queued that have not run yet (what drain waits for)
+        self.queued: set[int] = set()
+
+    # -- the procrastinate app -------------------------------------------------------
+
+    @property
+    def app(self) -> procrastinate.App:
+        """The procrastinate app with harbor-pg's tasks (made on first use)."""
+        if self._app is None:
+            self._app = self._make_app()
+        return self._app
+
+    def _make_app(self) -> procrastinate.App:
+        import procrastinate
+
+        connector = procrastinate.PsycopgConnector(
+            conninfo=self.admin_url,
+            kwargs={
+                "options": f"-c search_path={SCHEMA},pg_catalog",
+                "row_factory": dict_row,
+            },
+            configure=elevated_role_setup(),
+            min_size=1,
+            max_size=4,
+        )
+        app = procrastinate.App(connector=connector)
+        handlers = self.handlers
+        backoff = _backoff(self.retries, self.retry_seconds)
+
+        @app.task(name=EXTRACT_TASK, queue=QUEUE, pass_context=True, retry=backoff)
+        async def extract_turn(context: Any, /, *, message_id: int, **ids: Any) -> None:
+            owner = owner_from_args(ids)
+            await self._run(context, backoff, handlers.run_extraction_job(owner, int(message_id)))
+
+        @app.task(name=FOLD_TASK, queue=QUEUE, pass_context=True, retry=backoff)
+        async def fold_summary(context: Any, /, **ids: Any) -> None:
+            await self._run(context, backoff, handlers.run_summary_job(owner_from_args(ids)))
+
+        @app.periodic(cron=PURGE_CRON, periodic_id="upkeep")
+        @app.task(name=PURGE_TASK, queue=QUEUE, pass_context=True, queueing_lock=PURGE_TASK)
+        async def purge_working_state(context: Any, /, timestamp: int) -> None:
+            await self._run(context, backoff, _discard(handlers.purge_working_state()))
+
+        return app
+
+    async def _run(self, context: Any, backoff: Any, work: Awaitable[None]) -> None:
+        """Run one job's ``work``; a failed run leaves its error on the queue
+        (``harbor_jobs.job_errors``) before procrastinate retries or fails the job."""
+        job = context.job
+        try:
+            await work
+        except Exception as exc:
+            await self._record_failure(job.id, job.attempts, exc)
+            if backoff.get_retry_decision(exception=exc, job=job) is None:
+                self.queued.discard(job.id)  # failed for good: nothing more to wait for
+            raise
+        self.queued.discard(job.id)
+
+    async def _record_failure(self, job_id: int, attempt: int, exc: BaseException) -> None:
+        raw = getattr(exc, "raw_output", None)
+        try:
+            await self.app.connector.execute_query_async(
+                query("jobs_record_error"),
+                job_id=job_id,
+                attempt=attempt,
+                error=_describe(exc)[:ERROR_CHARS],
+                raw_output=raw[:RAW_OUTPUT_CHARS] if isinstance(raw, str) else None,
+            )
+        except Exception as failure:  # the job's own error is what procrastinate reports
+            log.warning("job %s: its error was not recorded (%s)", job_id, _describe(failure))
+
+    async def open(self) -> None:
+        """Open the queue's connection pool (idempotent)."""
+        async with self._lock:
+            if not self._opened:
+                await self.app.open_async()
+                self._opened = True
+
+    async def close(self) -> None:
+        """Stop the in-process worker (it finishes the job it runs) and close the pool."""
+        await self.stop()
+        async with self._lock:
+            if self._opened and self._app is not None:
+                await self._app.close_async()
+            self._opened = False
+
+    # -- workers ---------------------------------------------------------------------
+
+    async def run_worker(
+        self,
+        *,
+        concurrency: int = 1,
+        wait: bool = True,
+        name: str = "harbor-worker",
+        install_signal_handlers: bool = True,
+    ) -> None:
+        """Run harbor-pg's jobs until stopped (``wait=False``: until the queue is empty).
+
+        Beside the jobs, the worker runs again the jobs of workers that went silent
+        (killed, or their machine lost) for ``stalled_seconds``: at its start and
+        then every ``stalled_seconds / 2``.
+        """
+        await self.open()
+        await self.retry_stalled()
+        watcher = asyncio.get_running_loop().create_task(self._watch_stalled())
+        try:
+            await self.app.run_worker_async(
+                queues=[QUEUE],
+                concurrency=concurrency,
+                wait=wait,
+                name=name,
+                install_signal_handlers=install_signal_handlers,
+                update_heartbeat_interval=max(self.stalled_seconds / 3, 0.1),
+                stalled_worker_timeout=self.stalled_seconds,
+            )
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+
+    async def retry_stalled(self) -> int:
+        """Queue again the running jobs of workers silent for ``stalled_seconds``; how many."""
+        manager = self.app.job_manager
+        stalled = await manager.get_stalled_jobs(
+            queue=QUEUE, seconds_since_heartbeat=self.stalled_seconds
+        )
+        again = 0
+        for job in stalled:
+            try:
+                await manager.retry_job(job)
+            except Exception as exc:  # another worker took it back first
+                log.debug("stalled job %s not retried here (%s)", job.id, exc)
+            else:
+                again += 1
+                log.warning("job %s of a silent worker is queued again", job.id)
+        return again
+
+    async def _watch_stalled(self) -> None:
+        while True:
+            await asyncio.sleep(max(self.stalled_seconds / 2, 0.2))
+            try:
+                await self.retry_stalled()
+            except Exception as exc:
+                log.warning("looking for stalled jobs failed (%s)", _describe(exc))
+
+    def start_in_process(self) -> None:
+        """Run a worker in this event loop, in the background, until :meth:`stop`
+        (started once; a no-op while it runs)."""
+        if self._worker is not None and not self._worker.done():
+            return
+        self._worker = asyncio.get_running_loop().create_task(
+            self.run_worker(name="harbor-in-process", install_signal_handlers=False),
+            name="harbor-jobs",
+        )
+        self._worker.add_done_callback(_report_stop)
+
+    async def stop(self) -> None:
+        """Stop the in-process worker, if one runs."""
+        worker, self._worker = self._worker, None
+        if worker is None or worker.done():
+            return
+        worker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await worker
+
+    async def wait_for(self, job_ids: Iterable[int], *, poll_seconds: float = 0.05) -> None:
+        """Wait until none of ``job_ids`` is queued or running any more."""
+        pending = list(job_ids)
+        if not pending:
+            return
+        await self.open()
+        while pending:
+            rows = await self.app.connector.execute_query_all_async(query("jobs_open"), ids=pending)
+            pending = [int(r["id"]) for r in rows]
+            if pending:
+                if self._worker is None or self._worker.done():
+                    raise MemoryConfigurationError(
+                        "jobs are pending and no worker runs in this process"
+                    )
+                await asyncio.sleep(poll_seconds)
+
+
+async def _discard(work: Awaitable[Any]) -> None:
+    await work
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else ""
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def _backoff(retries: int, first_seconds: float) -> Any:
+    """procrastinate's retry strategy for harbor-pg's jobs: up to ``retries`` more runs,
+    the first after ``first_seconds``, each later one after twice the wait before it.
+    Not retried: a configuration error (no model here) and a model answer that stayed
+    unreadable after its repair attempt (the same prompt would fail the same way)."""
+    from procrastinate.retry import BaseRetryStrategy, RetryDecision
+
+    from harbor_pg.llm.base import MemoryModelError
+
+    class Backoff(BaseRetryStrategy):
+        def get_retry_decision(self, *, exception: BaseException, job: Any) -> Any:
+            if job.attempts >= retries or isinstance(exception, MemoryConfigurationError):
+                return None
+            if isinstance(exception, MemoryModelError) and exception.raw_output is not None:
+                return None
+            wait = first_seconds * 2**job.attempts
+            return RetryDecision(retry_in={"milliseconds": round(wait * 1000)})
+
+    return Backoff()
+
+
+def _report_stop(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("the in-process job worker stopped (%s)", task.exception())

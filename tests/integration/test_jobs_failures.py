@@ -1,0 +1,226 @@
+"""Queued jobs that fail: retries with backoff, errors kept, broken output repaired once,
+a killed worker's job run again, and no fact written twice."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+import psycopg
+
+from harbor_pg.db.connection import Database
+from harbor_pg.embedders.hashing import HashingEmbedder
+from harbor_pg.jobs import EXTRACT_TASK, RAW_OUTPUT_CHARS
+from harbor_pg.llm.base import MemoryModelError, StructuredOutputUnsupportedError
+from harbor_pg.manager import MemoryManager, MemoryManagerConfig
+from harbor_pg.owner import MemoryOwner
+from harbor_pg.records import ConversationMessage
+from tests.conftest import PgDatabase
+from tests.integration.test_jobs_append import TeaModel
+
+DANA = MemoryOwner(tenant_id="acme", principal_id="dana", session_id="s1")
+FACT = {
+    "content": "The user drinks green tea every morning",
+    "type": "preference",
+    "scope": "user",
+    "importance": 0.7,
+    "entities": [],
+    "sensitivity": "none",
+}
+QUICK = MemoryManagerConfig(job_retries=3, job_retry_seconds=0)
+
+
+class FlakyModel:
+    """Fails ``failures`` times as a rate-limited model does, then answers."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.calls = 0
+
+    async def generate_text(self, system: str, user: str) -> str:
+        raise NotImplementedError
+
+    async def generate_structured(self, system: str, user: str, schema: type[Any]) -> Any:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise MemoryModelError("rate limited", status_code=429)
+        return schema.model_validate({"facts": [FACT]})
+
+
+class TextModel:
+    """Answers in text (no structured output) from a script of answers."""
+
+    def __init__(self, *answers: str) -> None:
+        self.answers = list(answers)
+        self.calls = 0
+
+    async def generate_text(self, system: str, user: str) -> str:
+        self.calls += 1
+        return self.answers[min(self.calls, len(self.answers)) - 1]
+
+    async def generate_structured(self, system: str, user: str, schema: type[Any]) -> Any:
+        raise StructuredOutputUnsupportedError("text only")
+
+
+def job_state(db: PgDatabase) -> tuple[str, int, list[tuple[int, str, str | None]]]:
+    with psycopg.connect(db.admin_url) as conn:
+        row: Any = conn.execute(
+            "select id, status::text, attempts from harbor_jobs.procrastinate_jobs"
+            " where task_name = %s",
+            (EXTRACT_TASK,),
+        ).fetchone()
+        errors = conn.execute(
+            "select attempt, error, raw_output from harbor_jobs.job_errors"
+            " where job_id = %s order by attempt",
+            (row[0],),
+        ).fetchall()
+    return row[1], row[2], [(e[0], e[1], e[2]) for e in errors]
+
+
+async def run_one_turn(database: Database, model: Any, config: MemoryManagerConfig) -> Any:
+    manager = MemoryManager.from_database(
+        database, extraction_model=model, embedder=HashingEmbedder(), config=config
+    )
+    try:
+        await manager.append(DANA, ConversationMessage(role="user", content="green tea, daily"))
+        await asyncio.wait_for(manager.drain(), timeout=60)
+        return [m.content for m in await manager.search(DANA, "drinks")]
+    finally:
+        await manager.close()
+
+
+async def test_a_failing_model_is_retried_and_each_failure_is_kept(
+    database: Database, fresh_db: PgDatabase
+) -> None:
+    model = FlakyModel(failures=2)
+    stored = await run_one_turn(database, model, QUICK)
+    assert stored == [FACT["content"]]
+    status, attempts, errors = job_state(fresh_db)
+    assert (status, attempts, model.calls) == ("succeeded", 3, 3)
+    assert [(a, e) for a, e, _raw in errors] == [
+        (0, "MemoryModelError: rate limited"),
+        (1, "MemoryModelError: rate limited"),
+    ]
+
+
+async def test_retries_end_at_the_limit_and_the_job_stays_failed_with_its_error(
+    database: Database, fresh_db: PgDatabase
+) -> None:
+    model = FlakyModel(failures=100)
+    config = MemoryManagerConfig(job_retries=1, job_retry_seconds=0)
+    assert await run_one_turn(database, model, config) == []
+    status, attempts, errors = job_state(fresh_db)
+    assert (status, attempts, model.calls) == ("failed", 2, 2)
+    assert [a for a, _e, _r in errors] == [0, 1]
+
+
+def test_the_backoff_doubles() -> None:
+    from harbor_pg.jobs import _backoff
+
+    class Job:
+        def __init__(self, attempts: int) -> None:
+            self.attempts = attempts
+
+    strategy = _backoff(3, 2.0)
+    waits = []
+    for attempts in range(4):
+        decision = strategy.get_retry_decision(exception=RuntimeError(), job=Job(attempts))
+        waits.append(None if decision is None else decision.retry_at)
+    assert waits[3] is None  # the limit
+    first, second, third = (w.timestamp() - time.time() for w in waits[:3])
+    assert 1.5 < first < 2.5 and 3.5 < second < 4.5 and 7.5 < third < 8.5
+
+
+async def test_broken_json_gets_one_repair_attempt(
+    database: Database, fresh_db: PgDatabase
+) -> None:
+    import json
+
+    model = TextModel("Sure! Here are the facts: {facts: [oops", json.dumps({"facts": [FACT]}))
+    assert await run_one_turn(database, model, QUICK) == [FACT["content"]]
+    assert model.calls == 2
+    status, _attempts, errors = job_state(fresh_db)
+    assert (status, errors) == ("succeeded", [])
+
+
+async def test_output_still_broken_after_the_repair_fails_the_job_with_it_kept(
+    database: Database, fresh_db: PgDatabase
+) -> None:
+    broken = "no JSON here, only prose " * 1000
+    model = TextModel(broken)
+    assert await run_one_turn(database, model, QUICK) == []
+    assert model.calls == 2  # the answer and its one repair attempt; no retries
+    status, attempts, errors = job_state(fresh_db)
+    assert (status, attempts) == ("failed", 1)
+    [(attempt, error, raw)] = errors
+    assert attempt == 0 and "after one repair attempt" in error
+    assert raw == broken[:RAW_OUTPUT_CHARS]
+
+
+async def test_a_rerun_writes_nothing_twice(database: Database) -> None:
+    model = FlakyModel(failures=0)
+    manager = MemoryManager.from_database(
+        database, extraction_model=model, embedder=HashingEmbedder(), config=QUICK
+    )
+    try:
+        turn = await manager.append(DANA, ConversationMessage(role="user", content="tea"))
+        await asyncio.wait_for(manager.drain(), timeout=60)
+        assert turn.id is not None
+        await manager.run_extraction_job(DANA, int(turn.id))  # the same job, run again
+        assert model.calls == 2
+        assert [m.content for m in await manager.search(DANA, "drinks")] == [FACT["content"]]
+    finally:
+        await manager.close()
+
+
+async def test_a_worker_killed_mid_job_has_its_job_run_again(
+    database: Database, fresh_db: PgDatabase
+) -> None:
+    queueing = MemoryManager.from_database(
+        database, extraction_model=TeaModel(), config=MemoryManagerConfig(jobs_in_process=False)
+    )
+    await queueing.append(DANA, ConversationMessage(role="user", content="green tea"))
+    env = {**os.environ, "HARBOR_DATABASE_URL": fresh_db.superuser_url}
+    env.pop("HARBOR_ADMIN_DATABASE_URL", None)
+    slow = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "harbor_pg.cli",
+            "worker",
+            "--manager",
+            "tests.integration.jobs_worker_app:slow_manager",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while job_state(fresh_db)[0] != "doing":
+            assert slow.poll() is None and time.monotonic() < deadline
+            await asyncio.sleep(0.1)
+    finally:
+        os.kill(slow.pid, signal.SIGKILL)
+        slow.wait()
+    await asyncio.sleep(1.5)  # its heartbeat is now older than job_stalled_seconds
+    model = TeaModel()
+    rescuer = MemoryManager.from_database(
+        database,
+        extraction_model=model,
+        embedder=HashingEmbedder(),
+        config=MemoryManagerConfig(jobs_in_process=False, job_stalled_seconds=1.0),
+    )
+    try:
+        await asyncio.wait_for(rescuer.run_worker(wait=False), timeout=60)
+    finally:
+        await rescuer.close()
+    assert job_state(fresh_db)[0] == "succeeded"
+    assert model.calls == 1
+    stored = [m.content for m in await queueing.search(DANA, "drinks")]
+    assert stored == ["The user drinks green tea every morning"]
