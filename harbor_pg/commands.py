@@ -1,4 +1,4 @@
-"""The ``harbor-pg`` commands beyond the server's life cycle: worker, mcp, inspect,
+"""The ``harbor-pg`` commands beyond the server's life cycle: worker, jobs, mcp, inspect,
 token, export, import, stop (registered on the parser of :mod:`harbor_pg.cli`)."""
 
 from __future__ import annotations
@@ -317,6 +317,53 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_jobs(args: argparse.Namespace) -> int:
+    """Show the queue's jobs: how many are in each state, per task, and the newest
+    failed ones with the error of their last run; or retry a failed job, or cancel
+    one that has not started. Runs as the elevated role (HARBOR_ADMIN_DATABASE_URL).
+    """
+
+    async def run() -> int:
+        manager = await _manager(args, embeddings=False)
+        try:
+            runner = manager.job_runner()
+            if args.action == "retry":
+                await runner.retry(_job_id(args))
+                print(f"job {args.job_id}: queued to run again")
+                return 0
+            if args.action == "cancel":
+                if not await runner.cancel(_job_id(args)):
+                    print(f"job {args.job_id}: not cancelled (not queued, or not started)")
+                    return 1
+                print(f"job {args.job_id}: cancelled")
+                return 0
+            counts = await runner.counts()
+            if not counts:
+                print("no jobs")
+            for row in counts:
+                print(f"{row['task_name']:<28} {row['status']:<10} {row['jobs']}")
+            failed = await runner.failures(limit=args.failures)
+            if failed:
+                print("\nfailed:")
+            for row in failed:
+                output = " (the model's answer is kept)" if row["has_output"] else ""
+                print(
+                    f"  #{row['id']} {row['task_name']} after {row['attempts']} run(s): "
+                    f"{row['error'] or 'no error recorded'}{output}"
+                )
+            return 0
+        finally:
+            await manager.close()
+
+    return asyncio.run(run())
+
+
+def _job_id(args: argparse.Namespace) -> int:
+    if args.job_id is None:
+        raise MemoryValidationError(f"harbor-pg jobs {args.action} needs a job id")
+    return int(args.job_id)
+
+
 async def _worker_manager(args: argparse.Namespace) -> Any:
     if not args.manager:
         return await _manager(args)
@@ -336,7 +383,7 @@ async def _worker_manager(args: argparse.Namespace) -> Any:
 
 
 def add_commands(sub: Any) -> None:
-    """Register stop, worker, mcp, inspect, token, export and import on ``sub`` (argparse
+    """Register stop, worker, jobs, mcp, inspect, token, export and import on ``sub`` (argparse
     subparsers)."""
     p = sub.add_parser("stop", help="stop the embedded server", description=cmd_stop.__doc__)
     p.set_defaults(func=cmd_stop)
@@ -348,6 +395,16 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--concurrency", type=int, default=1, help="jobs run at once (default 1)")
     p.add_argument("--once", action="store_true", help="stop when the queue is empty")
     p.set_defaults(func=cmd_worker)
+
+    p = sub.add_parser(
+        "jobs",
+        help="the queue's jobs: states, failures, retry, cancel",
+        description=cmd_jobs.__doc__,
+    )
+    p.add_argument("action", nargs="?", choices=["show", "retry", "cancel"], default="show")
+    p.add_argument("job_id", nargs="?", type=int, help="the job to retry or cancel")
+    p.add_argument("--failures", type=int, default=20, help="failed jobs listed (default 20)")
+    p.set_defaults(func=cmd_jobs)
 
     p = sub.add_parser("mcp", help="serve the memory over MCP", description=cmd_mcp.__doc__)
     p.add_argument("--http", action="store_true", help="streamable HTTP instead of stdio")

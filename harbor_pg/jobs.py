@@ -31,6 +31,7 @@ from harbor_pg.db.connection import elevated_role_setup
 from harbor_pg.db.sqlfiles import query
 from harbor_pg.errors import MemoryConfigurationError
 from harbor_pg.owner import MemoryOwner
+from harbor_pg.telemetry import traced
 
 if TYPE_CHECKING:
     import procrastinate
@@ -167,9 +168,11 @@ class JobRunner:
 
         return app
 
+    @traced("harbor_pg.job", attributes=lambda _self, context, *_: _job_attributes(context))
     async def _run(self, context: Any, backoff: Any, work: Awaitable[None]) -> None:
-        """Run one job's ``work``; a failed run leaves its error on the queue
-        (``harbor_jobs.job_errors``) before procrastinate retries or fails the job."""
+        """Run one job's ``work`` (a span ``harbor_pg.job`` when tracing is on); a failed
+        run leaves its error on the queue (``harbor_jobs.job_errors``) before
+        procrastinate retries or fails the job."""
         job = context.job
         try:
             await work
@@ -287,6 +290,39 @@ class JobRunner:
         with contextlib.suppress(asyncio.CancelledError):
             await worker
 
+    # -- looking at the queue (harbor-pg jobs) ----------------------------------------
+
+    async def counts(self) -> list[dict[str, Any]]:
+        """How many jobs are in each state, per task: ``task_name``, ``status``, ``jobs``."""
+        await self.open()
+        return await self.app.connector.execute_query_all_async(query("jobs_counts"))
+
+    async def failures(self, limit: int = 20) -> list[dict[str, Any]]:
+        """The newest failed jobs (``id``, ``task_name``, ``attempts``) with the error of
+        their last failed run (``error``, ``has_output``, ``failed_at``)."""
+        await self.open()
+        return await self.app.connector.execute_query_all_async(query("jobs_failures"), limit=limit)
+
+    async def retry(self, job_id: int) -> None:
+        """Run a failed job once more, now (:class:`MemoryConfigurationError` when
+        ``job_id`` is not a failed job of harbor-pg's queue)."""
+        await self.open()
+        if not await self._ours(job_id, "failed"):
+            raise MemoryConfigurationError(f"job {job_id} is not a failed harbor-pg job")
+        await self.app.job_manager.retry_job_by_id_async(job_id=job_id, retry_at=_now())
+
+    async def cancel(self, job_id: int) -> bool:
+        """Cancel a job that has not started; whether it was queued and is cancelled now."""
+        await self.open()
+        if not await self._ours(job_id, "todo"):
+            return False
+        return await self.app.job_manager.cancel_job_by_id_async(job_id)
+
+    async def _ours(self, job_id: int, status: str) -> bool:
+        """Whether ``job_id`` is a job of harbor-pg's queue in ``status``."""
+        rows = await self.app.connector.execute_query_all_async(query("jobs_status"), id=job_id)
+        return any(r["status"] == status for r in rows)
+
     async def wait_for(self, job_ids: Iterable[int], *, poll_seconds: float = 0.05) -> None:
         """Wait until none of ``job_ids`` is queued or running any more."""
         pending = list(job_ids)
@@ -302,6 +338,22 @@ class JobRunner:
                         "jobs are pending and no worker runs in this process"
                     )
                 await asyncio.sleep(poll_seconds)
+
+
+def _now() -> Any:
+    import datetime
+
+    return datetime.datetime.now(datetime.UTC)
+
+
+def _job_attributes(context: Any) -> dict[str, Any]:
+    """A job's span attributes: its task, id and attempt (never its arguments)."""
+    job = context.job
+    return {
+        "harbor.job.task": job.task_name,
+        "harbor.job.id": job.id,
+        "harbor.job.attempt": job.attempts,
+    }
 
 
 async def _discard(work: Awaitable[Any]) -> None:

@@ -12,3 +12,32 @@ insert into harbor_jobs.job_errors (job_id, attempt, error, raw_output)
 values (%(job_id)s::bigint, %(attempt)s::integer, %(error)s::text, %(raw_output)s::text)
 on conflict (job_id, attempt) do update
    set error = excluded.error, raw_output = excluded.raw_output, failed_at = now()
+
+-- name: jobs_counts
+-- How many of harbor-pg's jobs are in each state, per task (harbor-pg jobs).
+select j.task_name, j.status::text as status, count(*) as jobs
+  from harbor_jobs.procrastinate_jobs j
+ where j.queue_name = 'harbor'
+ group by j.task_name, j.status
+ order by j.task_name, j.status
+
+-- name: jobs_failures
+-- The newest failed jobs with the error of their last failed run (harbor-pg jobs).
+select j.id, j.task_name, j.attempts, e.error, e.raw_output is not null as has_output,
+       e.failed_at
+  from harbor_jobs.procrastinate_jobs j
+  left join lateral (
+      select x.error, x.raw_output, x.failed_at
+        from harbor_jobs.job_errors x
+       where x.job_id = j.id
+       order by x.attempt desc
+       limit 1) e on true
+ where j.queue_name = 'harbor' and j.status = 'failed'
+ order by j.id desc
+ limit %(limit)s::integer
+
+-- name: jobs_status
+-- One job of harbor-pg's queue and its state (none: not one of harbor-pg's jobs).
+select j.id, j.status::text as status
+  from harbor_jobs.procrastinate_jobs j
+ where j.id = %(id)s::bigint and j.queue_name = 'harbor'

@@ -46,6 +46,7 @@ SQL_BLOCKS = {
     "bound role": ("docs/security.md", "grant harbor_app to analyst;"),
     "erase": ("docs/operations.md", "from harbor.erase(user_id => 'dana');"),
     "physical erasure": ("docs/operations.md", "vacuum (full) harbor.messages,"),
+    "failed jobs": ("docs/operations.md", "join harbor_jobs.job_errors e on e.job_id = j.id"),
 }
 #: Blocks that cannot run against one embedded server, and why.
 NOT_RUN = {
@@ -209,3 +210,37 @@ def test_erase_block(quickstart: PgDatabase) -> None:
     with psycopg.connect(quickstart.superuser_url) as su:
         [(remaining,)] = su.execute("select count(*) from harbor.memories").fetchall()
     assert remaining == 0
+
+
+def test_failed_jobs_block(quickstart: PgDatabase) -> None:
+    with psycopg.connect(quickstart.app_url) as app:
+        app.execute(
+            "select harbor.set_identity('acme', principal_id => 'dana', session_id => 's1')"
+        )
+        [(ids,)] = app.execute(
+            "select harbor_jobs.procrastinate_defer_jobs_v1(array[row('harbor',"
+            " 'harbor.extract_turn', 0, null, null, jsonb_build_object('tenant_id', 'acme',"
+            " 'principal_id', 'dana', 'user_id', 'dana', 'session_id', 's1', 'message_id', 1),"
+            " null)::harbor_jobs.procrastinate_job_to_defer_v1])"
+        ).fetchall()
+    with psycopg.connect(quickstart.admin_url) as admin:
+        admin.execute(
+            "update harbor_jobs.procrastinate_jobs set status = 'failed', attempts = 1"
+            " where id = %s",
+            (ids[0],),
+        )
+        admin.execute(
+            "insert into harbor_jobs.job_errors (job_id, attempt, error) values (%s, 0, %s)",
+            (ids[0], "MemoryModelError: rate limited"),
+        )
+    [rows] = _run_block(quickstart, sql_block("failed jobs"))
+    [(job_id, task, args, attempts, attempt, error, raw)] = rows
+    assert (job_id, task, attempts, attempt, error, raw) == (
+        ids[0],
+        "harbor.extract_turn",
+        1,
+        0,
+        "MemoryModelError: rate limited",
+        None,
+    )
+    assert args["message_id"] == 1

@@ -20,7 +20,7 @@ from harbor_pg.llm.base import MemoryModelError, StructuredOutputUnsupportedErro
 from harbor_pg.manager import MemoryManager, MemoryManagerConfig
 from harbor_pg.owner import MemoryOwner
 from harbor_pg.records import ConversationMessage
-from tests.conftest import PgDatabase
+from tests.conftest import PgDatabase, run_cli
 from tests.integration.test_jobs_append import TeaModel
 
 DANA = MemoryOwner(tenant_id="acme", principal_id="dana", session_id="s1")
@@ -224,3 +224,41 @@ async def test_a_worker_killed_mid_job_has_its_job_run_again(
     assert model.calls == 1
     stored = [m.content for m in await queueing.search(DANA, "drinks")]
     assert stored == ["The user drinks green tea every morning"]
+
+
+async def test_harbor_pg_jobs_shows_failures_and_retries_or_cancels(
+    database: Database, fresh_db: PgDatabase
+) -> None:
+    model = TextModel("not JSON at all")
+    assert await run_one_turn(database, model, QUICK) == []
+    queueing = MemoryManager.from_database(
+        database, extraction_model=TeaModel(), config=MemoryManagerConfig(jobs_in_process=False)
+    )
+    await queueing.append(DANA, ConversationMessage(role="user", content="more tea"))
+    with psycopg.connect(fresh_db.admin_url) as conn:
+        rows = conn.execute(
+            "select id, status::text from harbor_jobs.procrastinate_jobs"
+            " where task_name = %s order by id",
+            (EXTRACT_TASK,),
+        ).fetchall()
+    [(failed_id, first), (queued_id, second)] = rows
+    assert (first, second) == ("failed", "todo")
+
+    shown = run_cli("jobs", url=fresh_db.superuser_url)
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert f"{EXTRACT_TASK:<28} failed     1" in shown.stdout
+    assert f"{EXTRACT_TASK:<28} todo       1" in shown.stdout
+    assert f"#{failed_id} {EXTRACT_TASK} after 1 run(s): MemoryModelError:" in shown.stdout
+    assert "(the model's answer is kept)" in shown.stdout
+
+    assert run_cli("jobs", "retry", str(failed_id), url=fresh_db.superuser_url).returncode == 0
+    assert run_cli("jobs", "cancel", str(queued_id), url=fresh_db.superuser_url).returncode == 0
+    again = run_cli("jobs", "retry", str(queued_id), url=fresh_db.superuser_url)
+    assert again.returncode != 0 and "is not a failed harbor-pg job" in again.stderr
+    with psycopg.connect(fresh_db.admin_url) as conn:
+        states = conn.execute(
+            "select id, status::text from harbor_jobs.procrastinate_jobs"
+            " where task_name = %s order by id",
+            (EXTRACT_TASK,),
+        ).fetchall()
+    assert states == [(failed_id, "todo"), (queued_id, "cancelled")]

@@ -208,6 +208,39 @@ print(json.dumps({"enabled": telemetry.enabled(),
 """
 
 
+async def test_every_job_is_a_span_with_its_model_call_inside(
+    database: Database, spans: InMemorySpanExporter
+) -> None:
+    import asyncio
+
+    from harbor_pg.jobs import EXTRACT_TASK
+
+    owner = MemoryOwner(tenant_id="acme", principal_id="dana", session_id="s-job")
+    manager = MemoryManager.from_database(
+        database, extraction_model=EchoRewrite(), embedder=HashingEmbedder()
+    )
+    try:
+        await manager.append(owner, ConversationMessage(role="user", content="nine o'clock"))
+        await asyncio.wait_for(manager.drain(), timeout=30)
+    finally:
+        await manager.close()
+    finished: list[ReadableSpan] = list(spans.get_finished_spans())
+    # (the worker also ran the periodic upkeep it queued at its start)
+    [job] = [
+        s
+        for s in finished
+        if s.name == "harbor_pg.job" and (s.attributes or {}).get("harbor.job.task") == EXTRACT_TASK
+    ]
+    assert job.attributes is not None and job.attributes["harbor.job.attempt"] == 0
+    inside = [
+        s for s in finished if s.parent is not None and s.parent.span_id == job.context.span_id
+    ]
+    assert any(s.attributes and s.attributes.get("gen_ai.operation.name") for s in inside)
+    # no identity, no content
+    text = json.dumps([dict(s.attributes or {}) for s in finished], default=str)
+    assert "dana" not in text and "nine o'clock" not in text
+
+
 def test_without_opentelemetry_nothing_is_imported_or_emitted() -> None:
     out = subprocess.run(
         [sys.executable, "-c", _ABSENT], check=True, capture_output=True, text=True, timeout=120
