@@ -9,6 +9,7 @@ import os
 import shlex
 import sys
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -293,6 +294,60 @@ def cmd_import(args: argparse.Namespace) -> int:
     return asyncio.run(main())
 
 
+# -- upkeep -----------------------------------------------------------------------
+
+
+def cmd_consolidate(args: argparse.Namespace) -> int:
+    """Merge the identity's near-duplicate memories, add-only: each group becomes one
+    successor and the originals stay readable as of before (docs/recall.md,
+    Consolidation). --dry-run lists the groups and writes nothing. One line a group,
+    then a summary on stderr."""
+
+    async def main() -> int:
+        manager = await _manager(args)
+        try:
+            report = await manager.consolidate(
+                _owner(args),
+                scopes=args.scope or ["user"],
+                min_similarity=args.min_similarity,
+                max_merges=args.max_merges,
+                dry_run=args.dry_run,
+            )
+        finally:
+            await manager.close()
+        verb = "would merge" if args.dry_run else "merged"
+        for merge in report.merges:
+            into = "" if merge.successor_id is None else f" into {merge.successor_id}"
+            print(f"{verb} {len(merge.merged_ids)} ({merge.matched_by}){into}: {merge.content}")
+        what = "would be superseded" if args.dry_run else "superseded"
+        print(f"{len(report.merges)} groups, {report.superseded} memories {what}", file=sys.stderr)
+        return 0
+
+    return asyncio.run(main())
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    """Print the identity's profile: its current durable memories, stable (held for
+    --stable-days or more, most important first) then recent (newest first), within
+    --tokens (docs/recall.md, A user's profile)."""
+
+    async def main() -> int:
+        manager = await _manager(args)
+        try:
+            profile = await manager.profile(
+                _owner(args),
+                token_budget=args.tokens,
+                stable_after=timedelta(days=args.stable_days),
+                scopes=args.scope or ["user"],
+            )
+        finally:
+            await manager.close()
+        print(profile.render() or "(no memories)")
+        return 0
+
+    return asyncio.run(main())
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     """Run the queue's jobs (fact extraction queued with appended turns) until SIGINT or
     SIGTERM; several workers, on one machine or many, share the queue safely.
@@ -458,3 +513,39 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--admin", action="store_true", help="the whole tenant (elevated role)")
     p.add_argument("--batch-size", type=int, default=200, help="memories per transaction")
     p.set_defaults(func=cmd_import)
+    p = sub.add_parser(
+        "consolidate",
+        help="merge an identity's near-duplicate memories",
+        description=cmd_consolidate.__doc__,
+    )
+    _add_identity(p)
+    p.add_argument(
+        "--scope",
+        action="append",
+        choices=["user", "project", "session", "run"],
+        help="a scope to merge in (repeatable; default: user)",
+    )
+    p.add_argument(
+        "--min-similarity",
+        type=float,
+        default=None,
+        help="cosine similarity of near-duplicate vectors (default: the policy's dedup_threshold)",
+    )
+    p.add_argument("--max-merges", type=int, default=1000, help="groups at most (default: 1000)")
+    p.add_argument("--dry-run", action="store_true", help="list the groups, write nothing")
+    p.set_defaults(func=cmd_consolidate)
+    p = sub.add_parser(
+        "profile", help="print an identity's profile", description=cmd_profile.__doc__
+    )
+    _add_identity(p)
+    p.add_argument(
+        "--scope",
+        action="append",
+        choices=["user", "project", "session", "run"],
+        help="a scope to read (repeatable; default: user)",
+    )
+    p.add_argument("--tokens", type=int, default=400, help="token budget (default: 400)")
+    p.add_argument(
+        "--stable-days", type=float, default=30, help="days a stable memory has held (default: 30)"
+    )
+    p.set_defaults(func=cmd_profile)

@@ -56,12 +56,14 @@ class ConsolidationRequest:
     ``min_similarity``: cosine similarity, in (0, 1], at which two content vectors of
     ``model_id`` are near-duplicates (None: texts only).
     ``max_merges``: the most groups merged in one call (the best-ranked heads first).
+    ``dry_run``: report the groups a merge would make and write nothing.
     """
 
     scopes: tuple[MemoryScope, ...] = (MemoryScope.USER,)
     min_similarity: float | None = None
     model_id: str | None = None
     max_merges: int = 1000
+    dry_run: bool = False
 
     def __post_init__(self) -> None:
         scopes = tuple(MemoryScope(s) for s in self.scopes)
@@ -94,10 +96,11 @@ class ConsolidationRequest:
 
 @dataclass(frozen=True)
 class Merge:
-    """One merge: the successor stored, the memories it superseded (the head first),
-    how they matched (``text``, ``vector`` or ``text,vector``) and the text kept."""
+    """One merge: the successor stored (None in a dry run), the memories it superseded
+    (the head first), how they matched (``text``, ``vector`` or ``text,vector``) and the
+    text kept."""
 
-    successor_id: str
+    successor_id: str | None
     merged_ids: tuple[str, ...]
     matched_by: str
     content: str

@@ -694,6 +694,7 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
         scopes: Sequence[MemoryScope | str] = (MemoryScope.USER,),
         min_similarity: float | None = None,
         max_merges: int = 1000,
+        dry_run: bool = False,
     ) -> ConsolidationReport:
         """Merge ``caller``'s near-duplicate current memories of ``scopes`` (user by default;
         among user, project, session and run, those the caller can address), add-only.
@@ -705,7 +706,8 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
         successor that keeps the best-ranked text (most important, then newest), the
         highest importance and sensitivity, and every entity and source turn; the
         originals stay readable as of before (:mod:`harbor_pg.consolidation`). At most
-        ``max_merges`` groups a call. Safe beside concurrent writers and consolidations:
+        ``max_merges`` groups a call; ``dry_run`` reports the groups and writes nothing.
+        Safe beside concurrent writers and consolidations:
         a group is merged once. Raises :class:`MemoryValidationError` on a bad argument
         and :class:`MemoryConfigurationError` for a store that cannot merge."""
         self._check_caller(caller)
@@ -719,6 +721,7 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
                 min_similarity=threshold,
                 model_id=self.embedder.model_id if vectors and self.embedder else None,
                 max_merges=max_merges,
+                dry_run=dry_run,
             )
         except ValueError as exc:
             raise MemoryValidationError(str(exc)) from None

@@ -489,6 +489,7 @@ class PostgresLongTermStore:
                 "min_similarity": request.min_similarity,
                 "model_id": request.model_id,
                 "max_merges": request.max_merges,
+                "dry_run": request.dry_run,
             },
         )
         return ConsolidationReport(

@@ -37,12 +37,17 @@
 --
 -- Returns one row a merge: the successor's id, the ids merged (the head first), how
 -- the members matched ('text', 'vector', or 'text,vector' when both occur), and the
--- content kept.
+-- content kept. With dry_run, the groups it would merge (the same rows, the successor's
+-- id null), and nothing is locked or written.
+-- (the signature without dry_run: an overload left in place would make calls ambiguous)
+drop function if exists harbor.consolidate_memories(harbor.memory_scope[], double precision, text,
+                                                    integer);
 create or replace function harbor.consolidate_memories(
     scopes harbor.memory_scope[] default '{user}',
     min_similarity double precision default null,
     model_id text default null,
-    max_merges integer default 1000
+    max_merges integer default 1000,
+    dry_run boolean default false
 ) returns table (successor_id text, merged_ids text[], matched_by text, content text)
     language plpgsql volatile security invoker
     set search_path to pg_catalog, pg_temp
@@ -146,6 +151,17 @@ begin
                     order by g.head_rank, g.head collate "C"), '[]')
       into v_groups
       from grouped g;
+    if consolidate_memories.dry_run then
+        return query
+            select null::text, array[g.head] || g.members, g.matched_by, m.content
+              from rows from (jsonb_to_recordset(v_groups)
+                              as (head text, members text[], matched_by text))
+                   with ordinality g(head, members, matched_by, n)
+              join harbor.memories m on m.tenant_id = v_id.tenant_id and m.id = g.head
+             order by g.n
+             limit consolidate_memories.max_merges;
+        return;
+    end if;
     -- every group's rows still current, locked in one statement in id order
     select array_agg(x.id)
       into v_live

@@ -44,4 +44,5 @@ select c.*
       scopes => %(scopes)s::text[]::harbor.memory_scope[],
       min_similarity => %(min_similarity)s::double precision,
       model_id => %(model_id)s::text,
-      max_merges => %(max_merges)s::integer) c
+      max_merges => %(max_merges)s::integer,
+      dry_run => %(dry_run)s::boolean) c

@@ -16,7 +16,7 @@ from harbor_pg.manager import MemoryManager
 from harbor_pg.owner import MemoryOwner, MemoryScope
 from harbor_pg.records import Memory, Sensitivity
 from harbor_pg.tiers.in_process import InMemoryLongTermStore
-from tests.conftest import PgDatabase
+from tests.conftest import PgDatabase, run_cli
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 ALICE = MemoryOwner(tenant_id="t1", project_id="p1", principal_id="alice", session_id="s1")
@@ -221,3 +221,47 @@ def test_the_sql_function_refuses_elevated_scopes(fresh_db: PgDatabase) -> None:
         conn.execute("select harbor.set_identity('t1', user_id => 'alice', is_local => true)")
         with pytest.raises(psycopg.errors.InvalidParameterValue, match="scopes"):
             conn.execute("select * from harbor.consolidate_memories(scopes => '{tenant}')")
+
+
+async def test_a_dry_run_reports_the_groups_and_writes_nothing(database: Database) -> None:
+    manager = MemoryManager.from_database(database)
+    mem = MemoryManager(long_term=InMemoryLongTermStore())
+    for m in (manager, mem):
+        saved = await m.save_many(ALICE, _teas())
+        before = await _current(m)
+        [dry] = (await m.consolidate(ALICE, dry_run=True)).merges
+        assert dry.successor_id is None
+        assert dry.merged_ids[0] == saved[1].memory.id and len(dry.merged_ids) == 3
+        assert dry.content == "alice LIKES   tea" and dry.matched_by == "text"
+        assert await _current(m) == before
+        [merge] = (await m.consolidate(ALICE)).merges
+        assert merge.merged_ids == dry.merged_ids
+
+
+def test_the_commands_consolidate_and_print_the_profile(fresh_db: PgDatabase) -> None:
+    async def seed() -> None:
+        db = Database(fresh_db.app_url, fresh_db.admin_url)
+        await db.open()
+        try:
+            await MemoryManager.from_database(db).save_many(ALICE, _teas())
+        finally:
+            await db.close()
+
+    asyncio.run(seed())
+    identity = ("--tenant", "t1", "--project", "p1", "--principal", "alice")
+    dry = run_cli("consolidate", *identity, "--dry-run", url=fresh_db.superuser_url)
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.startswith("would merge 3 (text): alice LIKES   tea")
+    assert "1 groups, 3 memories would be superseded" in dry.stderr
+    done = run_cli("consolidate", *identity, url=fresh_db.superuser_url)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("merged 3 (text) into ")
+    again = run_cli("consolidate", *identity, url=fresh_db.superuser_url)
+    assert again.stdout == "" and "0 groups" in again.stderr
+    profile = run_cli("profile", *identity, "--stable-days", "4", url=fresh_db.superuser_url)
+    assert profile.returncode == 0, profile.stderr
+    assert profile.stdout.splitlines()[0] == "Stable:"
+    assert "Alice works at the harbour" in profile.stdout
+    assert "Recent:" in profile.stdout and "alice LIKES tea" in profile.stdout
+    bad = run_cli("consolidate", *identity, "--max-merges", "-1", url=fresh_db.superuser_url)
+    assert bad.returncode == 2 and "max_merges" in bad.stderr

@@ -230,6 +230,9 @@ class InMemoryLongTermStore:
             groups = consolidation_groups(candidates, vectors, request.min_similarity)
             for head, members, why in groups[: request.max_merges]:
                 group = [self._rows[i] for i in (head, *members)]
+                if request.dry_run:
+                    merges.append(Merge(None, (head, *members), why, group[0].content))
+                    continue
                 stored = successor_of(group, at=now).model_copy(update={"id": str(uuid.uuid4())})
                 new_id = stored.id or ""
                 for old in group:
