@@ -57,6 +57,8 @@ class ConsolidationRequest:
     ``model_id`` are near-duplicates (None: texts only).
     ``max_merges``: the most groups merged in one call (the best-ranked heads first).
     ``dry_run``: report the groups a merge would make and write nothing.
+    ``since``: compare vectors only in pairs of which one memory was stored at or after
+    it (a periodic run passes the start of the last; texts are compared all with all).
     """
 
     scopes: tuple[MemoryScope, ...] = (MemoryScope.USER,)
@@ -64,6 +66,7 @@ class ConsolidationRequest:
     model_id: str | None = None
     max_merges: int = 1000
     dry_run: bool = False
+    since: datetime | None = None
 
     def __post_init__(self) -> None:
         scopes = tuple(MemoryScope(s) for s in self.scopes)
@@ -84,6 +87,8 @@ class ConsolidationRequest:
                 )
             if not self.model_id:
                 raise MemoryValidationError("min_similarity needs the model_id of the vectors")
+        if self.since is not None and self.since.tzinfo is None:
+            raise MemoryValidationError("since must be timezone-aware")
         if (
             isinstance(self.max_merges, bool)
             or not isinstance(self.max_merges, int)
@@ -151,10 +156,18 @@ def consolidation_groups(
     candidates: Sequence[Memory],
     vectors: Mapping[str, Sequence[float]],
     min_similarity: float | None,
+    *,
+    since: datetime | None = None,
 ) -> list[tuple[str, tuple[str, ...], str]]:
     """The groups ``harbor.consolidate_memories()`` would merge among ``candidates``
     (current memories with ids), best-ranked head first: (head id, member ids in id
-    order, how they matched). ``vectors`` maps a memory id to its content vector."""
+    order, how they matched). ``vectors`` maps a memory id to its content vector; with
+    ``since``, vectors are compared only in pairs of which one memory was created at or
+    after it."""
+
+    def new(memory: Memory) -> bool:
+        return since is None or (memory.created_at is not None and memory.created_at >= since)
+
     by_key: dict[tuple[str, ...], list[Memory]] = defaultdict(list)
     for memory in candidates:
         if memory.memory_type is not MemoryType.SUMMARY and memory.id:
@@ -174,6 +187,7 @@ def consolidation_groups(
                 va, vb = vectors.get(a.id or ""), vectors.get(b.id or "")
                 if (
                     min_similarity is not None
+                    and (new(a) or new(b))
                     and va is not None
                     and vb is not None
                     and len(va) == len(vb)

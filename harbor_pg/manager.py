@@ -695,6 +695,7 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
         min_similarity: float | None = None,
         max_merges: int = 1000,
         dry_run: bool = False,
+        since: datetime | None = None,
     ) -> ConsolidationReport:
         """Merge ``caller``'s near-duplicate current memories of ``scopes`` (user by default;
         among user, project, session and run, those the caller can address), add-only.
@@ -706,7 +707,9 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
         successor that keeps the best-ranked text (most important, then newest), the
         highest importance and sensitivity, and every entity and source turn; the
         originals stay readable as of before (:mod:`harbor_pg.consolidation`). At most
-        ``max_merges`` groups a call; ``dry_run`` reports the groups and writes nothing.
+        ``max_merges`` groups a call; ``dry_run`` reports the groups and writes nothing;
+        ``since`` compares vectors only in pairs with a memory stored at or after it (a
+        periodic run passes the start of its last: new with all, not all with all).
         Safe beside concurrent writers and consolidations:
         a group is merged once. Raises :class:`MemoryValidationError` on a bad argument
         and :class:`MemoryConfigurationError` for a store that cannot merge."""
@@ -722,6 +725,7 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
                 model_id=self.embedder.model_id if vectors and self.embedder else None,
                 max_merges=max_merges,
                 dry_run=dry_run,
+                since=since,
             )
         except ValueError as exc:
             raise MemoryValidationError(str(exc)) from None

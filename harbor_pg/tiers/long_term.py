@@ -490,6 +490,7 @@ class PostgresLongTermStore:
                 "model_id": request.model_id,
                 "max_merges": request.max_merges,
                 "dry_run": request.dry_run,
+                "since": request.since,
             },
         )
         return ConsolidationReport(

@@ -13,7 +13,10 @@
 --            characters other than letters and digits made one space, or
 --   vector   min_similarity is given and their content vectors of model_id (the
 --            vector of the content alone, not the one with its context) are at least
---            that similar (cosine).
+--            that similar (cosine); with since, only pairs of which one memory was
+--            stored (created_at) at or after since are compared: a run every so often
+--            passes the start of the last, and compares the new memories with all
+--            instead of all with all (the comparison is quadratic in an owner key).
 -- Memories of different writers are never merged (erasing one writer's memories then
 -- never takes, or leaves behind, another's).
 --
@@ -39,15 +42,19 @@
 -- the members matched ('text', 'vector', or 'text,vector' when both occur), and the
 -- content kept. With dry_run, the groups it would merge (the same rows, the successor's
 -- id null), and nothing is locked or written.
--- (the signature without dry_run: an overload left in place would make calls ambiguous)
+-- (the signatures without dry_run and since: an overload left in place would make calls
+-- ambiguous)
 drop function if exists harbor.consolidate_memories(harbor.memory_scope[], double precision, text,
                                                     integer);
+drop function if exists harbor.consolidate_memories(harbor.memory_scope[], double precision, text,
+                                                    integer, boolean);
 create or replace function harbor.consolidate_memories(
     scopes harbor.memory_scope[] default '{user}',
     min_similarity double precision default null,
     model_id text default null,
     max_merges integer default 1000,
-    dry_run boolean default false
+    dry_run boolean default false,
+    since timestamptz default null
 ) returns table (successor_id text, merged_ids text[], matched_by text, content text)
     language plpgsql volatile security invoker
     set search_path to pg_catalog, pg_temp
@@ -89,7 +96,7 @@ begin
     -- the groups, from one snapshot: [{head, members, matched_by}] best-ranked head first
     with candidates as materialized (
         select m.id, m.tenant_id, m.scope, m.project_id, m.user_id, m.session_id, m.run_id,
-               m.principal_id,
+               m.principal_id, m.created_at,
                row_number() over (partition by m.scope, m.project_id, m.user_id, m.session_id,
                                                m.run_id, m.principal_id
                                   order by m.importance desc, lower(m.valid) desc,
@@ -122,6 +129,7 @@ begin
            and b.rnk > a.rnk and b.normal = a.normal
          where a.normal <> ''
         union
+        -- every pair of an owner key and writer (no since)
         select a.id, a.rnk, b.id, 'vector'
           from vectors a
           join vectors b
@@ -129,8 +137,26 @@ begin
            and b.session_id = a.session_id and b.run_id = a.run_id
            and b.principal_id = a.principal_id
            and b.rnk > a.rnk
-         where public.vector_dims(a.embedding) = public.vector_dims(b.embedding)
+         where consolidate_memories.since is null
+           and public.vector_dims(a.embedding) = public.vector_dims(b.embedding)
            and 1 - (a.embedding operator(public.<=>) b.embedding)
+               >= consolidate_memories.min_similarity
+        union
+        -- each memory stored since `since` with every other of its owner key and writer
+        -- (a pair of two new ones once), the better-ranked first
+        select case when n.rnk < o.rnk then n.id else o.id end, least(n.rnk, o.rnk),
+               case when n.rnk < o.rnk then o.id else n.id end, 'vector'
+          from (select v.* from vectors v
+                 where v.created_at >= consolidate_memories.since) n
+          join vectors o
+            on o.scope = n.scope and o.project_id = n.project_id and o.user_id = n.user_id
+           and o.session_id = n.session_id and o.run_id = n.run_id
+           and o.principal_id = n.principal_id
+           and o.id <> n.id
+         where consolidate_memories.since is not null
+           and (o.created_at < consolidate_memories.since or n.rnk < o.rnk)
+           and public.vector_dims(n.embedding) = public.vector_dims(o.embedding)
+           and 1 - (n.embedding operator(public.<=>) o.embedding)
                >= consolidate_memories.min_similarity
     ), joined as (
         -- each member with the best-ranked head it matches (a head matches nothing better)

@@ -45,4 +45,5 @@ select c.*
       min_similarity => %(min_similarity)s::double precision,
       model_id => %(model_id)s::text,
       max_merges => %(max_merges)s::integer,
-      dry_run => %(dry_run)s::boolean) c
+      dry_run => %(dry_run)s::boolean,
+      since => %(since)s::timestamptz) c

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
+from harbor_pg.consolidation import consolidation_groups
 from harbor_pg.db.connection import Database
 from harbor_pg.embedders.hashing import HashingEmbedder
 from harbor_pg.errors import MemoryValidationError
@@ -265,3 +266,36 @@ def test_the_commands_consolidate_and_print_the_profile(fresh_db: PgDatabase) ->
     assert "Recent:" in profile.stdout and "alice LIKES tea" in profile.stdout
     bad = run_cli("consolidate", *identity, "--max-merges", "-1", url=fresh_db.superuser_url)
     assert bad.returncode == 2 and "max_merges" in bad.stderr
+
+
+async def test_since_compares_the_new_memories_with_the_rest(database: Database) -> None:
+    manager = MemoryManager.from_database(database, embedder=HashingEmbedder())
+    old = await manager.save_many(
+        ALICE,
+        [
+            Memory(content="Alice keeps two cats named Miso and Tofu", importance=0.6),
+            Memory(content="Alice keeps two cats, Miso and Tofu", importance=0.4),
+        ],
+    )
+    await asyncio.sleep(0.05)
+    mark = datetime.now(UTC)
+    # the two stored before the mark are not compared with each other
+    assert (await manager.consolidate(ALICE, min_similarity=0.7, since=mark)).merges == ()
+    new = await manager.save(ALICE, Memory(content="Alice keeps two cats: Miso and Tofu"))
+    [merge] = (await manager.consolidate(ALICE, min_similarity=0.7, since=mark)).merges
+    assert merge.merged_ids == (old[0].memory.id, new.memory.id)
+    # without since, the one left is compared with the successor and merged too
+    [last] = (await manager.consolidate(ALICE, min_similarity=0.7)).merges
+    assert set(last.merged_ids) == {merge.successor_id, old[1].memory.id}
+
+
+def test_the_reference_compares_vectors_only_with_a_new_side() -> None:
+    t0 = NOW - timedelta(days=1)
+    rows = [
+        Memory(id="a", content="x one", importance=0.9, created_at=t0, valid_from=t0),
+        Memory(id="b", content="x two", importance=0.5, created_at=t0, valid_from=t0),
+        Memory(id="c", content="x three", importance=0.1, created_at=NOW, valid_from=NOW),
+    ]
+    same = {"a": [1.0, 0.0], "b": [1.0, 0.0], "c": [1.0, 0.0]}
+    assert consolidation_groups(rows, same, 0.9) == [("a", ("b", "c"), "vector")]
+    assert consolidation_groups(rows, same, 0.9, since=NOW) == [("a", ("c",), "vector")]

@@ -227,7 +227,9 @@ class InMemoryLongTermStore:
                 for memory_id, (model, vector) in self._vectors.items()
                 if request.min_similarity is not None and model == request.model_id
             }
-            groups = consolidation_groups(candidates, vectors, request.min_similarity)
+            groups = consolidation_groups(
+                candidates, vectors, request.min_similarity, since=request.since
+            )
             for head, members, why in groups[: request.max_merges]:
                 group = [self._rows[i] for i in (head, *members)]
                 if request.dry_run:
