@@ -36,12 +36,38 @@ from harbor_pg.owner import MemoryScope
 from harbor_pg.records import Memory, MemoryType
 
 __all__ = [
+    "MERGE_SYSTEM_PROMPT",
     "ConsolidationReport",
     "ConsolidationRequest",
     "Merge",
+    "MergedText",
     "consolidation_groups",
     "loose_text",
+    "merge_prompt",
 ]
+
+#: what a language model is told when it writes a group's merged text
+MERGE_SYSTEM_PROMPT = (
+    "You merge statements that say the same thing into one statement. Keep every detail "
+    "the statements give, add nothing, and answer with the one statement only, as plain "
+    "text on one line."
+)
+
+
+def merge_prompt(contents: Sequence[str]) -> str:
+    """The user message that asks for one group's merged text."""
+    lines = "\n".join(f"{i}. {' '.join(text.split())}" for i, text in enumerate(contents, 1))
+    return f"Statements:\n{lines}\n\nThe one statement:"
+
+
+@dataclass(frozen=True)
+class MergedText:
+    """A text written for a group (its successor's content), its dedup key, its vector."""
+
+    content: str
+    content_hash: str
+    embedding: Sequence[float] | None = None
+
 
 #: scopes consolidation reads and writes: the caller's own
 _SCOPES = frozenset({MemoryScope.USER, MemoryScope.PROJECT, MemoryScope.SESSION, MemoryScope.RUN})
@@ -67,6 +93,8 @@ class ConsolidationRequest:
     max_merges: int = 1000
     dry_run: bool = False
     since: datetime | None = None
+    #: texts written for groups, by head id (see :class:`MergedText`)
+    merged: Mapping[str, MergedText] | None = None
 
     def __post_init__(self) -> None:
         scopes = tuple(MemoryScope(s) for s in self.scopes)
@@ -109,6 +137,8 @@ class Merge:
     merged_ids: tuple[str, ...]
     matched_by: str
     content: str
+    #: True when the successor's text was written for it (a model's), not the head's
+    written: bool = False
 
 
 @dataclass(frozen=True)
@@ -212,10 +242,20 @@ def consolidation_groups(
     return groups
 
 
-def successor_of(group: Sequence[Memory], *, at: datetime | None = None) -> Memory:
-    """The memory that supersedes ``group`` (its head first), valid from ``at``."""
+def successor_of(
+    group: Sequence[Memory], *, at: datetime | None = None, text: MergedText | None = None
+) -> Memory:
+    """The memory that supersedes ``group`` (its head first), valid from ``at``: the head's
+    text, or ``text`` (then without a context)."""
     head = group[0]
     ids = [m.id or "" for m in group]
+    written: dict[str, object] = {}
+    if text is not None:
+        written = {
+            "content": text.content,
+            "content_hash": text.content_hash,
+            "context": None,
+        }
     entities = sorted({e for m in group for e in m.entity_ids})
     sources = sorted({s for m in group for s in m.source_message_ids})
     sensitivity = max((m.sensitivity for m in group), key=lambda s: s.level)
@@ -226,7 +266,12 @@ def successor_of(group: Sequence[Memory], *, at: datetime | None = None) -> Memo
             "entity_ids": entities,
             "source_message_ids": sources,
             "sensitivity": sensitivity,
-            "metadata": {**head.metadata, "consolidated_from": ids},
+            "metadata": {
+                **head.metadata,
+                "consolidated_from": ids,
+                **({"written_by_model": True} if text is not None else {}),
+            },
+            **written,
             "valid_from": at or datetime.now(UTC),
             "invalid_at": None,
             "superseded_by": None,

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from harbor_pg.config import MemoryManagerConfig
-from harbor_pg.consolidation import ConsolidationReport, ConsolidationRequest
+from harbor_pg.consolidation import (
+    MERGE_SYSTEM_PROMPT,
+    ConsolidationReport,
+    ConsolidationRequest,
+    MergedText,
+    merge_prompt,
+)
 from harbor_pg.context.background import BackgroundSummaries
 from harbor_pg.context.recall import MemoryRecall
 from harbor_pg.context.snapshot import MemorySnapshot, snapshot_in_one_round_trip
@@ -32,6 +39,7 @@ from harbor_pg.records import (
     ConversationMessage,
     Memory,
     MemoryType,
+    content_hash,
 )
 from harbor_pg.telemetry import traced
 from harbor_pg.tiers.base import (
@@ -696,6 +704,7 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
         max_merges: int = 1000,
         dry_run: bool = False,
         since: datetime | None = None,
+        model: Any = None,
     ) -> ConsolidationReport:
         """Merge ``caller``'s near-duplicate current memories of ``scopes`` (user by default;
         among user, project, session and run, those the caller can address), add-only.
@@ -711,8 +720,12 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
         ``since`` compares vectors only in pairs with a memory stored at or after it (a
         periodic run passes the start of its last: new with all, not all with all).
         Safe beside concurrent writers and consolidations:
-        a group is merged once. Raises :class:`MemoryValidationError` on a bad argument
-        and :class:`MemoryConfigurationError` for a store that cannot merge."""
+        a group is merged once. With ``model`` (a :class:`~harbor_pg.llm.MemoryModel` or a
+        LangChain chat model), each group's successor gets a text the model writes from
+        the group's texts (``metadata["written_by_model"]``, its own vector); a model that
+        fails, or answers nothing usable, leaves that group the head's text. Raises
+        :class:`MemoryValidationError` on a bad argument and
+        :class:`MemoryConfigurationError` for a store that cannot merge."""
         self._check_caller(caller)
         vectors = self.embedder is not None and self.embedder.model_id is not None
         threshold = min_similarity
@@ -734,7 +747,54 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
             raise MemoryConfigurationError(
                 "consolidation needs a long-term store that merges (both built-in stores do)"
             )
+        if model is not None and not dry_run:
+            # (imported here: a manager that never merges with a model never loads LangChain)
+            from harbor_pg.llm.langchain import as_memory_model
+
+            preview = await store.consolidate(caller, replace(request, dry_run=True))
+            written = await self._written_merges(caller, store, preview, as_memory_model(model))
+            request = replace(request, merged=written or None)
         return await store.consolidate(caller, request)
+
+    async def _written_merges(
+        self,
+        caller: MemoryOwner,
+        store: LongTermStore,
+        preview: ConsolidationReport,
+        model: Any,
+    ) -> dict[str, MergedText]:
+        """The texts ``model`` writes for the groups of ``preview``, by head id (a group
+        the model fails for, or answers unusably, is left out: its head's text stands)."""
+        texts: dict[str, tuple[MemoryScope, str]] = {}
+        for merge in preview.merges:
+            members = [await store.get(caller, i) for i in merge.merged_ids]
+            if any(m is None for m in members):
+                continue  # gone since the preview: the merge leaves the group alone anyway
+            head = merge.merged_ids[0]
+            try:
+                answer = await model.generate_text(
+                    MERGE_SYSTEM_PROMPT, merge_prompt([m.content for m in members if m])
+                )
+                text = " ".join(str(answer).split())
+                self._check_content(text, "a merged text")
+            except Exception as exc:  # any model failure: the head's text stands
+                log.warning("consolidation: the model's text for %s was not used: %s", head, exc)
+                continue
+            scope = members[0].scope if members[0] else MemoryScope.USER
+            texts[head] = (scope, text)
+        if not texts:
+            return {}
+        vectors: list[list[float]] | None = None
+        if self.embedder is not None and self.embedder.model_id is not None:
+            vectors = await self.embedder.embed([t for _s, t in texts.values()])
+        return {
+            head: MergedText(
+                content=text,
+                content_hash=content_hash(scope, text),
+                embedding=vectors[i] if vectors is not None else None,
+            )
+            for i, (head, (scope, text)) in enumerate(texts.items())
+        }
 
     # -- combined -------------------------------------------------------------------
 

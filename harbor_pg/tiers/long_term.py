@@ -491,8 +491,25 @@ class PostgresLongTermStore:
                 "max_merges": request.max_merges,
                 "dry_run": request.dry_run,
                 "since": request.since,
+                "merged": None
+                if request.merged is None
+                else Jsonb(
+                    {
+                        head: {
+                            "content": text.content,
+                            "content_hash": text.content_hash,
+                            **(
+                                {"embedding": vector_literal(check_vector(text.embedding))}
+                                if text.embedding is not None
+                                else {}
+                            ),
+                        }
+                        for head, text in request.merged.items()
+                    }
+                ),
             },
         )
+        written = request.merged or {}
         return ConsolidationReport(
             merges=tuple(
                 Merge(
@@ -500,6 +517,9 @@ class PostgresLongTermStore:
                     merged_ids=tuple(r["merged_ids"]),
                     matched_by=r["matched_by"],
                     content=r["content"],
+                    written=r["successor_id"] is not None
+                    and r["merged_ids"][0] in written
+                    and written[r["merged_ids"][0]].content == r["content"],
                 )
                 for r in rows
             )

@@ -38,23 +38,33 @@
 -- two members are still current (a concurrent consolidation or supersession closed
 -- them first) is left alone.
 --
+-- merged, when given, holds a text written for a group (by a language model, from a dry
+-- run's groups), keyed by its head's id: {"content", "content_hash" (the content's dedup
+-- key, harbor_pg.records.content_hash), "embedding" (its vector of model_id, optional)}.
+-- The successor of that group then has that text, no context, that vector (in the HNSW
+-- graph when the head's vectors are) and "written_by_model": true in its metadata; a
+-- text that is already the content of a current memory of the owner key outside the
+-- group is not used (the head's stands). A head not in merged keeps its own text.
 -- Returns one row a merge: the successor's id, the ids merged (the head first), how
 -- the members matched ('text', 'vector', or 'text,vector' when both occur), and the
 -- content kept. With dry_run, the groups it would merge (the same rows, the successor's
 -- id null), and nothing is locked or written.
--- (the signatures without dry_run and since: an overload left in place would make calls
--- ambiguous)
+-- (the signatures without dry_run, since and merged: an overload left in place would make
+-- calls ambiguous)
 drop function if exists harbor.consolidate_memories(harbor.memory_scope[], double precision, text,
                                                     integer);
 drop function if exists harbor.consolidate_memories(harbor.memory_scope[], double precision, text,
                                                     integer, boolean);
+drop function if exists harbor.consolidate_memories(harbor.memory_scope[], double precision, text,
+                                                    integer, boolean, timestamptz);
 create or replace function harbor.consolidate_memories(
     scopes harbor.memory_scope[] default '{user}',
     min_similarity double precision default null,
     model_id text default null,
     max_merges integer default 1000,
     dry_run boolean default false,
-    since timestamptz default null
+    since timestamptz default null,
+    merged jsonb default null
 ) returns table (successor_id text, merged_ids text[], matched_by text, content text)
     language plpgsql volatile security invoker
     set search_path to pg_catalog, pg_temp
@@ -64,6 +74,7 @@ declare
     v_groups    jsonb;
     v_group_row record;
     v_live      text[];
+    v_text      jsonb;
     v_group  text[];
     v_new    text;
 begin
@@ -219,6 +230,21 @@ begin
                           order by x.n);
         continue when coalesce(cardinality(v_group), 0) < 2
                    or v_group[1] is distinct from v_group_row.head;
+        -- a written text, unless it is already a current memory of the key beside the group
+        v_text := consolidate_memories.merged -> v_group_row.head;
+        if v_text is not null and exists (
+            select 1
+              from harbor.memories h
+              join harbor.memories c
+                on c.tenant_id = h.tenant_id and c.scope = h.scope
+               and c.project_id = h.project_id and c.user_id = h.user_id
+               and c.session_id = h.session_id and c.run_id = h.run_id
+             where h.tenant_id = v_id.tenant_id and h.id = v_group_row.head
+               and c.content_hash = v_text ->> 'content_hash'
+               and pg_catalog.upper_inf(c.valid)
+               and c.id <> all (v_group)) then
+            v_text := null;
+        end if;
         update harbor.memories m
            set valid = pg_catalog.tstzrange(pg_catalog.lower(m.valid), pg_catalog.now(), '[)')
          where m.tenant_id = v_id.tenant_id and m.id = any (v_group);
@@ -228,11 +254,15 @@ begin
                                      content_hash, context, entity_ids, source, sensitivity,
                                      source_session_id, source_message_ids, metadata, valid)
         select h.tenant_id, v_new, h.scope, h.project_id, h.user_id, h.session_id, h.run_id,
-               h.principal_id, h.memory_type, g.importance, h.content, h.content_hash,
-               h.context, g.entity_ids, h.source, g.sensitivity, h.source_session_id,
-               g.source_message_ids,
+               h.principal_id, h.memory_type, g.importance,
+               coalesce(v_text ->> 'content', h.content),
+               coalesce(v_text ->> 'content_hash', h.content_hash),
+               case when v_text is null then h.context end, g.entity_ids, h.source,
+               g.sensitivity, h.source_session_id, g.source_message_ids,
                h.metadata || pg_catalog.jsonb_build_object('consolidated_from',
-                                                           pg_catalog.to_jsonb(v_group)),
+                                                           pg_catalog.to_jsonb(v_group))
+                   || case when v_text is null then '{}'::jsonb
+                           else '{"written_by_model": true}'::jsonb end,
                pg_catalog.tstzrange(pg_catalog.now(), null, '[)')
           from harbor.memories h
          cross join (
@@ -259,7 +289,24 @@ begin
         select e.tenant_id, v_new, e.model_id, e.dims, e.embedding, e.scope, e.project_id,
                e.user_id, e.session_id, e.run_id, e.with_context, e.in_graph
           from harbor.memory_embeddings e
-         where e.tenant_id = v_id.tenant_id and e.memory_id = v_group_row.head;
+         where e.tenant_id = v_id.tenant_id and e.memory_id = v_group_row.head
+           and v_text is null;
+        -- a written text's own vector
+        insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims, embedding,
+                                              scope, project_id, user_id, session_id, run_id,
+                                              with_context, in_graph)
+        select h.tenant_id, v_new, consolidate_memories.model_id,
+               public.vector_dims((v_text ->> 'embedding')::public.vector),
+               (v_text ->> 'embedding')::public.vector, h.scope, h.project_id, h.user_id,
+               h.session_id, h.run_id, false,
+               coalesce((select pg_catalog.bool_or(e.in_graph)
+                           from harbor.memory_embeddings e
+                          where e.tenant_id = v_id.tenant_id
+                            and e.memory_id = v_group_row.head
+                            and e.model_id = consolidate_memories.model_id), false)
+          from harbor.memories h
+         where h.tenant_id = v_id.tenant_id and h.id = v_group_row.head
+           and v_text ? 'embedding' and consolidate_memories.model_id is not null;
         successor_id := v_new;
         merged_ids := v_group;
         matched_by := v_group_row.matched_by;

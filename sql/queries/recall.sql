@@ -46,4 +46,5 @@ select c.*
       model_id => %(model_id)s::text,
       max_merges => %(max_merges)s::integer,
       dry_run => %(dry_run)s::boolean,
-      since => %(since)s::timestamptz) c
+      since => %(since)s::timestamptz,
+      merged => %(merged)s::jsonb) c

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import psycopg
 import pytest
@@ -13,6 +14,7 @@ from harbor_pg.consolidation import consolidation_groups
 from harbor_pg.db.connection import Database
 from harbor_pg.embedders.hashing import HashingEmbedder
 from harbor_pg.errors import MemoryValidationError
+from harbor_pg.llm.base import MemoryModelError
 from harbor_pg.manager import MemoryManager
 from harbor_pg.owner import MemoryOwner, MemoryScope
 from harbor_pg.records import Memory, Sensitivity
@@ -299,3 +301,56 @@ def test_the_reference_compares_vectors_only_with_a_new_side() -> None:
     same = {"a": [1.0, 0.0], "b": [1.0, 0.0], "c": [1.0, 0.0]}
     assert consolidation_groups(rows, same, 0.9) == [("a", ("b", "c"), "vector")]
     assert consolidation_groups(rows, same, 0.9, since=NOW) == [("a", ("c",), "vector")]
+
+
+class _Writer:
+    """A scripted MemoryModel for merged texts: answers from a list, records the prompts."""
+
+    def __init__(self, *answers: str | Exception) -> None:
+        self.answers = list(answers)
+        self.prompts: list[str] = []
+
+    async def generate_text(self, system: str, user: str) -> str:
+        self.prompts.append(user)
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    async def generate_structured(self, system: str, user: str, schema: type[Any]) -> Any:
+        raise AssertionError("not used")
+
+
+@pytest.mark.parametrize("store", ["postgres", "in_process"])
+async def test_a_model_writes_the_merged_text(database: Database, store: str) -> None:
+    embedder = HashingEmbedder()
+    manager = (
+        MemoryManager.from_database(database, embedder=embedder)
+        if store == "postgres"
+        else MemoryManager(long_term=InMemoryLongTermStore(), embedder=embedder)
+    )
+    await manager.save_many(ALICE, _teas())
+    await manager.save_many(
+        ALICE, [Memory(content="Bob sails on Sundays."), Memory(content="bob sails on sundays")]
+    )
+    writer = _Writer("Alice likes  tea, and says so often.", MemoryModelError("rate limited"))
+    report = await manager.consolidate(ALICE, model=writer)
+    tea, sail = sorted(report.merges, key=lambda m: m.content)
+    assert tea.written and tea.content == "Alice likes tea, and says so often."
+    assert not sail.written and sail.content in ("Bob sails on Sundays.", "bob sails on sundays")
+    assert "1. alice LIKES tea" in writer.prompts[0]  # the texts, whitespace collapsed
+    successor = await manager.get(ALICE, tea.successor_id or "")
+    assert successor is not None and successor.context is None
+    assert successor.metadata["written_by_model"] is True
+    assert successor.metadata["consolidated_from"] == list(tea.merged_ids)
+    got = await manager.recall(ALICE, "does alice say she likes tea often", token_budget=10_000)
+    assert got[0].id == tea.successor_id
+
+
+async def test_a_written_text_already_current_elsewhere_is_not_used(database: Database) -> None:
+    manager = MemoryManager.from_database(database)
+    await manager.save_many(ALICE, [*_teas(), Memory(content="Alice drinks tea")])
+    writer = _Writer("Alice drinks tea")  # the content of a memory outside the group
+    [merge] = (await manager.consolidate(ALICE, model=writer)).merges
+    assert not merge.written and merge.content == "alice LIKES   tea"
+    assert "Alice drinks tea" in await _current(manager)

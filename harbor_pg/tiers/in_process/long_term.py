@@ -53,6 +53,10 @@ def _visible(memory: Memory, owner: MemoryOwner) -> bool:
 _EXTRACTION_SCOPES = frozenset({MemoryScope.USER, MemoryScope.PROJECT, MemoryScope.SESSION})
 
 
+#: the owner columns a row is keyed by (besides its scope)
+_KEY_FIELDS = ("tenant_id", "project_id", "user_id", "session_id", "run_id")
+
+
 def _keyed(memory: Memory, key: dict[str, str]) -> bool:
     """True when ``memory`` is stored under exactly the owner ``key``."""
     return all(getattr(memory, f) == v for f, v in key.items())
@@ -109,15 +113,23 @@ class InMemoryLongTermStore:
             self._sources[memory.id] = (owner.tenant_id, owner.user_id or "")
 
     def _current_duplicate(
-        self, scope: MemoryScope, key: dict[str, str], digest: str, now: datetime
+        self,
+        scope: MemoryScope,
+        key: dict[str, str],
+        digest: str,
+        now: datetime,
+        *,
+        ignore: frozenset[str] | set[str] = frozenset(),
     ) -> Memory | None:
-        """The row valid at ``now`` with this content hash under exactly this owner key."""
+        """The row valid at ``now`` with this content hash under exactly this owner key
+        (other than the ids in ``ignore``)."""
         for row in self._rows.values():
             if (
                 row.content_hash == digest
                 and row.scope is scope
                 and _keyed(row, key)
                 and row.is_valid_at(now)
+                and (row.id or "") not in ignore
             ):
                 return row
         return None
@@ -235,7 +247,18 @@ class InMemoryLongTermStore:
                 if request.dry_run:
                     merges.append(Merge(None, (head, *members), why, group[0].content))
                     continue
-                stored = successor_of(group, at=now).model_copy(update={"id": str(uuid.uuid4())})
+                text = (request.merged or {}).get(head)
+                if text is not None and self._current_duplicate(
+                    group[0].scope,
+                    {f: getattr(group[0], f) for f in _KEY_FIELDS},
+                    text.content_hash,
+                    now,
+                    ignore={m.id or "" for m in group},
+                ):
+                    text = None  # already a current memory beside the group: the head stands
+                stored = successor_of(group, at=now, text=text).model_copy(
+                    update={"id": str(uuid.uuid4())}
+                )
                 new_id = stored.id or ""
                 for old in group:
                     self._rows[old.id or ""] = old.model_copy(
@@ -246,14 +269,17 @@ class InMemoryLongTermStore:
                 )
                 if head in self._sources:
                     self._sources[new_id] = self._sources[head]
-                if head in self._vectors:
+                if text is None and head in self._vectors:
                     self._vectors[new_id] = self._vectors[head]
+                elif text is not None and text.embedding is not None and request.model_id:
+                    self._vectors[new_id] = (request.model_id, list(text.embedding))
                 merges.append(
                     Merge(
                         successor_id=new_id,
                         merged_ids=tuple(m.id or "" for m in group),
                         matched_by=why,
                         content=stored.content,
+                        written=text is not None,
                     )
                 )
         return ConsolidationReport(merges=tuple(merges))
