@@ -262,3 +262,65 @@ async def test_harbor_pg_jobs_shows_failures_and_retries_or_cancels(
             (EXTRACT_TASK,),
         ).fetchall()
     assert states == [(failed_id, "todo"), (queued_id, "cancelled")]
+
+
+class CountingModel:
+    """Records which turn each extraction was for (the newest turn in its prompt) and
+    proposes one fact naming it."""
+
+    def __init__(self) -> None:
+        self.turns: list[int] = []
+
+    async def generate_text(self, system: str, user: str) -> str:
+        raise NotImplementedError
+
+    async def generate_structured(self, system: str, user: str, schema: type[Any]) -> Any:
+        import re
+
+        turn = int(re.findall(r"turn-(\d+)", user)[-1])
+        self.turns.append(turn)
+        await asyncio.sleep(0)
+        fact = {**FACT, "content": f"The user said fact number {turn}", "scope": "session"}
+        return schema.model_validate({"facts": [fact]})
+
+
+async def test_four_workers_extract_every_turn_exactly_once(
+    database: Database, fresh_db: PgDatabase
+) -> None:
+    turns, sessions = 200, 20
+    queueing = MemoryManager.from_database(
+        database, extraction_model=TeaModel(), config=MemoryManagerConfig(jobs_in_process=False)
+    )
+    owners = [DANA.model_copy(update={"session_id": f"s{i}"}) for i in range(sessions)]
+    for n in range(turns):
+        await queueing.append(
+            owners[n % sessions], ConversationMessage(role="user", content=f"turn-{n}")
+        )
+    model = CountingModel()
+    workers = [
+        MemoryManager.from_database(
+            database, extraction_model=model, config=MemoryManagerConfig(jobs_in_process=False)
+        )
+        for _ in range(4)
+    ]
+    try:
+        await asyncio.wait_for(
+            asyncio.gather(*(w.run_worker(concurrency=2, wait=False) for w in workers)),
+            timeout=120,
+        )
+    finally:
+        for w in workers:
+            await w.close()
+    assert sorted(model.turns) == list(range(turns))  # each turn once, none twice
+    with psycopg.connect(fresh_db.admin_url) as conn:
+        states = conn.execute(
+            "select status::text, count(*) from harbor_jobs.procrastinate_jobs"
+            " where task_name = %s group by 1",
+            (EXTRACT_TASK,),
+        ).fetchall()
+    assert states == [("succeeded", turns)]
+    with psycopg.connect(fresh_db.superuser_url) as conn:
+        [(stored, distinct)] = conn.execute(
+            "select count(*), count(distinct content) from harbor.memories"
+        ).fetchall()
+    assert stored == distinct == turns
