@@ -547,6 +547,55 @@ def _ago(value: datetime | None, now: datetime | None = None) -> str:
     return f"in {text}" if ahead else f"{text} ago"
 
 
+#: methods that change nothing, which any page may send (a link, an image)
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+class SameOriginWrites:
+    """ASGI middleware: a request that may change state (any method but GET, HEAD and
+    OPTIONS: choosing an identity, logging in or out) is refused with 403 when a
+    browser says it came from another origin.
+
+    Browsers say so in ``Sec-Fetch-Site`` (anything but ``same-origin``, or ``none``
+    for what the user typed or bookmarked), or, without it, in ``Origin`` (when it
+    differs from the scheme and host the request was sent to). A request with
+    neither is not a browser's cross-site request (a command-line client's) and
+    passes. Without this, any web page the user visits could post a form to the
+    inspector and switch the identity it shows, or log the user in with the
+    attacker's token.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] not in _SAFE_METHODS:
+            headers = {
+                k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]
+            }
+            if _cross_origin(headers, scope.get("scheme", "http")):
+                response = Response(
+                    "Refused: this request came from another site.",
+                    status_code=403,
+                    media_type="text/plain",
+                    headers=_SECURITY_HEADERS,
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _cross_origin(headers: dict[str, str], scheme: str) -> bool:
+    site = headers.get("sec-fetch-site")
+    if site is not None:
+        return site.strip().lower() not in ("same-origin", "none")
+    origin = headers.get("origin")
+    if origin is None:
+        return False
+    host = headers.get("host", "")
+    return origin.strip().lower() != f"{scheme}://{host}".lower()
+
+
 def build_app(
     manager: MemoryManager,
     settings: InspectorSettings | None = None,
@@ -580,7 +629,7 @@ def build_app(
         Route("/logout", logout, methods=["POST"]),
         Mount("/static", StaticFiles(packages=[("harbor_pg.inspect", "static")]), name="static"),
     ]
-    middleware = []
+    middleware = [Middleware(SameOriginWrites)]
     if is_loopback(settings.host):
         # a page elsewhere cannot reach this one through a name it resolves to loopback
         hosts = ["127.0.0.1", "localhost", "::1", "[::1]", settings.host]

@@ -241,6 +241,43 @@ def test_every_page_in_chromium(browser: Any, app_url: str, seeded: Seed) -> Non
         v.close()
 
 
+def _serving(html: str) -> Any:
+    """A route handler that answers with ``html`` (the attacker's page)."""
+
+    def fulfil(route: Any) -> None:
+        route.fulfill(body=html, content_type="text/html")
+
+    return fulfil
+
+
+def test_another_sites_form_cannot_switch_the_identity(browser: Any, app_url: str) -> None:
+    """An attacker's page (another site) auto-submits a form to /identity and to /login in
+    a browser that has a chosen identity: both are refused, and the identity stays."""
+    v = Visitor(browser, app_url)
+    try:
+        _choose(v, "dana", "s1")
+        chosen = {c["name"]: c["value"] for c in v.context.cookies()}
+        eve = '<input name="tenant_id" value="acme"><input name="user_id" value="eve">'
+        for path, fields in (
+            ("/identity", eve),
+            ("/login", '<input name="token" value="attacker-token">'),
+        ):
+            attack = (
+                f'<form id="f" method="post" action="{app_url}{path}">{fields}</form>'
+                '<script>document.getElementById("f").submit()</script>'
+            )
+            v.context.route("http://attacker.example/**", _serving(attack))
+            with v.page.expect_navigation(url=f"{app_url}{path}") as landed:
+                v.page.goto("http://attacker.example/")
+            response = landed.value
+            assert response is not None and response.status == 403, path
+            v.context.unroute("http://attacker.example/**")
+        assert {c["name"]: c["value"] for c in v.context.cookies()} == chosen
+        assert DANA_TEXT in v.goto("/memories").text()
+    finally:
+        v.close()
+
+
 def test_without_chromium_the_browser_tests_skip_or_fail_as_told(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

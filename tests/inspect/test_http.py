@@ -86,6 +86,35 @@ def test_loopback_is_the_default_and_needs_no_token(seeded: Seed) -> None:
         assert r.status_code == 400
 
 
+def test_state_changing_requests_from_another_site_are_refused(seeded: Seed) -> None:
+    """A form another site's page posts (the browser says cross-site, or its Origin is
+    not the inspector's) neither chooses an identity nor logs in or out."""
+    form = {"tenant_id": "acme", "user_id": "eve"}
+    with (
+        served(seeded.db, InspectorSettings(tenant="acme")) as url,
+        httpx.Client(base_url=url) as client,
+    ):
+        for headers in (
+            {"sec-fetch-site": "cross-site", "origin": "http://attacker.example"},
+            {"sec-fetch-site": "same-site", "origin": "http://localhost:1"},
+            {"origin": "http://attacker.example"},  # a browser without Sec-Fetch-Site
+            {"origin": "null"},  # a sandboxed page
+        ):
+            for path in ("/identity", "/login", "/logout"):
+                r = client.post(path, data=form, headers=headers)
+                assert r.status_code == 403, (path, headers, r.status_code)
+                assert IDENTITY_COOKIE not in r.cookies
+        # the inspector's own pages, the address bar, and clients that are not browsers
+        for headers in (
+            {"sec-fetch-site": "same-origin", "origin": url},
+            {"sec-fetch-site": "none"},
+            {"origin": url},
+            {},
+        ):
+            r = client.post("/identity", data=form, headers=headers)
+            assert r.status_code == 303 and IDENTITY_COOKIE in r.cookies, headers
+
+
 def test_a_forged_identity_cookie_only_names_an_identity(seeded: Seed) -> None:
     """On loopback any identity may be chosen; whichever it is, rows come through its
     own policies: eve's cookie shows eve's memory and not dana's."""
