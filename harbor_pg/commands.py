@@ -358,7 +358,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     MemoryManager with its ``extraction_model``). Without ``--manager``, a manager
     over the configured database with the default embedder and no extraction
     model, whose extraction jobs fail, visibly, on the queue. ``--once`` stops when
-    the queue is empty. See docs/operations.md#background-jobs.
+    it finds no job it may take (one waiting for its session's running job counts as
+    none). See docs/operations.md#background-jobs.
     """
 
     async def run() -> None:
@@ -448,7 +449,7 @@ def add_commands(sub: Any) -> None:
     )
     p.add_argument("--manager", help="MODULE:FUNCTION returning the MemoryManager jobs run with")
     p.add_argument("--concurrency", type=int, default=1, help="jobs run at once (default 1)")
-    p.add_argument("--once", action="store_true", help="stop when the queue is empty")
+    p.add_argument("--once", action="store_true", help="stop when no job is ready to run")
     p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser(

@@ -36,6 +36,15 @@ class MemoryManagerConfig(BaseModel):
     job_retries: int = Field(default=4, ge=0, le=100)
     #: ... the first after this many seconds, each later one after twice the wait before it
     job_retry_seconds: float = Field(default=2.0, ge=0, le=86_400)
+    #: at most this many of the jobs this manager queues (they call its models) run at
+    #: once, on every worker together: they are spread over this many locks, a session's
+    #: always on the same one. None: a session's jobs run one at a time, sessions in
+    #: parallel up to the workers' concurrency
+    job_model_concurrency: int | None = Field(default=None, ge=1, le=10_000)
+    #: how often an idle job worker looks again for jobs it could not take before (a
+    #: session's next job once the one running ends, a retry come due); a newly queued job
+    #: wakes it at once
+    job_poll_seconds: float = Field(default=1.0, gt=0, le=3600)
     #: a job worker silent (no heartbeat) this many seconds is taken for dead, and the jobs
     #: it was running are run again by another
     job_stalled_seconds: float = Field(default=30.0, gt=0, le=86_400)

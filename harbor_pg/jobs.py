@@ -104,6 +104,7 @@ class JobRunner:
         retries: int = 4,
         retry_seconds: float = 2.0,
         stalled_seconds: float = 30.0,
+        poll_seconds: float = 1.0,
     ) -> None:
         if not admin_url:
             raise MemoryConfigurationError(
@@ -119,6 +120,10 @@ class JobRunner:
         #: a worker silent (no heartbeat) this long is taken for dead, and the jobs it
         #: was running are run again
         self.stalled_seconds = stalled_seconds
+        #: how often an idle worker looks again for jobs it could not take before: a
+        #: session's (or a slot's) next job once the one running ends, a retry come due
+        #: (a newly queued job wakes it at once)
+        self.poll_seconds = poll_seconds
         self._app: procrastinate.App | None = None
         self._opened = False
         self._worker: asyncio.Task[None] | None = None
@@ -221,7 +226,8 @@ class JobRunner:
         name: str = "harbor-worker",
         install_signal_handlers: bool = True,
     ) -> None:
-        """Run harbor-pg's jobs until stopped (``wait=False``: until the queue is empty).
+        """Run harbor-pg's jobs until stopped (``wait=False``: until the worker finds no
+        job it may take; a job that waits for its session's running one counts as none).
 
         Beside the jobs, the worker runs again the jobs of workers that went silent
         (killed, or their machine lost) for ``stalled_seconds``: at its start and
@@ -237,6 +243,7 @@ class JobRunner:
                 wait=wait,
                 name=name,
                 install_signal_handlers=install_signal_handlers,
+                fetch_job_polling_interval=self.poll_seconds,
                 update_heartbeat_interval=max(self.stalled_seconds / 3, 0.1),
                 stalled_worker_timeout=self.stalled_seconds,
             )

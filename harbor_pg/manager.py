@@ -373,12 +373,14 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
                 retries=config.job_retries,
                 retry_seconds=config.job_retry_seconds,
                 stalled_seconds=config.job_stalled_seconds,
+                poll_seconds=config.job_poll_seconds,
             )
         return runner
 
     async def run_worker(self, *, concurrency: int = 1, wait: bool = True) -> None:
         """Run the queue's jobs with this manager's models, as their owners, until
-        stopped (SIGINT, SIGTERM) or, with ``wait=False``, until the queue is empty.
+        stopped (SIGINT, SIGTERM) or, with ``wait=False``, until it finds no job it may
+        take (a job waiting for its session's running one counts as none).
         Refused by a bound manager (:meth:`job_runner`)."""
         await self.job_runner().run_worker(concurrency=concurrency, wait=wait)
 
@@ -400,6 +402,7 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
             cooldown_seconds=self.policy.summary_cooldown_seconds,
             extract=self.extraction_model is not None,
             fold=fold,
+            slots=self.config.job_model_concurrency,
         )
         if self.config.jobs_in_process and job_ids:
             try:

@@ -113,17 +113,21 @@ class PostgresShortTermStore:
         cooldown_seconds: float,
         extract: bool,
         fold: bool,
+        slots: int | None = None,
     ) -> tuple[ConversationMessage, bool, list[int]]:
         """:meth:`append_and_check_summary`, and the turn's jobs queued in the same
         statement (:mod:`harbor_pg.jobs`): its fact extraction (``extract``) and, when
         the session is now due one, its summary fold (``fold``). The stored turn,
-        whether a summary is due, and the ids of the jobs queued with it."""
+        whether a summary is due, and the ids of the jobs queued with it. ``slots``: at
+        most that many of these jobs run at once across every worker (None: a session's
+        jobs one at a time, sessions in parallel)."""
         params = {
             **_append_params(owner, message),
             "min_turns": min_turns,
             "cooldown_seconds": cooldown_seconds,
             "extract": extract,
             "fold": fold,
+            "slots": slots or 0,
         }
         [row] = await self.db.fetch_in_one_round_trip(
             owner, query("append_message_with_jobs"), params

@@ -64,7 +64,9 @@ select a.id, a.created_at, d.due as summary_due
 -- with the turn or not at all. Their arguments are ids only: the caller's identity as
 -- the policies read it (sql/policies/jobs.sql admits no other) and, for extraction, the
 -- turn's id. Their lock is the session's, so one session's jobs run one at a time, in
--- the order they were queued. A fold queued while an earlier one waits finds nothing
+-- the order they were queued; with %(slots)s > 0 it is one of that many slots instead (the
+-- session's always the same one), so at most that many run at once, on every worker
+-- together: what keeps a rate-limited model from being flooded. A fold queued while an earlier one waits finds nothing
 -- due when it runs (the summary lease decides) and writes nothing.
 -- The session lock and the due check repeat append_message_check_summary's on purpose.
 with session_lock as (
@@ -95,14 +97,18 @@ with session_lock as (
 select a.id, a.created_at, d.due as summary_due,
        harbor_jobs.procrastinate_defer_jobs_v1(array(
            select row('harbor', j.task, 0,
-                      'harbor-session:' || (c.ids ->> 'tenant_id') || chr(31)
-                          || (c.ids ->> 'user_id') || chr(31) || (c.ids ->> 'session_id'),
+                      case when %(slots)s::integer > 0
+                           then 'harbor-slot:' || pg_catalog.abs(pg_catalog.hashtext(k.session)
+                                                    %% %(slots)s::integer)
+                           else 'harbor-session:' || k.session end,
                       null, c.ids || j.extra, null)::harbor_jobs.procrastinate_job_to_defer_v1
              from (values ('harbor.extract_turn',
                            pg_catalog.jsonb_build_object('message_id', a.id),
                            %(extract)s::boolean),
                           ('harbor.fold_summary', '{}'::jsonb,
                            %(fold)s::boolean and d.due)) j(task, extra, wanted)
+            cross join (select (c.ids ->> 'tenant_id') || chr(31) || (c.ids ->> 'user_id')
+                               || chr(31) || (c.ids ->> 'session_id') as session) k
             where j.wanted)) as job_ids
   from appended a
  cross join caller c

@@ -91,6 +91,7 @@ async def test_a_rolled_back_turn_leaves_no_job(database: Database, fresh_db: Pg
         "cooldown_seconds": 0,
         "extract": True,
         "fold": True,
+        "slots": 0,
     }
     with pytest.raises(RuntimeError):
         async with database.transaction(DANA) as conn:

@@ -297,20 +297,11 @@ async def test_four_workers_extract_every_turn_exactly_once(
             owners[n % sessions], ConversationMessage(role="user", content=f"turn-{n}")
         )
     model = CountingModel()
+    fast = MemoryManagerConfig(jobs_in_process=False, job_poll_seconds=0.02)
     workers = [
-        MemoryManager.from_database(
-            database, extraction_model=model, config=MemoryManagerConfig(jobs_in_process=False)
-        )
-        for _ in range(4)
+        MemoryManager.from_database(database, extraction_model=model, config=fast) for _ in range(4)
     ]
-    try:
-        await asyncio.wait_for(
-            asyncio.gather(*(w.run_worker(concurrency=2, wait=False) for w in workers)),
-            timeout=120,
-        )
-    finally:
-        for w in workers:
-            await w.close()
+    await work_off(fresh_db, workers, concurrency=2)
     assert sorted(model.turns) == list(range(turns))  # each turn once, none twice
     with psycopg.connect(fresh_db.admin_url) as conn:
         states = conn.execute(
@@ -324,3 +315,76 @@ async def test_four_workers_extract_every_turn_exactly_once(
             "select count(*), count(distinct content) from harbor.memories"
         ).fetchall()
     assert stored == distinct == turns
+
+
+class GaugeModel(TeaModel):
+    """Takes a moment to answer and records the most calls it had at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.running = 0
+        self.most = 0
+
+    async def generate_structured(self, system: str, user: str, schema: type[Any]) -> Any:
+        self.running += 1
+        self.most = max(self.most, self.running)
+        try:
+            await asyncio.sleep(0.05)
+            return await super().generate_structured(system, user, schema)
+        finally:
+            self.running -= 1
+
+
+async def work_off(db: PgDatabase, workers: list[MemoryManager], *, concurrency: int) -> None:
+    """Run ``workers`` (each waiting for jobs, as ``harbor-pg worker`` does) until no
+    extraction job is queued or running, then stop and close them."""
+    tasks = [
+        asyncio.create_task(
+            w.job_runner().run_worker(concurrency=concurrency, install_signal_handlers=False)
+        )
+        for w in workers
+    ]
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            with psycopg.connect(db.admin_url) as conn:
+                row: Any = conn.execute(
+                    "select count(*) from harbor_jobs.procrastinate_jobs"
+                    " where task_name = %s and status in ('todo', 'doing')",
+                    (EXTRACT_TASK,),
+                ).fetchone()
+            if row[0] == 0:
+                break
+            assert time.monotonic() < deadline and not any(t.done() for t in tasks)
+            await asyncio.sleep(0.05)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for w in workers:
+            await w.close()
+
+
+async def most_at_once(database: Database, db: PgDatabase, limit: int | None) -> int:
+    config = MemoryManagerConfig(
+        jobs_in_process=False, job_model_concurrency=limit, job_poll_seconds=0.02
+    )
+    queueing = MemoryManager.from_database(database, extraction_model=TeaModel(), config=config)
+    for n in range(24):
+        owner = DANA.model_copy(update={"session_id": f"g{limit}-{n % 12}"})
+        await queueing.append(owner, ConversationMessage(role="user", content=f"tea {n}"))
+    model = GaugeModel()
+    workers = [
+        MemoryManager.from_database(database, extraction_model=model, config=config)
+        for _ in range(3)
+    ]
+    await work_off(db, workers, concurrency=4)
+    assert model.calls == 24
+    return model.most
+
+
+async def test_a_model_concurrency_limit_holds_across_workers(
+    database: Database, fresh_db: PgDatabase
+) -> None:
+    assert await most_at_once(database, fresh_db, None) > 2  # three workers, four jobs each
+    assert await most_at_once(database, fresh_db, 2) == 2
