@@ -230,7 +230,8 @@ class Reader:
 
     async def session(self, owner: MemoryOwner, *, limit: int = 500) -> dict[str, Any]:
         """``owner``'s session: its turns, its rolling summary (with the frontier it
-        covers) and its run's working state. ``owner`` names a user and a session."""
+        covers), its run's working state and its jobs on the queue that wait, run or
+        failed. ``owner`` names a user and a session."""
         assert owner.user_id is not None and owner.session_id is not None
         params = {
             "tenant_id": owner.tenant_id,
@@ -246,6 +247,7 @@ class Reader:
             if owner.run_id:
                 cur = await conn.execute(query("inspect_working_state"), params)
                 state = await cur.fetchone()
+            jobs = await (await conn.execute(query("inspect_jobs"), params)).fetchall()
         frontier = None
         covered: set[str] = set()
         if summary is not None:
@@ -258,6 +260,7 @@ class Reader:
             "frontier": frontier,
             "covered": covered,
             "state": state,
+            "jobs": list(jobs),
         }
 
     # -- why this ranking --------------------------------------------------------------

@@ -8,7 +8,9 @@
 -- whose arguments carry exactly the caller's identity (tenant, project,
 -- principal, user, session and run; an absent field is ''). A worker runs a job
 -- as the identity in its arguments, so no caller can make a job run as anyone
--- else. The event the insert trigger writes must belong to such a job.
+-- else. The event the insert trigger writes must belong to such a job. It may also read
+-- the jobs of its session (tenant, user and session equal), whatever their project, run
+-- or principal.
 do $jobs$
 begin
     if pg_catalog.to_regclass('harbor_jobs.procrastinate_jobs') is null then
@@ -30,6 +32,16 @@ begin
                 coalesce((select harbor.caller_user()), ''),
                 coalesce((select harbor.caller_session()), ''),
                 coalesce((select harbor.caller_run()), '')]);
+    -- and it may read (never change) its session's jobs, whoever queued them in it (an
+    -- agent, another run): what the inspector's session page lists
+    drop policy if exists jobs_app_session on harbor_jobs.procrastinate_jobs;
+    create policy jobs_app_session on harbor_jobs.procrastinate_jobs for select to harbor_app
+        using (args operator(pg_catalog.->>) 'tenant_id'
+                   operator(pg_catalog.=) (select harbor.caller_tenant())
+               and args operator(pg_catalog.->>) 'user_id'
+                   operator(pg_catalog.=) (select harbor.caller_user())
+               and args operator(pg_catalog.->>) 'session_id'
+                   operator(pg_catalog.=) (select harbor.caller_session()));
     drop policy if exists jobs_worker on harbor_jobs.procrastinate_jobs;
     create policy jobs_worker on harbor_jobs.procrastinate_jobs for all to harbor_admin
         using (not (select harbor.caller_is_bound()));

@@ -131,3 +131,16 @@ select w.run_id, w.project_id, w.state, w.expires_at, w.updated_at,
 -- name: inspect_read_only
 -- The inspector only reads: its transactions are read only, whatever it sends.
 set transaction read only
+
+-- name: inspect_jobs
+-- The session's jobs on the queue that are waiting, running or failed, newest first
+-- (as the identity: sql/policies/jobs.sql shows it its session's jobs, ids and states
+-- only; their errors are the queue role's to read, with harbor-pg jobs).
+select j.id, j.task_name, j.status::text as status, j.attempts, j.scheduled_at
+  from harbor_jobs.procrastinate_jobs j
+ where j.args operator(pg_catalog.->>) 'tenant_id' = %(tenant_id)s::text
+   and j.args operator(pg_catalog.->>) 'user_id' = %(user_id)s::text
+   and j.args operator(pg_catalog.->>) 'session_id' = %(session_id)s::text
+   and j.status in ('todo', 'doing', 'failed')
+ order by j.id desc
+ limit 50

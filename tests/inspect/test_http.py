@@ -115,6 +115,61 @@ def test_state_changing_requests_from_another_site_are_refused(seeded: Seed) -> 
             assert r.status_code == 303 and IDENTITY_COOKIE in r.cookies, headers
 
 
+def _queue_job(db: PgDatabase, owner: MemoryOwner, *, fail: bool = False) -> int:
+    """A job queued as the application queues one for ``owner`` (failed, with ``fail``)."""
+    with psycopg.connect(db.app_url) as app:
+        app.execute(
+            "select harbor.set_identity(%s::text, %s::text, %s::text, null, %s::text, %s::text,"
+            " true)",
+            (owner.tenant_id, owner.project_id, owner.principal_id, owner.session_id, owner.run_id),
+        )
+        [(ids,)] = app.execute(
+            "select harbor_jobs.procrastinate_defer_jobs_v1(array[row('harbor',"
+            " 'harbor.extract_turn', 0, null, null, jsonb_build_object('tenant_id', %s::text,"
+            " 'project_id', '', 'principal_id', %s::text, 'user_id', %s::text,"
+            " 'session_id', %s::text, 'run_id', coalesce(%s::text, ''), 'message_id', 1),"
+            " null)::harbor_jobs.procrastinate_job_to_defer_v1])",
+            (
+                owner.tenant_id,
+                owner.principal_id,
+                owner.user_id,
+                owner.session_id,
+                owner.run_id,
+            ),
+        ).fetchall()
+    if fail:
+        with psycopg.connect(db.admin_url) as admin:
+            admin.execute(
+                "update harbor_jobs.procrastinate_jobs set status = 'failed', attempts = 5"
+                " where id = %s",
+                (ids[0],),
+            )
+    return int(ids[0])
+
+
+def test_the_session_page_lists_the_sessions_waiting_and_failed_jobs(seeded: Seed) -> None:
+    waiting = _queue_job(seeded.db, DANA)
+    failed = _queue_job(seeded.db, DANA, fail=True)
+    elsewhere = _queue_job(seeded.db, EVE)
+    try:
+        with (
+            served(seeded.db, InspectorSettings(tenant="acme")) as url,
+            httpx.Client(base_url=url) as client,
+        ):
+            client.cookies.set(IDENTITY_COOKIE, encode_identity(DANA))
+            text = client.get("/session", params={"session": "s1"}).text
+        assert f"#{waiting} · 0 run(s)" in text and f"#{failed} · 5 run(s)" in text
+        assert "<b>waiting</b> harbor.extract_turn" in text
+        assert "<b>failed</b> harbor.extract_turn" in text and "harbor-pg jobs" in text
+        assert f"#{elsewhere} · 0 run(s)" not in text  # the job of eve's session
+    finally:
+        with psycopg.connect(seeded.db.admin_url) as admin:
+            admin.execute(
+                "delete from harbor_jobs.procrastinate_jobs where id = any(%s)",
+                ([waiting, failed, elsewhere],),
+            )
+
+
 def test_a_forged_identity_cookie_only_names_an_identity(seeded: Seed) -> None:
     """On loopback any identity may be chosen; whichever it is, rows come through its
     own policies: eve's cookie shows eve's memory and not dana's."""
