@@ -244,3 +244,19 @@ async def test_the_turn_that_makes_a_session_due_queues_its_summary_fold(
     assert [s for _t, _a, s in jobs(fresh_db, FOLD_TASK)] == ["succeeded"]
     summary = await manager.long_term.load_summary(DANA)  # type: ignore[attr-defined]
     assert summary is not None and "budget" in summary.content
+
+
+async def test_erasure_with_jobs_pending_leaves_none_to_run(
+    database: Database, fresh_db: PgDatabase
+) -> None:
+    config = MemoryManagerConfig(jobs_in_process=False)
+    model = TeaModel()
+    manager = MemoryManager.from_database(database, extraction_model=model, config=config)
+    for text in ("green tea", "more green tea"):
+        await manager.append(DANA, ConversationMessage(role="user", content=text))
+    await manager.append(ERIN, ConversationMessage(role="user", content="coffee"))
+    await manager.erase("acme", user_id="dana")
+    assert [a["user_id"] for _t, a, _s in jobs(fresh_db)] == ["erin"]
+    await asyncio.wait_for(manager.run_worker(wait=False), timeout=30)
+    assert model.calls == 1  # Erin's job; none of Dana's ran
+    assert await manager.search(DANA, "drinks") == []

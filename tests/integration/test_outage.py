@@ -304,3 +304,38 @@ async def test_an_erasure_killed_midway_is_all_or_nothing(up: OwnServer) -> None
     finally:
         up.start()
         await db.close()
+
+
+async def test_queued_jobs_outlive_a_server_restart(up: OwnServer) -> None:
+    """Jobs queued before the server stops run after it is back: by a worker started
+    later, and by one that was running through the restart."""
+    from harbor_pg.manager import MemoryManagerConfig
+    from tests.integration.test_jobs_append import TeaModel
+
+    owner = MemoryOwner(tenant_id="t-jobs", principal_id="dana", session_id="s1")
+    db = await _open(up, timeout=2.0)
+    model = TeaModel()
+    later = MemoryManagerConfig(jobs_in_process=False, job_poll_seconds=0.1)
+    queueing = MemoryManager.from_database(db, extraction_model=model, config=later)
+    try:
+        await queueing.append(owner, ConversationMessage(role="user", content="I love green tea"))
+        up.stop()
+        up.start()
+        await queueing.run_worker(wait=False)  # a worker started after the restart
+        assert model.calls == 1
+        running = MemoryManager.from_database(
+            db, extraction_model=model, config=MemoryManagerConfig(job_poll_seconds=0.1)
+        )
+        await running.append(owner, ConversationMessage(role="user", content="coffee too"))
+        await asyncio.wait_for(running.drain(), timeout=30)  # its in-process worker runs
+        assert model.calls == 2
+        up.stop()
+        up.start()
+        third = ConversationMessage(role="user", content="and green tea again")
+        await running.append(owner, third)  # the restart costs no call
+        await asyncio.wait_for(running.drain(), timeout=30)  # and its worker carries on
+        assert model.calls == 3
+        await running.close()
+    finally:
+        await queueing.close()
+        await db.close()
