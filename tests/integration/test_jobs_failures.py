@@ -388,3 +388,35 @@ async def test_a_model_concurrency_limit_holds_across_workers(
 ) -> None:
     assert await most_at_once(database, fresh_db, None) > 2  # three workers, four jobs each
     assert await most_at_once(database, fresh_db, 2) == 2
+
+
+def test_harbor_pg_worker_stops_cleanly_on_sigterm(fresh_db: PgDatabase) -> None:
+    env = {**os.environ, "HARBOR_DATABASE_URL": fresh_db.superuser_url}
+    env.pop("HARBOR_ADMIN_DATABASE_URL", None)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "harbor_pg.cli", "worker"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # running: registered on the queue
+            with psycopg.connect(fresh_db.admin_url) as conn:
+                row: Any = conn.execute(
+                    "select count(*) from harbor_jobs.procrastinate_workers"
+                ).fetchone()
+            if row[0] == 1:
+                break
+            assert worker.poll() is None and time.monotonic() < deadline, worker.stderr
+            time.sleep(0.1)
+        worker.send_signal(signal.SIGTERM)
+        _out, err = worker.communicate(timeout=30)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    assert worker.returncode == 0, err[-2000:]
+    with psycopg.connect(fresh_db.admin_url) as conn:
+        left = conn.execute("select count(*) from harbor_jobs.procrastinate_workers").fetchone()
+    assert left == (0,)  # it unregistered
