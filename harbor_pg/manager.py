@@ -268,14 +268,16 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
     async def close(self) -> None:
         """Wait for background summaries and the jobs this manager runs, stop its
         in-process job worker, then close the database pools this manager opened."""
-        await self.drain()
-        jobs = self._jobs_box.get("runner")
-        if jobs is not None:
-            await jobs.close()
-        if self._owns_database and self.database is not None:
-            await self.database.close()
-            if self.replica is not None:
-                await self.replica.database.close()
+        try:
+            await self.drain()
+        finally:
+            jobs = self._jobs_box.get("runner")
+            if jobs is not None:
+                await jobs.close()
+            if self._owns_database and self.database is not None:
+                await self.database.close()
+                if self.replica is not None:
+                    await self.replica.database.close()
 
     async def drain(self) -> None:
         """Wait until every background summary scheduled so far has finished, and,
