@@ -300,27 +300,48 @@ def cmd_import(args: argparse.Namespace) -> int:
 def cmd_consolidate(args: argparse.Namespace) -> int:
     """Merge the identity's near-duplicate memories, add-only: each group becomes one
     successor and the originals stay readable as of before (docs/recall.md,
-    Consolidation). --dry-run lists the groups and writes nothing. One line a group,
-    then a summary on stderr."""
+    Consolidation). --all-users does it for every user of the tenant, each as that user.
+    --dry-run lists the groups and writes nothing. One line a group, then a summary on
+    stderr."""
 
     async def main() -> int:
         manager = await _manager(args)
         try:
-            report = await manager.consolidate(
-                _owner(args),
-                scopes=args.scope or ["user"],
-                min_similarity=args.min_similarity,
-                max_merges=args.max_merges,
-                dry_run=args.dry_run,
-            )
+            if args.all_users:
+                reports = await manager.consolidate_tenant(
+                    args.tenant,
+                    min_similarity=args.min_similarity,
+                    max_merges=args.max_merges,
+                    dry_run=args.dry_run,
+                    progress=progress_bar(sys.stderr, "consolidate"),
+                )
+            else:
+                reports = {
+                    "": await manager.consolidate(
+                        _owner(args),
+                        scopes=args.scope or ["user"],
+                        min_similarity=args.min_similarity,
+                        max_merges=args.max_merges,
+                        dry_run=args.dry_run,
+                    )
+                }
         finally:
             await manager.close()
         verb = "would merge" if args.dry_run else "merged"
-        for merge in report.merges:
-            into = "" if merge.successor_id is None else f" into {merge.successor_id}"
-            print(f"{verb} {len(merge.merged_ids)} ({merge.matched_by}){into}: {merge.content}")
+        groups = superseded = 0
+        for user, report in reports.items():
+            whose = f"{user}: " if user else ""
+            for merge in report.merges:
+                into = "" if merge.successor_id is None else f" into {merge.successor_id}"
+                print(
+                    f"{whose}{verb} {len(merge.merged_ids)} ({merge.matched_by}){into}:"
+                    f" {merge.content}"
+                )
+            groups += len(report.merges)
+            superseded += report.superseded
         what = "would be superseded" if args.dry_run else "superseded"
-        print(f"{len(report.merges)} groups, {report.superseded} memories {what}", file=sys.stderr)
+        users = f" over {len(reports)} users" if args.all_users else ""
+        print(f"{groups} groups, {superseded} memories {what}{users}", file=sys.stderr)
         return 0
 
     return asyncio.run(main())
@@ -534,6 +555,11 @@ def add_commands(sub: Any) -> None:
     )
     p.add_argument("--max-merges", type=int, default=1000, help="groups at most (default: 1000)")
     p.add_argument("--dry-run", action="store_true", help="list the groups, write nothing")
+    p.add_argument(
+        "--all-users",
+        action="store_true",
+        help="every user of --tenant, each as that user (user scope; needs the admin role)",
+    )
     p.set_defaults(func=cmd_consolidate)
     p = sub.add_parser(
         "profile", help="print an identity's profile", description=cmd_profile.__doc__

@@ -6,7 +6,7 @@ import copy
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -26,6 +26,7 @@ from harbor_pg.context.background import BackgroundSummaries
 from harbor_pg.context.recall import MemoryRecall
 from harbor_pg.context.snapshot import MemorySnapshot, snapshot_in_one_round_trip
 from harbor_pg.db.connection import Database
+from harbor_pg.db.sqlfiles import query as sql_query
 from harbor_pg.embedders.base import Embedder
 from harbor_pg.errors import MemoryConfigurationError, MemoryScopeError, MemoryValidationError
 from harbor_pg.extraction.facade import Extraction
@@ -760,6 +761,46 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
             written = await self._written_merges(caller, store, preview, as_memory_model(model))
             request = replace(request, merged=written or None)
         return await store.consolidate(caller, request)
+
+    async def consolidate_tenant(
+        self,
+        tenant_id: str,
+        *,
+        min_similarity: float | None = None,
+        max_merges: int = 1000,
+        dry_run: bool = False,
+        since: datetime | None = None,
+        model: Any = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> dict[str, ConsolidationReport]:
+        """:meth:`consolidate` for every user of ``tenant_id`` who holds current memories of
+        the user scope, each as that user (under row-level security), one call a user;
+        returns each user's report. Listing the users needs the elevated role (an admin
+        URL), and an unbound manager: a manager bound to one caller refuses. ``progress``
+        is called with (users done, users) after each."""
+        if self.caller is not None:
+            raise MemoryScopeError("a manager bound to one caller consolidates only that caller")
+        check_text(tenant_id, "tenant_id")
+        if self.database is None:
+            raise MemoryConfigurationError(
+                "a tenant-wide consolidation needs the PostgreSQL stores"
+            )
+        async with self.database.transaction(MemoryOwner(tenant_id=tenant_id), admin=True) as conn:
+            cur = await conn.execute(sql_query("tenant_users"), {"tenant_id": tenant_id})
+            users = [str(row["user_id"]) for row in await cur.fetchall()]
+        reports: dict[str, ConsolidationReport] = {}
+        for done, user in enumerate(users, start=1):
+            reports[user] = await self.consolidate(
+                MemoryOwner(tenant_id=tenant_id, principal_id=user, user_id=user),
+                min_similarity=min_similarity,
+                max_merges=max_merges,
+                dry_run=dry_run,
+                since=since,
+                model=model,
+            )
+            if progress is not None:
+                progress(done, len(users))
+        return reports
 
     async def _written_merges(
         self,

@@ -138,3 +138,15 @@ on conflict (singleton) do update set sha256 = excluded.sha256, applied_at = pg_
 -- name: idempotent_state_drop
 -- Drop the record of the re-runnable SQL files (the harbor schema is gone: downgraded to base).
 drop table if exists public.harbor_idempotent_sql
+
+-- name: tenant_users
+-- The users of the caller's tenant who hold current memories of the user scope (as the
+-- elevated role: its policy shows the tenant's rows), in order: whom a tenant-wide
+-- consolidation visits.
+select distinct m.user_id
+  from harbor.memories m
+ where m.tenant_id = %(tenant_id)s::text
+   and m.scope = 'user'
+   and m.user_id <> ''
+   and upper_inf(m.valid)
+ order by m.user_id

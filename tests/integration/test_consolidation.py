@@ -13,7 +13,7 @@ import pytest
 from harbor_pg.consolidation import consolidation_groups
 from harbor_pg.db.connection import Database
 from harbor_pg.embedders.hashing import HashingEmbedder
-from harbor_pg.errors import MemoryValidationError
+from harbor_pg.errors import MemoryScopeError, MemoryValidationError
 from harbor_pg.llm.base import MemoryModelError
 from harbor_pg.manager import MemoryManager
 from harbor_pg.owner import MemoryOwner, MemoryScope
@@ -354,3 +354,38 @@ async def test_a_written_text_already_current_elsewhere_is_not_used(database: Da
     [merge] = (await manager.consolidate(ALICE, model=writer)).merges
     assert not merge.written and merge.content == "alice LIKES   tea"
     assert "Alice drinks tea" in await _current(manager)
+
+
+async def test_a_tenant_wide_run_consolidates_every_user_as_that_user(database: Database) -> None:
+    manager = MemoryManager.from_database(database)
+    await manager.save_many(ALICE, _teas())
+    await manager.save_many(BOB, [Memory(content="Bob sails."), Memory(content="bob SAILS")])
+    other = MemoryOwner(tenant_id="t2", principal_id="carol")
+    await manager.save_many(other, [Memory(content="Carol rows."), Memory(content="carol rows")])
+    seen: list[tuple[int, int]] = []
+    reports = await manager.consolidate_tenant("t1", progress=lambda d, n: seen.append((d, n)))
+    assert sorted(reports) == ["alice", "bob"] and seen == [(1, 2), (2, 2)]
+    assert [len(r.merges) for r in reports.values()] == [1, 1]
+    assert len(await _current(manager, other)) == 2  # another tenant: untouched
+    with pytest.raises(MemoryScopeError):
+        await manager.bound_to(ALICE).consolidate_tenant("t1")
+
+
+def test_the_command_consolidates_every_user(fresh_db: PgDatabase) -> None:
+    async def seed() -> None:
+        db = Database(fresh_db.app_url, fresh_db.admin_url)
+        await db.open()
+        try:
+            manager = MemoryManager.from_database(db)
+            await manager.save_many(ALICE, _teas())
+            await manager.save_many(
+                BOB, [Memory(content="Bob sails."), Memory(content="bob SAILS")]
+            )
+        finally:
+            await db.close()
+
+    asyncio.run(seed())
+    done = run_cli("consolidate", "--tenant", "t1", "--all-users", url=fresh_db.superuser_url)
+    assert done.returncode == 0, done.stderr
+    assert sorted(line.split(":")[0] for line in done.stdout.splitlines()) == ["alice", "bob"]
+    assert "2 groups, 5 memories superseded over 2 users" in done.stderr
