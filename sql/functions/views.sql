@@ -16,10 +16,12 @@ select m.tenant_id, m.id, m.scope, m.project_id, m.user_id, m.session_id, m.run_
 -- Every version of every memory, by supersession chain: chain_id is the id of the
 -- chain's first version and version counts from 1, so
 --   select version, content, valid_from, valid_to from harbor.memory_history
---    where chain_id = (select chain_id from harbor.memory_history where id = '...')
---    order by version
+--    where chain_id in (select chain_id from harbor.memory_history where id = '...')
+--    order by chain_id, version
 -- is one memory's history. A chain is followed through the versions the reader may
--- see (a supersession keeps scope and owner, so that is the whole chain).
+-- see (a supersession keeps scope and owner, so that is the whole chain). A
+-- consolidation's successor (harbor.consolidate_memories) ends the chain of every
+-- memory it merged, so it stands in several chains.
 drop view if exists harbor.memory_history;
 create view harbor.memory_history with (security_invoker = true) as
 with recursive chain (tenant_id, chain_id, id, version) as (

@@ -75,6 +75,10 @@ async def test_texts_that_differ_in_case_and_punctuation_merge(database: Databas
     assert {m.id for m in before} >= set(merge.merged_ids)
     after = await manager.recall(ALICE, "tea", token_budget=10_000)
     assert [m.id for m in after if "tea" in m.content.lower()] == [merge.successor_id]
+    # the history (the inspector's timeline) of the successor shows every memory it merged
+    history = await manager.history(ALICE, merge.successor_id or "")
+    assert {m.id for m in history[:-1]} == set(merge.merged_ids)
+    assert history[-1].id == merge.successor_id
     # a second run finds nothing more to merge
     assert (await manager.consolidate(ALICE)).merges == ()
 
