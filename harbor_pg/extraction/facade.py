@@ -82,8 +82,9 @@ class Extraction(FacadeBase):
 
     async def run_extraction_job(self, owner: MemoryOwner, message_id: int) -> None:
         """Run a queued extraction job (:mod:`harbor_pg.jobs`): the facts of ``owner``'s
-        session's recent turns up to its turn ``message_id``, with the manager's
-        ``extraction_model``. A turn that is gone (erased, expired) extracts nothing.
+        session's turns up to its turn ``message_id`` (the policy's
+        ``recent_max_messages`` of them, however many came after), with the manager's
+        ``extraction_model``. A turn that is gone (erased, purged) extracts nothing.
 
         Raises :class:`MemoryConfigurationError` when this process has no
         ``extraction_model`` (the job then fails, visibly, on the queue), and
@@ -105,8 +106,13 @@ class Extraction(FacadeBase):
             policy=self.policy,
             embedder=self.embedder,
         )
-        recent = await self._live_turns().recent(owner, extractor.policy.recent_max_messages)
-        turns = [t for t in recent if t.id is not None and int(t.id) <= message_id]
+        count = extractor.policy.recent_max_messages
+        through = getattr(self._short(), "turns_through", None)
+        if through is not None:
+            turns = list(await through(owner, message_id, count))
+        else:  # a store of one's own: the newest turns, if they still reach this one
+            recent = await self._live_turns().recent(owner, count)
+            turns = [t for t in recent if t.id is not None and int(t.id) <= message_id]
         if not turns or int(turns[-1].id) != message_id:
             return
         await extractor.extract(owner, turns, strict=True)

@@ -196,6 +196,16 @@ class PostgresShortTermStore:
         rows = await self.db.fetch_in_one_round_trip(owner, query("messages_after"), params)
         return [message_from_row(r) for r in rows]
 
+    async def turns_through(
+        self, owner: MemoryOwner, message_id: int, limit: int
+    ) -> list[ConversationMessage]:
+        """The newest ``limit`` turns of ``owner``'s session up to and including turn
+        ``message_id``, oldest first (a queued extraction's turns, however many came
+        after them)."""
+        params = {**session_key(owner), "message_id": message_id, "limit": limit}
+        rows = await self.db.fetch_in_one_round_trip(owner, query("turns_through"), params)
+        return [message_from_row(r) for r in rows]
+
     async def count(self, owner: MemoryOwner) -> int:
         rows = await self.db.fetch_in_one_round_trip(
             owner, query("count_messages"), session_key(owner)

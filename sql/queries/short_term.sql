@@ -132,6 +132,19 @@ select id, role::text as role, content, name, tool_calls, tool_call_id, metadata
  order by m.id
  limit %(limit)s::integer
 
+-- name: turns_through
+-- The newest turns of the caller's session up to and including one turn, oldest first:
+-- what a queued extraction reads, however many turns came after its own.
+select t.id, t.role, t.content, t.name, t.tool_calls, t.tool_call_id, t.metadata, t.created_at
+  from (select m.id, m.role::text as role, m.content, m.name, m.tool_calls, m.tool_call_id,
+               m.metadata, m.created_at
+          from harbor.messages m
+         where m.tenant_id = %(tenant_id)s::text and m.user_id = %(user_id)s::text
+           and m.session_id = %(session_id)s::text and m.id <= %(message_id)s::bigint
+         order by m.id desc
+         limit %(limit)s::integer) t
+ order by t.id
+
 -- name: count_messages
 -- How many turns the caller's session holds.
 select count(*) as n from harbor.messages m

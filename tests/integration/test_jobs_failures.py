@@ -420,3 +420,20 @@ def test_harbor_pg_worker_stops_cleanly_on_sigterm(fresh_db: PgDatabase) -> None
     with psycopg.connect(fresh_db.admin_url) as conn:
         left = conn.execute("select count(*) from harbor_jobs.procrastinate_workers").fetchone()
     assert left == (0,)  # it unregistered
+
+
+async def test_a_backlog_longer_than_the_window_still_extracts_every_turn(
+    database: Database, fresh_db: PgDatabase
+) -> None:
+    """30 turns of one session queued before any worker runs: each job reads the turns
+    up to its own (the policy's window ends there), not the session's newest."""
+    queueing = MemoryManager.from_database(
+        database, extraction_model=TeaModel(), config=MemoryManagerConfig(jobs_in_process=False)
+    )
+    for n in range(30):
+        await queueing.append(DANA, ConversationMessage(role="user", content=f"turn-{n}"))
+    model = CountingModel()
+    fast = MemoryManagerConfig(jobs_in_process=False, job_poll_seconds=0.02)
+    worker = MemoryManager.from_database(database, extraction_model=model, config=fast)
+    await work_off(fresh_db, [worker], concurrency=1)
+    assert model.turns == list(range(30))
