@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
+from harbor_pg.jobs import EXTRACT_TASK
 from harbor_pg.manager import MemoryManager
 from harbor_pg.owner import MemoryOwner
 from harbor_pg.records import ConversationMessage
@@ -373,32 +374,45 @@ async def run_demo(args: argparse.Namespace) -> int:
         if context.degraded:
             print(f"  degraded : {', '.join(context.degraded)} (see the warnings above)")
 
-        _rule("extraction: facts from the conversation, then a contradiction")
-        from harbor_pg.extraction.extractor import MemoryExtractor
-
-        assert manager.long_term is not None
-        extractor = MemoryExtractor(
-            memories=manager.long_term,  # type: ignore[arg-type]
-            model=_ScriptedExtractionModel(),
-            embedder=manager.embedder,
+        _rule("extraction: queued with each turn, run in the background")
+        # a manager with an extraction model queues each turn's extraction in the turn's
+        # own transaction; with no worker configured it runs the jobs itself
+        assert manager.database is not None
+        extracting = MemoryManager.from_database(
+            manager.database, embedder=manager.embedder, extraction_model=_ScriptedExtractionModel()
         )
-        print("  (a scripted model stands in for the LLM; configure a MemoryModel for real use)")
-        first = await manager.append(
+        print(
+            "  (a scripted model stands in for the LLM; the job ran in this process, where "
+            "`harbor-pg worker` runs it in production)"
+        )
+        await extracting.append(
             owner, ConversationMessage(role="user", content="By the way, I live in Berlin.")
         )
-        saved = await extractor.extract(owner, [first])
+        await extracting.drain()
+        saved = [m for m in await manager.search(owner, "Dana lives in") if m.source == "extracted"]
         for mem in saved:
             print(
                 f"  extracted  : [{mem.scope.value}] {mem.content}"
                 f" (valid from {mem.valid_from:%H:%M:%S.%f})"
             )
         before_move = datetime.now(UTC)
-        moved = await manager.append(
+        await extracting.append(
             owner, ConversationMessage(role="user", content="Update: I moved to Lisbon last week.")
         )
+        await extracting.drain()
         replaced = f", superseding {saved[0].content!r}" if saved else ""
-        for mem in await extractor.extract(owner, [moved]):
-            print(f"  then       : [{mem.scope.value}] {mem.content}{replaced}")
+        known = {m.id for m in saved}
+        for mem in await manager.search(owner, "Dana lives in"):
+            if mem.source == "extracted" and mem.id not in known:
+                print(f"  then       : [{mem.scope.value}] {mem.content}{replaced}")
+        counts = await extracting.job_runner().counts()
+        done = sum(
+            int(r["jobs"])
+            for r in counts
+            if r["status"] == "succeeded" and r["task_name"] == EXTRACT_TASK
+        )
+        print(f"  queue      : {done} extraction jobs run (`harbor-pg jobs` lists the queue)")
+        await extracting.close()
         if saved:
             old = await manager.get(owner, saved[0].id or "")
             if old is not None:
