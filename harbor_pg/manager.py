@@ -134,6 +134,13 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
         #: extracts facts from each appended turn, as a job queued with the turn
         #: (a MemoryModel or LangChain chat model; None: no extraction on append)
         self.extraction_model = extraction_model
+        queues = extraction_model is not None or self.config.summaries_on_queue
+        if queues and self.config.jobs_in_process and database and not database.admin_url:
+            raise MemoryConfigurationError(
+                "this manager would run its queued jobs itself (jobs_in_process), which needs "
+                "the elevated login: pass Database(app_url, admin_url), or set "
+                "MemoryManagerConfig(jobs_in_process=False) and run harbor-pg worker"
+            )
         self._owns_database = False
         self._background = BackgroundSummaries()
         #: the queue's runner, made on first use and shared with bound copies

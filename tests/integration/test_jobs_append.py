@@ -260,3 +260,18 @@ async def test_erasure_with_jobs_pending_leaves_none_to_run(
     await asyncio.wait_for(manager.run_worker(wait=False), timeout=30)
     assert model.calls == 1  # Erin's job; none of Dana's ran
     assert await manager.search(DANA, "drinks") == []
+
+
+async def test_running_jobs_in_process_needs_the_elevated_login(fresh_db: PgDatabase) -> None:
+    app_only = Database(fresh_db.app_url, min_size=1, max_size=2)
+    with pytest.raises(MemoryConfigurationError, match="elevated login"):
+        MemoryManager.from_database(app_only, extraction_model=TeaModel())
+    # queueing for workers elsewhere needs only the application login
+    await app_only.open()
+    try:
+        config = MemoryManagerConfig(jobs_in_process=False)
+        manager = MemoryManager.from_database(app_only, extraction_model=TeaModel(), config=config)
+        await manager.append(DANA, ConversationMessage(role="user", content="tea"))
+        assert [s for _t, _a, s in jobs(fresh_db)] == ["todo"]
+    finally:
+        await app_only.close()
