@@ -6,13 +6,14 @@
 -- tenant named once more (on Citus, one shard group). Read as the invoker, under the
 -- row-level security policies; GLOBAL rows (no tenant's) are not among them. Every
 -- validity and type: the caller filters. Inlined into the statement that reads it
--- (a set-returning SQL function of one SELECT).
+-- (a set-returning SQL function of one SELECT; its body is parsed at creation, so no
+-- search_path reaches it).
 create or replace function harbor._owner_memories(
     scopes harbor.memory_scope[], i_tenant text, i_project text, i_user text,
     i_session text, i_run text
 ) returns setof harbor.memories
     language sql stable security invoker parallel safe
-as $$
+begin atomic
     select m.*
       from harbor._recall_keys(scopes, i_tenant, i_project, i_user, i_session, i_run) k
       cross join lateral (
@@ -22,8 +23,8 @@ as $$
              and m.tenant_id = k.tenant_id and m.scope = k.scope
              and m.user_id = k.user_id and m.project_id = k.project_id
              and m.session_id = k.session_id and m.run_id = k.run_id
-          offset 0) m
-$$;
+          offset 0) m;
+end;
 
 -- harbor.profile() is SECURITY INVOKER: it reads under the row-level security
 -- policies like any SELECT, and only the caller's own owner keys narrowed to each
