@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import harbor_database, latency_row, machine, private_server, record, with_params
 
 from harbor_pg.db import migrate, server
+from harbor_pg.jobs import EXTRACT_TASK
 from harbor_pg.manager import MemoryManager, MemoryManagerConfig
 from harbor_pg.owner import MemoryOwner
 from harbor_pg.records import ConversationMessage
@@ -136,7 +137,9 @@ async def measure_worker(su: str, sessions: int, jobs: int) -> dict[str, float]:
     await worker.close()
     with psycopg.connect(with_params(su, dbname="harbor"), autocommit=True) as c:
         done = c.execute(
-            "select count(*) from harbor_jobs.procrastinate_jobs where status = 'succeeded'"
+            "select count(*) from harbor_jobs.procrastinate_jobs"
+            " where status = 'succeeded' and task_name = %s",
+            (EXTRACT_TASK,),
         ).fetchone()
     assert done is not None and done[0] == jobs, done
     t = time.perf_counter()
@@ -171,13 +174,13 @@ def main(argv: list[str] | None = None) -> None:
         migrate.upgrade(with_params(su, dbname="harbor", user="harbor_owner"))
         build(su, args.sessions, args.turns)
         appends = asyncio.run(measure_append(su, args.sessions, args.calls))
+        print(f"\nmachine: {machine()}")
+        for name, values in appends.items():
+            print(f"{name:28s} p50 {statistics.median(values) * 1000:.3f} ms (n={len(values)})")
+        base, queued = (statistics.median(v) for v in appends.values())
+        ratio = queued / base
+        print(f"p50 with extraction / without: {ratio:.3f}", flush=True)
         worker = asyncio.run(measure_worker(su, args.sessions, args.jobs))
-    print(f"\nmachine: {machine()}")
-    for name, values in appends.items():
-        print(f"{name:28s} p50 {statistics.median(values) * 1000:.3f} ms (n={len(values)})")
-    base, queued = (statistics.median(v) for v in appends.values())
-    ratio = queued / base
-    print(f"p50 with extraction / without: {ratio:.3f}")
     for name, value in worker.items():
         print(f"{name:28s} {value:.3f}")
     if args.record:
