@@ -362,3 +362,44 @@ def test_a_long_question_skips_the_lookup(conns: tuple[Conn, Conn]) -> None:
         assert rows == scan and len(rows) == count
         assert (stats["memories_owner_terms_idx"] >= 1) is looked_up, (count, stats)
         assert (stats["memories_lexical_idx"] >= 1) is not looked_up, (count, stats)
+
+
+def test_a_large_owner_matches_only_the_rarer_terms_by_the_tables_statistics(
+    conns: tuple[Conn, Conn],
+) -> None:
+    """Above the scan limit, a term the table's statistics expect in more rows than the
+    limit matches nothing by itself: the rows holding a rarer term are matched (when
+    there are at least as many as the leg hands over), all terms score them, and the
+    common term's frequency is its expected row count. Fewer such rows: every term
+    matches, as without statistics."""
+    su, app = conns
+    zebra = {_insert(su, f"harbor zebra sighting {n}") for n in range(8)}
+    for n in range(60):
+        _insert(su, f"harbor note number {n}")
+    query = (
+        "select memory_id, lexical_rank, lexical_score from harbor._lexical_candidates("
+        "%s, '{user}', now(), %s, 10, 0) order by lexical_rank, memory_id"
+    )
+    unanalysed = app.execute(query, ("harbor zebra", 5)).fetchall()
+    su.execute("analyze harbor.memories")
+    [(freq,)] = su.execute(
+        "select e.freq from pg_stats st, unnest(st.most_common_elems::text::text[],"
+        " st.most_common_elem_freqs) e(elem, freq) where st.schemaname = 'harbor'"
+        " and st.tablename = 'memories' and st.attname = 'fts' and e.elem = 'harbor'"
+    ).fetchall()
+    assert freq > 0.5  # 'harbor' is common, 'zebra' is not among the common lexemes
+    with app.transaction():
+        before = _scans(app)
+        analysed = app.execute(query, ("harbor zebra", 5)).fetchall()
+        after = _scans(app)
+    # only zebra rows, the same five as before (they outrank every harbor-only row)
+    assert {r["memory_id"] for r in analysed} <= zebra
+    assert [r["memory_id"] for r in analysed] == [r["memory_id"] for r in unanalysed]
+    assert after["memories_lexical_idx"] == before["memories_lexical_idx"]
+    # asked for more than the eight zebra rows: every term matches, harbor rows too
+    wide = app.execute(query, ("harbor zebra", 20)).fetchall()
+    assert len(wide) == 20 and zebra < {r["memory_id"] for r in wide}
+    # and there harbor counts the owner's 68 rows that hold it; with the rarer term's
+    # rows alone, the table's 3,000 expected: it weighs (almost) nothing
+    full = {r["memory_id"]: r["lexical_score"] for r in wide}
+    assert all(0 < r["lexical_score"] < full[r["memory_id"]] for r in analysed)

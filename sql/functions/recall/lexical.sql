@@ -106,6 +106,9 @@ declare
     v_hidden  text[];            -- the owner's memories above p_max_sensitivity
     v_df      double precision[];  -- the owner's rows holding each of v_terms
     v_rare    text[];              -- the terms of v_terms that carry weight
+    v_common  text[];              -- (a large owner) the terms the statistics call common
+    v_common_df double precision[];  -- their expected rows
+    v_rare_tsq tsquery;              -- (a large owner) the query of the rarer terms
 begin
     if p_query is null or coalesce(p_limit, 0) < 1 then
         return;
@@ -450,9 +453,119 @@ begin
                 on h.tenant_id = b.tenant_id and h.id = b.memory_id;
         return;
     end if;
-    -- a large owner whose matches the lookup did not find: the GIN index,
-    -- planned for this query's words (EXECUTE plans once per call; a cached
-    -- generic plan cannot judge their rarity)
+    -- a large owner whose matches the lookup did not find. On conversation text most of
+    -- its rows hold a common word of the question, and matching and scoring them all is
+    -- linear in the owner's rows (287 ms a call at 100,000, benchmarks/RESULTS.md
+    -- recall-scaling). So the table's own statistics of its lexemes (pg_stats, which
+    -- ANALYZE keeps for memories.fts: the most common lexemes and the share of rows
+    -- holding each) split the question's terms: a term the statistics expect in more
+    -- rows than p_scan_limit is common. When the question has both kinds, only the rows
+    -- holding a rarer term are matched (the GIN index), every term still counts in their
+    -- score, and a common term's document frequency is its expected row count (its
+    -- share times the collection size) where the matches hold fewer. Without statistics
+    -- (not analysed yet; a Citus coordinator), without both kinds, or with fewer rows
+    -- holding a rarer term than p_limit, every term matches.
+    select array_agg(t.term order by t.i) filter (where coalesce(f.freq, 0) * v_total
+                                                       <= p_scan_limit),
+           array_agg(t.term order by t.i) filter (where f.freq * v_total > p_scan_limit),
+           array_agg(f.freq * v_total order by t.i) filter (where f.freq * v_total
+                                                                  > p_scan_limit)
+      into v_rare, v_common, v_common_df
+      from pg_catalog.unnest(v_terms) with ordinality t(term, i)
+      left join (
+          select e.elem, e.freq::double precision as freq
+            from pg_catalog.pg_stats st
+           -- (the multi-array form of unnest, only unqualified)
+           cross join lateral unnest(
+                   st.most_common_elems::text::text[],
+                   st.most_common_elem_freqs[1:pg_catalog.cardinality(
+                       st.most_common_elems::text::text[])]) e(elem, freq)
+           where st.schemaname = 'harbor' and st.tablename = 'memories'
+             and st.attname = 'fts') f on f.elem = t.term;
+    if cardinality(v_rare) > 0 and cardinality(v_common) > 0 then
+        v_rare_tsq := (select pg_catalog.to_tsquery('simple'::regconfig, pg_catalog.string_agg(
+                                  pg_catalog.quote_literal(pg_catalog.replace(r.lexeme, '\', '')),
+                                  ' | '))
+                         from pg_catalog.unnest(v_rare) r(lexeme));
+        -- (fewer rows holding a rarer term than the leg hands over: every term matches,
+        -- so that the rows holding only common ones still fill the list)
+        execute $q$
+            select count(*)::integer
+              from (select 1
+                      from harbor.memories m
+                     where m.fts operator(pg_catalog.@@) $1
+                       and m.tenant_id = any (array['', $2])
+                       and m.scope = any ($3)
+                       and coalesce(m.valid operator(pg_catalog.@>) $4, false)
+                       and m.memory_type <> 'summary'
+                       and m.sensitivity <= $10
+                       and harbor._visible(m.scope, m.tenant_id, m.project_id, m.user_id,
+                                           m.session_id, m.run_id, $2, $5, $6, $7, $8)
+                     limit $9) x $q$
+          into v_hits
+          using v_rare_tsq, v_tenant, p_scopes, p_as_of, v_project, v_user, v_session, v_run,
+                p_limit, p_max_sensitivity;
+    end if;
+    if cardinality(v_rare) > 0 and cardinality(v_common) > 0 and v_hits >= p_limit then
+        return query execute $q$
+            with matched as materialized (
+                select m.tenant_id, m.id, m.fts, m.scope, m.memory_type, m.importance,
+                       lower(m.valid) as valid_from, m.content_hash, m.entity_ids
+                  from harbor.memories m
+                 where m.fts operator(pg_catalog.@@) $1
+                   and m.tenant_id = any (array['', $2])
+                   and m.scope = any ($3)
+                   and coalesce(m.valid operator(pg_catalog.@>) $4, false)
+                   and m.memory_type <> 'summary'
+                   and m.sensitivity <= $12
+                   and harbor._visible(m.scope, m.tenant_id, m.project_id, m.user_id,
+                                       m.session_id, m.run_id, $2, $5, $6, $7, $8)
+            ), docs as (
+                -- each match's query terms only (as harbor._bm25)
+                select x.tenant_id, x.id,
+                       greatest(pg_catalog.length(x.fts), 1)::double precision as dl,
+                       pg_catalog.ts_filter(pg_catalog.setweight(x.fts, 'A', $9), '{a}')
+                           as terms
+                  from matched x
+            ), postings as (
+                select d.tenant_id, d.id, d.dl, u.lexeme,
+                       coalesce(pg_catalog.cardinality(u.positions), 1)::double precision
+                           as tf
+                  from docs d, pg_catalog.unnest(d.terms) u
+            ), df as (
+                -- the matches' counts, or a common term's expected rows when more
+                select p.lexeme, greatest(count(*)::double precision, max(c.n)) as n
+                  from postings p
+                  left join unnest($13::text[], $14::double precision[]) c(lexeme, n)
+                    on c.lexeme = p.lexeme
+                 group by p.lexeme
+            ), avgdl as (
+                select greatest(avg(d.dl), 1) as v from docs d
+            ), scored as (
+                select p.tenant_id, p.id,
+                       sum(ln(1 + (greatest($10, f.n) - f.n + 0.5) / (f.n + 0.5))
+                           * p.tf * 2.2 / (p.tf + 1.2 * (0.25 + 0.75 * p.dl / a.v)))
+                           as score
+                  from postings p join df f on f.lexeme = p.lexeme cross join avgdl a
+                 group by p.tenant_id, p.id
+            ), top as (
+                select s.tenant_id, s.id, s.score
+                  from scored s
+                 order by s.score desc, s.id
+                 limit $11
+            )
+            select t.tenant_id, t.id, (rank() over (order by t.score desc))::integer, t.score,
+                   x.scope, x.memory_type, x.importance, x.valid_from, x.content_hash,
+                   x.entity_ids, null::integer
+              from top t
+              join matched x on x.tenant_id = t.tenant_id and x.id = t.id $q$
+            using v_rare_tsq, v_tenant,
+                  p_scopes, p_as_of, v_project, v_user, v_session, v_run, v_terms, v_total,
+                  p_limit, p_max_sensitivity, v_common, v_common_df;
+        return;
+    end if;
+    -- otherwise the GIN index for every term, planned for this query's words (EXECUTE
+    -- plans once per call; a cached generic plan cannot judge their rarity)
     return query execute $q$
         with matched as materialized (
             select m.tenant_id, m.id, m.fts, m.scope, m.memory_type, m.importance,
