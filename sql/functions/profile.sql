@@ -5,15 +5,16 @@
 -- (harbor._recall_keys(), as recall's legs): one owner-index range scan a key, the
 -- tenant named once more (on Citus, one shard group). Read as the invoker, under the
 -- row-level security policies; GLOBAL rows (no tenant's) are not among them. Every
--- validity and type: the caller filters. Inlined into the statement that reads it
--- (a set-returning SQL function of one SELECT; its body is parsed at creation, so no
--- search_path reaches it).
+-- validity and type: the caller filters. (Its body is parsed at each call, not at
+-- creation: a body parsed at creation would hold every column of memories, and a
+-- downgrade that drops one would have to drop it first; so its search_path is pinned.)
 create or replace function harbor._owner_memories(
     scopes harbor.memory_scope[], i_tenant text, i_project text, i_user text,
     i_session text, i_run text
 ) returns setof harbor.memories
     language sql stable security invoker parallel safe
-begin atomic
+    set search_path to pg_catalog, pg_temp
+as $$
     select m.*
       from harbor._recall_keys(scopes, i_tenant, i_project, i_user, i_session, i_run) k
       cross join lateral (
@@ -23,8 +24,8 @@ begin atomic
              and m.tenant_id = k.tenant_id and m.scope = k.scope
              and m.user_id = k.user_id and m.project_id = k.project_id
              and m.session_id = k.session_id and m.run_id = k.run_id
-          offset 0) m;
-end;
+          offset 0) m
+$$;
 
 -- harbor.profile() is SECURITY INVOKER: it reads under the row-level security
 -- policies like any SELECT, and only the caller's own owner keys narrowed to each
