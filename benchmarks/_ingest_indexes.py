@@ -1,12 +1,13 @@
-"""``ingest --mode indexes``: what each secondary index of the memories and their
-vectors costs a write, and whether recall reads it.
+"""``ingest --mode indexes``: what each secondary index, constraint and trigger of
+the memories and their vectors costs a write, and whether recall reads it.
 
-For each index (primary keys and constraint indexes excluded: they are the
-guarantees), ``--rounds`` pairs in alternating order of one ``save_memories``
-statement of ``--batch-size`` new memories with their vectors (a share
-``--context`` with a second one), as ``harbor_app`` with the identity set, in
-a transaction that is rolled back: once with every index, once with this index
-dropped inside that transaction (so nothing changes for good). The cost is the
+For each of them (the primary keys excluded: everything else keys on them),
+``--rounds`` pairs in alternating order of one ``save_memories`` statement of
+``--batch-size`` new memories with their vectors (a share ``--context`` with a
+second one), as ``harbor_app`` with the identity set, in a transaction that is
+rolled back: once with everything, once without it (an index or a constraint
+dropped, a trigger disabled, inside that transaction, so nothing changes for
+good; an index a constraint needs goes with that constraint). The cost is the
 median of the paired differences, per memory. The HNSW graph's insert costs
 milliseconds a vector and would drown the others in its noise, so it is
 measured first and then left out of both sides of every other pair. Then a recall workload (hybrid,
@@ -35,17 +36,34 @@ from harbor_pg.tiers.long_term import MemoryVectors, _batch_params, memory_param
 TABLES = ("memories", "memory_embeddings")
 
 
-def _indexes(conn: psycopg.Connection[Any]) -> list[str]:
+def _parts(conn: psycopg.Connection[Any]) -> dict[str, str]:
+    """What a write pays for, each with the statement that takes it away: the
+    secondary indexes, the constraints other than primary keys, NOT NULL and
+    CHECK (unique, exclusion, foreign key), the triggers."""
     rows = conn.execute(
-        "select i.indexrelid::regclass::text as name from pg_index i"
-        " join pg_class c on c.oid = i.indrelid"
-        " where c.relnamespace = 'harbor'::regnamespace and c.relname = any (%s)"
+        "select 'index ' || i.indexrelid::regclass::text as name,"
+        "       'drop index ' || i.indexrelid::regclass::text || ' cascade' as drop"
+        "  from pg_index i join pg_class c on c.oid = i.indrelid"
+        " where c.relnamespace = 'harbor'::regnamespace and c.relname = any (%(t)s)"
         "   and not i.indisprimary"
-        "   and not exists (select 1 from pg_constraint k where k.conindid = i.indexrelid)"
+        "   and not exists (select 1 from pg_constraint k where k.conindid = i.indexrelid"
+        "                                                  and k.contype <> 'f')"
+        " union all "
+        "select 'constraint ' || k.conname, 'alter table ' || k.conrelid::regclass::text"
+        "       || ' drop constraint ' || k.conname"
+        "  from pg_constraint k join pg_class c on c.oid = k.conrelid"
+        " where c.relnamespace = 'harbor'::regnamespace and c.relname = any (%(t)s)"
+        "   and k.contype in ('u', 'x', 'f')"
+        " union all "
+        "select 'trigger ' || g.tgname, 'alter table ' || g.tgrelid::regclass::text"
+        "       || ' disable trigger ' || g.tgname"
+        "  from pg_trigger g join pg_class c on c.oid = g.tgrelid"
+        " where c.relnamespace = 'harbor'::regnamespace and c.relname = any (%(t)s)"
+        "   and not g.tgisinternal"
         " order by 1",
-        (list(TABLES),),
+        {"t": list(TABLES)},
     ).fetchall()
-    return [r["name"] for r in rows]
+    return {r["name"]: r["drop"] for r in rows}
 
 
 def _write_once(
@@ -69,8 +87,8 @@ def _write_once(
     ]
     params = _batch_params([memory_params(owner, m) for m in memories], vectors, "bench")
     with conn.transaction(force_rollback=True):
-        for name in drop:
-            conn.execute(f"drop index {name}")
+        for statement in drop:
+            conn.execute(statement)
         conn.execute("set local role harbor_app")
         conn.execute(
             "select harbor.set_identity(%s, principal_id => %s, is_local => true)",
@@ -89,34 +107,34 @@ def index_costs(su: str, db_url: str, args: Any) -> None:
         oid = conn.execute("select 'public.vector'::regtype::oid as o").fetchone()
         assert oid is not None
         register_vector_array(conn, int(oid["o"]))  # type: ignore[arg-type]
-        names = _indexes(conn)
+        parts = _parts(conn)
         n = args.batch_size
         print(f"write cost per memory ({n} a statement, {args.rounds} pairs):", flush=True)
-        graph = "harbor.memory_embeddings_hnsw_384"
-        for name in [graph, *(x for x in names if x != graph)]:
+        graph = "index harbor.memory_embeddings_hnsw_384"
+        for name in [graph, *(x for x in parts if x != graph)]:
             # the graph's insert (milliseconds a vector here) would drown the others'
             # cost in its noise: both sides of their pairs go without it
-            base = [] if name == graph else [graph]
+            base = [] if name == graph else [parts[graph]]
             diffs = []
             for r in range(args.rounds):
                 tenant = tenant_name(random.randrange(1000))
                 with_first = r % 2 == 0
-                a = _write_once(
-                    conn, tenant, n, args.context, base if with_first else [*base, name]
-                )
-                b = _write_once(
-                    conn, tenant, n, args.context, [*base, name] if with_first else base
-                )
-                with_index, without = (a, b) if with_first else (b, a)
-                diffs.append((with_index - without) / n)
-            size = conn.execute(
-                "select pg_size_pretty(pg_relation_size(%s::regclass)) as s", (name,)
-            ).fetchone()
-            assert size is not None
+                without = [*base, parts[name]]
+                a = _write_once(conn, tenant, n, args.context, base if with_first else without)
+                b = _write_once(conn, tenant, n, args.context, without if with_first else base)
+                with_it, without_it = (a, b) if with_first else (b, a)
+                diffs.append((with_it - without_it) / n)
+            size = ""
+            if name.startswith("index "):
+                row = conn.execute(
+                    "select pg_size_pretty(pg_relation_size(%s::regclass)) as s",
+                    (name.removeprefix("index "),),
+                ).fetchone()
+                assert row is not None
+                size = f"; {row['s']}"
             print(
                 f"  {name}: {statistics.median(diffs) * 1e6:.0f} us a memory"
-                f" (paired differences {min(diffs) * 1e6:.0f} to {max(diffs) * 1e6:.0f});"
-                f" {size['s']}",
+                f" (paired differences {min(diffs) * 1e6:.0f} to {max(diffs) * 1e6:.0f}){size}",
                 flush=True,
             )
     asyncio.run(_recall_scans(su, db_url))

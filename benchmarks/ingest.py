@@ -33,12 +33,13 @@ preloaded store taken down to COMMIT's newest revision by this checkout's
 migrations, then migrated by COMMIT's code, so that a schema change (an index,
 a column) is compared as well.
 
-``--mode indexes``: for each secondary index of the two tables, the time of
-one ``save_many``-sized write (``--batch-size`` memories with their vectors,
-as the library's statement does it) with the index and without it (dropped in
-a transaction that is rolled back, so nothing changes), paired, as the
-superuser acting as ``harbor_app``; plus whether a recall workload (small and
-large owners, hybrid) scans the index (``pg_stat_user_indexes``).
+``--mode indexes``: for each secondary index, constraint (unique, exclusion,
+foreign key) and trigger of the two tables, the time of one ``save_many``-sized
+write (``--batch-size`` memories with their vectors, as the library's statement
+does it) with it and without it (dropped or disabled in a transaction that is
+rolled back, so nothing changes), paired, as the superuser acting as
+``harbor_app``; plus whether a recall workload (small and large owners, hybrid)
+scans each index (``pg_stat_user_indexes``).
 """
 
 from __future__ import annotations
