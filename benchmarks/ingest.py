@@ -349,6 +349,9 @@ def main(argv: list[str] | None = None) -> None:
         " change is compared too",
     )
     parser.add_argument("--data-dir", type=Path)
+    parser.add_argument(
+        "--parts", help="with --mode indexes: only the parts whose names contain one of these"
+    )
     parser.add_argument("--record", action="store_true")
     args = parser.parse_args(args_list)
 
