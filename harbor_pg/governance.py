@@ -158,6 +158,20 @@ async def _erase_in_stores(tiers: Tiers, subject: ErasureSubject) -> EraseReceip
     )
 
 
+def _retention_age(value: object) -> float:
+    """``max_age_seconds`` as a float: a finite number >= 0 (an integer beyond a
+    float's range is refused here, not as an ``OverflowError``)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise MemoryValidationError("max_age_seconds must be a finite number >= 0")
+    try:
+        age = float(value)
+    except OverflowError:
+        raise MemoryValidationError("max_age_seconds is beyond a float's range") from None
+    if not math.isfinite(age) or age < 0:
+        raise MemoryValidationError("max_age_seconds must be a finite number >= 0")
+    return age
+
+
 async def retention_in_tiers(
     tiers: Tiers,
     database: Database | None,
@@ -174,13 +188,8 @@ async def retention_in_tiers(
     ``session_ttl_seconds``: the turns older than that are deleted (None: none); a
     bound ``caller`` may act on its own tenant only."""
     check_subject(caller, tenant_id)
-    if max_age_seconds is not None and (
-        isinstance(max_age_seconds, bool)
-        or not isinstance(max_age_seconds, int | float)
-        or not math.isfinite(max_age_seconds)
-        or max_age_seconds < 0
-    ):
-        raise MemoryValidationError("max_age_seconds must be a finite number >= 0")
+    if max_age_seconds is not None:
+        max_age_seconds = _retention_age(max_age_seconds)
     if max_age_seconds is None and (scope is not None or min_sensitivity is not None):
         raise MemoryValidationError("a retention scope or sensitivity needs max_age_seconds")
     try:

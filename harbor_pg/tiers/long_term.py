@@ -28,6 +28,7 @@ from harbor_pg.tiers.rows import (
     profile_params,
     recall_in_one_round_trip,
 )
+from harbor_pg.validation import check_text
 
 __all__ = [
     "ELEVATED_SCOPES",
@@ -95,9 +96,16 @@ class _Vector:
         if embedding is None:
             return None
         values = check_vector(embedding)
-        if not model_id:
-            raise MemoryValidationError("an embedding needs the model_id that produced it")
-        return cls(model_id, len(values), PgVector(values))
+        return cls(_checked_model_id(model_id), len(values), PgVector(values))
+
+
+def _checked_model_id(model_id: str | None) -> str:
+    """The model id an embedding names: a non-empty string PostgreSQL can store
+    (a NUL in it is the caller's input, not a failure of the store)."""
+    if not model_id:
+        raise MemoryValidationError("an embedding needs the model_id that produced it")
+    check_text(model_id, "model_id")
+    return model_id
 
 
 def _vector_params(vector: _Vector | None) -> dict[str, Any]:
@@ -208,8 +216,7 @@ def _checked_vectors(
         if context_embedding is not None:
             raise MemoryValidationError("a context embedding needs the content embedding too")
         return None
-    if not model_id:
-        raise MemoryValidationError("an embedding needs the model_id that produced it")
+    _checked_model_id(model_id)
     content = check_vector(embedding)
     if context_embedding is None:
         return MemoryVectors(content)

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from harbor_pg import MemoryManager, MemoryOwner
 from harbor_pg.db.connection import Database
-from harbor_pg.errors import MemoryDatabaseError, MemoryError
+from harbor_pg.errors import MemoryDatabaseError, MemoryError, MemoryValidationError
 from harbor_pg.records import Memory
 from tests.conftest import PgDatabase, PgServer, _drop_database, _new_database
 
@@ -114,6 +114,12 @@ CASES: list[tuple[str, Callable[[MemoryManager], Awaitable[Any]]]] = [
     ("importance 5e-324", lambda m: m.inject_memory(OWNER, "w", importance=5e-324)),
     ("ttl 1e-9", lambda m: m.update(OWNER, {"a": 1}, ttl_seconds=1e-9)),
     ("search limit -1", lambda m: m.search(OWNER, "q", limit=-1)),
+    (
+        "NUL in a model id",
+        lambda m: m.save(OWNER, Memory(content="v"), embedding=[1.0, 0.0], model_id="m\x00"),
+    ),
+    ("retention age 10**400", lambda m: m.apply_retention("t1", max_age_seconds=10**400)),
+    ("retention age -10**400", lambda m: m.apply_retention("t1", max_age_seconds=-(10**400))),
 ]
 
 
@@ -125,6 +131,12 @@ def test_bad_input_is_a_harbor_error(
     if name == "importance 5e-324" and not isinstance(result, MemoryError):
         return  # stored (as 0) is fine too
     assert isinstance(result, MemoryError), f"{name}: accepted {result!r}"
+    if name in _INPUT_ERRORS:
+        assert isinstance(result, MemoryValidationError), f"{name}: {result!r}"
+
+
+#: the cases whose error must say the input was bad (not that the store failed)
+_INPUT_ERRORS = {"NUL in a model id", "retention age 10**400", "retention age -10**400"}
 
 
 # -- the property test -------------------------------------------------------------
