@@ -152,13 +152,13 @@ create table harbor.memories (
 create unique index memories_no_duplicate_current
     on harbor.memories (tenant_id, user_id, project_id, session_id, run_id, content_hash, scope)
     where upper_inf(valid);
--- hot paths: a scope's current rows, validity lookups, full text, entities
+-- hot paths: a scope's current rows, validity lookups, full text (no index on the
+-- entity ids: nothing read it, migration 0023)
 create index memories_owner_idx
     on harbor.memories (tenant_id, scope, user_id, project_id, session_id, run_id);
 create index memories_current_idx
     on harbor.memories (tenant_id, user_id, scope) where upper_inf(valid);
 create index memories_fts_idx on harbor.memories using gin (fts);
-create index memories_entities_idx on harbor.memories using gin (entity_ids);
 -- The lexical leg reads every row of an owner (up to 2,000). A live service
 -- writes many owners' rows in turn, so one owner's rows lie on as many heap
 -- pages as it has rows; a B-tree keeps them side by side in key order. This

@@ -42,6 +42,7 @@ FROZEN = {
     "0020_job_queue.sql": "c70ec4b400a60ad9",
     "0021_current_dedup_unique.py": "cc6cfda2674f5fcb",
     "0022_job_errors.py": "39ad8c407ed4cfa5",
+    "0023_drop_entities_index.py": "fb8e0c66b8de80dc",
 }
 
 
