@@ -109,6 +109,7 @@ declare
     v_common  text[];              -- (a large owner) the terms the statistics call common
     v_common_df double precision[];  -- their expected rows
     v_rare_tsq tsquery;              -- (a large owner) the query of the rarer terms
+    v_match   text;                  -- (a large owner) the matching statement
 begin
     if p_query is null or coalesce(p_limit, 0) < 1 then
         return;
@@ -482,6 +483,20 @@ begin
                        st.most_common_elems::text::text[])]) e(elem, freq)
            where st.schemaname = 'harbor' and st.tablename = 'memories'
              and st.attname = 'fts') f on f.elem = t.term;
+    -- the caller's matches of the query $1 (the rarer terms', or every term's), one
+    -- statement text for the count below and the ranking: their parameters are the same
+    v_match := $m$
+        select m.tenant_id, m.id, m.fts, m.scope, m.memory_type, m.importance,
+               lower(m.valid) as valid_from, m.content_hash, m.entity_ids
+          from harbor.memories m
+         where m.fts operator(pg_catalog.@@) $1
+           and m.tenant_id = any (array['', $2])
+           and m.scope = any ($3)
+           and coalesce(m.valid operator(pg_catalog.@>) $4, false)
+           and m.memory_type <> 'summary'
+           and m.sensitivity <= $12
+           and harbor._visible(m.scope, m.tenant_id, m.project_id, m.user_id,
+                               m.session_id, m.run_id, $2, $5, $6, $7, $8) $m$;
     if cardinality(v_rare) > 0 and cardinality(v_common) > 0 then
         v_rare_tsq := (select pg_catalog.to_tsquery('simple'::regconfig, pg_catalog.string_agg(
                                   pg_catalog.quote_literal(pg_catalog.replace(r.lexeme, '\', '')),
@@ -489,117 +504,51 @@ begin
                          from pg_catalog.unnest(v_rare) r(lexeme));
         -- (fewer rows holding a rarer term than the leg hands over: every term matches,
         -- so that the rows holding only common ones still fill the list)
-        execute $q$
-            select count(*)::integer
-              from (select 1
-                      from harbor.memories m
-                     where m.fts operator(pg_catalog.@@) $1
-                       and m.tenant_id = any (array['', $2])
-                       and m.scope = any ($3)
-                       and coalesce(m.valid operator(pg_catalog.@>) $4, false)
-                       and m.memory_type <> 'summary'
-                       and m.sensitivity <= $10
-                       and harbor._visible(m.scope, m.tenant_id, m.project_id, m.user_id,
-                                           m.session_id, m.run_id, $2, $5, $6, $7, $8)
-                     limit $9) x $q$
+        execute 'select count(*)::integer from (' || v_match || ' limit $11) x'
           into v_hits
           using v_rare_tsq, v_tenant, p_scopes, p_as_of, v_project, v_user, v_session, v_run,
-                p_limit, p_max_sensitivity;
+                v_terms, v_total, p_limit, p_max_sensitivity;
+        if v_hits < p_limit then
+            v_rare_tsq := null;
+            v_common := null;
+            v_common_df := null;
+        end if;
+    else
+        v_common := null;
+        v_common_df := null;
     end if;
-    if cardinality(v_rare) > 0 and cardinality(v_common) > 0 and v_hits >= p_limit then
-        return query execute $q$
-            with matched as materialized (
-                select m.tenant_id, m.id, m.fts, m.scope, m.memory_type, m.importance,
-                       lower(m.valid) as valid_from, m.content_hash, m.entity_ids
-                  from harbor.memories m
-                 where m.fts operator(pg_catalog.@@) $1
-                   and m.tenant_id = any (array['', $2])
-                   and m.scope = any ($3)
-                   and coalesce(m.valid operator(pg_catalog.@>) $4, false)
-                   and m.memory_type <> 'summary'
-                   and m.sensitivity <= $12
-                   and harbor._visible(m.scope, m.tenant_id, m.project_id, m.user_id,
-                                       m.session_id, m.run_id, $2, $5, $6, $7, $8)
-            ), docs as (
-                -- each match's query terms only (as harbor._bm25)
-                select x.tenant_id, x.id,
-                       greatest(pg_catalog.length(x.fts), 1)::double precision as dl,
-                       pg_catalog.ts_filter(pg_catalog.setweight(x.fts, 'A', $9), '{a}')
-                           as terms
-                  from matched x
-            ), postings as (
-                select d.tenant_id, d.id, d.dl, u.lexeme,
-                       coalesce(pg_catalog.cardinality(u.positions), 1)::double precision
-                           as tf
-                  from docs d, pg_catalog.unnest(d.terms) u
-            ), df as (
-                -- the matches' counts, or a common term's expected rows when more
-                select p.lexeme, greatest(count(*)::double precision, max(c.n)) as n
-                  from postings p
-                  left join unnest($13::text[], $14::double precision[]) c(lexeme, n)
-                    on c.lexeme = p.lexeme
-                 group by p.lexeme
-            ), avgdl as (
-                select greatest(avg(d.dl), 1) as v from docs d
-            ), scored as (
-                select p.tenant_id, p.id,
-                       sum(ln(1 + (greatest($10, f.n) - f.n + 0.5) / (f.n + 0.5))
-                           * p.tf * 2.2 / (p.tf + 1.2 * (0.25 + 0.75 * p.dl / a.v)))
-                           as score
-                  from postings p join df f on f.lexeme = p.lexeme cross join avgdl a
-                 group by p.tenant_id, p.id
-            ), top as (
-                select s.tenant_id, s.id, s.score
-                  from scored s
-                 order by s.score desc, s.id
-                 limit $11
-            )
-            select t.tenant_id, t.id, (rank() over (order by t.score desc))::integer, t.score,
-                   x.scope, x.memory_type, x.importance, x.valid_from, x.content_hash,
-                   x.entity_ids, null::integer
-              from top t
-              join matched x on x.tenant_id = t.tenant_id and x.id = t.id $q$
-            using v_rare_tsq, v_tenant,
-                  p_scopes, p_as_of, v_project, v_user, v_session, v_run, v_terms, v_total,
-                  p_limit, p_max_sensitivity, v_common, v_common_df;
-        return;
-    end if;
-    -- otherwise the GIN index for every term, planned for this query's words (EXECUTE
-    -- plans once per call; a cached generic plan cannot judge their rarity)
-    return query execute $q$
-        with matched as materialized (
-            select m.tenant_id, m.id, m.fts, m.scope, m.memory_type, m.importance,
-                   lower(m.valid) as valid_from, m.content_hash, m.entity_ids
-              from harbor.memories m
-             where m.fts operator(pg_catalog.@@) $1
-               and m.tenant_id = any (array['', $2])
-               and m.scope = any ($3)
-               and coalesce(m.valid operator(pg_catalog.@>) $4, false)
-               and m.memory_type <> 'summary'
-               and m.sensitivity <= $12
-               and harbor._visible(m.scope, m.tenant_id, m.project_id, m.user_id,
-                                   m.session_id, m.run_id, $2, $5, $6, $7, $8))
+    -- the GIN index, planned for this query's words (EXECUTE plans once per call; a
+    -- cached generic plan cannot judge their rarity)
+    return query execute 'with matched as materialized (' || v_match || $q$)
         select b.tenant_id, b.memory_id, b.lexical_rank, b.lexical_score, x.scope,
                x.memory_type, x.importance, x.valid_from, x.content_hash, x.entity_ids,
                null::integer
           from harbor._bm25($9, $10, $11,
                             (select array_agg(x.tenant_id) from matched x),
                             (select array_agg(x.id) from matched x),
-                            (select array_agg(x.fts) from matched x)) b
+                            (select array_agg(x.fts) from matched x), $13, $14) b
           join matched x on x.tenant_id = b.tenant_id and x.id = b.memory_id $q$
-        using v_tsq, v_tenant, p_scopes, p_as_of, v_project, v_user, v_session, v_run,
-              v_terms, v_total, p_limit, p_max_sensitivity;
+        using coalesce(v_rare_tsq, v_tsq), v_tenant, p_scopes, p_as_of, v_project, v_user,
+              v_session, v_run, v_terms, v_total, p_limit, p_max_sensitivity, v_common,
+              v_common_df;
 end
 $$;
 
 -- BM25 over a matched set (parallel arrays), the top p_limit by score.
 -- Equal scores share a rank (as equal distances do in the dense leg), so two
 -- copies of one text fuse to the same relevance and the scope decides.
--- Document frequencies come from the matched rows, the collection size from
--- the caller (its visible row count), the average length from the matches.
+-- Document frequencies come from the matched rows, or for p_known_terms from
+-- p_known_df where that is more (a common term the matches were not selected by,
+-- with its expected rows); the collection size from the caller (its visible row
+-- count), the average length from the matches.
+-- (the signature without the known frequencies: an overload left in place would make
+-- calls ambiguous)
+drop function if exists harbor._bm25(text[], double precision, integer, text[], text[],
+                                     tsvector[]);
 create or replace function harbor._bm25(
     p_terms text[], p_total double precision, p_limit integer,
-    p_tenants text[], p_ids text[], p_docs tsvector[]
+    p_tenants text[], p_ids text[], p_docs tsvector[],
+    p_known_terms text[] default null, p_known_df double precision[] default null
 ) returns table (tenant_id text, memory_id text, lexical_rank integer,
                  lexical_score double precision)
     language sql immutable security invoker parallel safe
@@ -618,7 +567,10 @@ as $$
                coalesce(cardinality(u.positions), 1)::double precision as tf
           from docs, unnest(docs.terms) u
     ), df as (
-        select p.lexeme, count(*)::double precision as n from postings p group by p.lexeme
+        select p.lexeme, greatest(count(*)::double precision, max(k.n)) as n
+          from postings p
+          left join unnest(p_known_terms, p_known_df) k(lexeme, n) on k.lexeme = p.lexeme
+         group by p.lexeme
     ), avgdl as (
         select greatest(avg(docs.dl), 1) as v from docs
     ), scored as (
