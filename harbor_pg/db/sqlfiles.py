@@ -34,6 +34,7 @@ IDEMPOTENT_FILES: tuple[str, ...] = (
     "policies/tokens.sql",
     "policies/locks.sql",
     "policies/jobs.sql",
+    "functions/jobs.sql",
     "functions/views.sql",
     "functions/grants.sql",
 )

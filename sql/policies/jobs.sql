@@ -3,29 +3,20 @@
 -- upgrade stepping through earlier revisions applies this file after each of them).
 --
 -- harbor_admin is the role workers use for the queue: every job and event.
--- harbor_app only enqueues, in the transaction of the write that causes the job
--- (harbor_jobs.procrastinate_defer_jobs_v1), and reads back its own jobs: a job
--- whose arguments carry exactly the caller's identity (tenant, project,
--- principal, user, session and run; an absent field is ''). A worker runs a job
--- as the identity in its arguments, so no caller can make a job run as anyone
--- else. The event the insert trigger writes must belong to such a job. It may also read
--- the jobs of its session (tenant, user and session equal), whatever their project, run
--- or principal.
+-- harbor_app writes nothing to the queue: a turn's jobs are queued, in the turn's
+-- transaction, by harbor_jobs.queue_turn_jobs (sql/functions/jobs.sql), which builds their
+-- arguments from the caller's own identity. It reads back its own jobs: a job whose
+-- arguments carry exactly the caller's identity (tenant, project, principal, user,
+-- session and run; an absent field is ''), and the jobs of its session (tenant, user
+-- and session equal), whatever their project, run or principal.
 do $jobs$
 begin
     if pg_catalog.to_regclass('harbor_jobs.procrastinate_jobs') is null then
         return;
     end if;
     drop policy if exists jobs_app on harbor_jobs.procrastinate_jobs;
-    create policy jobs_app on harbor_jobs.procrastinate_jobs for all to harbor_app
+    create policy jobs_app on harbor_jobs.procrastinate_jobs for select to harbor_app
         using (harbor_jobs.job_owner(args) operator(pg_catalog.=) array[
-                (select harbor.caller_tenant()),
-                coalesce((select harbor.caller_project()), ''),
-                coalesce((select harbor.caller_principal()), ''),
-                coalesce((select harbor.caller_user()), ''),
-                coalesce((select harbor.caller_session()), ''),
-                coalesce((select harbor.caller_run()), '')])
-        with check (harbor_jobs.job_owner(args) operator(pg_catalog.=) array[
                 (select harbor.caller_tenant()),
                 coalesce((select harbor.caller_project()), ''),
                 coalesce((select harbor.caller_principal()), ''),
@@ -46,9 +37,6 @@ begin
     create policy jobs_worker on harbor_jobs.procrastinate_jobs for all to harbor_admin
         using (not (select harbor.caller_is_bound()));
     drop policy if exists job_events_app on harbor_jobs.procrastinate_events;
-    create policy job_events_app on harbor_jobs.procrastinate_events for insert to harbor_app
-        with check (exists (select 1 from harbor_jobs.procrastinate_jobs j
-                             where j.id operator(pg_catalog.=) job_id));
     drop policy if exists job_events_worker on harbor_jobs.procrastinate_events;
     create policy job_events_worker on harbor_jobs.procrastinate_events for all to harbor_admin
         using (not (select harbor.caller_is_bound()));

@@ -24,6 +24,15 @@ drop policy if exists role_bindings_admin_read on harbor.role_bindings;
 create policy role_bindings_admin_read on harbor.role_bindings for select
     to harbor_admin
     using (true);
+-- and harbor_owner reads the binding of the caller it acts for, inside the
+-- security-definer function that queues a turn's jobs (harbor_jobs.queue_turn_jobs,
+-- sql/functions/jobs.sql): the login's binding, or that of the role it set (SET ROLE); inside
+-- that function current_user is harbor_owner, which no role binding names.
+drop policy if exists role_bindings_queue on harbor.role_bindings;
+create policy role_bindings_queue on harbor.role_bindings for select
+    to harbor_owner
+    using (role_name in (session_user,
+                         nullif(pg_catalog.current_setting('role'), 'none')::name));
 
 -- messages: SESSION-scoped
 drop policy if exists messages_read on harbor.messages;

@@ -59,15 +59,15 @@ select a.id, a.created_at, d.due as summary_due
 
 -- name: append_message_with_jobs
 -- append_message_check_summary, and in the same statement the turn's jobs on the queue
--- (harbor_jobs, procrastinate's tables): its fact extraction when %(extract)s, and the
--- session's summary fold when %(fold)s and the session is now due one. The jobs commit
--- with the turn or not at all. Their arguments are ids only: the caller's identity as
--- the policies read it (sql/policies/jobs.sql admits no other) and, for extraction, the
--- turn's id. Their lock is the session's, so one session's jobs run one at a time, in
--- the order they were queued; with %(slots)s > 0 it is one of that many slots instead (the
--- session's always the same one), so at most that many run at once, on every worker
--- together: what keeps a rate-limited model from being flooded. A fold queued while an earlier one waits finds nothing
--- due when it runs (the summary lease decides) and writes nothing.
+-- (harbor_jobs.queue_turn_jobs, sql/functions/jobs.sql): its fact extraction when %(extract)s,
+-- and the session's summary fold when %(fold)s and the session is now due one. The jobs
+-- commit with the turn or not at all. Their arguments are ids only: the caller's
+-- identity, which that function reads itself, and, for extraction, the turn's id. Their
+-- lock is the session's, so one session's jobs run one at a time, in the order they were
+-- queued; with %(slots)s > 0 it is one of that many slots instead (the session's always
+-- the same one), so at most that many run at once, on every worker together: what keeps
+-- a rate-limited model from being flooded. A fold queued while an earlier one waits
+-- finds nothing due when it runs (the summary lease decides) and writes nothing.
 -- The session lock and the due check repeat append_message_check_summary's on purpose.
 with session_lock as (
     insert into harbor.owner_locks as l (tenant_id, user_id, session_id, scope)
@@ -85,33 +85,11 @@ with session_lock as (
            %(metadata)s::jsonb, %(token_estimate)s::integer
       from (select count(*) from session_lock) locked
     returning id, created_at
-), caller as (
-    select pg_catalog.jsonb_build_object(
-               'tenant_id', harbor.caller_tenant(),
-               'project_id', coalesce(harbor.caller_project(), ''),
-               'principal_id', coalesce(harbor.caller_principal(), ''),
-               'user_id', coalesce(harbor.caller_user(), ''),
-               'session_id', coalesce(harbor.caller_session(), ''),
-               'run_id', coalesce(harbor.caller_run(), '')) as ids
 )
 select a.id, a.created_at, d.due as summary_due,
-       harbor_jobs.procrastinate_defer_jobs_v1(array(
-           select row('harbor', j.task, 0,
-                      case when %(slots)s::integer > 0
-                           then 'harbor-slot:' || pg_catalog.abs(pg_catalog.hashtext(k.session)
-                                                    %% %(slots)s::integer)
-                           else 'harbor-session:' || k.session end,
-                      null, c.ids || j.extra, null)::harbor_jobs.procrastinate_job_to_defer_v1
-             from (values ('harbor.extract_turn',
-                           pg_catalog.jsonb_build_object('message_id', a.id),
-                           %(extract)s::boolean),
-                          ('harbor.fold_summary', '{}'::jsonb,
-                           %(fold)s::boolean and d.due)) j(task, extra, wanted)
-            cross join (select (c.ids ->> 'tenant_id') || chr(31) || (c.ids ->> 'user_id')
-                               || chr(31) || (c.ids ->> 'session_id') as session) k
-            where j.wanted)) as job_ids
+       harbor_jobs.queue_turn_jobs(a.id, %(extract)s::boolean, %(fold)s::boolean and d.due,
+                                   %(slots)s::integer) as job_ids
   from appended a
- cross join caller c
  cross join harbor.summary_due_rows(%(tenant_id)s::text, %(user_id)s::text,
                                     %(session_id)s::text, %(min_turns)s::bigint,
                                     %(cooldown_seconds)s::double precision, 1) d

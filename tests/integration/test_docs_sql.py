@@ -217,12 +217,7 @@ def test_failed_jobs_block(quickstart: PgDatabase) -> None:
         app.execute(
             "select harbor.set_identity('acme', principal_id => 'dana', session_id => 's1')"
         )
-        [(ids,)] = app.execute(
-            "select harbor_jobs.procrastinate_defer_jobs_v1(array[row('harbor',"
-            " 'harbor.extract_turn', 0, null, null, jsonb_build_object('tenant_id', 'acme',"
-            " 'principal_id', 'dana', 'user_id', 'dana', 'session_id', 's1', 'message_id', 1),"
-            " null)::harbor_jobs.procrastinate_job_to_defer_v1])"
-        ).fetchall()
+        [(ids,)] = app.execute("select harbor_jobs.queue_turn_jobs(1, true, false, 0)").fetchall()
     with psycopg.connect(quickstart.admin_url) as admin:
         admin.execute(
             "update harbor_jobs.procrastinate_jobs set status = 'failed', attempts = 1"

@@ -234,7 +234,7 @@ async def fill(manager: MemoryManager, database: Database, fresh_db: PgDatabase)
 
 
 def queue_job(db: PgDatabase, owner: MemoryOwner) -> None:
-    """A job on the queue for ``owner``, enqueued as the application enqueues it."""
+    """A job on the queue for ``owner``, its arguments as the application's jobs carry them."""
     args = {
         "tenant_id": owner.tenant_id,
         "project_id": owner.project_id or "",
@@ -245,18 +245,9 @@ def queue_job(db: PgDatabase, owner: MemoryOwner) -> None:
         "message_id": 1,
     }
     key = f"{owner.tenant_id}/{owner.user_id}/{owner.session_id}"
-    with psycopg.connect(db.app_url) as conn:
-        conn.execute(
-            "select harbor.set_identity(%s, %s, %s, %s, %s, %s, true)",
-            (
-                owner.tenant_id,
-                owner.project_id,
-                owner.principal_id,
-                owner.user_id,
-                owner.session_id,
-                owner.run_id,
-            ),
-        )
+    # queued through procrastinate's own enqueue, by the queue's role (what the
+    # application queues, harbor_jobs.queue_turn_jobs, fills no queueing lock)
+    with psycopg.connect(db.admin_url) as conn:
         [job_ids] = conn.execute(
             "select harbor_jobs.procrastinate_defer_jobs_v1(array[row('harbor', 'harbor.test',"
             " 0, %s, %s, %s, null)::harbor_jobs.procrastinate_job_to_defer_v1])",
