@@ -6,8 +6,9 @@ On a private embedded server, as the application role with row-level security:
   * append(owner, turn) p50/p95/p99 on random sessions (summarised just now, so the
     due check runs and no summary starts), without extraction and with an
     extraction_model configured (the job queued in the turn's statement, left for
-    workers: ``jobs_in_process=False``), in alternating blocks so that drift of
-    the machine hits both alike;
+    workers: ``jobs_in_process=False``), in pairs: one of each back to back, which
+    one first alternating, so that drift of the machine hits both alike; the ratio
+    of the two p50s, and the p50 of the pairs' differences;
   * jobs per second of one worker (concurrency 1) with an instant scripted model,
     for jobs queued beforehand;
   * the queue's overhead per job: the worker's time per job minus the time of the
@@ -37,7 +38,6 @@ from harbor_pg.owner import MemoryOwner
 from harbor_pg.records import ConversationMessage
 
 TENANTS = 20
-BLOCKS = 10
 
 
 class InstantModel:
@@ -97,18 +97,17 @@ async def measure_append(su: str, sessions: int, calls: int) -> dict[str, list[f
         for i in range(100):
             o = owner_of(rng.randint(1, sessions))
             await manager.append(o, ConversationMessage(role="user", content=f"warm {i}"))
-    per_block = max(1, calls // BLOCKS)
-    for block in range(BLOCKS):
-        order = list(managers.items())
-        if block % 2:
-            order.reverse()
+    # paired: each pair is one append of each kind, back to back, the first of the pair
+    # alternating, so that drift of the machine hits both alike
+    pairs = list(managers.items())
+    for i in range(calls):
+        order = pairs if i % 2 == 0 else pairs[::-1]
         for name, manager in order:
-            for i in range(per_block):
-                o = owner_of(rng.randint(1, sessions))
-                turn = ConversationMessage(role="user", content=f"benchmark turn {block}.{i}")
-                t = time.perf_counter()
-                await manager.append(o, turn)
-                out[name].append(time.perf_counter() - t)
+            o = owner_of(rng.randint(1, sessions))
+            turn = ConversationMessage(role="user", content=f"benchmark turn {i}")
+            t = time.perf_counter()
+            await manager.append(o, turn)
+            out[name].append(time.perf_counter() - t)
     await db.close()
     return out
 
@@ -179,7 +178,10 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{name:28s} p50 {statistics.median(values) * 1000:.3f} ms (n={len(values)})")
         base, queued = (statistics.median(v) for v in appends.values())
         ratio = queued / base
+        without, with_job = appends.values()
+        paired = statistics.median(q - b for b, q in zip(without, with_job, strict=True)) * 1000
         print(f"p50 with extraction / without: {ratio:.3f}", flush=True)
+        print(f"p50 of the pairs' differences: {paired:.3f} ms", flush=True)
         worker = asyncio.run(measure_worker(su, args.sessions, args.jobs))
     for name, value in worker.items():
         print(f"{name:28s} {value:.3f}")
@@ -188,10 +190,12 @@ def main(argv: list[str] | None = None) -> None:
             "jobs",
             title="Extraction queued with the turn (`jobs`)",
             data=f"{args.sessions:,} sessions of {args.turns} turns, {TENANTS} tenants; "
-            f"{args.calls} appends each way in {BLOCKS} alternating blocks; {args.jobs} jobs",
+            f"{args.calls} appends each way, paired (back to back, alternating first); "
+            f"{args.jobs} jobs",
             header=["call", "p50 ms", "p95 ms", "p99 ms"],
             rows=[latency_row(name, values) for name, values in appends.items()],
-            notes=f"p50 with extraction queued / without: {ratio:.3f}. One worker "
+            notes=f"p50 with extraction queued / without: {ratio:.3f}; p50 of the pairs' "
+            f"differences {paired:.3f} ms. One worker "
             f"(concurrency 1, an instant scripted model, no facts): "
             f"{worker['jobs per second (one worker)']:.0f} jobs/s, "
             f"{worker['ms per job, queued']:.2f} ms a job against "
