@@ -123,20 +123,7 @@ def _queue_job(db: PgDatabase, owner: MemoryOwner, *, fail: bool = False) -> int
             " true)",
             (owner.tenant_id, owner.project_id, owner.principal_id, owner.session_id, owner.run_id),
         )
-        [(ids,)] = app.execute(
-            "select harbor_jobs.procrastinate_defer_jobs_v1(array[row('harbor',"
-            " 'harbor.extract_turn', 0, null, null, jsonb_build_object('tenant_id', %s::text,"
-            " 'project_id', '', 'principal_id', %s::text, 'user_id', %s::text,"
-            " 'session_id', %s::text, 'run_id', coalesce(%s::text, ''), 'message_id', 1),"
-            " null)::harbor_jobs.procrastinate_job_to_defer_v1])",
-            (
-                owner.tenant_id,
-                owner.principal_id,
-                owner.user_id,
-                owner.session_id,
-                owner.run_id,
-            ),
-        ).fetchall()
+        [(ids,)] = app.execute("select harbor_jobs.queue_turn_jobs(1, true, false, 0)").fetchall()
     if fail:
         with psycopg.connect(db.admin_url) as admin:
             admin.execute(
