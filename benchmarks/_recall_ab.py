@@ -71,7 +71,7 @@ from harbor_pg.tiers.rows import recall_params
 
 ROOT = Path(__file__).resolve().parent.parent
 # the functions that make up recall, and which of them run as harbor_search
-RENAMED = ("recall", "_dense_candidates", "_lexical_candidates", "_bm25")
+RENAMED = ("recall", "_dense_candidates", "_lexical_candidates", "_bm25", "recall_line_tokens")
 DEFINERS = ("_dense_candidates_ab", "_lexical_candidates_ab")
 
 
@@ -109,7 +109,13 @@ def old_functions(ref: str) -> str:
         start = text.find(f"create or replace function harbor.{name}(")
         if start < 0:
             raise SystemExit(f"{ref}'s recall SQL has no harbor.{name}()")
-        end = text.index("\n$$;", start) + len("\n$$;")
+        body_start = text.index("\n", start)
+        quoted = text.find("\n$$;", start)
+        standard = text.find("\nreturn ", start)  # a SQL-standard body: up to its first ';'
+        if standard >= 0 and (quoted < 0 or standard < quoted) and standard > body_start:
+            end = text.index(";\n", standard) + 1
+        else:
+            end = quoted + len("\n$$;")
         out.append(text[start:end])
     body = "\n\n".join(out)
     for name in RENAMED:

@@ -145,7 +145,7 @@ REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
         " lexical_rank integer, lexical_score double precision, substring_match boolean,"
         " relevance double precision, scope harbor.memory_scope,"
         " memory_type harbor.memory_type, importance real, valid_from timestamptz,"
-        " content_hash text, entity_ids text[])"
+        " content_hash text, entity_ids text[], context_key text)"
         "\n\\1), contexts as (",
     ),
     (

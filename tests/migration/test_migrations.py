@@ -247,6 +247,26 @@ def _lexical_both_ways(db: PgDatabase, query: str) -> tuple[list[Any], list[Any]
     return lookup, scan, after[0] - before[0]
 
 
+def _owner_term_lookup(db: PgDatabase, terms: list[str]) -> list[Any]:
+    """The owner-term index lookup the lexical leg makes, for tenant t1 / user u1: the
+    memories the index holds under the current keys of ``terms`` (the index only, as
+    the leg reads it). For a schema before the leg's current columns (the leg itself
+    reads memories.context_hash, which revision 0019 adds)."""
+    with psycopg.connect(db.app_url, autocommit=True) as app:
+        app.execute("select harbor.set_identity('t1', principal_id => 'u1')")
+        with app.transaction():
+            app.execute("set local enable_seqscan = off")
+            app.execute("set local enable_bitmapscan = on")
+            return app.execute(
+                "select m.content from harbor.memories m"
+                " where harbor.memory_owner_terms(m.tenant_id, m.scope, m.user_id, m.project_id,"
+                " m.session_id, m.run_id, m.fts) && (select array_agg(harbor.owner_term_prefix("
+                "harbor.vector_owner_key('t1', '', 'user', 'u1', '', '', '')) || t)"
+                " from unnest(%s::text[]) t) order by 1",
+                (terms,),
+            ).fetchall()
+
+
 def test_0008_indexes_the_memories_already_stored(empty_db: PgDatabase) -> None:
     """0008 builds the owner-term index over the memories already in place: after
     the upgrade the lexical leg finds them through the lookup (its only reader
@@ -316,10 +336,14 @@ def test_0009_rebuilds_an_owner_term_index_of_the_first_0008(empty_db: PgDatabas
         owner.execute(_FIRST_0008)
     _store_t1_memories(empty_db)
     migrate.upgrade(empty_db.owner_url, "0008")  # the package's functions, as a start applies them
-    lookup, scan, reads = _lexical_both_ways(empty_db, "harbor crane")
-    assert len(scan) == 2 and lookup == [] and reads == LOOKUP_READS  # the state 0009 repairs
+    # the state 0009 repairs: under the current keys the index holds none of them
+    assert _owner_term_lookup(empty_db, ["harbor", "crane"]) == []
 
     migrate.upgrade(empty_db.owner_url)
+    assert _owner_term_lookup(empty_db, ["harbor", "crane"]) == [
+        ("harbor crane",),
+        ("harbor pilot",),
+    ]
     lookup, scan, reads = _lexical_both_ways(empty_db, "harbor crane")
     assert len(scan) == 2 and lookup == scan and reads == LOOKUP_READS
     with psycopg.connect(empty_db.superuser_url) as su:

@@ -32,6 +32,17 @@ begin
     drop function if exists harbor._dense_candidates(public.vector, text,
                                                      harbor.memory_scope[], timestamptz,
                                                      integer, integer, integer);
+    -- and the current signature while its result lacks context_hash (a result type
+    -- cannot change in place)
+    if exists (select 1 from pg_catalog.pg_proc p
+                where p.oid = pg_catalog.to_regprocedure(
+                          'harbor._dense_candidates(public.vector, text, harbor.memory_scope[],'
+                          ' timestamptz, integer, integer, integer, harbor.sensitivity)')
+                  and not 'context_hash' = any (p.proargnames)) then
+        drop function harbor._dense_candidates(public.vector, text, harbor.memory_scope[],
+                                               timestamptz, integer, integer, integer,
+                                               harbor.sensitivity);
+    end if;
 end
 $$;
 create or replace function harbor._dense_candidates(
@@ -41,7 +52,8 @@ create or replace function harbor._dense_candidates(
     p_max_sensitivity harbor.sensitivity default 'sensitive'
 ) returns table (tenant_id text, memory_id text, dense_rank integer, similarity double precision,
                  scope harbor.memory_scope, memory_type harbor.memory_type, importance real,
-                 valid_from timestamptz, content_hash text, entity_ids text[])
+                 valid_from timestamptz, content_hash text, entity_ids text[],
+                 context_hash text)
     language plpgsql stable security definer
     set search_path to pg_catalog, pg_temp
     set plan_cache_mode to force_generic_plan
@@ -172,13 +184,15 @@ begin
                       from win
                 ), near as materialized (
                     select win.tenant_id, win.memory_id, win.dist, m.scope, m.memory_type,
-                           m.importance, m.valid_from, m.content_hash, m.entity_ids
+                           m.importance, m.valid_from, m.content_hash, m.entity_ids,
+                           m.context_hash
                       from win
                       -- only the primary key may find the row (one lookup per
                       -- vector, in the window's order, whatever the estimates)
                       cross join lateral (
                           select m.scope, m.memory_type, m.importance,
-                                 lower(m.valid) as valid_from, m.content_hash, m.entity_ids
+                                 lower(m.valid) as valid_from, m.content_hash, m.entity_ids,
+                                 m.context_hash
                             from harbor.memories m
                            where m.tenant_id = win.tenant_id and m.id = win.memory_id
                              and coalesce(m.valid operator(pg_catalog.@>) p_as_of, false)
@@ -198,14 +212,15 @@ begin
                 )
                 select c.tenant_id, c.memory_id, (rank() over (order by c.dist))::integer,
                        1 - c.dist, c.scope, c.memory_type, c.importance, c.valid_from,
-                       c.content_hash, c.entity_ids
+                       c.content_hash, c.entity_ids, c.context_hash
                   from (select w.tenant_id, w.memory_id, min(w.dist) as dist,
                                any_value(w.scope) as scope,
                                any_value(w.memory_type) as memory_type,
                                any_value(w.importance) as importance,
                                any_value(w.valid_from) as valid_from,
                                any_value(w.content_hash) as content_hash,
-                               any_value(w.entity_ids) as entity_ids
+                               any_value(w.entity_ids) as entity_ids,
+                               any_value(w.context_hash) as context_hash
                           from near w
                          -- every vector was in the window, or it held enough valid ones
                          where v_window is null
@@ -247,16 +262,19 @@ begin
     return query execute pg_catalog.format($q$
         select c.tenant_id, c.memory_id,
                (rank() over (order by c.dist))::integer, 1 - c.dist,
-               c.scope, c.memory_type, c.importance, c.valid_from, c.content_hash, c.entity_ids
+               c.scope, c.memory_type, c.importance, c.valid_from, c.content_hash, c.entity_ids,
+               c.context_hash
           from (select w.tenant_id, w.memory_id, min(w.dist) as dist,
                        any_value(w.scope) as scope, any_value(w.memory_type) as memory_type,
                        any_value(w.importance) as importance,
                        any_value(w.valid_from) as valid_from,
                        any_value(w.content_hash) as content_hash,
-                       any_value(w.entity_ids) as entity_ids
+                       any_value(w.entity_ids) as entity_ids,
+                       any_value(w.context_hash) as context_hash
                   from ((select e.tenant_id, e.memory_id, m.scope, m.memory_type,
                                 m.importance,
                                lower(m.valid) as valid_from, m.content_hash, m.entity_ids,
+                               m.context_hash,
                                (e.embedding::public.vector(%1$s)) operator(public.<=>)
                                    ($1::public.vector(%1$s)) as dist
                           from harbor.memory_embeddings e
@@ -281,7 +299,7 @@ begin
                 -- the caller's owner keys outside the graph, exactly
                 (select e.tenant_id, e.memory_id, m.scope, m.memory_type, m.importance,
                         lower(m.valid) as valid_from, m.content_hash, m.entity_ids,
-                        e.embedding operator(public.<=>) $1 as dist
+                        m.context_hash, e.embedding operator(public.<=>) $1 as dist
                    from harbor._recall_keys($3, $5, $6, $7, $8, $9) k
                    join harbor.memory_embeddings e
                      on k.tenant_id = e.tenant_id and e.model_id = $2 and e.scope = k.scope

@@ -69,6 +69,16 @@ begin
                                                        timestamptz, integer, integer);
     drop function if exists harbor._lexical_candidates(text, harbor.memory_scope[],
                                                        timestamptz, integer, integer, integer);
+    -- and the current signature while its result lacks context_hash (a result type
+    -- cannot change in place)
+    if exists (select 1 from pg_catalog.pg_proc p
+                where p.oid = pg_catalog.to_regprocedure(
+                          'harbor._lexical_candidates(text, harbor.memory_scope[], timestamptz,'
+                          ' integer, integer, integer, harbor.sensitivity)')
+                  and not 'context_hash' = any (p.proargnames)) then
+        drop function harbor._lexical_candidates(text, harbor.memory_scope[], timestamptz,
+                                                 integer, integer, integer, harbor.sensitivity);
+    end if;
 end
 $$;
 create or replace function harbor._lexical_candidates(
@@ -79,7 +89,7 @@ create or replace function harbor._lexical_candidates(
                  lexical_score double precision,
                  scope harbor.memory_scope, memory_type harbor.memory_type, importance real,
                  valid_from timestamptz, content_hash text, entity_ids text[],
-                 owner_rows integer)
+                 owner_rows integer, context_hash text)
     language plpgsql stable security definer
     set search_path to pg_catalog, pg_temp
     set plan_cache_mode to force_generic_plan
@@ -99,6 +109,7 @@ declare
     v_ids     text[];
     v_docs    tsvector[];
     v_cols    harbor._ranking_columns[];
+    v_contexts text[];  -- the rows' memories.context_hash, beside v_cols
     v_owners  text[];
     v_keys    text[];
     v_hits    integer;
@@ -182,10 +193,11 @@ begin
         select count(*),
                array_agg(o.tenant_id), array_agg(o.id), array_agg(o.fts),
                array_agg(row(o.scope, o.memory_type, o.importance, lower(o.valid),
-                             o.content_hash, o.entity_ids)::harbor._ranking_columns)
-          into v_hits, v_tenants, v_ids, v_docs, v_cols
+                             o.content_hash, o.entity_ids)::harbor._ranking_columns),
+               array_agg(o.context_hash)
+          into v_hits, v_tenants, v_ids, v_docs, v_cols, v_contexts
           from (select m.tenant_id, m.id, m.fts, m.scope, m.memory_type, m.importance,
-                       m.valid, m.content_hash, m.entity_ids
+                       m.valid, m.content_hash, m.entity_ids, m.context_hash
                   from harbor.memories m
                  where harbor.memory_owner_terms(m.tenant_id, m.scope, m.user_id, m.project_id,
                                                  m.session_id, m.run_id, m.fts)
@@ -256,7 +268,7 @@ begin
                            pg_catalog.ts_filter(pg_catalog.setweight(m.fts, 'A', v_terms),
                                                 '{a}') as terms,
                            m.scope, m.memory_type, m.importance, lower(m.valid) as valid_from,
-                           m.content_hash, m.entity_ids
+                           m.content_hash, m.entity_ids, m.context_hash
                       from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user,
                                                v_session, v_run) k
                       cross join lateral (
@@ -304,7 +316,7 @@ begin
                 )
                 select t.tenant_id, t.id, (rank() over (order by t.score desc))::integer,
                        t.score, d.scope, d.memory_type, d.importance, d.valid_from,
-                       d.content_hash, d.entity_ids, v_seen
+                       d.content_hash, d.entity_ids, v_seen, d.context_hash
                   from top t
                   join docs d on d.tenant_id = t.tenant_id and d.id = t.id;
             return;
@@ -344,7 +356,7 @@ begin
                            pg_catalog.ts_filter(pg_catalog.setweight(m.fts, 'A', v_terms),
                                                 '{a}') as terms,
                            m.scope, m.memory_type, m.importance, lower(m.valid) as valid_from,
-                           m.content_hash, m.entity_ids
+                           m.content_hash, m.entity_ids, m.context_hash
                       from (-- the owner's rows from the index that carries what is read here
                         -- (side by side, without visiting the table), then those whose
                         -- entry would not fit that index
@@ -354,13 +366,14 @@ begin
                         -- its start, every other owner's rows before the caller's)
                         select m.tenant_id, m.id, m.fts, m.scope, m.memory_type, m.importance,
                                m.valid, m.content_hash, m.entity_ids, m.project_id, m.user_id,
-                               m.session_id, m.run_id
+                               m.session_id, m.run_id, m.context_hash
                           from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user,
                                                    v_session, v_run) k
                           cross join lateral (
                               select m.tenant_id, m.id, m.fts, m.scope, m.memory_type,
                                      m.importance, m.valid, m.content_hash, m.entity_ids,
-                                     m.project_id, m.user_id, m.session_id, m.run_id
+                                     m.project_id, m.user_id, m.session_id, m.run_id,
+                                     m.context_hash
                                 from harbor.memories m
                                where m.tenant_id = k.tenant_id and m.scope = k.scope
                                  and m.user_id = k.user_id and m.project_id = k.project_id
@@ -373,13 +386,14 @@ begin
                         union all
                         select m.tenant_id, m.id, m.fts, m.scope, m.memory_type, m.importance,
                                m.valid, m.content_hash, m.entity_ids, m.project_id, m.user_id,
-                               m.session_id, m.run_id
+                               m.session_id, m.run_id, m.context_hash
                           from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user,
                                                    v_session, v_run) k
                           cross join lateral (
                               select m.tenant_id, m.id, m.fts, m.scope, m.memory_type,
                                      m.importance, m.valid, m.content_hash, m.entity_ids,
-                                     m.project_id, m.user_id, m.session_id, m.run_id
+                                     m.project_id, m.user_id, m.session_id, m.run_id,
+                                     m.context_hash
                                 from harbor.memories m
                                where m.tenant_id = k.tenant_id and m.scope = k.scope
                                  and m.user_id = k.user_id and m.project_id = k.project_id
@@ -426,7 +440,7 @@ begin
                 )
                 select t.tenant_id, t.id, (rank() over (order by t.score desc))::integer,
                        t.score, d.scope, d.memory_type, d.importance, d.valid_from,
-                       d.content_hash, d.entity_ids, v_seen
+                       d.content_hash, d.entity_ids, v_seen, d.context_hash
                   from top t
                   join docs d on d.tenant_id = t.tenant_id and d.id = t.id;
             return;
@@ -446,11 +460,11 @@ begin
         return query
             select b.tenant_id, b.memory_id, b.lexical_rank, b.lexical_score, h.scope,
                    h.memory_type, h.importance, h.valid_from, h.content_hash, h.entity_ids,
-                   case when v_seen <= p_scan_limit then v_seen end
+                   case when v_seen <= p_scan_limit then v_seen end, h.context_hash
               from harbor._bm25(v_terms, v_total, p_limit, v_tenants, v_ids, v_docs) b
-              join unnest(v_tenants, v_ids, v_cols)
+              join unnest(v_tenants, v_ids, v_cols, v_contexts)
                    h(tenant_id, id, scope, memory_type, importance, valid_from, content_hash,
-                     entity_ids)
+                     entity_ids, context_hash)
                 on h.tenant_id = b.tenant_id and h.id = b.memory_id;
         return;
     end if;
@@ -487,7 +501,7 @@ begin
     -- statement text for the count below and the ranking: their parameters are the same
     v_match := $m$
         select m.tenant_id, m.id, m.fts, m.scope, m.memory_type, m.importance,
-               lower(m.valid) as valid_from, m.content_hash, m.entity_ids
+               lower(m.valid) as valid_from, m.content_hash, m.entity_ids, m.context_hash
           from harbor.memories m
          where m.fts operator(pg_catalog.@@) $1
            and m.tenant_id = any (array['', $2])
@@ -522,7 +536,7 @@ begin
     return query execute 'with matched as materialized (' || v_match || $q$)
         select b.tenant_id, b.memory_id, b.lexical_rank, b.lexical_score, x.scope,
                x.memory_type, x.importance, x.valid_from, x.content_hash, x.entity_ids,
-               null::integer
+               null::integer, x.context_hash
           from harbor._bm25($9, $10, $11,
                             (select array_agg(x.tenant_id) from matched x),
                             (select array_agg(x.id) from matched x),

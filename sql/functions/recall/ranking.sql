@@ -235,7 +235,10 @@ begin
                coalesce(d.importance, l.importance) as importance,
                coalesce(d.valid_from, l.valid_from) as valid_from,
                coalesce(d.content_hash, l.content_hash) as content_hash,
-               case when d.memory_id is null then l.entity_ids else d.entity_ids end as entity_ids
+               case when d.memory_id is null then l.entity_ids else d.entity_ids end as entity_ids,
+               -- the key of the row's context (memories.context_hash), read by the leg
+               -- with the rest: the neighbour signal's link, no probe of its own
+               coalesce(d.context_hash, l.context_hash) as context_key
           from dense d full join lexical l
             -- C collation: the merge join sorts both legs on these keys, and only
             -- equality matters (libc's strcoll() is most of a text comparison)
@@ -250,7 +253,8 @@ begin
                null::integer, null::double precision, true,
                case when recall.fusion = 'weighted' then 1::double precision
                     else 1::double precision / (recall.rrf_k + 1) end,
-               s.scope, s.memory_type, s.importance, s.valid_from, s.content_hash, s.entity_ids
+               s.scope, s.memory_type, s.importance, s.valid_from, s.content_hash, s.entity_ids,
+               null::text
           from harbor._substring_matches(v_query, recall.scopes, v_as_of, v_n,
                                          recall.max_sensitivity) s
          where recall.query_embedding is null
@@ -259,19 +263,22 @@ begin
     ), contexts as (
         -- ---- neighbour expansion. A memory's context is the text
         -- before it (a conversation's previous turn), stored with the key it
-        -- would have as content (memories.context_hash, harbor.context_hash()):
-        -- the candidates' keys, read by primary key as the invoker (the probe's
-        -- form is the hydration's below, which harbor_pg.db.citus rewrites into
-        -- a join for Citus)
+        -- would have as content (memories.context_hash, harbor.context_hash()).
+        -- The legs return it with their rows; the substring fallback's rows are
+        -- read here, by primary key as the invoker (the probe's form is the
+        -- hydration's below, which harbor_pg.db.citus rewrites into a join for Citus)
         select c.tenant_id, c.memory_id, x.context_hash
           from candidates c
           cross join lateral (
               select m1.* from harbor.memories m1 where m1.id = c.memory_id offset 0) x
          where x.tenant_id = c.tenant_id
+           and c.substring_match
            and recall.neighbour_weight > 0 and x.context_hash is not null
     ), linked as (
         -- a candidate follows the candidate whose content hash is its context's
-        select c.*, k.context_hash
+        select c.*,
+               case when recall.neighbour_weight > 0
+                    then coalesce(c.context_key, k.context_hash) end as context_hash
           from candidates c
           left join contexts k on k.tenant_id = c.tenant_id and k.memory_id = c.memory_id
     ), neighboured as (
