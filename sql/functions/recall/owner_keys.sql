@@ -6,19 +6,23 @@
 create or replace function harbor._caller_identity(
     out tenant_id text, out project_id text, out user_id text, out session_id text,
     out run_id text)
-    language sql stable security invoker parallel safe
+    language plpgsql stable security invoker parallel safe
     set search_path to pg_catalog, pg_temp
 as $$
-    select coalesce(b.tenant_id, harbor._setting('tenant_id')),
-           case when b.tenant_id is not null then b.project_id
-                else harbor._setting('project_id') end,
-           case when b.tenant_id is not null then b.user_id
-                else coalesce(harbor._setting('user_id'), harbor._setting('principal_id')) end,
-           case when b.tenant_id is not null and b.user_id is null then null
-                else harbor._setting('session_id') end,
-           case when b.tenant_id is not null and b.user_id is null then null
-                else harbor._setting('run_id') end
-      from (select 1) one left join harbor._binding() b on true
+declare
+    bt text; bp text; bu text;
+begin
+    -- (PL/pgSQL, as caller_tenant(): its statement's plan is kept for the session)
+    select b.tenant_id, b.project_id, b.user_id into bt, bp, bu from harbor._binding() b;
+    tenant_id := coalesce(bt, harbor._setting('tenant_id'));
+    project_id := case when bt is not null then bp else harbor._setting('project_id') end;
+    user_id := case when bt is not null then bu
+                    else coalesce(harbor._setting('user_id'), harbor._setting('principal_id')) end;
+    session_id := case when bt is not null and bu is null then null
+                       else harbor._setting('session_id') end;
+    run_id := case when bt is not null and bu is null then null
+                   else harbor._setting('run_id') end;
+end
 $$;
 
 -- An identity narrowed to each requested scope it can address: one owner key
