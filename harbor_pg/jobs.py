@@ -154,6 +154,7 @@ class JobRunner:
             max_size=4,
         )
         app = procrastinate.App(connector=connector)
+        _tolerate_erased_jobs(app.job_manager)
         handlers = self.handlers
         backoff = _backoff(self.retries, self.retry_seconds)
 
@@ -392,6 +393,29 @@ def _backoff(retries: int, first_seconds: float) -> Any:
             return RetryDecision(retry_in={"milliseconds": round(wait * 1000)})
 
     return Backoff()
+
+
+def _tolerate_erased_jobs(manager: Any) -> None:
+    """Let ``manager`` (procrastinate's job manager) end a job whose row is gone.
+
+    Erasure deletes the erased subject's jobs in its transaction, running ones too, so
+    that no row of the queue names them afterwards; the job itself then writes nothing
+    (its writes find its turn gone). When its run ends, procrastinate's finish or
+    retry of it finds no row and raises, in a task nobody awaits: here that is a
+    job that was erased, said once at INFO, and nothing else changes."""
+    for name in ("finish_job", "retry_job"):
+        step = getattr(manager, name)
+
+        async def tolerant(job: Any, *args: Any, _step: Any = step, **kwargs: Any) -> Any:
+            try:
+                return await _step(job, *args, **kwargs)
+            except Exception as exc:
+                if "Job was not found" not in str(exc.__cause__ or ""):
+                    raise
+                log.info("job %s was erased while it ran", job.id)
+                return None
+
+        setattr(manager, name, tolerant)
 
 
 def _report_stop(task: asyncio.Task[None]) -> None:

@@ -11,7 +11,7 @@ import os
 import random
 import select
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import psycopg
@@ -417,12 +417,13 @@ class Database:
         params: dict[str, Any] | None = None,
         *,
         plan_cache_mode: str | None = None,
+        guards: Sequence[tuple[str, dict[str, Any]]] = (),
     ) -> list[dict[str, Any]]:
         """Run one statement in its own transaction with ``owner``'s identity set,
         in one round trip; return its rows as dicts (see :meth:`fetch_rows_in_one_round_trip`).
         """
         return await self.fetch_rows_in_one_round_trip(
-            owner, statement, params, dict_row, plan_cache_mode=plan_cache_mode
+            owner, statement, params, dict_row, plan_cache_mode=plan_cache_mode, guards=guards
         )
 
     async def fetch_rows_in_one_round_trip(
@@ -433,6 +434,7 @@ class Database:
         row_factory: AsyncRowFactory[Row],
         *,
         plan_cache_mode: str | None = None,
+        guards: Sequence[tuple[str, dict[str, Any]]] = (),
     ) -> list[Row]:
         """Run one statement in its own transaction with ``owner``'s identity set,
         in one round trip; return its rows as ``row_factory`` builds them.
@@ -453,6 +455,11 @@ class Database:
         psycopg syncs after its implicit BEGIN, and fetching a result before
         COMMIT flushes the pipeline.) On an error the server skips to the sync
         and rolls back; the error is raised as a harbor error.
+
+        ``guards``: statements (and their parameters) sent before ``statement``, in the
+        same transaction and round trip, each in a statement of its own: one that fails
+        (a queued job's ``job_turn_present``, say) rolls back the transaction, and
+        ``statement`` does not run.
         """
         async with wrap_db_errors(), self._connection(self._pool) as conn:
             # autocommit (as every pooled connection is): psycopg adds no BEGIN (and no
@@ -471,6 +478,8 @@ class Database:
                         await conn.execute(query("set_identity"), identity_params(owner))
                     if plan_cache_mode is not None:
                         await conn.execute(query("set_plan_cache_mode"), {"mode": plan_cache_mode})
+                    for guard, guard_params in guards:
+                        await conn.execute(guard, guard_params)
                     cur = conn.cursor(row_factory=row_factory)
                     await cur.execute(statement, params)
                     if self.set_local:

@@ -29,6 +29,7 @@ from harbor_pg.errors import (
     MemoryConfigurationError,
     MemoryDatabaseError,
     MemoryError,
+    MemoryNotFoundError,
     MemoryScopeError,
     MemoryValidationError,
 )
@@ -124,6 +125,8 @@ def harbor_error(exc: psycopg.Error, *urls: str | None, context: str = "") -> Me
         text = scrub(text, *urls)
     if state == "42501":
         return MemoryScopeError(f"{context}not permitted: {text}")
+    if state == "P0002":  # no_data_found, as harbor.require_turn raises it
+        return MemoryNotFoundError(f"{context}{text}")
     if state[:2] in _INPUT_CLASSES and state not in _NOT_INPUT:
         return MemoryValidationError(f"{context}rejected by the database: {text}")
     if state[:2] == _CONFLICT_CLASS:

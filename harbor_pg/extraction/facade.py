@@ -6,10 +6,11 @@ so a manager that never extracts never loads them.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from harbor_pg.embedders.base import Embedder
-from harbor_pg.errors import MemoryConfigurationError
+from harbor_pg.errors import MemoryConfigurationError, MemoryNotFoundError
 from harbor_pg.extraction.entities import MemoryEntityResolver
 from harbor_pg.owner import MemoryOwner
 from harbor_pg.policy import MemoryPolicy
@@ -17,6 +18,8 @@ from harbor_pg.telemetry import traced
 from harbor_pg.tiers.facade import FacadeBase
 
 __all__ = ["Extraction"]
+
+log = logging.getLogger("harbor_pg")
 
 
 class Extraction(FacadeBase):
@@ -84,7 +87,12 @@ class Extraction(FacadeBase):
         """Run a queued extraction job (:mod:`harbor_pg.jobs`): the facts of ``owner``'s
         session's turns up to its turn ``message_id`` (the policy's
         ``recent_max_messages`` of them, however many came after), with the manager's
-        ``extraction_model``. A turn that is gone (erased, purged) extracts nothing.
+        ``extraction_model``. A turn that is gone (erased, purged) extracts nothing,
+        and so does one erased while the model answers: each fact's write takes the
+        session's lock and finds the turn still there first, in its own transaction,
+        and harbor.erase takes that lock before it deletes anything (so a fact
+        written before the erasure is erased with the rest, and none is written
+        after it).
 
         Raises :class:`MemoryConfigurationError` when this process has no
         ``extraction_model`` (the job then fails, visibly, on the queue), and
@@ -92,6 +100,7 @@ class Extraction(FacadeBase):
         to retry; a re-run stores nothing twice.
         """
         from harbor_pg.extraction.extractor import MemoryExtractor
+        from harbor_pg.tiers.long_term import PostgresLongTermStore
 
         self._check_caller(owner)
         model = self.extraction_model
@@ -100,8 +109,11 @@ class Extraction(FacadeBase):
                 "this process has no extraction_model: give the manager that runs the "
                 "queue's jobs one (harbor-pg worker --manager module:function)"
             )
+        store: Any = self._long()
+        if isinstance(store, PostgresLongTermStore):
+            store = _ForTurn(store, message_id)
         extractor = MemoryExtractor(
-            memories=self._long(),  # type: ignore[arg-type]
+            memories=store,
             model=model,
             policy=self.policy,
             embedder=self.embedder,
@@ -115,4 +127,23 @@ class Extraction(FacadeBase):
             turns = [t for t in recent if t.id is not None and int(t.id) <= message_id]
         if not turns or int(turns[-1].id) != message_id:
             return
-        await extractor.extract(owner, turns, strict=True)
+        try:
+            await extractor.extract(owner, turns, strict=True)
+        except MemoryNotFoundError:  # the turn went (erased) while the model answered
+            log.info("extraction of turn %s: the turn is gone, nothing more is written", message_id)
+
+
+class _ForTurn:
+    """The long-term store as a queued extraction writes to it: each fact's write is
+    fenced by the job's turn (``add_fact(..., for_turn=...)``); everything else is the
+    store's own."""
+
+    def __init__(self, store: Any, turn_id: int) -> None:
+        self._store = store
+        self._turn_id = turn_id
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def add_fact(self, owner: MemoryOwner, memory: Any, **options: Any) -> Any:
+        return await self._store.add_fact(owner, memory, for_turn=self._turn_id, **options)

@@ -120,6 +120,19 @@ def _restatement(row: dict[str, Any]) -> FactResult:
     return FactResult(memory=None, created=False, restatement_of=nearest)
 
 
+def job_write_guards(owner: MemoryOwner, turn_id: int) -> tuple[tuple[str, dict[str, Any]], ...]:
+    """The statements a queued job's write sends first, in its transaction: the lock of
+    ``owner``'s session (``job_write_lock``; harbor.erase takes it before deleting
+    anything), then, in a statement of its own and so seeing whatever an erasure that
+    held the lock committed, that the turn ``turn_id`` is still there
+    (``job_turn_present``: no_data_found, and nothing written, when it is not)."""
+    key = {"tenant_id": owner.tenant_id, "user_id": owner.user_id, "session_id": owner.session_id}
+    return (
+        (query("job_write_lock"), key),
+        (query("job_turn_present"), {"turn_id": turn_id}),
+    )
+
+
 def _fact_params(owner: MemoryOwner, memory: Memory) -> dict[str, Any]:
     """``memory_params`` for the extraction writes, which only touch the caller's own scopes."""
     if memory.scope in ELEVATED_SCOPES:
@@ -625,6 +638,7 @@ class PostgresLongTermStore:
         model_id: str | None = None,
         dedup_threshold: float | None = None,
         replaces: str | None = None,
+        for_turn: int | None = None,
     ) -> FactResult:
         """Similarity gate, then supersede or insert (ExtractionStore).
 
@@ -633,7 +647,14 @@ class PostgresLongTermStore:
         costs a second trip: a fact whose content is already currently valid
         (the duplicate is read back), or a replaced memory that is gone (the fact
         is then inserted as new, gated again).
+
+        ``for_turn``: the write is a queued job's, for the owner's turn of that id.
+        Its transaction first takes the session's lock and then finds the turn still
+        there (:func:`job_write_guards`); when the turn is gone (an erasure of its
+        user, session or agent committed, which takes the same lock first) nothing is
+        written and :class:`MemoryNotFoundError` is raised.
         """
+        guards = job_write_guards(owner, for_turn) if for_turn is not None else ()
         params = _fact_params(owner, memory)
         vector = _Vector.of(embedding, model_id)
         gated = vector is not None and dedup_threshold is not None
@@ -645,7 +666,10 @@ class PostgresLongTermStore:
         }
         if replaces is not None:
             [row] = await self.db.fetch_in_one_round_trip(
-                owner, query("extraction_supersede_memory"), {**write, "replaces": replaces}
+                owner,
+                query("extraction_supersede_memory"),
+                {**write, "replaces": replaces},
+                guards=guards,
             )
             if row["restatement_of"] is not None:
                 return _restatement(row)
@@ -657,7 +681,7 @@ class PostgresLongTermStore:
                     superseded=replaces if result.created else None,
                 )
         [row] = await self.db.fetch_in_one_round_trip(
-            owner, query("extraction_insert_memory"), write
+            owner, query("extraction_insert_memory"), write, guards=guards
         )
         if row["restatement_of"] is not None:
             return _restatement(row)

@@ -114,6 +114,9 @@ $$;
 --   under the same owner already;
 -- * erasing a user (not one session) removes the role bindings naming them;
 -- * the serialisation locks (harbor.owner_locks) of the erased sessions and runs go.
+-- * a queued job already running for the subject writes nothing after the erasure
+--   commits: the erasure takes the subject's session locks first, and a job's write
+--   transaction takes its session's lock and then finds its turn gone.
 -- * the jobs queued for the erased user, session or agent (harbor_jobs) go: pending,
 --   finished and failed alike.
 -- Embeddings go with their memories (counted, then ON DELETE CASCADE).
@@ -163,6 +166,24 @@ begin
     end if;
     if u is null and p is null then
         raise exception 'harbor.erase: name a user_id or a principal_id' using errcode = '22023';
+    end if;
+    -- before anything is deleted, the lock of every session of the subject (the row of
+    -- harbor.owner_locks an append takes, migration 0017), held to the end: a queued
+    -- job takes it too in its write transaction and then looks for its turn
+    -- (harbor.require_turn). A job that writes before this waits here, and its rows are
+    -- found below; one that writes after finds its turn gone and writes nothing. In
+    -- the order of the keys, so that two erasures wait for each other, never deadlock.
+    if pg_catalog.to_regclass('harbor.owner_locks') is not null then
+        insert into harbor.owner_locks as l (tenant_id, user_id, session_id, scope)
+        select distinct t, x.user_id, x.session_id, 'session'::harbor.memory_scope
+          from harbor.messages x
+         where x.tenant_id = t
+           and (u is null or x.user_id = u or x.principal_id = u)
+           and (s is null or x.session_id = s)
+           and (p is null or x.principal_id = p)
+         order by 2, 3
+        on conflict on constraint owner_locks_pkey
+        do update set scope = excluded.scope where false;
     end if;
     -- the turns first: their ids and sessions find what was derived from them
     with gone as (

@@ -279,3 +279,20 @@ alter function harbor.promote_vector_owner(text, text, harbor.memory_scope, text
                                            text, integer, integer)
     owner to harbor_search;
 revoke create on schema harbor from harbor_search;
+
+-- Whether the caller's turn turn_id is still there, for a queued job's write: raises
+-- no_data_found (P0002) when it is not (erased, expired), which ends the write's
+-- transaction with nothing written. The job runs it after taking its session's lock
+-- (query job_write_lock), in a statement of its own: its snapshot is then taken after
+-- any erasure that held the lock has committed (harbor.erase takes the lock first).
+create or replace function harbor.require_turn(turn_id bigint) returns void
+    language plpgsql stable security invoker
+    set search_path to pg_catalog, pg_temp
+as $$
+begin
+    if not exists (select 1 from harbor.messages m where m.id = turn_id) then
+        raise exception 'harbor.require_turn: turn % is gone (erased or expired)', turn_id
+            using errcode = 'no_data_found';
+    end if;
+end
+$$;

@@ -10,7 +10,7 @@
 -- a proposed row must carry the caller's own identity, so it can conflict
 -- only with the caller's own row. (A role bound to a user forces that user;
 -- a role bound to no user has no session or run, so it can lock nothing.)
--- The elevated role deletes its tenant's rows (harbor.erase).
+-- The elevated role takes and deletes its tenant's rows (harbor.erase).
 -- The policy's harbor._writable(...) call repeats the owner-keyed tables' in
 -- policies.sql on purpose: a policy is one expression the planner inlines, one a
 -- table.
@@ -29,6 +29,10 @@ begin
             (select harbor.caller_tenant()), (select harbor.caller_project()),
             (select harbor.caller_user()), (select harbor.caller_session()),
             (select harbor.caller_run())));
+    -- harbor.erase, run by the elevated role, takes the locks of the erased sessions
+    -- first (INSERT ... ON CONFLICT DO UPDATE, as an append does)
+    grant insert (tenant_id, user_id, session_id, scope), update (scope)
+        on harbor.owner_locks to harbor_admin;
     drop policy if exists owner_locks_admin on harbor.owner_locks;
     create policy owner_locks_admin on harbor.owner_locks for all to harbor_admin
         using (not (select harbor.caller_is_bound())

@@ -179,3 +179,21 @@ select (select g.memory_id from gate g) as restatement_of,
        i.updated_at
   from (select) one
   left join inserted i on true
+
+-- name: job_write_lock
+-- The lock of the caller's session (its row of harbor.owner_locks, as an append takes
+-- it), first in a queued job's write transaction: an erasure of the session's user,
+-- session or agent holds it from its start to its commit (harbor.erase).
+with session_lock as (
+    insert into harbor.owner_locks as l (tenant_id, user_id, session_id, scope)
+    values (%(tenant_id)s::text, %(user_id)s::text, %(session_id)s::text, 'session')
+    on conflict (tenant_id, user_id, session_id, scope, project_id, run_id)
+    do update set scope = excluded.scope where false
+    returning 1
+)
+select count(*) from session_lock
+
+-- name: job_turn_present
+-- After job_write_lock, in a statement of its own: the job's turn is still there, or
+-- the transaction fails (no_data_found) and writes nothing.
+select harbor.require_turn(%(turn_id)s::bigint)
