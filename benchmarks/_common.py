@@ -244,6 +244,28 @@ def kept_server(base: Path) -> Iterator[tuple[str, Path]]:
             handle.cleanup()
 
 
+def server_cpu_seconds(pgdata: Path) -> float:
+    """On-CPU seconds so far of the server running in ``pgdata``: the postmaster and
+    every process it started (``/proc/PID/schedstat``, nanoseconds; waiting for a core
+    does not count). Backends that have exited are not counted: read it around calls
+    on connections that stay open."""
+    import psutil
+
+    pid = int((pgdata / "postmaster.pid").read_text().split("\n", 1)[0])
+    try:
+        procs = [psutil.Process(pid), *psutil.Process(pid).children()]
+    except psutil.Error:
+        return 0.0
+    total = 0
+    for proc in procs:
+        try:
+            with open(f"/proc/{proc.pid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError):
+            continue
+    return total / 1e9
+
+
 def with_params(url: str, **params: str) -> str:
     return conninfo.make_conninfo(url, **params)
 

@@ -108,8 +108,7 @@ async def run(args: argparse.Namespace, su: str) -> dict[str, Any]:
                         update={
                             "id": f"{memory.id}-r{k}",
                             "content": restated(turn.text, rng),
-                            "valid_from": memory.valid_from
-                            + timedelta(days=rng.uniform(1, 120)),
+                            "valid_from": memory.valid_from + timedelta(days=rng.uniform(1, 120)),
                         }
                     )
                 )
@@ -120,7 +119,9 @@ async def run(args: argparse.Namespace, su: str) -> dict[str, Any]:
         n_turns += len(memories)
         n_restated += sum(r.created for r in saved[len(memories) :])
         owners.append((owner, sample))
-        print(f"{sample['sample_id']}: {len(memories)} turns, {len(extra)} restatements", flush=True)
+        print(
+            f"{sample['sample_id']}: {len(memories)} turns, {len(extra)} restatements", flush=True
+        )
     if isinstance(embedder, CachedEmbedder):
         embedder.save()
     now = datetime.now(UTC) + timedelta(minutes=1)

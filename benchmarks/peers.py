@@ -66,7 +66,9 @@ Workloads:
 
 Per recall workload, for each system: p50 / p99 latency (the questions
 interleaved across systems, the order rotated by question, a warm-up pass
-first), how many results came back (of 25), **completeness**: the share of
+first), the server's CPU per call (the median on-CPU time of every process of
+the one server all three use, read around each call: the calls run one at a
+time), how many results came back (of 25), **completeness**: the share of
 the system's own exact top 25 it returned, where "exact" is the same call on
 a connection with ``enable_indexscan = off`` (the approximate HNSW walks
 become exact scans; the B-tree and GIN lookups are exact either way), and R@10
@@ -113,7 +115,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -126,7 +128,7 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import contextlib
 
-from _common import machine, private_server, record, with_params
+from _common import machine, private_server, record, server_cpu_seconds, with_params
 from _peers_metrics import completeness, latency_ms, ratio
 from locomo import (
     DEFAULT_MODEL,
@@ -583,6 +585,8 @@ class Ask:
 @dataclass
 class Tally:
     latencies: list[float] = field(default_factory=list)
+    #: the server's CPU seconds in each timed call (every process of its data directory)
+    server_cpu: list[float] = field(default_factory=list)
     returned: list[int] = field(default_factory=list)
     complete: list[float] = field(default_factory=list)
     r10: list[float] = field(default_factory=list)
@@ -596,9 +600,12 @@ async def recall_workload(
     *,
     evidence: bool,
     warmup: int,
+    server_cpu: Callable[[], float] | None = None,
 ) -> dict[str, Tally]:
     """Every question to every system, interleaved (the order rotated per question),
-    after a warm-up pass over the first ``warmup`` questions; then the exact pass."""
+    after a warm-up pass over the first ``warmup`` questions; then the exact pass.
+    ``server_cpu`` (CPU seconds of the server so far) is read around each timed call,
+    outside its timing: the calls run one at a time, so the difference is that call's."""
     systems = [s for s in SYSTEMS if (s != "mem0" or mem0) and (s != "memnos" or memnos)]
     prepared: dict[int, RecallRequest] = {}
     for n, ask in enumerate(asks):
@@ -635,9 +642,12 @@ async def recall_workload(
     for n in range(len(asks)):
         order = systems[n % len(systems) :] + systems[: n % len(systems)]
         for system in order:
+            c0 = server_cpu() if server_cpu is not None else 0.0
             t0 = time.perf_counter()
             got = await call(system, n)
             tallies[system].latencies.append(time.perf_counter() - t0)
+            if server_cpu is not None:
+                tallies[system].server_cpu.append(server_cpu() - c0)
             results[system].append(got)
     # what each system's results stand for, per owner (the question's turns looked up in it)
     turn_maps: dict[tuple[str, str], dict[Any, list[str]]] = {}
@@ -725,7 +735,8 @@ def repeats_in(
 
 
 def recall_rows(tallies: dict[str, Tally], evidence: bool) -> list[list[str]]:
-    """One row per system: p50 / p99, returned, completeness, R@10, harbor p50 / its p50."""
+    """One row per system: p50 / p99, the server's CPU a call (median), returned,
+    completeness, R@10, harbor p50 / its p50."""
     harbor_p50 = latency_ms(tallies["harbor (raw)"].latencies)[0]
     api_p50 = latency_ms(tallies["harbor (API)"].latencies)[0]
     rows = []
@@ -734,6 +745,7 @@ def recall_rows(tallies: dict[str, Tally], evidence: bool) -> list[list[str]]:
         cells = [
             system,
             f"{p50:.2f} / {p99:.2f} ms",
+            f"{1000 * statistics.median(t.server_cpu):.2f} ms" if t.server_cpu else "-",
             f"{statistics.mean(t.returned):.1f}",
             f"{statistics.mean(t.complete):.3f}",
             f"{100 * statistics.mean(t.r10):.1f}" if evidence else "-",
@@ -1006,8 +1018,12 @@ async def run(args: argparse.Namespace) -> None:
                 " pip install -r benchmarks/requirements-peers.txt"
             ) from None
         home = Path(tempfile.mkdtemp(prefix="peers-", dir=os.environ.get("TMPDIR")))
-        with private_server() as (su, _base):
+        with private_server() as (su, base):
             server.bootstrap(su)
+
+            def cpu() -> float:
+                return server_cpu_seconds(base / "pgdata")
+
             migrate.upgrade(with_params(su, dbname="harbor", user="harbor_owner"))
             harbor = await open_harbor(su, given)
             durability(su, args.durable)
@@ -1045,7 +1061,7 @@ async def run(args: argparse.Namespace) -> None:
                         n_turns = sum(len(c.memories) for c in convs)
                         print("\n".join(repeats_summary(repeats, n_turns, cited, len(asks))))
                     tallies = await recall_workload(
-                        asks, harbor, mem0, memnos, evidence=True, warmup=30
+                        asks, harbor, mem0, memnos, evidence=True, warmup=30, server_cpu=cpu
                     )
                     turns = sum(len(c.memories) for c in convs)
                     label = (
@@ -1086,7 +1102,7 @@ async def run(args: argparse.Namespace) -> None:
                         u = rng.choice(users)
                         asks.append(Ask(u, rng.choice(u.conv.questions)))
                     tallies = await recall_workload(
-                        asks, harbor, mem0, memnos, evidence=False, warmup=30
+                        asks, harbor, mem0, memnos, evidence=False, warmup=30, server_cpu=cpu
                     )
                     label = (
                         f"recall, {args.users * args.per_user:,} memories over {args.users:,}"
@@ -1125,8 +1141,8 @@ async def run(args: argparse.Namespace) -> None:
         print("| " + " | ".join(cells) + " |")
     if table:
         print(
-            "\n| workload | system | p50 / p99 | returned (of 25) | completeness | R@10"
-            " | harbor / peer p50 |"
+            "\n| workload | system | p50 / p99 | server CPU / call | returned (of 25)"
+            " | completeness | R@10 | harbor / peer p50 |"
         )
         for cells in table:
             print("| " + " | ".join(cells) + " |")
@@ -1158,6 +1174,7 @@ async def run(args: argparse.Namespace) -> None:
                     "workload",
                     "system",
                     "p50 / p99",
+                    "server CPU / call",
                     "returned (of 25)",
                     "completeness",
                     "R@10",
