@@ -259,6 +259,9 @@ def distribute(superuser_url: str, *, shard_count: int | None = None) -> Distrib
         # grant comes back (on Citus a caller can choose an id again, docs/citus.md)
         conn.execute("grant insert on harbor.messages, harbor.working_state to harbor_app")
         _apply_policies(conn)
+        # harbor.erase takes the erased sessions' locks as harbor_admin (policies/locks.sql
+        # grants it on the coordinator, after the shards were made): on every shard too
+        conn.execute("select run_command_on_shards('harbor.owner_locks', %s)", (_ADMIN_LOCK_GRANT,))
         report.shards = {
             str(r[0]): int(r[1])
             for r in conn.execute(
@@ -267,6 +270,10 @@ def distribute(superuser_url: str, *, shard_count: int | None = None) -> Distrib
             ).fetchall()
         }
         return report
+
+
+#: what harbor_admin may do on a shard of harbor.owner_locks besides reading and deleting
+_ADMIN_LOCK_GRANT = "grant insert, update (scope) on %s to harbor_admin"
 
 
 def _propagate_functions(conn: psycopg.Connection[Any]) -> None:

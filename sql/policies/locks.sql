@@ -31,7 +31,7 @@ begin
             (select harbor.caller_run())));
     -- harbor.erase, run by the elevated role, takes the locks of the erased sessions
     -- first (INSERT ... ON CONFLICT DO UPDATE, as an append does)
-    grant insert (tenant_id, user_id, session_id, scope), update (scope)
+    grant insert, update (scope)
         on harbor.owner_locks to harbor_admin;
     drop policy if exists owner_locks_admin on harbor.owner_locks;
     create policy owner_locks_admin on harbor.owner_locks for all to harbor_admin
