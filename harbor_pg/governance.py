@@ -213,6 +213,7 @@ async def retention_in_tiers(
             else 0
         )
         runs = await _call_optional(working, "purge_expired_of", 0, tenant_id)
+        closed = await _call_optional(long_term, "expire_memories_of", 0, tenant_id)
         memories = (
             await _call_optional(
                 long_term,
@@ -227,7 +228,12 @@ async def retention_in_tiers(
             if max_age_seconds is not None
             else 0
         )
-        return RetentionReceipt(short_term=int(turns), working=int(runs), long_term=int(memories))
+        return RetentionReceipt(
+            short_term=int(turns),
+            working=int(runs),
+            long_term=int(memories),
+            expired=int(closed),
+        )
     async with database.transaction(MemoryOwner(tenant_id=tenant_id), admin=True) as conn:
         row = await (
             await conn.execute(
@@ -246,8 +252,17 @@ async def retention_in_tiers(
             turns = purged.rowcount
     assert row is not None
     return RetentionReceipt(
-        working=int(row["working_state"]), long_term=int(row["memories"]), short_term=turns
+        working=int(row["working_state"]),
+        long_term=int(row["memories"]),
+        short_term=turns,
+        expired=int(row["expired"]),
     )
+
+
+async def expire_every_tenant(long_term: object) -> int:
+    """Close every tenant's expired memories (0 for a store that cannot)."""
+    expire = getattr(long_term, "expire_every_tenant", None)
+    return int(await expire()) if expire else 0
 
 
 async def purge_expired_state(working: WorkingStore) -> int:
@@ -324,7 +339,8 @@ class Governance(FacadeBase):
         min_sensitivity: Sensitivity | str | None = None,
         include_summaries: bool = False,
     ) -> RetentionReceipt:
-        """Apply retention to one tenant: purge its expired working state and, when
+        """Apply retention to one tenant: purge its expired working state, close its
+        memories past their expiry (``expires_at``; kept as history) and, when
         ``max_age_seconds`` is given, delete its memories older than that (optionally
         only one ``scope`` and/or at or above ``min_sensitivity``; rolling summaries
         only with ``include_summaries``). It also deletes the turns the session
@@ -348,3 +364,14 @@ class Governance(FacadeBase):
     async def purge_working_state(self) -> int:
         """Reclaim the space of expired working state."""
         return await purge_expired_state(self._working())
+
+    async def expire_memories(self) -> int:
+        """Close every tenant's memories past their expiry (``expires_at``): each one's
+        validity interval ends at its expiry, as a superseded memory's does, and nothing
+        is deleted. Reads leave an expired memory out before this runs; the sweep keeps
+        history exact and lets its content be saved afresh. The periodic upkeep job runs
+        it (on PostgreSQL as the elevated role, ``harbor.expire_memories()``); a tenant's
+        own sweep is part of :meth:`apply_retention`. Returns how many it closed."""
+        if self.caller is not None:
+            raise MemoryScopeError("the sweep of every tenant's memories needs an unbound manager")
+        return await expire_every_tenant(self._long())

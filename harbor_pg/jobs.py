@@ -4,7 +4,7 @@ A job is queued in the transaction of the write that causes it (an appended
 turn queues its fact extraction, and the summary fold of a session it makes
 due: query ``append_message_with_jobs``), so a rolled-back turn leaves no job
 and a committed one always has one. A job's arguments are ids only: its
-owner's identity and the turn's id. Upkeep (expired working state) is a
+owner's identity and the turn's id. Upkeep (expired working state, expired memories) is a
 periodic job with no owner, run as ``harbor_admin``. Failed runs are retried
 with exponential backoff and leave their error in ``harbor_jobs.job_errors``;
 the running jobs of a worker that went silent are run again. Whoever runs
@@ -57,7 +57,8 @@ QUEUE = "harbor"
 EXTRACT_TASK = "harbor.extract_turn"
 #: a session's rolling-summary fold, once it is due (arguments: the owner's ids)
 FOLD_TASK = "harbor.fold_summary"
-#: upkeep, periodic: reclaim expired working state (no owner: it runs as harbor_admin)
+#: upkeep, periodic: reclaim expired working state and close expired memories (no owner:
+#: it runs as harbor_admin)
 PURGE_TASK = "harbor.purge_working_state"
 #: when the upkeep runs (cron; procrastinate defers each tick once, whatever the workers)
 PURGE_CRON = "*/10 * * * *"
@@ -86,6 +87,9 @@ class JobHandlers(Protocol):
 
     async def purge_working_state(self) -> int:
         """Reclaim the space of expired working state (every tenant's; elevated role)."""
+
+    async def expire_memories(self) -> int:
+        """Close the memories past their expiry (every tenant's; elevated role)."""
 
 
 class JobRunner:
@@ -170,7 +174,7 @@ class JobRunner:
         @app.periodic(cron=PURGE_CRON, periodic_id="upkeep")
         @app.task(name=PURGE_TASK, queue=QUEUE, pass_context=True, queueing_lock=PURGE_TASK)
         async def purge_working_state(context: Any, /, timestamp: int) -> None:
-            await self._run(context, backoff, _discard(handlers.purge_working_state()))
+            await self._run(context, backoff, _upkeep(handlers))
 
         return app
 
@@ -364,8 +368,10 @@ def _job_attributes(context: Any) -> dict[str, Any]:
     }
 
 
-async def _discard(work: Awaitable[Any]) -> None:
-    await work
+async def _upkeep(handlers: JobHandlers) -> None:
+    """The periodic upkeep: expired working state reclaimed, expired memories closed."""
+    await handlers.purge_working_state()
+    await handlers.expire_memories()
 
 
 def _describe(exc: BaseException) -> str:

@@ -150,6 +150,7 @@ class _MemoryLine(BaseModel):
     metadata: dict[str, Any]
     created_at: datetime
     updated_at: datetime
+    expires_at: datetime | None = None
     vectors: list[_VectorLine] | None = None
 
     @field_validator("content_hash")
@@ -164,7 +165,7 @@ class _MemoryLine(BaseModel):
     def _source(cls, value: str) -> str:
         return validate_source(value)
 
-    @field_validator("valid_from", "invalid_at", "created_at", "updated_at")
+    @field_validator("valid_from", "invalid_at", "created_at", "updated_at", "expires_at")
     @classmethod
     def _aware(cls, value: datetime | None) -> datetime | None:
         if value is not None and value.tzinfo is None:
@@ -233,6 +234,7 @@ def _memory_line(row: dict[str, Any], vectors: list[dict[str, Any]] | None) -> s
         "metadata": row["metadata"],
         "created_at": _iso(row["created_at"]),
         "updated_at": _iso(row["updated_at"]),
+        "expires_at": _iso(row["expires_at"]),
     }
     if vectors is not None:
         obj["vectors"] = vectors
@@ -446,6 +448,7 @@ def _params(record: _MemoryLine) -> dict[str, Any]:
         "metadata": json.dumps(record.metadata),
         "created_at": record.created_at,
         "updated_at": record.updated_at,
+        "expires_at": record.expires_at,
     }
 
 

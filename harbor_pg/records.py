@@ -205,6 +205,10 @@ class Memory(BaseModel):
     context: str | None = None
     created_at: datetime | None = None
     updated_at: datetime | None = None
+    #: when the memory stops holding (None: never). From then on it is left out of
+    #: recall, search, the profile and the snapshot, and as-of reads before it still
+    #: find it; the store closes its interval there (``expire_memories``), not deleting it
+    expires_at: datetime | None = None
 
     @field_validator("source")
     @classmethod
@@ -230,8 +234,11 @@ class Memory(BaseModel):
         return self
 
     def is_valid_at(self, when: datetime) -> bool:
-        """True when ``when`` falls inside this memory's validity interval."""
+        """True when ``when`` falls inside this memory's validity interval and
+        before its expiry."""
         if self.valid_from is not None and when < self.valid_from:
+            return False
+        if self.expires_at is not None and when >= self.expires_at:
             return False
         return self.invalid_at is None or when < self.invalid_at
 

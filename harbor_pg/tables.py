@@ -174,6 +174,8 @@ memories = Table(
     Column("source_user_id", Text, server_default=FetchedValue()),
     # the content hash of the context (set by the database's trigger; revision 0019)
     Column("context_hash", Text, server_default=FetchedValue()),
+    # when the memory stops holding (revision 0024)
+    Column("expires_at", _tstz),
 )
 
 #: One vector per memory and embedding model (and per context variant).

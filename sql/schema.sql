@@ -122,6 +122,11 @@ create table harbor.memories (
     -- without a context): recall links a candidate to the one before it on it. Set
     -- by the memories_context_hash trigger from the row's own scope and context
     context_hash       text,
+    -- when the memory stops holding (null: never). Reads treat a memory as valid
+    -- only before it (valid @> t and not expires_at <= t); harbor.expire_memories()
+    -- then closes its interval at that time, as a supersession would, so the row
+    -- stays as history and leaves the dedup index (migration 0024)
+    expires_at         timestamptz,
     primary key (tenant_id, id),
     -- a row stores exactly the owner fields its scope keys on
     constraint memories_scope_key check (
@@ -181,13 +186,18 @@ return 256 + pg_catalog.octet_length(tenant_id) + pg_catalog.octet_length(projec
        <= 2000;
 create index memories_lexical_idx
     on harbor.memories (tenant_id, scope, user_id, project_id, session_id, run_id)
-    include (id, fts, memory_type, importance, valid, content_hash, entity_ids)
+    include (id, fts, memory_type, importance, valid, content_hash, entity_ids, expires_at)
     where harbor.lexical_entry_fits(tenant_id, project_id, user_id, session_id, run_id, id,
                                     fts, entity_ids);
 create index memories_lexical_rest_idx
     on harbor.memories (tenant_id, scope, user_id, project_id, session_id, run_id)
     where not harbor.lexical_entry_fits(tenant_id, project_id, user_id, session_id, run_id,
                                         id, fts, entity_ids);
+-- The memories with an expiry still open: harbor.expire_memories() finds the
+-- ones due here, and a save the expired duplicate it closes first (empty in a
+-- store that never sets an expiry, so a probe costs one descent)
+create index memories_expiring_idx on harbor.memories (tenant_id, expires_at)
+    where expires_at is not null and upper_inf(valid);
 -- The rows classified above 'none' under their owner keys: the lexical leg
 -- looks up an owner's rows above recall's sensitivity ceiling here, since the
 -- covering index above does not carry the sensitivity (migration 0015).

@@ -24,7 +24,8 @@ it has them (sync or async, as the in-process stores define them):
 short-term one returns the erased turn ids, which the long-term one receives as
 ``turn_ids=``), ``purge_expired_of(tenant_id)`` on the working store and
 ``apply_retention(tenant_id, max_age_seconds, scope=, min_sensitivity=,
-include_summaries=)`` on the long-term store.
+include_summaries=)`` and ``expire_memories_of(tenant_id)`` (close the tenant's
+memories past their expiry, returning how many) on the long-term store.
 """
 
 from __future__ import annotations
@@ -647,6 +648,70 @@ class MemoryStoreConformance:
         every = await manager.apply_retention("t1", max_age_seconds=0)
         assert every.long_term == 1
         assert await manager.search(ALICE, "aged fact") == []
+
+    # -- expiry --
+
+    async def test_an_expired_memory_is_closed_not_deleted(self, manager: MemoryManager) -> None:
+        saved = await manager.save(
+            ALICE, Memory(content="Visitor badge colour is blue"), ttl_seconds=0.4
+        )
+        kept = await manager.save(ALICE, Memory(content="Visitor parking is on level two"))
+        expires_at = saved.memory.expires_at
+        assert expires_at is not None and kept.memory.expires_at is None
+        assert [m.id for m in await manager.search(ALICE, "badge colour")] == [saved.memory.id]
+        before = expires_at - timedelta(seconds=0.2)
+        await asyncio.sleep(0.6)
+        # gone from every current read, at once (no sweep has run yet)
+        assert [m.id for m in await manager.search(ALICE, "badge colour")] == []
+        recalled = await manager.recall(ALICE, "visitor badge colour parking", top_k=5)
+        assert saved.memory.id not in {m.id for m in recalled}
+        assert kept.memory.id in {m.id for m in recalled}
+        if isinstance(manager.long_term, ProfileStore):
+            profile = await manager.profile(ALICE, token_budget=None)
+            ids = {m.id for m in profile.memories}
+            assert saved.memory.id not in ids and kept.memory.id in ids
+        # and present as of before its expiry
+        assert [m.id for m in await manager.search(ALICE, "badge colour", as_of=before)] == [
+            saved.memory.id
+        ]
+        as_of = await manager.recall(ALICE, "visitor badge colour", top_k=5, as_of=before)
+        assert saved.memory.id in {m.id for m in as_of}
+        # the same content saved again is a new memory; the expired one is closed at its
+        # expiry and kept
+        again = await manager.save(ALICE, Memory(content="Visitor badge colour is blue"))
+        assert again.created and again.memory.id != saved.memory.id
+        old = await manager.get(ALICE, saved.memory.id or "")
+        assert old is not None and old.invalid_at == expires_at
+
+    async def test_retention_closes_expired_memories(self, manager: MemoryManager) -> None:
+        saved = await manager.save(
+            ALICE, Memory(content="Door code rotates weekly"), ttl_seconds=0.2
+        )
+        other = await manager.save(
+            OTHER_TENANT, Memory(content="Door code rotates weekly"), ttl_seconds=0.2
+        )
+        await asyncio.sleep(0.4)
+        receipt = await manager.apply_retention("t1")
+        assert receipt.expired == 1 and receipt.long_term == 0
+        old = await manager.get(ALICE, saved.memory.id or "")
+        assert old is not None and old.invalid_at == saved.memory.expires_at
+        # another tenant's expired memory is left to its own tenant's sweep
+        theirs = await manager.get(OTHER_TENANT, other.memory.id or "")
+        assert theirs is not None and theirs.invalid_at is None
+        assert (await manager.apply_retention("t1")).expired == 0
+
+    async def test_bad_expiries_are_rejected(self, manager: MemoryManager) -> None:
+        start = datetime(2026, 1, 1, tzinfo=UTC)
+        for memory, ttl in (
+            (Memory(content="x1"), 0),
+            (Memory(content="x2"), -5),
+            (Memory(content="x3"), float("nan")),
+            (Memory(content="x4", expires_at=start + _DAY), 60),
+            (Memory(content="x5", valid_from=start, expires_at=start), None),
+            (Memory(content="x6", expires_at=datetime(2026, 1, 1)), None),
+        ):
+            with pytest.raises(MemoryValidationError):
+                await manager.save(ALICE, memory, ttl_seconds=ttl)
 
 
 def _synchronous(check: Callable[[Any, MemoryManager], Awaitable[None]]) -> Callable[[Any], None]:

@@ -152,11 +152,13 @@ class ErasableLongTermStore(Protocol):
 @dataclass(frozen=True)
 class RetentionReceipt:
     """What a retention run deleted: expired working state, aged memories, and the
-    turns of sessions the session TTL expired (``short_term``)."""
+    turns of sessions the session TTL expired (``short_term``); and how many
+    expired memories it closed (``expired``: kept as history, not deleted)."""
 
     working: int
     long_term: int
     short_term: int = 0
+    expired: int = 0
 
     @property
     def total(self) -> int:

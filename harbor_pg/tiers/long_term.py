@@ -187,6 +187,7 @@ def _batch_params(
         "source_message_ids": [Jsonb(p["source_message_ids"]) for p in params],
         "metadata": column("metadata"),
         "valid_froms": column("valid_from"),
+        "expires_ats": column("expires_at"),
         "embeddings": PgVectorArray([v.content if v else None for v in vectors]),
         "context_embeddings": PgVectorArray([v.with_context if v else None for v in vectors]),
         "model_id": model_id or "",
@@ -462,6 +463,19 @@ class PostgresLongTermStore:
                 "with_context": with_context,
             },
         )
+
+    async def expire_memories(self, owner: MemoryOwner) -> int:
+        """Close the memories past their expiry that ``owner`` may write
+        (``harbor.expire_memories()`` as the application role); returns how many."""
+        rows = await self.db.fetch_in_one_round_trip(owner, query("expire_memories"), {})
+        return int(rows[0]["closed"])
+
+    async def expire_every_tenant(self) -> int:
+        """Close every tenant's memories past their expiry (the periodic upkeep: the
+        elevated role with no identity, policy ``memories_admin_expire``)."""
+        async with self.db.transaction(None, admin=True) as conn:
+            row = await (await conn.execute(query("expire_memories"))).fetchone()
+        return int(row["closed"]) if row else 0
 
     async def get(self, owner: MemoryOwner, memory_id: str) -> Memory | None:
         rows = await self.db.fetch_in_one_round_trip(

@@ -64,6 +64,7 @@ def memory_params(owner: MemoryOwner, memory: Memory) -> dict[str, Any]:
         "source_message_ids": list(memory.source_message_ids),
         "metadata": Jsonb(memory.metadata),
         "valid_from": memory.valid_from,
+        "expires_at": memory.expires_at,
     }
 
 

@@ -10,7 +10,9 @@ vector of its content and, with a context, one of context and content (see
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError
@@ -35,6 +37,32 @@ from harbor_pg.validation import check_content, first_error
 __all__ = ["LongTermWrites", "embed_memories"]
 
 log = logging.getLogger("harbor_pg")
+
+
+def with_expiry(memory: Memory, ttl_seconds: float | None) -> Memory:
+    """``memory`` expiring ``ttl_seconds`` after it starts to hold (its ``valid_from``,
+    else now); unchanged without a TTL. Refuses a TTL that is not a positive number, a
+    TTL beside an ``expires_at``, and an expiry not after ``valid_from``."""
+    if ttl_seconds is not None:
+        if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, int | float):
+            raise MemoryValidationError("ttl_seconds must be a number of seconds")
+        if not math.isfinite(ttl_seconds) or ttl_seconds <= 0:
+            raise MemoryValidationError("ttl_seconds must be a positive, finite number")
+        if memory.expires_at is not None:
+            raise MemoryValidationError("give a memory expires_at or a ttl_seconds, not both")
+        try:
+            start = memory.valid_from or datetime.now(UTC)
+            memory = memory.model_copy(
+                update={"expires_at": start + timedelta(seconds=ttl_seconds)}
+            )
+        except OverflowError:
+            raise MemoryValidationError("ttl_seconds is too large") from None
+    if memory.expires_at is not None:
+        if memory.expires_at.tzinfo is None:
+            raise MemoryValidationError("expires_at must carry a time zone")
+        if memory.valid_from is not None and memory.expires_at <= memory.valid_from:
+            raise MemoryValidationError("expires_at must be after valid_from")
+    return memory
 
 
 async def embed_memories(
@@ -85,6 +113,7 @@ class LongTermWrites(FacadeBase):
         embedding: Sequence[float] | None = None,
         model_id: str | None = None,
         allow_secrets: bool = False,
+        ttl_seconds: float | None = None,
     ) -> SaveResult:
         """Store a memory under ``caller`` narrowed to the memory's scope.
 
@@ -94,10 +123,18 @@ class LongTermWrites(FacadeBase):
         ...; see :mod:`harbor_pg.extraction.secrets`) is refused with
         :class:`MemoryValidationError` naming the kind, unless
         ``allow_secrets=True``.
+
+        A memory may expire: ``memory.expires_at``, or ``ttl_seconds`` after it
+        starts to hold. From then on recall, search, the profile and the snapshot
+        leave it out, as-of reads before its expiry still find it, and the store
+        closes its interval at the expiry (kept as history, not deleted); saving
+        the same content again after that saves it afresh. None (the default):
+        it never expires.
         """
         self._check_caller(caller)
         self._wrote(caller)
         store = self._long()
+        memory = with_expiry(memory, ttl_seconds)
         self._check_memory(caller, memory, allow_secrets=allow_secrets)
         embedder = self._vector_embedder(store)
         if embedding is None and embedder is not None:
@@ -126,6 +163,7 @@ class LongTermWrites(FacadeBase):
         batch_size: int = 64,
         progress: Callable[[int, int], None] | None = None,
         allow_secrets: bool = False,
+        ttl_seconds: float | None = None,
     ) -> list[SaveResult]:
         """Save many memories: embedded in batches, each batch one transaction.
 
@@ -133,13 +171,15 @@ class LongTermWrites(FacadeBase):
         writes nothing. On PostgreSQL a batch commits as a whole: a failure
         leaves the earlier batches saved and none of the failing one.
         ``progress(saved, total)`` is called after each batch. A memory that
-        looks like a credential is refused as in :meth:`save` (``allow_secrets``).
+        looks like a credential is refused as in :meth:`save` (``allow_secrets``);
+        ``ttl_seconds`` gives each memory an expiry as in :meth:`save`.
         """
         self._check_caller(caller)
         self._wrote(caller)
         if batch_size < 1:
             raise MemoryValidationError("batch_size must be >= 1")
         store = self._long()
+        memories = [with_expiry(m, ttl_seconds) for m in memories]
         for memory in memories:
             self._check_memory(caller, memory, allow_secrets=allow_secrets)
         embedder = self._vector_embedder(store)

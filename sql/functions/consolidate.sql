@@ -121,6 +121,9 @@ begin
          where pg_catalog.upper_inf(m.valid)
            and pg_catalog.lower(m.valid) < pg_catalog.now()
            and m.superseded_by is null
+           -- (a memory with an expiry is never merged: the merged memory would
+           -- have to take one expiry for several)
+           and m.expires_at is null
            and m.memory_type <> 'summary'
     ), vectors as materialized (
         select c.*, e.embedding

@@ -13,21 +13,53 @@ as $$
     select count(*) from d
 $$;
 
+-- Close the validity interval of the caller's expired memories: each current memory
+-- whose expiry (expires_at) has passed and that the caller may update ends at its
+-- expiry, as a superseded row ends at its successor. Row-level security decides
+-- which: the application role its own owner keys, the elevated role its tenant's
+-- and, with no identity set (the periodic upkeep job), every tenant's expired rows
+-- (memories_admin_expire). Nothing is deleted; reads hide an expired memory before
+-- this runs too, so the sweep keeps history exact and takes the row out of the
+-- dedup index. Returns how many it closed. Run by harbor.apply_retention() and the
+-- periodic upkeep; memories_expiring_idx holds its candidates.
+create or replace function harbor.expire_memories() returns bigint
+    language plpgsql volatile security invoker
+    set search_path to pg_catalog, pg_temp
+as $$
+declare
+    t text := harbor.caller_tenant();
+    n bigint;
+begin
+    -- (an expiry at or before the start: the start alone, never empty. No arithmetic on
+    -- the timestamps: Citus refuses a STABLE function of a column in an UPDATE)
+    update harbor.memories m
+       set valid = case when m.expires_at > lower(m.valid)
+                        then tstzrange(lower(m.valid), m.expires_at, '[)')
+                        else tstzrange(lower(m.valid), lower(m.valid), '[]') end
+     where (t is null or m.tenant_id = t)
+       and m.expires_at is not null and m.expires_at <= pg_catalog.now()
+       and upper_inf(m.valid);
+    get diagnostics n = row_count;
+    return n;
+end
+$$;
+
 -- Retention for the caller's tenant, one entry point: always reclaims the
 -- tenant's expired working state (already invisible to readers, and the lock rows of
 -- the runs left with none) and, when
 -- max_age is given, removes long-term memories older than it, for one scope
 -- and/or at or above one sensitivity (both optional). Rolling summaries are
 -- kept unless include_summaries. Embeddings go with their memories (ON DELETE
--- CASCADE). Returns both counts.
+-- CASCADE). It also closes the tenant's expired memories (harbor.expire_memories():
+-- closed, not deleted). Returns the three counts.
 do $$
 begin
-    -- an earlier version returned only the memory count: a new result type
-    -- needs DROP (CREATE OR REPLACE cannot change it)
+    -- earlier versions returned only the memory count, then two counts: a new result
+    -- type needs DROP (CREATE OR REPLACE cannot change it)
     if exists (select 1 from pg_catalog.pg_proc p
                 where p.oid = pg_catalog.to_regprocedure('harbor.apply_retention(interval, '
                           'harbor.memory_scope, harbor.sensitivity, boolean)')
-                  and p.prorettype = 'pg_catalog.int8'::pg_catalog.regtype) then
+                  and pg_catalog.pg_get_function_result(p.oid) not like '%expired bigint%') then
         drop function harbor.apply_retention(interval, harbor.memory_scope, harbor.sensitivity,
                                              boolean);
     end if;
@@ -40,7 +72,8 @@ create or replace function harbor.apply_retention(
     min_sensitivity harbor.sensitivity default null,
     include_summaries boolean default false,
     out working_state bigint,
-    out memories bigint
+    out memories bigint,
+    out expired bigint
 ) returns record
     language plpgsql volatile security invoker
     set search_path to pg_catalog, pg_temp
@@ -85,6 +118,12 @@ begin
            and (min_sensitivity is null or m.sensitivity >= min_sensitivity)
            and (include_summaries or m.memory_type <> 'summary');
         get diagnostics memories = row_count;
+    end if;
+    expired := 0;
+    if exists (select 1 from pg_catalog.pg_attribute
+                where attrelid = 'harbor.memories'::pg_catalog.regclass
+                  and attname = 'expires_at' and not attisdropped) then
+        expired := harbor.expire_memories();
     end if;
 end
 $$;

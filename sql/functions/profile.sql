@@ -88,6 +88,7 @@ begin
           from harbor._owner_memories(profile.scopes, v_id.tenant_id, v_id.project_id,
                                       v_id.user_id, v_id.session_id, v_id.run_id) m
          where coalesce(m.valid operator(pg_catalog.@>) v_as_of, false)
+           and not coalesce(m.expires_at operator(pg_catalog.<=) v_as_of, false)
            and m.memory_type <> 'summary'
            and m.sensitivity <= profile.max_sensitivity
     ), distinct_rows as (

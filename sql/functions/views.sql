@@ -4,14 +4,26 @@
 
 -- The memories valid now: superseded and expired versions left out. Rolling
 -- summaries are included (memory_type = 'summary').
+-- (an expired memory whose interval is still open too: the expiry column comes with
+-- revision 0024, and this file also runs on the revisions before it)
 drop view if exists harbor.current_memories;
-create view harbor.current_memories with (security_invoker = true) as
+do $$
+begin
+    execute 'create view harbor.current_memories with (security_invoker = true) as
 select m.tenant_id, m.id, m.scope, m.project_id, m.user_id, m.session_id, m.run_id,
        m.principal_id, m.memory_type, m.content, m.context, m.importance, m.sensitivity,
        m.entity_ids, m.source, lower(m.valid) as valid_from, m.source_session_id,
        m.metadata, m.created_at
   from harbor.memories m
- where m.valid @> pg_catalog.now();
+ where m.valid @> pg_catalog.now()'
+        || case when exists (select 1 from pg_catalog.pg_attribute
+                              where attrelid = 'harbor.memories'::pg_catalog.regclass
+                                and attname = 'expires_at' and not attisdropped)
+                then '
+   and not coalesce(m.expires_at <= pg_catalog.now(), false)'
+                else '' end;
+end
+$$;
 
 -- Every version of every memory, by supersession chain: chain_id is the id of the
 -- chain's first version and version counts from 1, so

@@ -170,6 +170,40 @@ create policy memories_admin_update on harbor.memories for update to harbor_admi
     with check (not (select harbor.caller_is_bound())
                 and ((scope = 'tenant' and tenant_id = (select harbor.caller_tenant()))
                      or (scope = 'global' and tenant_id = '')));
+-- the periodic upkeep, run with no identity, closes every tenant's expired memories
+-- (harbor.expire_memories()): only the unbound administrator (who may take any
+-- tenant's identity anyway), only with no identity set, only a row past its expiry
+-- whose interval is open, and only to end that interval at its expiry, unlinked; it
+-- reads the rows past their expiry and no others.
+-- The column comes with revision 0024; this file also runs on the revisions before it.
+drop policy if exists memories_admin_expire_read on harbor.memories;
+drop policy if exists memories_admin_expire on harbor.memories;
+do $$
+begin
+    perform 1 from pg_catalog.pg_attribute
+     where attrelid = 'harbor.memories'::pg_catalog.regclass
+       and attname = 'expires_at' and not attisdropped;
+    if found then
+        -- (no identity: num_nulls, not IS NULL, which Citus cannot propagate in a policy;
+        -- the closed row too: an UPDATE's new row must stay visible to its author)
+        create policy memories_admin_expire_read on harbor.memories for select to harbor_admin
+            using (not (select harbor.caller_is_bound())
+                   and pg_catalog.num_nulls((select harbor.caller_tenant())) = 1
+                   and expires_at <= pg_catalog.now());
+        create policy memories_admin_expire on harbor.memories for update to harbor_admin
+            using (not (select harbor.caller_is_bound())
+                   and pg_catalog.num_nulls((select harbor.caller_tenant())) = 1
+                   and expires_at <= pg_catalog.now() and upper_inf(valid))
+            -- (closed at its expiry, or at its start for an expiry at or before the start:
+            -- as harbor.expire_memories() closes it)
+            with check (not (select harbor.caller_is_bound())
+                        and pg_catalog.num_nulls((select harbor.caller_tenant())) = 1
+                        and pg_catalog.num_nulls(superseded_by) = 1
+                        and (upper(valid) = expires_at
+                             or (expires_at <= lower(valid) and upper(valid) = lower(valid))));
+    end if;
+end
+$$;
 drop policy if exists memories_search on harbor.memories;
 create policy memories_search on harbor.memories for select to harbor_search using (true);
 

@@ -10,7 +10,7 @@ select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, 
        m.importance, m.entity_ids, m.source, m.sensitivity::text as sensitivity,
        lower(m.valid) as valid_from, upper(m.valid) as invalid_at, m.superseded_by,
        m.source_session_id, m.source_message_ids, m.metadata, m.context, m.created_at,
-       m.updated_at
+       m.updated_at, m.expires_at
   from harbor.memories m
  where m.tenant_id = %(tenant_id)s::text and m.scope = 'session'
    and m.user_id = %(user_id)s::text and m.session_id = %(session_id)s::text

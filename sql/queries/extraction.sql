@@ -13,7 +13,7 @@ select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, 
        m.importance, m.entity_ids, m.source, m.sensitivity::text as sensitivity,
        lower(m.valid) as valid_from, upper(m.valid) as invalid_at, m.superseded_by,
        m.source_session_id, m.source_message_ids, m.metadata, m.context, m.created_at,
-       m.updated_at
+       m.updated_at, m.expires_at
   from (select * from harbor.memories u
          where u.tenant_id = %(tenant_id)s::text and u.scope = 'user'
            and u.user_id = %(user_user_id)s::text and u.project_id = ''
@@ -30,6 +30,7 @@ select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, 
            and p.session_id = '' and p.run_id = '') m
  where m.memory_type <> 'summary'
    and upper_inf(m.valid) and lower(m.valid) <= pg_catalog.now()
+   and not coalesce(m.expires_at <= pg_catalog.now(), false)
  order by lower(m.valid) desc, m.id
  limit %(limit)s::integer
 
@@ -42,6 +43,9 @@ select n.memory_id, n.similarity
                                      %(model_id)s::text, %(dims)s::integer,
                                      %(embedding)s::public.vector,
                                      %(exclude_ids)s::text[]) n
+ where not exists (select 1 from harbor.memories x
+                    where x.tenant_id = %(tenant_id)s::text and x.id = n.memory_id
+                      and x.expires_at <= pg_catalog.now())
 
 -- name: extraction_insert_memory
 -- Insert a memory valid from now() (or valid_from) and, when an embedding is given, its
@@ -51,6 +55,7 @@ select n.memory_id, n.similarity
 -- otherwise the row is inserted unless a currently valid duplicate exists (the unique
 -- index memories_no_duplicate_current, the content-hash gate, also under concurrent
 -- writers: then no id comes back). Always one row.
+-- A duplicate past its expiry is closed first, as in save_memories (long_term.sql).
 -- extraction_supersede_memory repeats this gate and insert on purpose (see there).
 with gate as (
     -- the similarity gate: the nearest currently valid memory, when it is at least
@@ -64,6 +69,25 @@ with gate as (
                                          %(exclude_ids)s::text[]) n
      where %(dedup_threshold)s::double precision is not null
        and n.similarity >= %(dedup_threshold)s::double precision
+       -- (never a memory past its expiry: the function reads current intervals only)
+       and not exists (select 1 from harbor.memories x
+                         where x.tenant_id = %(tenant_id)s::text and x.id = n.memory_id
+                           and x.expires_at <= pg_catalog.now())
+), expired as materialized (
+    update harbor.memories d
+       set valid = case when d.expires_at > pg_catalog.lower(d.valid)
+                        then pg_catalog.tstzrange(pg_catalog.lower(d.valid), d.expires_at, '[)')
+                        -- (an expiry at or before the start: the start alone, never empty)
+                        else pg_catalog.tstzrange(pg_catalog.lower(d.valid),
+                                                  pg_catalog.lower(d.valid), '[]') end
+     where d.tenant_id = %(tenant_id)s::text
+       and d.expires_at is not null and d.expires_at <= pg_catalog.now()
+       and pg_catalog.upper_inf(d.valid)
+       and d.user_id = %(user_id)s::text and d.project_id = %(project_id)s::text
+       and d.session_id = %(session_id)s::text and d.run_id = %(run_id)s::text
+       and d.content_hash = %(content_hash)s::text and d.scope = %(scope)s::harbor.memory_scope
+       and not exists (select 1 from gate)
+    returning d.id
 ), inserted as (
     insert into harbor.memories (tenant_id, id, scope, project_id, user_id, session_id, run_id,
                                  principal_id, memory_type, importance, content, content_hash,
@@ -78,6 +102,7 @@ with gate as (
            %(source_message_ids)s::text[], %(metadata)s::jsonb,
            tstzrange(coalesce(%(valid_from)s::timestamptz, pg_catalog.now()), null, '[)')
      where not exists (select 1 from gate)
+       and (select count(*) from expired) >= 0
     on conflict do nothing
     returning *
 ), embedded as (
@@ -124,6 +149,10 @@ with gate as (
                                          %(exclude_ids)s::text[]) n
      where %(dedup_threshold)s::double precision is not null
        and n.similarity >= %(dedup_threshold)s::double precision
+       -- (never a memory past its expiry: the function reads current intervals only)
+       and not exists (select 1 from harbor.memories x
+                         where x.tenant_id = %(tenant_id)s::text and x.id = n.memory_id
+                           and x.expires_at <= pg_catalog.now())
 ), target as (
     select m.tenant_id, m.id
       from harbor.memories m

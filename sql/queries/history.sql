@@ -33,7 +33,7 @@ select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, 
        m.importance, m.entity_ids, m.source, m.sensitivity::text as sensitivity,
        lower(m.valid) as valid_from, upper(m.valid) as invalid_at, m.superseded_by,
        m.source_session_id, m.source_message_ids, m.metadata, m.context, m.created_at,
-       m.updated_at
+       m.updated_at, m.expires_at
   from (select id, min(depth) as depth from chain group by id) c
   join harbor.memories m
     on m.tenant_id = any (array['', %(tenant_id)s::text]) and m.id = c.id

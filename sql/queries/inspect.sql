@@ -46,7 +46,8 @@ select m.id, m.scope::text as scope, m.memory_type::text as memory_type,
        m.sensitivity::text as sensitivity, m.source, m.content, m.context, m.importance,
        m.entity_ids, lower(m.valid) as valid_from, upper(m.valid) as invalid_at,
        m.superseded_by, m.source_session_id, m.created_at,
-       m.valid @> pg_catalog.now() as is_current,
+       (m.valid @> pg_catalog.now()
+        and not coalesce(m.expires_at <= pg_catalog.now(), false)) as is_current,
        case when %(q)s::text is null then null
             else pg_catalog.ts_rank(m.fts, pg_catalog.websearch_to_tsquery('english', %(q)s::text))
        end as text_rank
@@ -58,7 +59,9 @@ select m.id, m.scope::text as scope, m.memory_type::text as memory_type,
    and (%(source)s::text is null or m.source = %(source)s::text)
    and (%(entity)s::text is null or m.entity_ids @> array[%(entity)s::text])
    and (%(all_versions)s::boolean
-        or m.valid @> coalesce(%(as_of)s::timestamptz, pg_catalog.now()))
+        or (m.valid @> coalesce(%(as_of)s::timestamptz, pg_catalog.now())
+            and not coalesce(m.expires_at <= coalesce(%(as_of)s::timestamptz, pg_catalog.now()),
+                             false)))
    and (%(q)s::text is null
         or m.fts @@ pg_catalog.websearch_to_tsquery('english', %(q)s::text))
  order by text_rank desc nulls last, lower(m.valid) desc, m.id
@@ -82,7 +85,8 @@ select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, 
        m.importance, m.entity_ids, m.source, m.sensitivity::text as sensitivity,
        lower(m.valid) as valid_from, upper(m.valid) as invalid_at, m.superseded_by,
        m.source_session_id, m.source_message_ids, m.metadata, m.context, m.created_at,
-       m.updated_at, m.source_user_id, m.valid @> pg_catalog.now() as is_current
+       m.updated_at, m.expires_at, m.source_user_id, (m.valid @> pg_catalog.now()
+        and not coalesce(m.expires_at <= pg_catalog.now(), false)) as is_current
   from harbor.memories m
  where m.tenant_id = any (array['', %(tenant_id)s::text]) and m.id = %(id)s::text
 
@@ -95,6 +99,7 @@ select m.id, m.scope::text as scope, m.memory_type::text as memory_type, m.conte
    and m.entity_ids && %(entity_ids)s::text[]
    and m.id <> %(id)s::text
    and m.valid @> pg_catalog.now()
+   and not coalesce(m.expires_at <= pg_catalog.now(), false)
  order by lower(m.valid) desc, m.id
  limit %(limit)s::integer
 

@@ -1,18 +1,36 @@
 -- name: insert_memory
 -- Insert a memory; nothing when a currently valid duplicate exists (the unique index
--- memories_no_duplicate_current).
+-- memories_no_duplicate_current). A duplicate past its expiry is closed first, as in
+-- save_memories.
+with expired as materialized (
+    update harbor.memories d
+       set valid = case when d.expires_at > pg_catalog.lower(d.valid)
+                        then pg_catalog.tstzrange(pg_catalog.lower(d.valid), d.expires_at, '[)')
+                        -- (an expiry at or before the start: the start alone, never empty)
+                        else pg_catalog.tstzrange(pg_catalog.lower(d.valid),
+                                                  pg_catalog.lower(d.valid), '[]') end
+     where d.tenant_id = %(tenant_id)s::text
+       and d.expires_at is not null and d.expires_at <= pg_catalog.now()
+       and pg_catalog.upper_inf(d.valid)
+       and d.user_id = %(user_id)s::text and d.project_id = %(project_id)s::text
+       and d.session_id = %(session_id)s::text and d.run_id = %(run_id)s::text
+       and d.content_hash = %(content_hash)s::text and d.scope = %(scope)s::harbor.memory_scope
+    returning d.id
+)
 insert into harbor.memories (tenant_id, id, scope, project_id, user_id, session_id, run_id,
                              principal_id, memory_type, importance, content, content_hash,
                              context, entity_ids, source, sensitivity, source_session_id,
-                             source_message_ids, metadata, valid)
-values (%(tenant_id)s::text, coalesce(%(id)s::text, (pg_catalog.gen_random_uuid())::text),
-        %(scope)s::harbor.memory_scope, %(project_id)s::text, %(user_id)s::text,
-        %(session_id)s::text, %(run_id)s::text, %(principal_id)s::text,
-        %(memory_type)s::harbor.memory_type, %(importance)s::real, %(content)s::text,
-        %(content_hash)s::text, %(context)s::text, %(entity_ids)s::text[], %(source)s::text,
-        %(sensitivity)s::harbor.sensitivity, %(source_session_id)s::text,
-        %(source_message_ids)s::text[], %(metadata)s::jsonb,
-        tstzrange(coalesce(%(valid_from)s::timestamptz, pg_catalog.now()), null, '[)'))
+                             source_message_ids, metadata, valid, expires_at)
+select %(tenant_id)s::text, coalesce(%(id)s::text, (pg_catalog.gen_random_uuid())::text),
+       %(scope)s::harbor.memory_scope, %(project_id)s::text, %(user_id)s::text,
+       %(session_id)s::text, %(run_id)s::text, %(principal_id)s::text,
+       %(memory_type)s::harbor.memory_type, %(importance)s::real, %(content)s::text,
+       %(content_hash)s::text, %(context)s::text, %(entity_ids)s::text[], %(source)s::text,
+       %(sensitivity)s::harbor.sensitivity, %(source_session_id)s::text,
+       %(source_message_ids)s::text[], %(metadata)s::jsonb,
+       tstzrange(coalesce(%(valid_from)s::timestamptz, pg_catalog.now()), null, '[)'),
+       %(expires_at)s::timestamptz
+ where (select count(*) from expired) >= 0
 on conflict do nothing
 returning id
 
@@ -62,7 +80,7 @@ select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, 
        m.importance, m.entity_ids, m.source, m.sensitivity::text as sensitivity,
        lower(m.valid) as valid_from, upper(m.valid) as invalid_at, m.superseded_by,
        m.source_session_id, m.source_message_ids, m.metadata, m.context, m.created_at,
-       m.updated_at
+       m.updated_at, m.expires_at
   from harbor.memories m
  where m.tenant_id = any (array['', %(tenant_id)s::text]) and m.id = %(id)s::text
 
@@ -78,27 +96,34 @@ select tier, deleted from harbor.erase(%(user_id)s::text, %(session_id)s::text,
                                        %(principal_id)s::text)
 
 -- name: apply_retention
--- Purge the tenant's expired working state and, with an age, delete its memories past it
--- (optionally per scope / sensitivity).
-select r.working_state, r.memories
+-- Purge the tenant's expired working state, close its expired memories and, with an age,
+-- delete its memories past it (optionally per scope / sensitivity).
+select r.working_state, r.memories, r.expired
   from harbor.apply_retention(make_interval(secs => %(max_age_seconds)s::double precision),
                               %(scope)s::harbor.memory_scope,
                               %(min_sensitivity)s::harbor.sensitivity,
                               %(include_summaries)s::boolean) r
 
+-- name: expire_memories
+-- Close the expired memories the caller may write (with no identity, as the elevated
+-- role: every tenant's): their intervals end at their expiry.
+select harbor.expire_memories() as closed
+
 -- name: search_memories
--- Lexical search (OR semantics) with a substring fallback, valid at as_of; no summaries.
+-- Lexical search (OR semantics) with a substring fallback, valid (and not expired) at
+-- as_of; no summaries.
 -- get_memory's column list, repeated on purpose (see there).
 select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, m.user_id,
        m.session_id, m.run_id, m.memory_type::text as memory_type, m.content, m.content_hash,
        m.importance, m.entity_ids, m.source, m.sensitivity::text as sensitivity,
        lower(m.valid) as valid_from, upper(m.valid) as invalid_at, m.superseded_by,
        m.source_session_id, m.source_message_ids, m.metadata, m.context, m.created_at,
-       m.updated_at
+       m.updated_at, m.expires_at
   from harbor.memories m,
        (select harbor.or_tsquery(%(query)s::text) as tsq) q
  where m.tenant_id = any (array['', %(tenant_id)s::text])
    and m.valid @> coalesce(%(as_of)s::timestamptz, pg_catalog.now())
+   and not coalesce(m.expires_at <= coalesce(%(as_of)s::timestamptz, pg_catalog.now()), false)
    and m.memory_type <> 'summary'
    and (m.fts @@ q.tsq
         or pg_catalog.strpos(pg_catalog.lower(m.content), pg_catalog.lower(%(query)s::text)) > 0)
@@ -135,7 +160,7 @@ with input as materialized (
            u.memory_type, u.importance, u.content, u.content_hash, u.context, u.entity_ids,
            u.source, u.sensitivity, u.source_session_id, u.source_message_ids, u.metadata,
            pg_catalog.tstzrange(coalesce(u.valid_from, pg_catalog.now()), null, '[)') as valid,
-           u.embedding, u.context_embedding
+           u.expires_at, u.embedding, u.context_embedding
       from unnest(  -- the multi-array form, only unqualified
                %(tenant_ids)s::text[], %(ids)s::text[], %(scopes)s::harbor.memory_scope[],
                %(project_ids)s::text[], %(user_ids)s::text[], %(session_ids)s::text[],
@@ -145,25 +170,48 @@ with input as materialized (
                %(entity_ids)s::jsonb[], %(sources)s::text[],
                %(sensitivities)s::harbor.sensitivity[], %(source_session_ids)s::text[],
                %(source_message_ids)s::jsonb[], %(metadata)s::jsonb[],
-               %(valid_froms)s::timestamptz[], %(embeddings)s::public.vector[],
-               %(context_embeddings)s::public.vector[])
+               %(valid_froms)s::timestamptz[], %(expires_ats)s::timestamptz[],
+               %(embeddings)s::public.vector[], %(context_embeddings)s::public.vector[])
            with ordinality as u(tenant_id, id, scope, project_id, user_id, session_id, run_id,
                                 principal_id, memory_type, importance, content, content_hash,
                                 context, entity_ids, source, sensitivity, source_session_id,
-                                source_message_ids, metadata, valid_from, embedding,
-                                context_embedding, ord)
+                                source_message_ids, metadata, valid_from, expires_at,
+                                embedding, context_embedding, ord)
+), expired as materialized (
+    -- a duplicate whose expiry has passed while its interval is still open (the sweep,
+    -- harbor.expire_memories(), has not reached it yet) is closed at its expiry first, so
+    -- that the content is saved afresh instead of the expired row coming back. The insert
+    -- below waits for this (its one-time filter reads it); its own conflict check no longer
+    -- sees the closed row. A probe of memories_expiring_idx a memory: empty in a store
+    -- that never sets an expiry.
+    update harbor.memories d
+       set valid = case when d.expires_at > pg_catalog.lower(d.valid)
+                        then pg_catalog.tstzrange(pg_catalog.lower(d.valid), d.expires_at, '[)')
+                        -- (an expiry at or before the start: the start alone, never empty)
+                        else pg_catalog.tstzrange(pg_catalog.lower(d.valid),
+                                                  pg_catalog.lower(d.valid), '[]') end
+      from input i
+     where d.tenant_id = i.tenant_id
+       and d.expires_at is not null and d.expires_at <= pg_catalog.now()
+       and pg_catalog.upper_inf(d.valid)
+       and d.user_id = i.user_id and d.project_id = i.project_id
+       and d.session_id = i.session_id and d.run_id = i.run_id
+       and d.content_hash = i.content_hash and d.scope = i.scope
+    returning d.id
 ), inserted as (
     insert into harbor.memories as m (tenant_id, id, scope, project_id, user_id, session_id,
                                       run_id, principal_id, memory_type, importance, content,
                                       content_hash, context, entity_ids, source, sensitivity,
-                                      source_session_id, source_message_ids, metadata, valid)
+                                      source_session_id, source_message_ids, metadata, valid,
+                                      expires_at)
     select i.tenant_id, i.id, i.scope, i.project_id, i.user_id, i.session_id, i.run_id,
            i.principal_id, i.memory_type, i.importance, i.content, i.content_hash, i.context,
            array(select pg_catalog.jsonb_array_elements_text(i.entity_ids)), i.source,
            i.sensitivity, i.source_session_id,
            array(select pg_catalog.jsonb_array_elements_text(i.source_message_ids)),
-           i.metadata, i.valid
+           i.metadata, i.valid, i.expires_at
       from input i
+     where (select count(*) from expired) >= 0
      order by i.ord
     on conflict do nothing
     returning m
@@ -230,7 +278,9 @@ with input as materialized (
                                 and d.project_id = i.project_id
                                 and d.session_id = i.session_id and d.run_id = i.run_id
                                 and d.content_hash = i.content_hash and d.scope = i.scope
-                                and pg_catalog.upper_inf(d.valid)) x
+                                and pg_catalog.upper_inf(d.valid)
+                                -- (one the expired CTE closed: this snapshot shows it open)
+                                and not coalesce(d.expires_at <= pg_catalog.now(), false)) x
                       order by x.here
                       limit 1)) as m
       from input i
@@ -243,7 +293,7 @@ select s.ord, s.created, (s.m).id, (s.m).tenant_id, (s.m).scope::text as scope,
        (s.m).sensitivity::text as sensitivity, pg_catalog.lower((s.m).valid) as valid_from,
        pg_catalog.upper((s.m).valid) as invalid_at, (s.m).superseded_by,
        (s.m).source_session_id, (s.m).source_message_ids, (s.m).metadata, (s.m).context,
-       (s.m).created_at, (s.m).updated_at
+       (s.m).created_at, (s.m).updated_at, (s.m).expires_at
   from saved s
  -- (promoted is read, so that it runs)
  where (select coalesce(p.n, 0) from promoted p) >= 0

@@ -8,7 +8,8 @@ select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, 
        m.session_id, m.run_id, m.memory_type::text as memory_type, m.content, m.content_hash,
        m.context, m.importance, m.entity_ids, m.source, m.sensitivity::text as sensitivity,
        lower(m.valid) as valid_from, upper(m.valid) as invalid_at, m.superseded_by,
-       m.source_session_id, m.source_message_ids, m.metadata, m.created_at, m.updated_at
+       m.source_session_id, m.source_message_ids, m.metadata, m.created_at, m.updated_at,
+       m.expires_at
   from harbor.memories m
  where m.tenant_id = %(tenant_id)s::text
    and (%(elevated)s::boolean or m.scope <> 'tenant')
@@ -29,7 +30,7 @@ insert into harbor.memories (tenant_id, id, scope, project_id, user_id, session_
                              principal_id, memory_type, importance, content, content_hash,
                              context, entity_ids, source, sensitivity, valid, superseded_by,
                              source_session_id, source_message_ids, metadata, created_at,
-                             updated_at)
+                             updated_at, expires_at)
 values (%(tenant_id)s::text, %(id)s::text, %(scope)s::harbor.memory_scope, %(project_id)s::text,
         %(user_id)s::text, %(session_id)s::text, %(run_id)s::text, %(principal_id)s::text,
         %(memory_type)s::harbor.memory_type, %(importance)s::real, %(content)s::text,
@@ -39,6 +40,7 @@ values (%(tenant_id)s::text, %(id)s::text, %(scope)s::harbor.memory_scope, %(pro
         (select s.id from harbor.memories s
           where s.tenant_id = %(tenant_id)s::text and s.id = %(superseded_by)s::text),
         %(source_session_id)s::text, %(source_message_ids)s::text[], %(metadata)s::jsonb,
-        %(created_at)s::timestamptz, %(updated_at)s::timestamptz)
+        %(created_at)s::timestamptz, %(updated_at)s::timestamptz,
+        %(expires_at)s::timestamptz)
 on conflict do nothing
 returning id

@@ -311,6 +311,7 @@ def test_save_runs_on_the_tenants_worker_alone(routed: ClusterDatabase) -> None:
         "source_message_ids": [],
         "metadata": "{}",
         "valid_from": None,
+        "expires_at": None,
     }
     plan = _plan(routed.app_url, OWNER, query("insert_memory"), params)
     _single_task_on(plan, routed.node_of(OWNER.tenant_id).port)

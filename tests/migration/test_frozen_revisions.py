@@ -43,6 +43,7 @@ FROZEN = {
     "0021_current_dedup_unique.py": "cc6cfda2674f5fcb",
     "0022_job_errors.py": "39ad8c407ed4cfa5",
     "0023_drop_entities_index.py": "fb8e0c66b8de80dc",
+    "0024_memory_expiry.py": "6432edb51c82d9c4",
 }
 
 

@@ -54,7 +54,7 @@ STORES = textwrap.dedent(
     MyMemories = _build(
         "MyMemories",
         InMemoryLongTermStore,
-        ["save", "get", "search", "delete", "erase", "apply_retention"],
+        ["save", "get", "search", "delete", "erase", "apply_retention", "expire_memories_of"],
     )
     '''
 )

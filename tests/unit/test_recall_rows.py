@@ -49,6 +49,7 @@ def _row(**overrides: Any) -> dict[str, Any]:
         "context": None,
         "created_at": when,
         "updated_at": when,
+        "expires_at": None,
         "dense_rank": 2,
         "similarity": 0.8,
         "lexical_rank": None,

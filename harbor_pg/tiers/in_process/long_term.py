@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from harbor_pg.consolidation import (
@@ -166,6 +166,13 @@ class InMemoryLongTermStore:
             found = self._current_duplicate(memory.scope, key, digest, now)
             if found is not None:
                 return SaveResult(memory=found, created=False)
+            # a duplicate past its expiry but not closed yet: closed first, as in SQL
+            self._close_expired(
+                now,
+                lambda row: (
+                    row.content_hash == digest and row.scope is memory.scope and _keyed(row, key)
+                ),
+            )
             stored = memory.model_copy(
                 update={
                     **key,
@@ -179,6 +186,49 @@ class InMemoryLongTermStore:
             )
             self._keep(owner, stored, vector, model_id)
             return SaveResult(memory=stored, created=True)
+
+    def _close_expired(self, now: datetime, which: Callable[[Memory], bool]) -> int:
+        """Close the open intervals of the rows past their expiry that ``which`` picks, at
+        the expiry (``harbor.expire_memories()``); the caller holds the lock or needs none."""
+        closed = 0
+        for memory_id, row in list(self._rows.items()):
+            if (
+                row.expires_at is not None
+                and row.expires_at <= now
+                and row.invalid_at is None
+                and which(row)
+            ):
+                start = row.valid_from or row.expires_at
+                end = max(row.expires_at, start)
+                self._rows[memory_id] = row.model_copy(
+                    update={"invalid_at": end, "updated_at": now}
+                )
+                closed += 1
+        return closed
+
+    def expire_memories_of(self, tenant_id: str) -> int:
+        """Close the tenant's memories past their expiry (as ``harbor.expire_memories()``):
+        their intervals end at the expiry, nothing is deleted. Returns how many."""
+        return self._close_expired(utc_now(), lambda row: row.tenant_id == tenant_id)
+
+    async def expire_every_tenant(self) -> int:
+        """Close every tenant's memories past their expiry (the periodic upkeep)."""
+        async with self._lock:
+            return self._close_expired(utc_now(), lambda row: True)
+
+    async def expire_memories(self, owner: MemoryOwner) -> int:
+        """Close the memories past their expiry that ``owner`` may write (its own owner
+        keys), as ``harbor.expire_memories()`` does for the application role."""
+        keys = {s: owner.key(s) for s in MemoryScope if owner.can_address(s)}
+        async with self._lock:
+            return self._close_expired(
+                utc_now(),
+                lambda row: (
+                    row.scope in keys
+                    and row.scope not in (MemoryScope.TENANT, MemoryScope.GLOBAL)
+                    and _keyed(row, keys[row.scope])
+                ),
+            )
 
     async def get(self, owner: MemoryOwner, memory_id: str) -> Memory | None:
         """The memory ``memory_id`` if the owner may see it, else None."""
@@ -231,6 +281,7 @@ class InMemoryLongTermStore:
                 and row.memory_type is not MemoryType.SUMMARY
                 and row.superseded_by is None
                 and row.invalid_at is None
+                and row.expires_at is None
                 and row.valid_from is not None
                 and row.valid_from < now
             ]

@@ -196,6 +196,7 @@ begin
                             from harbor.memories m
                            where m.tenant_id = win.tenant_id and m.id = win.memory_id
                              and coalesce(m.valid operator(pg_catalog.@>) p_as_of, false)
+                             and not coalesce(m.expires_at operator(pg_catalog.<=) p_as_of, false)
                              -- the memory's own owner, not only its vector's copy (a
                              -- trigger keeps them equal; this does not rely on it), in
                              -- coalesce() as the tests above, so it is no index condition
@@ -289,6 +290,7 @@ begin
                                                         m.session_id, m.run_id,
                                                         $5, $6, $7, $8, $9), false)
                            and coalesce(m.valid operator(pg_catalog.@>) $4, false)
+                           and not coalesce(m.expires_at operator(pg_catalog.<=) $4, false)
                            and m.memory_type <> 'summary'
                            and m.sensitivity <= $11
                            and e.in_graph
@@ -320,6 +322,7 @@ begin
                                                  m.user_id, m.session_id, m.run_id,
                                                  $5, $6, $7, $8, $9), false)
                     and coalesce(m.valid operator(pg_catalog.@>) $4, false)
+                    and not coalesce(m.expires_at operator(pg_catalog.<=) $4, false)
                     and m.memory_type <> 'summary'
                     and m.sensitivity <= $11
                   order by e.embedding operator(public.<=>) $1

@@ -207,6 +207,7 @@ begin
                        operator(pg_catalog.=) any (v_owners)
                    and coalesce(m.fts operator(pg_catalog.@@) v_tsq, false)
                    and coalesce(m.valid operator(pg_catalog.@>) p_as_of, false)
+                   and not coalesce(m.expires_at operator(pg_catalog.<=) p_as_of, false)
                    and m.memory_type <> 'summary'
                    and m.sensitivity <= p_max_sensitivity
                    -- (in coalesce(): its tenant test, inlined, would otherwise have
@@ -286,6 +287,7 @@ begin
                           offset 0) m
                      where coalesce(m.fts operator(pg_catalog.@@) v_tsq, false)
                        and coalesce(m.valid operator(pg_catalog.@>) p_as_of, false)
+                       and not coalesce(m.expires_at operator(pg_catalog.<=) p_as_of, false)
                        and m.memory_type <> 'summary'
                        and m.sensitivity <= p_max_sensitivity
                        and harbor._visible(m.scope, m.tenant_id, m.project_id, m.user_id,
@@ -366,14 +368,14 @@ begin
                         -- its start, every other owner's rows before the caller's)
                         select m.tenant_id, m.id, m.fts, m.scope, m.memory_type, m.importance,
                                m.valid, m.content_hash, m.entity_ids, m.project_id, m.user_id,
-                               m.session_id, m.run_id, m.context_hash
+                               m.session_id, m.run_id, m.context_hash, m.expires_at
                           from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user,
                                                    v_session, v_run) k
                           cross join lateral (
                               select m.tenant_id, m.id, m.fts, m.scope, m.memory_type,
                                      m.importance, m.valid, m.content_hash, m.entity_ids,
                                      m.project_id, m.user_id, m.session_id, m.run_id,
-                                     m.context_hash
+                                     m.context_hash, m.expires_at
                                 from harbor.memories m
                                where m.tenant_id = k.tenant_id and m.scope = k.scope
                                  and m.user_id = k.user_id and m.project_id = k.project_id
@@ -386,14 +388,14 @@ begin
                         union all
                         select m.tenant_id, m.id, m.fts, m.scope, m.memory_type, m.importance,
                                m.valid, m.content_hash, m.entity_ids, m.project_id, m.user_id,
-                               m.session_id, m.run_id, m.context_hash
+                               m.session_id, m.run_id, m.context_hash, m.expires_at
                           from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user,
                                                    v_session, v_run) k
                           cross join lateral (
                               select m.tenant_id, m.id, m.fts, m.scope, m.memory_type,
                                      m.importance, m.valid, m.content_hash, m.entity_ids,
                                      m.project_id, m.user_id, m.session_id, m.run_id,
-                                     m.context_hash
+                                     m.context_hash, m.expires_at
                                 from harbor.memories m
                                where m.tenant_id = k.tenant_id and m.scope = k.scope
                                  and m.user_id = k.user_id and m.project_id = k.project_id
@@ -405,6 +407,7 @@ begin
                               offset 0) m) m
                      where coalesce(m.fts operator(pg_catalog.@@) v_tsq, false)
                        and coalesce(m.valid operator(pg_catalog.@>) p_as_of, false)
+                       and not coalesce(m.expires_at operator(pg_catalog.<=) p_as_of, false)
                        and m.memory_type <> 'summary'
                        and (v_hidden is null or m.id <> all (v_hidden))
                        and harbor._visible(m.scope, m.tenant_id, m.project_id, m.user_id,
@@ -507,6 +510,7 @@ begin
            and m.tenant_id = any (array['', $2])
            and m.scope = any ($3)
            and coalesce(m.valid operator(pg_catalog.@>) $4, false)
+           and not coalesce(m.expires_at operator(pg_catalog.<=) $4, false)
            and m.memory_type <> 'summary'
            and m.sensitivity <= $12
            and harbor._visible(m.scope, m.tenant_id, m.project_id, m.user_id,

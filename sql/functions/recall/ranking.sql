@@ -98,6 +98,28 @@ drop function if exists harbor.recall(text, public.vector, text, harbor.memory_s
                                       integer, double precision, integer, integer,
                                       double precision, double precision, text,
                                       harbor.sensitivity);
+-- (and the one whose result lacked expires_at: the same arguments, a new result type,
+-- which CREATE OR REPLACE cannot change)
+do $$
+begin
+    if exists (select 1 from pg_catalog.pg_proc p
+                where p.oid = pg_catalog.to_regprocedure('harbor.recall(text, public.vector, '
+                          'text, harbor.memory_scope[], integer, text[], harbor.memory_type[], '
+                          'timestamptz, double precision, double precision, double precision, '
+                          'integer, double precision, integer, integer, double precision, '
+                          'double precision, text, harbor.sensitivity, double precision, '
+                          'double precision)')
+                  and pg_catalog.pg_get_function_result(p.oid)
+                      not like '%expires_at timestamp with time zone%') then
+        drop function harbor.recall(text, public.vector, text, harbor.memory_scope[], integer,
+                                    text[], harbor.memory_type[], timestamptz,
+                                    double precision, double precision, double precision,
+                                    integer, double precision, integer, integer,
+                                    double precision, double precision, text,
+                                    harbor.sensitivity, double precision, double precision);
+    end if;
+end
+$$;
 create or replace function harbor.recall(
     query text,
     query_embedding public.vector default null,
@@ -126,7 +148,7 @@ create or replace function harbor.recall(
     content_hash text, importance real, entity_ids text[], source text, sensitivity text,
     valid_from timestamptz, invalid_at timestamptz, superseded_by text,
     source_session_id text, source_message_ids text[], metadata jsonb, context text,
-    created_at timestamptz, updated_at timestamptz,
+    created_at timestamptz, updated_at timestamptz, expires_at timestamptz,
     dense_rank integer, similarity double precision, lexical_rank integer,
     lexical_score double precision, substring_match boolean, relevance double precision,
     recency double precision, entity double precision, type_boost double precision,
@@ -374,6 +396,7 @@ begin
               select m1.* from harbor.memories m1 where m1.id = r.memory_id offset 0) m
          where m.tenant_id = r.tenant_id
            and coalesce(m.valid operator(pg_catalog.@>) v_as_of, false)
+           and not coalesce(m.expires_at operator(pg_catalog.<=) v_as_of, false)
            and m.memory_type <> 'summary'
            and m.scope = any (recall.scopes)
     ), budgeted as (
@@ -384,7 +407,7 @@ begin
            b.user_id, b.session_id, b.run_id, b.memory_type::text, b.content, b.content_hash,
            b.importance, b.entity_ids, b.source, b.sensitivity::text, lower(b.valid),
            upper(b.valid), b.superseded_by, b.source_session_id, b.source_message_ids,
-           b.metadata, b.context, b.created_at, b.updated_at,
+           b.metadata, b.context, b.created_at, b.updated_at, b.expires_at,
            b.dense_rank, b.similarity, b.lexical_rank, b.lexical_score, b.substring_match,
            b.relevance, b.recency, b.entity, b.type_boost, b.score, b.tok, b.neighbour,
            b.date_match
