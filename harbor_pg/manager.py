@@ -288,9 +288,13 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
                     await self.replica.database.close()
 
     async def drain(self) -> None:
-        """Wait until every background summary scheduled so far has finished, and,
-        when this manager runs the queue's jobs itself, every job it queued."""
+        """Wait until every background summary scheduled so far has finished, the
+        recall hits counted so far are written, and, when this manager runs the
+        queue's jobs itself, every job it queued."""
         await self._background.drain()
+        drain_hits = getattr(self.long_term, "drain_hits", None)
+        if drain_hits is not None:  # the recall hits still being counted
+            await drain_hits()
         jobs = self._jobs_box.get("runner")
         if jobs is not None and self.config.jobs_in_process and jobs.queued:
             queued = list(jobs.queued)

@@ -279,6 +279,12 @@ class MemoryPolicy(BaseModel):
       the context builder puts in :attr:`MemoryContext.profile`, beside the recalled
       memories, which then leave out what the profile holds; 0 (the default) builds
       no profile.
+    - ``importance_half_life_hours``: importance decay in recall. ``None`` (the
+      default): none, and recall writes nothing. A number of hours (> 0): recall
+      counts its hits after it returns (``harbor.memory_hits``), and a memory's
+      importance in the ranking is its importance times 0.5 ^ (hours since recall
+      last returned it, or since it became valid, / this half-life): never more
+      than its importance.
 
     Any violation raises :class:`MemoryConfigurationError` naming the field.
     The model is frozen; derive variants with :meth:`with_changes`, which
@@ -314,6 +320,7 @@ class MemoryPolicy(BaseModel):
     recall_max_sensitivity: Sensitivity = Sensitivity.PII
     recall_fusion: Literal["rrf", "weighted"] = "rrf"
     profile_max_tokens: int = 0
+    importance_half_life_hours: float | None = None
 
     # The validators below share one shape on purpose: pydantic's one validator per field group.
     @field_validator(*_INT_FIELDS, mode="before")
@@ -343,6 +350,18 @@ class MemoryPolicy(BaseModel):
         number = _check_float("relevance_threshold", value)
         if not 0.0 <= number <= 1.0:
             raise ValueError(f"relevance_threshold must be None or within 0..1, got {number}")
+        return number
+
+    @field_validator("importance_half_life_hours", mode="before")
+    @classmethod
+    def _importance_half_life(cls, value: object) -> float | None:
+        if value is None:
+            return None
+        number = _check_float("importance_half_life_hours", value)
+        if not (number > 0 and math.isfinite(number)):
+            raise ValueError(
+                f"importance_half_life_hours must be None or a finite number > 0, got {number}"
+            )
         return number
 
     @field_validator("recall_scopes", mode="before")

@@ -9,6 +9,8 @@ against::
     recency = 0.5 ** (hours_since_updated / recency_half_life_hours)
     entity = entity_overlap_weight * overlapping_ids / max(1, len(memory.entity_ids))
     type = type_affinity_weight when memory.memory_type was asked for, else 0
+    importance = importance * 0.5 ** (hours_since_last_recalled / importance_half_life_hours)
+                 (only with a half-life: importance decay, off by default)
 
 ``relevance`` fuses the dense and lexical lists (:func:`fuse`): by default
 the reciprocal rank fusion ``sum(weight / (rrf_k + rank))``; with
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import NamedTuple, Protocol
@@ -119,6 +121,9 @@ class RecallRequest:
     neighbour_weight: float = 0.75
     #: relevance times (1 + date_weight) for a memory valid from a month or year the query names
     date_weight: float = 2.0
+    #: importance decay: the half-life, in hours since recall last returned a memory (or
+    #: since it became valid), of its importance in the score; None: no decay
+    importance_half_life_hours: float | None = None
 
     @property
     def candidates_per_leg(self) -> int:
@@ -308,6 +313,27 @@ def recency(memory: Memory, as_of: datetime, half_life_hours: float | None) -> f
     return float(0.5 ** (hours / half_life_hours))
 
 
+def decayed_importance(
+    memory: Memory,
+    as_of: datetime,
+    half_life_hours: float | None,
+    last_recalled: datetime | None = None,
+) -> float:
+    """The importance recall scores with: the memory's importance times
+    ``0.5 ** (hours since it was last recalled, or became valid, / half-life)``, at
+    ``as_of``; the importance itself without a half-life. Never above the importance."""
+    if half_life_hours is None:
+        return memory.importance
+    since = max(
+        (t for t in (memory.valid_from, last_recalled) if t is not None),
+        default=memory.updated_at or memory.created_at,
+    )
+    if since is None:
+        return memory.importance
+    hours = max((as_of - since).total_seconds(), 0.0) / 3600.0
+    return float(memory.importance * 0.5 ** (hours / half_life_hours))
+
+
 def entity_boost(memory: Memory, anchors: Collection[str], weight: float) -> float:
     """Share of the memory's own entity ids that are anchors, times ``weight`` (never < 0)."""
     if not anchors or not memory.entity_ids or weight <= 0:
@@ -388,9 +414,14 @@ async def search_and_rank(
     scoring rules as ``harbor.recall()`` (the in-process store's recall; a store of
     your own can answer ``recall`` with it)."""
     as_of = request.as_of or datetime.now(UTC)
+    # (a store that counts recall hits says when each memory was last recalled)
+    last_recalled: Callable[[str], datetime | None] = getattr(
+        store, "last_recalled", lambda _memory_id: None
+    )
     # a first-ranked match's relevance, as harbor.recall() gives its substring matches
     flat = 1.0 if request.fusion == "weighted" else rrf([1], request.rrf_k)
     candidates: list[RecalledMemory] = []
+    weights: dict[str, float] = {}  # each candidate's importance in the score
     for scope in request.scopes:
         try:
             found = await store.search(
@@ -409,6 +440,9 @@ async def search_and_rank(
             rec = recency(memory, as_of, request.recency_half_life_hours)
             ent = entity_boost(memory, request.anchor_entity_ids, request.entity_weight)
             typ = type_boost(memory, request.wanted_types, request.type_weight)
+            weights[memory.id or ""] = decayed_importance(
+                memory, as_of, request.importance_half_life_hours, last_recalled(memory.id or "")
+            )
             candidates.append(
                 RecalledMemory(
                     memory=memory,
@@ -417,7 +451,7 @@ async def search_and_rank(
                     recency=rec,
                     entity=ent,
                     type_boost=typ,
-                    score=final_score(flat, rec, memory.importance, ent, typ),
+                    score=final_score(flat, rec, weights[memory.id or ""], ent, typ),
                     tokens=0,
                     substring_match=True,
                 )
@@ -439,7 +473,9 @@ async def search_and_rank(
             relevance=p.relevance,
             neighbour=p.neighbour,
             date_match=p.date_match,
-            score=final_score(p.relevance, c.recency, c.memory.importance, c.entity, c.type_boost),
+            score=final_score(
+                p.relevance, c.recency, weights[c.memory.id or ""], c.entity, c.type_boost
+            ),
         )
         for c, p in zip(candidates, parts, strict=True)
     ]

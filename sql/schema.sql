@@ -328,6 +328,28 @@ create index memory_embeddings_hnsw_1536 on harbor.memory_embeddings
     using hnsw ((embedding::public.vector(1536)) public.vector_cosine_ops)
     with (m = 16, ef_construction = 128) where dims = 1536 and in_graph;
 
+-- Recall hits: how often, and when last, recall returned each memory. Memories are
+-- add-only, so the counts live beside them; written after a recall returns (never in
+-- recall's own statement) by harbor.record_hits(), read by recall's importance decay
+-- (importance_half_life_hours). The owner columns are the memory's (the
+-- memory_hits_owner trigger refuses others) so that the policies can test them
+-- without a sub-select; the foreign key takes a memory's hits when it is deleted
+-- (erasure, retention) (migration 0025).
+create table harbor.memory_hits (
+    tenant_id        text not null,
+    memory_id        text not null,
+    scope            harbor.memory_scope not null,
+    project_id       text not null default '',
+    user_id          text not null default '',
+    session_id       text not null default '',
+    run_id           text not null default '',
+    hits             bigint not null default 0 check (hits >= 0),
+    last_recalled_at timestamptz not null default pg_catalog.now(),
+    primary key (tenant_id, memory_id),
+    constraint memory_hits_memory_fkey foreign key (tenant_id, memory_id)
+        references harbor.memories (tenant_id, id) on delete cascade
+);
+
 -- Per-session bookkeeping for background summaries: the cooldown lives in the
 -- database so two workers never summarise one session at once.
 create table harbor.session_state (
@@ -354,6 +376,8 @@ alter table harbor.memory_embeddings enable row level security;
 alter table harbor.memory_embeddings force row level security;
 alter table harbor.session_state     enable row level security;
 alter table harbor.session_state     force row level security;
+alter table harbor.memory_hits       enable row level security;
+alter table harbor.memory_hits       force row level security;
 
 -- Privileges: nothing for PUBLIC; table privileges per role, rows by policy.
 revoke all on schema harbor from public;
@@ -391,6 +415,12 @@ grant select, insert, delete on harbor.memory_embeddings to harbor_admin;
 grant select on harbor.memory_embeddings to harbor_search;
 -- (harbor.promote_vector_owner, owned by harbor_search, puts an owner key's rows in the graph)
 grant update (in_graph) on harbor.memory_embeddings to harbor_search;
+
+-- (a hit row is counted up, never rewritten otherwise)
+grant select, insert on harbor.memory_hits to harbor_app;
+grant update (hits, last_recalled_at) on harbor.memory_hits to harbor_app;
+grant select, delete on harbor.memory_hits to harbor_admin;
+grant select on harbor.memory_hits to harbor_search;
 
 grant select, insert, update on harbor.session_state to harbor_app;
 grant select, delete on harbor.session_state to harbor_admin;

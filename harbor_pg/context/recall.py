@@ -245,6 +245,7 @@ class MemoryRecall:
             fusion=policy.recall_fusion,
             max_sensitivity=policy.recall_max_sensitivity,
             token_budget=self.block_budget if token_budget is None else max(0, int(token_budget)),
+            importance_half_life_hours=policy.importance_half_life_hours,
         )
         if self.dense and self.embedder is not None:
             request = await self._with_embedding(request)

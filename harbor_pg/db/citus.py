@@ -78,6 +78,7 @@ CO_LOCATED: tuple[str, ...] = (
     "harbor.working_state",
     "harbor.session_state",
     "harbor.owner_locks",
+    "harbor.memory_hits",
 )
 
 # `(select harbor.f(args))` where args hold no parentheses: the identity look-ups

@@ -164,6 +164,24 @@ REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
         "\\g<0> and m.tenant_id = any "
         + _TENANTS.format(scopes="recall.scopes", tenant="v_tenant"),
     ),
+    # recall's importance decay reads a candidate's hits (harbor.memory_hits) through
+    # harbor._decayed_importance(), which on a worker would be a distributed query from a
+    # query on a shard: its expression inline instead, the lookup routed with the
+    # hydration's tenant predicate
+    (
+        "recall",
+        re.compile(
+            r"harbor\._decayed_importance\(c\.tenant_id, c\.memory_id, c\.importance,\s+"
+            r"c\.valid_from, v_as_of,\s+recall\.importance_half_life_hours\)"
+        ),
+        "c.importance * pg_catalog.power(0.5::double precision, least(greatest("
+        "pg_catalog.date_part('epoch', v_as_of - greatest(c.valid_from,"
+        " (select h.last_recalled_at from harbor.memory_hits h"
+        " where h.tenant_id = c.tenant_id and h.memory_id = c.memory_id"
+        " and h.tenant_id = any "
+        + _TENANTS.format(scopes="recall.scopes", tenant="v_tenant")
+        + "))), 0) / 3600.0 / recall.importance_half_life_hours, 1000))",
+    ),
     # the legs' owner-key joins
     (
         "_dense_candidates",
@@ -253,6 +271,11 @@ REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     # tenant goes back into the scan, so the lookup stays on the row's own shard
     (
         "_embedding_owner_is_memorys",
+        re.compile(r"where y\.id = new\.memory_id"),
+        "where y.tenant_id = new.tenant_id and y.id = new.memory_id",
+    ),
+    (
+        "_hit_owner_is_memorys",
         re.compile(r"where y\.id = new\.memory_id"),
         "where y.tenant_id = new.tenant_id and y.id = new.memory_id",
     ),

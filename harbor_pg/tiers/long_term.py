@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,6 +31,8 @@ from harbor_pg.tiers.rows import (
     recall_in_one_round_trip,
 )
 from harbor_pg.validation import check_text
+
+log = logging.getLogger("harbor_pg")
 
 __all__ = [
     "ELEVATED_SCOPES",
@@ -255,11 +259,39 @@ class PostgresLongTermStore:
 
     def __init__(self, db: Database) -> None:
         self.db = db
+        # the hit counts being written after their recalls returned (drain_hits waits)
+        self._hit_writes: set[asyncio.Task[None]] = set()
 
     async def recall(self, owner: MemoryOwner, request: RecallRequest) -> list[RecalledMemory]:
         """``harbor.recall()`` as ``owner``: hybrid candidates, fused and ranked in
-        SQL with every signal, in one round trip."""
-        return await recall_in_one_round_trip(self.db, owner, request)
+        SQL with every signal, in one round trip. With importance decay on, the hits
+        are counted afterwards, in a transaction of their own that the caller does not
+        wait for (``harbor.record_hits()``): recall itself writes nothing."""
+        found = await recall_in_one_round_trip(self.db, owner, request)
+        if request.importance_half_life_hours is not None and found:
+            task = asyncio.create_task(self._write_hits(owner, [r.memory.id or "" for r in found]))
+            self._hit_writes.add(task)
+            task.add_done_callback(self._hit_writes.discard)
+        return found
+
+    async def _write_hits(self, owner: MemoryOwner, memory_ids: list[str]) -> None:
+        try:
+            await self.record_hits(owner, memory_ids)
+        except Exception as exc:  # a lost count only ages a memory sooner: never fatal
+            log.warning("recall: counting %d hits failed: %s", len(memory_ids), exc)
+
+    async def record_hits(self, owner: MemoryOwner, memory_ids: Sequence[str]) -> int:
+        """Count one recall hit for each memory of ``memory_ids`` the owner may see
+        (``harbor.record_hits()``); returns how many."""
+        rows = await self.db.fetch_in_one_round_trip(
+            owner, query("record_hits"), {"ids": list(memory_ids)}
+        )
+        return int(rows[0]["counted"])
+
+    async def drain_hits(self) -> None:
+        """Wait until the hit counts of the recalls so far are written."""
+        while self._hit_writes:
+            await asyncio.gather(*list(self._hit_writes), return_exceptions=True)
 
     async def save(
         self,

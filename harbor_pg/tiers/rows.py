@@ -134,6 +134,7 @@ def recall_params(request: RecallRequest) -> dict[str, Any]:
         "max_sensitivity": request.max_sensitivity.value,
         "neighbour_weight": request.neighbour_weight,
         "date_weight": request.date_weight,
+        "importance_half_life": request.importance_half_life_hours,
     }
 
 

@@ -147,6 +147,45 @@ create or replace trigger memory_embeddings_owner
                                run_id on harbor.memory_embeddings
     for each row execute function harbor._embedding_owner_is_memorys();
 
+-- A recall hit's owner columns are its memory's (memory_hits; the policies test them),
+-- and the memory is one the writer can see: as for a vector's (above).
+create or replace function harbor._hit_owner_is_memorys() returns trigger
+    language plpgsql security invoker
+    set search_path to pg_catalog, pg_temp
+as $$
+declare
+    m record;
+begin
+    -- by primary key, the tenant tested outside the fenced scan (as above)
+    select x.scope, x.project_id, x.user_id, x.session_id, x.run_id into m
+      from (select y.tenant_id, y.scope, y.project_id, y.user_id, y.session_id, y.run_id
+              from harbor.memories y
+             where y.id = new.memory_id
+            offset 0) x
+     where x.tenant_id = new.tenant_id;
+    if not found or (m.scope, m.project_id, m.user_id, m.session_id, m.run_id)
+                    is distinct from (new.scope, new.project_id, new.user_id, new.session_id,
+                                      new.run_id) then
+        raise exception 'harbor.memory_hits: a hit needs a memory the writer can see, '
+                        'with the same owner fields'
+            using errcode = '23503', constraint = 'memory_hits_owner';
+    end if;
+    return new;
+end
+$$;
+
+-- (the table comes with revision 0025; this file also runs on the revisions before it)
+do $$
+begin
+    if pg_catalog.to_regclass('harbor.memory_hits') is not null then
+        create or replace trigger memory_hits_owner
+            before insert or update of tenant_id, memory_id, scope, project_id, user_id,
+                                       session_id, run_id on harbor.memory_hits
+            for each row execute function harbor._hit_owner_is_memorys();
+    end if;
+end
+$$;
+
 -- Who may be bound, and by whom. This trigger holds the rules for every writer of
 -- role_bindings (harbor.bind_role, harbor.unbind_role, harbor_admin writing the
 -- table directly, a superuser):

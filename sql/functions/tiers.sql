@@ -296,3 +296,31 @@ begin
     end if;
 end
 $$;
+
+-- Count a recall's hits: each memory of memory_ids the caller can see gets one more hit
+-- and last_recalled_at now() (harbor.memory_hits). Called after a recall returned them,
+-- never inside harbor.recall()'s statement (recall stays a read); rows in key order, so
+-- that two callers counting the same memories wait for each other instead of
+-- deadlocking. Returns how many memories it counted.
+create or replace function harbor.record_hits(memory_ids text[]) returns bigint
+    language plpgsql volatile security invoker
+    set search_path to pg_catalog, pg_temp
+as $$
+declare
+    n bigint;
+begin
+    insert into harbor.memory_hits as h (tenant_id, memory_id, scope, project_id, user_id,
+                                         session_id, run_id, hits, last_recalled_at)
+    select m.tenant_id, m.id, m.scope, m.project_id, m.user_id, m.session_id, m.run_id, 1,
+           pg_catalog.now()
+      from harbor.memories m
+     where m.tenant_id = any (array['', harbor.caller_tenant()])
+       and m.id = any (memory_ids)
+     order by m.tenant_id, m.id
+    on conflict (tenant_id, memory_id) do update
+       set hits = h.hits + 1,
+           last_recalled_at = greatest(h.last_recalled_at, excluded.last_recalled_at);
+    get diagnostics n = row_count;
+    return n;
+end
+$$;

@@ -207,6 +207,46 @@ $$;
 drop policy if exists memories_search on harbor.memories;
 create policy memories_search on harbor.memories for select to harbor_search using (true);
 
+-- memory_hits: same key as the memory, copied (the memory_hits_owner trigger); a hit
+-- of any memory the caller may see, never dated in the future. The table comes with
+-- revision 0025; this file also runs on the revisions before it.
+do $$
+begin
+    if pg_catalog.to_regclass('harbor.memory_hits') is not null then
+        drop policy if exists memory_hits_read on harbor.memory_hits;
+        create policy memory_hits_read on harbor.memory_hits for select to harbor_app
+            using (harbor._visible(scope, tenant_id, project_id, user_id, session_id, run_id,
+                (select harbor.caller_tenant()), (select harbor.caller_project()),
+                (select harbor.caller_user()), (select harbor.caller_session()),
+                (select harbor.caller_run())));
+        drop policy if exists memory_hits_write on harbor.memory_hits;
+        create policy memory_hits_write on harbor.memory_hits for insert to harbor_app
+            with check (harbor._visible(scope, tenant_id, project_id, user_id, session_id,
+                run_id, (select harbor.caller_tenant()), (select harbor.caller_project()),
+                (select harbor.caller_user()), (select harbor.caller_session()),
+                (select harbor.caller_run()))
+                and last_recalled_at <= pg_catalog.now());
+        drop policy if exists memory_hits_update on harbor.memory_hits;
+        create policy memory_hits_update on harbor.memory_hits for update to harbor_app
+            using (harbor._visible(scope, tenant_id, project_id, user_id, session_id, run_id,
+                (select harbor.caller_tenant()), (select harbor.caller_project()),
+                (select harbor.caller_user()), (select harbor.caller_session()),
+                (select harbor.caller_run())))
+            with check (harbor._visible(scope, tenant_id, project_id, user_id, session_id,
+                run_id, (select harbor.caller_tenant()), (select harbor.caller_project()),
+                (select harbor.caller_user()), (select harbor.caller_session()),
+                (select harbor.caller_run()))
+                and last_recalled_at <= pg_catalog.now());
+        drop policy if exists memory_hits_admin on harbor.memory_hits;
+        create policy memory_hits_admin on harbor.memory_hits for all to harbor_admin
+            using (not (select harbor.caller_is_bound())
+                   and tenant_id = any (array['', (select harbor.caller_tenant())]))
+            with check (not (select harbor.caller_is_bound())
+                        and tenant_id = any (array['', (select harbor.caller_tenant())]));
+    end if;
+end
+$$;
+
 -- memory_embeddings: same key as the memory, copied
 drop policy if exists memory_embeddings_read on harbor.memory_embeddings;
 create policy memory_embeddings_read on harbor.memory_embeddings for select to harbor_app

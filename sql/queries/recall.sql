@@ -24,7 +24,8 @@ select r.*
       fusion => %(fusion)s::text,
       max_sensitivity => %(max_sensitivity)s::harbor.sensitivity,
       neighbour_weight => %(neighbour_weight)s::double precision,
-      date_weight => %(date_weight)s::double precision) r
+      date_weight => %(date_weight)s::double precision,
+      importance_half_life_hours => %(importance_half_life)s::double precision) r
 
 -- name: profile
 -- The caller's profile (identity already set): harbor.profile(), stable section first.
@@ -48,3 +49,7 @@ select c.*
       dry_run => %(dry_run)s::boolean,
       since => %(since)s::timestamptz,
       merged => %(merged)s::jsonb) c
+
+-- name: record_hits
+-- Count a recall's hits (after it returned): harbor.record_hits().
+select harbor.record_hits(%(ids)s::text[]) as counted

@@ -50,5 +50,6 @@ select
       fusion => %(fusion)s::text,
       max_sensitivity => %(max_sensitivity)s::harbor.sensitivity,
       neighbour_weight => %(neighbour_weight)s::double precision,
-      date_weight => %(date_weight)s::double precision) r
+      date_weight => %(date_weight)s::double precision,
+      importance_half_life_hours => %(importance_half_life)s::double precision) r
     where %(recall)s::boolean) as memories

@@ -16,7 +16,8 @@ class TestCitusStores(MemoryStoreConformance):
         # each conformance test expects a store with nothing of its owners in it
         with psycopg.connect(cluster_db.superuser_url, autocommit=True) as conn:
             conn.execute(
-                "truncate harbor.memory_embeddings, harbor.memories, harbor.messages,"
+                "truncate harbor.memory_hits, harbor.memory_embeddings, harbor.memories,"
+                " harbor.messages,"
                 " harbor.working_state, harbor.session_state, harbor.owner_locks"
             )
         database = Database(cluster_db.app_url, cluster_db.admin_url, min_size=1, max_size=4)

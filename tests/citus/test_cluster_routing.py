@@ -233,6 +233,33 @@ def test_recall_runs_on_the_tenants_worker_alone(routed: ClusterDatabase) -> Non
     assert _visible_recall(routed.app_url, OWNER, statement) == ["ann: routed fact"]
 
 
+def test_recall_with_importance_decay_runs_on_the_tenants_worker_alone(
+    routed: ClusterDatabase,
+) -> None:
+    # the decay reads the candidates' hits (harbor.memory_hits) in the routed statement;
+    # the hits are counted afterwards by harbor.record_hits(), on the tenant's worker and
+    # the GLOBAL shard's (a GLOBAL memory the caller recalled is counted too)
+    statement = "select content from harbor.recall('routed fact', importance_half_life_hours => 24)"
+    port = routed.node_of(OWNER.tenant_id).port
+    commands = _remote_commands(routed.app_url, OWNER, statement, {})
+    legs, hydration = _legs_and_hydration(commands)
+    assert legs == {port} and hydration == set()
+    assert {p for p, _c in _queries(commands)} == {port}
+    assert _visible_recall(routed.app_url, OWNER, statement) == ["ann: routed fact"]
+    counted = _remote_commands(
+        routed.app_url,
+        OWNER,
+        "select harbor.record_hits(array(select id from harbor.recall('routed fact')))",
+        {},
+    )
+    assert {p for p, _c in _queries(counted)} <= {port, routed.node_of("").port}
+    with psycopg.connect(routed.app_url) as conn:
+        _identity(conn, OWNER)
+        assert conn.execute(
+            "select harbor.record_hits(array(select id from harbor.recall('routed fact')))"
+        ).fetchone() == (1,)
+
+
 def test_recall_with_the_global_scope_adds_only_the_global_shard(
     routed: ClusterDatabase,
 ) -> None:

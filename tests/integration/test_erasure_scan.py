@@ -58,6 +58,7 @@ NOT_PERSONAL = {
     ("harbor", "session_state", "tenant_id"): "the tenant",
     ("harbor", "owner_locks", "tenant_id"): "the tenant",
     ("harbor", "role_bindings", "tenant_id"): "the tenant",
+    ("harbor", "memory_hits", "tenant_id"): "the tenant",
     ("harbor", "memories", "content_hash"): "a SHA-256 digest, never the text",
     ("harbor", "memories", "context_hash"): "a SHA-256 digest, never the text",
     ("harbor", "memories", "source"): "a fixed vocabulary (check constraint)",
@@ -178,10 +179,12 @@ async def fill(manager: MemoryManager, database: Database, fresh_db: PgDatabase)
         model_id=f"model{TAG}",
     )
     await manager.save(DANA2, Memory(content=f"Dana's project note {TAG}", scope="project"))
-    await manager.save(
+    run_note = await manager.save(
         DANA2,
         Memory(content=f"Dana's run note {TAG}", scope="run", source_message_ids=[f"ext{TAG}"]),
     )
+    # recall hits of her memories (importance decay's counts), under their owner keys
+    await PostgresLongTermStore(database).record_hits(DANA2, [f"id{TAG}", run_note.memory.id or ""])
     # session s1: a turn, and what others derived from it in wider scopes
     turn = await say(DANA, ConversationMessage(role="user", content=f"I moved to city{TAG}"))
     await manager.save(

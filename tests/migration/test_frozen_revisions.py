@@ -44,6 +44,7 @@ FROZEN = {
     "0022_job_errors.py": "39ad8c407ed4cfa5",
     "0023_drop_entities_index.py": "fb8e0c66b8de80dc",
     "0024_memory_expiry.py": "6432edb51c82d9c4",
+    "0025_memory_hits.py": "17ebd6140663948b",
 }
 
 

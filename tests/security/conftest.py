@@ -117,7 +117,8 @@ def security_cluster(citus_cluster: LocalCluster) -> ClusterDatabase:
 def _emptied(db: ClusterDatabase) -> ClusterDatabase:
     with psycopg.connect(db.superuser_url, autocommit=True) as conn:
         conn.execute(
-            "truncate harbor.memory_embeddings, harbor.memories, harbor.messages,"
+            "truncate harbor.memory_hits, harbor.memory_embeddings, harbor.memories,"
+            " harbor.messages,"
             " harbor.working_state, harbor.session_state, harbor.role_bindings"
         )
     return db

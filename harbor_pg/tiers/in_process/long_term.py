@@ -107,6 +107,8 @@ class InMemoryLongTermStore:
         # memory id -> (tenant, user) of the conversation a memory names as its source (the
         # memories_provenance trigger's columns): session ids repeat across users
         self._sources: dict[str, tuple[str, str]] = {}
+        # memory id -> (recall hits, when last recalled) (harbor.memory_hits)
+        self._hits: dict[str, tuple[int, datetime]] = {}
 
     def _note_source(self, owner: MemoryOwner, memory: Memory) -> None:
         if memory.id and (memory.source_session_id is not None or memory.source_message_ids):
@@ -237,8 +239,37 @@ class InMemoryLongTermStore:
 
     async def recall(self, owner: MemoryOwner, request: RecallRequest) -> list[RecalledMemory]:
         """The memories ``request`` recalls: :meth:`search` per scope, ranked by the
-        rules ``harbor.recall()`` applies (:func:`~harbor_pg.ranking.search_and_rank`)."""
-        return await search_and_rank(self, owner, request)
+        rules ``harbor.recall()`` applies (:func:`~harbor_pg.ranking.search_and_rank`);
+        with importance decay on, their hits are counted after they are ranked."""
+        found = await search_and_rank(self, owner, request)
+        if request.importance_half_life_hours is not None:
+            await self.record_hits(owner, [r.memory.id or "" for r in found])
+        return found
+
+    async def record_hits(self, owner: MemoryOwner, memory_ids: Sequence[str]) -> int:
+        """Count one recall hit for each memory of ``memory_ids`` the owner may see
+        (``harbor.record_hits()``); returns how many."""
+        now = utc_now()
+        counted = 0
+        async with self._lock:
+            for memory_id in dict.fromkeys(memory_ids):
+                row = self._rows.get(memory_id)
+                if row is None or not _visible(row, owner):
+                    continue
+                hits, last = self._hits.get(memory_id, (0, now))
+                self._hits[memory_id] = (hits + 1, max(last, now))
+                counted += 1
+        return counted
+
+    def last_recalled(self, memory_id: str) -> datetime | None:
+        """When recall last returned the memory (None: never); decay reads it."""
+        found = self._hits.get(memory_id)
+        return found[1] if found else None
+
+    def recall_hits(self, memory_id: str) -> int:
+        """How many times recall returned the memory."""
+        found = self._hits.get(memory_id)
+        return found[0] if found else 0
 
     async def search(
         self, owner: MemoryOwner, query: str, *, limit: int = 10, as_of: datetime | None = None
@@ -503,6 +534,7 @@ class InMemoryLongTermStore:
         if row is None or not _visible(row, owner) or row.scope.value in ("tenant", "global"):
             return False
         del self._rows[memory_id]
+        self._hits.pop(memory_id, None)
         return True
 
     async def load_summary(self, owner: MemoryOwner) -> Memory | None:
@@ -608,6 +640,7 @@ class InMemoryLongTermStore:
         for k in dead:
             del self._rows[k]
             self._sources.pop(k, None)
+            self._hits.pop(k, None)
             if self._vectors.pop(k, None) is not None:
                 vectors += 1
         for k, m in list(self._rows.items()):

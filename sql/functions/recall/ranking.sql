@@ -71,6 +71,12 @@ $$;
 --   type_boost  type_weight when the memory's type was asked for, else 0
 --   score       relevance * (1 + recency) * (1 + importance) * (1 + entity)
 --               * (1 + type_boost)
+--               With importance_half_life_hours (default null: no decay) the
+--               importance in the score decays: importance * 0.5 ^ (hours since
+--               recall last returned the memory (harbor.memory_hits, written by
+--               harbor.record_hits() after a recall), or since it became valid
+--               when it never was, at as_of / half-life). The importance column
+--               stays the stored one.
 -- Results are deduplicated by content_hash (highest score wins; ties toward
 -- the narrower scope), capped at top_k, then cut at the first memory that
 -- would push the rendered block ('[<hash12>] <content>' per line) past
@@ -84,6 +90,29 @@ $$;
 -- themselves, so they never take a place that an allowed memory could fill.
 -- Without an embedding the lexical leg alone ranks; when it finds nothing, a
 -- case-insensitive substring match on the query supplies flat relevance.
+-- A candidate's importance under decay: its importance times 0.5 ^ (hours since recall
+-- last returned it (harbor.memory_hits, read as the invoker) or since it became valid,
+-- whichever is later, at p_as_of / p_half_life_hours); never above the importance (the
+-- exponent stops at 1000, 0.5 ^ 1000 = 9e-302: power() raises on an underflow).
+create or replace function harbor._decayed_importance(
+    p_tenant text, p_memory_id text, p_importance real, p_valid_from timestamptz,
+    p_as_of timestamptz, p_half_life_hours double precision
+) returns double precision
+    language plpgsql stable security invoker
+    set search_path to pg_catalog, pg_temp
+as $$
+begin
+    -- (PL/pgSQL: its body is parsed at its first call, not at creation, so this file
+    -- also runs on the revisions before the hits table's, 0025)
+    return p_importance * power(0.5::double precision, least(
+               greatest(date_part('epoch', p_as_of - greatest(
+                   p_valid_from,
+                   (select h.last_recalled_at from harbor.memory_hits h
+                     where h.tenant_id = p_tenant and h.memory_id = p_memory_id))), 0)
+               / 3600.0 / p_half_life_hours, 1000));
+end
+$$;
+
 -- (the previous signature, without fusion and max_sensitivity: an overload
 -- left in place would make calls ambiguous)
 drop function if exists harbor.recall(text, public.vector, text, harbor.memory_scope[], integer,
@@ -98,28 +127,14 @@ drop function if exists harbor.recall(text, public.vector, text, harbor.memory_s
                                       integer, double precision, integer, integer,
                                       double precision, double precision, text,
                                       harbor.sensitivity);
--- (and the one whose result lacked expires_at: the same arguments, a new result type,
--- which CREATE OR REPLACE cannot change)
-do $$
-begin
-    if exists (select 1 from pg_catalog.pg_proc p
-                where p.oid = pg_catalog.to_regprocedure('harbor.recall(text, public.vector, '
-                          'text, harbor.memory_scope[], integer, text[], harbor.memory_type[], '
-                          'timestamptz, double precision, double precision, double precision, '
-                          'integer, double precision, integer, integer, double precision, '
-                          'double precision, text, harbor.sensitivity, double precision, '
-                          'double precision)')
-                  and pg_catalog.pg_get_function_result(p.oid)
-                      not like '%expires_at timestamp with time zone%') then
-        drop function harbor.recall(text, public.vector, text, harbor.memory_scope[], integer,
-                                    text[], harbor.memory_type[], timestamptz,
-                                    double precision, double precision, double precision,
-                                    integer, double precision, integer, integer,
-                                    double precision, double precision, text,
-                                    harbor.sensitivity, double precision, double precision);
-    end if;
-end
-$$;
+-- (and the one without importance_half_life_hours, whose result also lacked expires_at
+-- in its first version)
+drop function if exists harbor.recall(text, public.vector, text, harbor.memory_scope[], integer,
+                                      text[], harbor.memory_type[], timestamptz,
+                                      double precision, double precision, double precision,
+                                      integer, double precision, integer, integer,
+                                      double precision, double precision, text,
+                                      harbor.sensitivity, double precision, double precision);
 create or replace function harbor.recall(
     query text,
     query_embedding public.vector default null,
@@ -141,7 +156,8 @@ create or replace function harbor.recall(
     fusion text default 'rrf',
     max_sensitivity harbor.sensitivity default 'pii',
     neighbour_weight double precision default 0.75,
-    date_weight double precision default 2
+    date_weight double precision default 2,
+    importance_half_life_hours double precision default null
 ) returns table (
     rank integer, id text, tenant_id text, scope text, project_id text, principal_id text,
     user_id text, session_id text, run_id text, memory_type text, content text,
@@ -192,6 +208,11 @@ begin
        or recall.neighbour_weight = 'Infinity' or recall.date_weight = 'Infinity' then
         raise exception 'harbor.recall: neighbour_weight and date_weight must be finite and >= 0'
             using errcode = '22023';
+    end if;
+    if recall.importance_half_life_hours is not null
+       and not recall.importance_half_life_hours > 0 then
+        raise exception 'harbor.recall: importance_half_life_hours must be > 0 (or null for '
+                        'no decay)' using errcode = '22023';
     end if;
     if recall.max_sensitivity is null then
         raise exception 'harbor.recall: max_sensitivity must not be null' using errcode = '22023';
@@ -362,11 +383,20 @@ begin
                case when c.memory_type = any (coalesce(recall.wanted_types, '{}'))
                     then coalesce(recall.type_weight, 0) else 0 end::double precision as type_boost,
                case c.scope when 'run' then 0 when 'session' then 1 when 'user' then 2
-                            when 'project' then 3 when 'tenant' then 4 else 5 end as breadth
+                            when 'project' then 3 when 'tenant' then 4 else 5 end as breadth,
+               -- importance decay (off without importance_half_life_hours), read through
+               -- a function called only in the branch that decays: a subquery here, even
+               -- one never run, cost a recall without decay 2% (its plan is set up for
+               -- every call)
+               case when recall.importance_half_life_hours is null then c.importance
+                    else harbor._decayed_importance(c.tenant_id, c.memory_id, c.importance,
+                                                    c.valid_from, v_as_of,
+                                                    recall.importance_half_life_hours)
+               end as weight
           from relevant c
     ), final as (
         select s.*,
-               s.relevance * (1 + s.recency) * (1 + s.importance) * (1 + s.entity)
+               s.relevance * (1 + s.recency) * (1 + s.weight) * (1 + s.entity)
                  * (1 + s.type_boost) as score
           from scored s
     ), deduped as (
