@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from harbor_pg.changes import MemoryWatch
 from harbor_pg.config import MemoryManagerConfig
 from harbor_pg.consolidation import (
     MERGE_SYSTEM_PROMPT,
@@ -359,6 +360,23 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
                 "jobs are queued in the database, with the turn"
             )
         return True
+
+    def watch(self, owner: MemoryOwner) -> MemoryWatch:
+        """The changes to memories that ``owner`` may read, as they commit (PostgreSQL
+        stores): an async iterator of :class:`~harbor_pg.changes.MemoryChange`.
+
+        Each change was announced on the tenant's channel in the transaction that made
+        it (ids and a kind only) and is read back as ``owner``, under row-level
+        security, before it is yielded: what an inspector, a cache or a webhook relay
+        subscribes to. ``async with manager.watch(owner) as changes:`` listens from
+        the ``with``; a bare ``async for`` from its first step. See
+        :mod:`harbor_pg.changes`.
+        """
+        self._check_caller(owner)
+        store = unwrap_store(self._long())
+        if self.database is None or not isinstance(store, PostgresLongTermStore):
+            raise MemoryConfigurationError("watch() needs the PostgreSQL stores")
+        return MemoryWatch(self.database.app_url, owner, store)
 
     def job_runner(self) -> JobRunner:
         """The queue's tasks over this manager (:mod:`harbor_pg.jobs`), made on first use;

@@ -215,6 +215,10 @@ def distribute(superuser_url: str, *, shard_count: int | None = None) -> Distrib
         if shard_count is not None:
             conn.execute(f"set citus.shard_count = {int(shard_count)}")
         done = _citus_tables(conn)
+        # changes are not announced on a distributed table: a shard's trigger would notify
+        # on its worker, and a transaction that touched several shards (two-phase commit)
+        # cannot notify at all (sql/functions/changes.sql, docs/citus.md)
+        conn.execute(query("drop_change_triggers"))
         # Step by step, each committed: a table whose policies were dropped and not yet
         # re-created denies every row (row security is forced), so a run that stops
         # half-way fails closed, and running it again picks up where it stopped.

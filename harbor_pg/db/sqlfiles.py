@@ -30,6 +30,7 @@ IDEMPOTENT_FILES: tuple[str, ...] = (
     "functions/recall/ranking.sql",
     "functions/profile.sql",
     "functions/consolidate.sql",
+    "functions/changes.sql",
     "policies/policies.sql",
     "policies/tokens.sql",
     "policies/locks.sql",

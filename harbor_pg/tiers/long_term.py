@@ -515,6 +515,15 @@ class PostgresLongTermStore:
         )
         return memory_from_row(rows[0]) if rows else None
 
+    async def get_many(self, owner: MemoryOwner, memory_ids: Sequence[str]) -> list[Memory]:
+        """The memories of ``memory_ids`` that ``owner`` may see, in one statement."""
+        if not memory_ids:
+            return []
+        rows = await self.db.fetch_in_one_round_trip(
+            owner, query("get_memories"), {"tenant_id": owner.tenant_id, "ids": list(memory_ids)}
+        )
+        return [memory_from_row(r) for r in rows]
+
     async def search(
         self,
         owner: MemoryOwner,

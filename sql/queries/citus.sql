@@ -68,3 +68,10 @@ select b.tenant_id, b.role_name, array_agg(x.rolname::text order by x.rolname) a
                   and pg_catalog.pg_has_role(x.oid, h.oid, 'MEMBER'))
  group by b.tenant_id, b.role_name
  order by b.tenant_id, b.role_name
+
+-- name: drop_change_triggers
+-- The triggers that announce changes to memories (sql/functions/changes.sql), dropped
+-- before the table is distributed: a notification cannot come from a shard.
+drop trigger if exists memories_announce_insert on harbor.memories;
+drop trigger if exists memories_announce_update on harbor.memories;
+drop trigger if exists memories_announce_delete on harbor.memories

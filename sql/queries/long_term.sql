@@ -84,6 +84,18 @@ select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, 
   from harbor.memories m
  where m.tenant_id = any (array['', %(tenant_id)s::text]) and m.id = %(id)s::text
 
+-- name: get_memories
+-- The memories of these ids the caller may see (a change announced on its tenant's
+-- channel, read back before MemoryManager.watch hands it on); get_memory's columns.
+select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, m.user_id,
+       m.session_id, m.run_id, m.memory_type::text as memory_type, m.content, m.content_hash,
+       m.importance, m.entity_ids, m.source, m.sensitivity::text as sensitivity,
+       lower(m.valid) as valid_from, upper(m.valid) as invalid_at, m.superseded_by,
+       m.source_session_id, m.source_message_ids, m.metadata, m.context, m.created_at,
+       m.updated_at, m.expires_at
+  from harbor.memories m
+ where m.tenant_id = any (array['', %(tenant_id)s::text]) and m.id = any (%(ids)s::text[])
+
 -- name: delete_memory
 -- Delete one of the caller's own memories (its embeddings go with it).
 delete from harbor.memories m

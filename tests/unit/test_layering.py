@@ -41,6 +41,7 @@ LAYERS: dict[str, int] = {
     "context": 7,
     "extraction": 7,
     "jobs": 7,
+    "changes": 7,
     "tables": 6,
     "access_tokens": 6,
     "portability": 7,

@@ -16,6 +16,7 @@ from harbor_pg.db.sqlfiles import query
 
 #: Statements that return memories with get_memory's column list, in its order.
 SAME_COLUMNS = (
+    "get_memories",
     "search_memories",
     "context_load_summary",
     "extraction_current_memories",
