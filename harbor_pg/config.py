@@ -32,6 +32,10 @@ class MemoryManagerConfig(BaseModel):
     #: session due (durable, run by whoever runs the jobs), not as tasks of this process;
     #: always so when the manager has an extraction_model
     summaries_on_queue: bool = False
+    #: after each extraction job, queue a consolidation of the owner's user and project
+    #: memories (MemoryManager.consolidate) that compares the memories stored since the
+    #: extraction began; one pending per tenant, project and user. False: none
+    consolidate_after_extraction: bool = False
     #: runs after the first that a failed job gets (0: none) ...
     job_retries: int = Field(default=4, ge=0, le=100)
     #: ... the first after this many seconds, each later one after twice the wait before it

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Iterable, Mapping
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from psycopg.rows import dict_row
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     import procrastinate
 
 __all__ = [
+    "CONSOLIDATE_TASK",
     "EXTRACT_TASK",
     "FOLD_TASK",
     "PURGE_TASK",
@@ -57,6 +59,12 @@ QUEUE = "harbor"
 EXTRACT_TASK = "harbor.extract_turn"
 #: a session's rolling-summary fold, once it is due (arguments: the owner's ids)
 FOLD_TASK = "harbor.fold_summary"
+#: consolidation of an owner's memories after an extraction (arguments: the owner's ids,
+#: since): one pending per tenant, project and user (its queueing lock)
+CONSOLIDATE_TASK = "harbor.consolidate_owner"
+#: how far before the extraction's start a consolidation's ``since`` reaches: the
+#: memories are stamped by the database's clock, the start by the worker's
+CLOCK_MARGIN = timedelta(minutes=1)
 #: upkeep, periodic: reclaim expired working state and close expired memories (no owner:
 #: it runs as harbor_admin)
 PURGE_TASK = "harbor.purge_working_state"
@@ -85,6 +93,9 @@ class JobHandlers(Protocol):
     async def run_summary_job(self, owner: MemoryOwner) -> None:
         """Fold ``owner``'s session's rolling summary, if it is still due."""
 
+    async def run_consolidation_job(self, owner: MemoryOwner, since: datetime) -> None:
+        """Merge ``owner``'s near-duplicates, comparing those stored since ``since``."""
+
     async def purge_working_state(self) -> int:
         """Reclaim the space of expired working state (every tenant's; elevated role)."""
 
@@ -109,6 +120,7 @@ class JobRunner:
         retry_seconds: float = 2.0,
         stalled_seconds: float = 30.0,
         poll_seconds: float = 1.0,
+        consolidate_after_extraction: bool = False,
     ) -> None:
         if not admin_url:
             raise MemoryConfigurationError(
@@ -128,6 +140,9 @@ class JobRunner:
         #: session's (or a slot's) next job once the one running ends, a retry come due
         #: (a newly queued job wakes it at once)
         self.poll_seconds = poll_seconds
+        #: after each extraction job, queue a consolidation of its owner's memories (one
+        #: pending per owner) that compares the memories stored since the extraction began
+        self.consolidate_after_extraction = consolidate_after_extraction
         self._app: procrastinate.App | None = None
         self._opened = False
         self._worker: asyncio.Task[None] | None = None
@@ -165,7 +180,17 @@ class JobRunner:
         @app.task(name=EXTRACT_TASK, queue=QUEUE, pass_context=True, retry=backoff)
         async def extract_turn(context: Any, /, *, message_id: int, **ids: Any) -> None:
             owner = owner_from_args(ids)
+            started = datetime.now(UTC)
             await self._run(context, backoff, handlers.run_extraction_job(owner, int(message_id)))
+            if self.consolidate_after_extraction:
+                await self._queue_consolidation(ids, started - CLOCK_MARGIN)
+
+        @app.task(name=CONSOLIDATE_TASK, queue=QUEUE, pass_context=True, retry=backoff)
+        async def consolidate_owner(context: Any, /, *, since: str, **ids: Any) -> None:
+            work = handlers.run_consolidation_job(
+                owner_from_args(ids), datetime.fromisoformat(since)
+            )
+            await self._run(context, backoff, work)
 
         @app.task(name=FOLD_TASK, queue=QUEUE, pass_context=True, retry=backoff)
         async def fold_summary(context: Any, /, **ids: Any) -> None:
@@ -177,6 +202,32 @@ class JobRunner:
             await self._run(context, backoff, _upkeep(handlers))
 
         return app
+
+    async def _queue_consolidation(self, ids: Mapping[str, Any], since: datetime) -> None:
+        """Queue a consolidation of the owner's memories stored since ``since``, unless
+        one is pending already (its queueing lock: per tenant, project and user; the
+        pending one's ``since`` is earlier, so it covers these memories too). The same
+        key locks it, so that one owner's consolidations never run at once."""
+        owner = {name: str(ids.get(name) or "") for name in _OWNER_FIELDS}
+        key = "consolidate:" + "/".join(
+            f"{len(owner[name])}:{owner[name]}" for name in ("tenant_id", "project_id", "user_id")
+        )
+        pending = await self.app.connector.execute_query_one_async(
+            query("jobs_pending_with_lock"), queueing_lock=key
+        )
+        if pending["pending"]:
+            return
+        task = self.app.configure_task(CONSOLIDATE_TASK, queueing_lock=key, lock=key)
+        try:
+            job_id = await task.defer_async(**owner, since=since.isoformat())
+        except Exception as exc:
+            # another worker queued it since the look above (procrastinate cannot tell
+            # that conflict from others here: under row-level security the database
+            # does not name the conflicting key); a consolidation not queued is made up
+            # by the owner's next extraction, and never fails this one
+            log.info("consolidation of %s not queued: %s", key, _describe(exc))
+            return
+        self.queued.add(job_id)
 
     @traced("harbor_pg.job", attributes=lambda _self, context, *_: _job_attributes(context))
     async def _run(self, context: Any, backoff: Any, work: Awaitable[None]) -> None:

@@ -297,7 +297,8 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
         if drain_hits is not None:  # the recall hits still being counted
             await drain_hits()
         jobs = self._jobs_box.get("runner")
-        if jobs is not None and self.config.jobs_in_process and jobs.queued:
+        # (a job may queue another: a consolidation after an extraction)
+        while jobs is not None and self.config.jobs_in_process and jobs.queued:
             queued = list(jobs.queued)
             await jobs.wait_for(queued)
             jobs.queued.difference_update(queued)
@@ -406,6 +407,7 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
                 retry_seconds=config.job_retry_seconds,
                 stalled_seconds=config.job_stalled_seconds,
                 poll_seconds=config.job_poll_seconds,
+                consolidate_after_extraction=config.consolidate_after_extraction,
             )
         return runner
 
@@ -790,6 +792,14 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
             written = await self._written_merges(caller, store, preview, as_memory_model(model))
             request = replace(request, merged=written or None)
         return await store.consolidate(caller, request)
+
+    async def run_consolidation_job(self, owner: MemoryOwner, since: datetime) -> None:
+        """Run a queued consolidation job (:mod:`harbor_pg.jobs`, queued after an
+        extraction when ``MemoryManagerConfig.consolidate_after_extraction``):
+        :meth:`consolidate` of ``owner``'s user and project memories (those it can
+        address), comparing the memories stored since ``since`` with the rest."""
+        scopes = [s for s in (MemoryScope.USER, MemoryScope.PROJECT) if owner.can_address(s)]
+        await self.consolidate(owner, scopes=scopes, since=since)
 
     async def consolidate_tenant(
         self,

@@ -5,6 +5,11 @@ select j.id
  where j.id = any (%(ids)s::bigint[])
    and j.status in ('todo', 'doing')
 
+-- name: jobs_pending_with_lock
+-- Whether a job with this queueing lock is waiting to run (on the queue's connection).
+select exists (select 1 from harbor_jobs.procrastinate_jobs j
+                where j.queueing_lock = %(queueing_lock)s::text and j.status = 'todo') as pending
+
 -- name: jobs_record_error
 -- One failed run of a job: its error and the model output that broke it (both bounded
 -- by the caller); a second report of the same attempt replaces the first.

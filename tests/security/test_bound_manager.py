@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import io
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -65,6 +66,7 @@ SAMPLES: dict[str, Any] = {
     "destination": io.StringIO(),  # export_memories
     "source": io.StringIO(""),  # import_memories: an empty export
     "message_id": 1,  # run_extraction_job
+    "since": datetime(2026, 1, 1, tzinfo=UTC),  # run_consolidation_job
 }
 
 
