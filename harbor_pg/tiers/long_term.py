@@ -413,6 +413,20 @@ class PostgresLongTermStore:
                     )
                     rows.extend(await cur.fetchall())
         unseen = [k for k, row in enumerate(rows) if row["id"] is None]
+        if unseen and await self._close_expired(owner, [params[k] for k in unseen], admin=admin):
+            # a duplicate past its expiry was in the way, closed now: those memories
+            # are saved again (the rare path: a store that never sets an expiry pays
+            # nothing for it)
+            async with self.db.transaction(owner, admin=admin) as conn:
+                cur = await conn.execute(
+                    query("save_memories"),
+                    _batch_params(
+                        [params[k] for k in unseen], [vectors[k] for k in unseen], model_id
+                    ),
+                )
+                for k, row in zip(unseen, await cur.fetchall(), strict=True):
+                    rows[k] = row
+            unseen = [k for k in unseen if rows[k]["id"] is None]
         if unseen:
             found = await self._duplicates(owner, [params[k] for k in unseen], admin=admin)
             for k, row in zip(unseen, found, strict=True):
@@ -442,6 +456,30 @@ class PostgresLongTermStore:
         row = await cur.fetchone()
         assert row is not None
         return SaveResult(memory=memory_from_row(row), created=created)
+
+    async def _close_expired(
+        self, owner: MemoryOwner, params: Sequence[dict[str, Any]], *, admin: bool
+    ) -> int:
+        """Close the current duplicates of these memories that are past their expiry
+        (``close_expired_duplicates``); how many it closed."""
+
+        def column(name: str) -> list[Any]:
+            return [p[name] for p in params]
+
+        async with self.db.transaction(owner, admin=admin) as conn:
+            cur = await conn.execute(
+                query("close_expired_duplicates"),
+                {
+                    "tenant_ids": column("tenant_id"),
+                    "scopes": column("scope"),
+                    "project_ids": column("project_id"),
+                    "user_ids": column("user_id"),
+                    "session_ids": column("session_id"),
+                    "run_ids": column("run_id"),
+                    "content_hashes": column("content_hash"),
+                },
+            )
+            return len(await cur.fetchall())
 
     async def _duplicates(
         self, owner: MemoryOwner, params: Sequence[dict[str, Any]], *, admin: bool

@@ -34,6 +34,26 @@ select %(tenant_id)s::text, coalesce(%(id)s::text, (pg_catalog.gen_random_uuid()
 on conflict do nothing
 returning id
 
+-- name: close_expired_duplicates
+-- Close, at its expiry, each current memory past its expiry under these owner keys and
+-- content hashes (one array element per key): a duplicate save_memories did not return
+-- because it has expired while no sweep has closed it yet. Returns their ids.
+update harbor.memories d
+   set valid = case when d.expires_at > pg_catalog.lower(d.valid)
+                    then pg_catalog.tstzrange(pg_catalog.lower(d.valid), d.expires_at, '[)')
+                    else pg_catalog.tstzrange(pg_catalog.lower(d.valid),
+                                              pg_catalog.lower(d.valid), '[]') end
+  from unnest(%(tenant_ids)s::text[], %(scopes)s::harbor.memory_scope[],  -- (only unqualified)
+              %(project_ids)s::text[], %(user_ids)s::text[], %(session_ids)s::text[],
+              %(run_ids)s::text[], %(content_hashes)s::text[])
+       as k(tenant_id, scope, project_id, user_id, session_id, run_id, content_hash)
+ where d.tenant_id = k.tenant_id and d.user_id = k.user_id and d.project_id = k.project_id
+   and d.session_id = k.session_id and d.run_id = k.run_id
+   and d.content_hash = k.content_hash and d.scope = k.scope
+   and d.expires_at is not null and d.expires_at <= pg_catalog.now()
+   and pg_catalog.upper_inf(d.valid)
+returning d.id
+
 -- name: find_current_duplicate
 -- The memory that blocked insert_memory: same owner key and content hash, interval open (what
 -- memories_no_duplicate_current holds). Open, not "valid at now()": a concurrent writer whose
@@ -153,7 +173,9 @@ select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, 
 -- duplicate comes back instead, with created false: one this statement inserted earlier,
 -- or one its snapshot sees. A duplicate it cannot see (a concurrent writer's, committed
 -- after the statement began) comes back as a row with a null id: the caller looks it up
--- with find_current_duplicate. Vectors: embeddings[i] of memory i's content,
+-- with find_current_duplicate; so does one past its expiry whose interval is still open
+-- (the sweep has not reached it): the caller closes it (close_expired_duplicates) and
+-- saves the memory again. Vectors: embeddings[i] of memory i's content,
 -- context_embeddings[i] of its context line and content (each may be null), both of
 -- model_id; stored only for a memory inserted here (no vector of it can exist yet, so no
 -- ON CONFLICT clause, which would need the right to read the row it conflicts with).
@@ -189,27 +211,6 @@ with input as materialized (
                                 context, entity_ids, source, sensitivity, source_session_id,
                                 source_message_ids, metadata, valid_from, expires_at,
                                 embedding, context_embedding, ord)
-), expired as materialized (
-    -- a duplicate whose expiry has passed while its interval is still open (the sweep,
-    -- harbor.expire_memories(), has not reached it yet) is closed at its expiry first, so
-    -- that the content is saved afresh instead of the expired row coming back. The insert
-    -- below waits for this (its one-time filter reads it); its own conflict check no longer
-    -- sees the closed row. A probe of memories_expiring_idx a memory: empty in a store
-    -- that never sets an expiry.
-    update harbor.memories d
-       set valid = case when d.expires_at > pg_catalog.lower(d.valid)
-                        then pg_catalog.tstzrange(pg_catalog.lower(d.valid), d.expires_at, '[)')
-                        -- (an expiry at or before the start: the start alone, never empty)
-                        else pg_catalog.tstzrange(pg_catalog.lower(d.valid),
-                                                  pg_catalog.lower(d.valid), '[]') end
-      from input i
-     where d.tenant_id = i.tenant_id
-       and d.expires_at is not null and d.expires_at <= pg_catalog.now()
-       and pg_catalog.upper_inf(d.valid)
-       and d.user_id = i.user_id and d.project_id = i.project_id
-       and d.session_id = i.session_id and d.run_id = i.run_id
-       and d.content_hash = i.content_hash and d.scope = i.scope
-    returning d.id
 ), inserted as (
     insert into harbor.memories as m (tenant_id, id, scope, project_id, user_id, session_id,
                                       run_id, principal_id, memory_type, importance, content,
@@ -223,7 +224,6 @@ with input as materialized (
            array(select pg_catalog.jsonb_array_elements_text(i.source_message_ids)),
            i.metadata, i.valid, i.expires_at
       from input i
-     where (select count(*) from expired) >= 0
      order by i.ord
     on conflict do nothing
     returning m
@@ -291,7 +291,8 @@ with input as materialized (
                                 and d.session_id = i.session_id and d.run_id = i.run_id
                                 and d.content_hash = i.content_hash and d.scope = i.scope
                                 and pg_catalog.upper_inf(d.valid)
-                                -- (one the expired CTE closed: this snapshot shows it open)
+                                -- (not one past its expiry: the caller closes it, and
+                                -- saves the memory again, close_expired_duplicates)
                                 and not coalesce(d.expires_at <= pg_catalog.now(), false)) x
                       order by x.here
                       limit 1)) as m
