@@ -607,9 +607,18 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
     async def run_summary_job(self, owner: MemoryOwner) -> None:
         """Run a queued summary fold (:mod:`harbor_pg.jobs`): ``owner``'s session is
         summarised with the manager's ``summary_model`` if it is still due (the summary
-        lease decides, so a fold queued twice folds once)."""
+        lease decides, so a fold queued twice folds once). A fold that fails raises,
+        after saving what it folded until then: the queue retries it, and shows it
+        failed with its error once the retries are spent."""
         self._check_caller(owner)
-        await self._summarise_if_due(owner, False)
+        await self._background.summarise_if_due(
+            owner,
+            checked=False,
+            short_term=self.short_term,
+            policy=self.policy,
+            summarizer=lambda: self.background_summarizer(model=self.summary_model),
+            strict=True,
+        )
 
     async def _summarise_if_due(self, owner: MemoryOwner, checked: bool) -> None:
         await self._background.summarise_if_due(

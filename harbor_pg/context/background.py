@@ -95,10 +95,12 @@ class BackgroundSummaries:
         short_term: object,
         policy: MemoryPolicy,
         summarizer: Callable[[], SessionSummarizer],
+        strict: bool = False,
     ) -> None:
         """Summarise ``owner``'s session with ``summarizer()`` if it is due; unless
         ``checked``, a read-only due check of ``short_term`` comes first, so that a
-        session with nothing due writes nothing (no lease row)."""
+        session with nothing due writes nothing (no lease row). ``strict``: a failure
+        is raised (see :meth:`SessionSummarizer.maybe_summarise`)."""
         due = None if checked else getattr(short_term, "summary_due", None)
         if due is not None and not await due(
             owner,
@@ -106,7 +108,10 @@ class BackgroundSummaries:
             cooldown_seconds=policy.summary_cooldown_seconds,
         ):
             return
-        await summarizer().maybe_summarise(owner)
+        if strict:
+            await summarizer().maybe_summarise(owner, strict=True)
+        else:  # (a summarizer of one's own need not know strict)
+            await summarizer().maybe_summarise(owner)
 
     def summarizer(
         self,

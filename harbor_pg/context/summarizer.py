@@ -26,13 +26,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from harbor_pg.context.prompts import summary_prompt
 from harbor_pg.context.trimming import summary_boundary
 from harbor_pg.credentials import without_secret_sentences
-from harbor_pg.errors import MemoryConfigurationError
+from harbor_pg.errors import MemoryConfigurationError, MemoryDatabaseError
 from harbor_pg.llm.base import MemoryModel, MemoryModelError
 from harbor_pg.llm.extractive import ExtractiveSummarizer
 from harbor_pg.llm.langchain import as_memory_model
@@ -43,6 +43,7 @@ from harbor_pg.records import ConversationMessage, Memory, MemoryType
 from harbor_pg.telemetry import chat_span
 from harbor_pg.tiers.base import (
     ShortTermStore,
+    SummaryLease,
     SummaryLeaseStore,
     SummaryStore,
     summary_memory_id,
@@ -96,6 +97,11 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
+def _failure(outcome: RefreshOutcome) -> BaseException:
+    """What a failed refresh raises in strict mode: its own error, else a database one."""
+    return outcome.error or MemoryDatabaseError("the rolling summary's refresh failed")
+
+
 @dataclass(frozen=True, slots=True)
 class RefreshOutcome:
     """What one refresh did.
@@ -109,6 +115,7 @@ class RefreshOutcome:
         complete: True when everything older than the kept tail is now covered
             (False: a backlog remains, or a step failed).
         failed: True when a model or store failure (logged at WARNING) cut it short.
+        error: that failure (None when nothing failed).
     """
 
     summary: Memory | None
@@ -117,6 +124,7 @@ class RefreshOutcome:
     saved: bool = False
     complete: bool = True
     failed: bool = False
+    error: BaseException | None = None
 
 
 class RollingSummary:
@@ -215,10 +223,15 @@ class RollingSummary:
         """
         frontier = frontier_of(prior)
         if any(m.id is None for m in window):
-            log.warning(
-                "rolling summary skipped: the short-term store returned messages without ids"
+            problem = "the short-term store returned messages without ids"
+            log.warning("rolling summary skipped: %s", problem)
+            return RefreshOutcome(
+                prior,
+                frontier,
+                complete=False,
+                failed=True,
+                error=MemoryConfigurationError(problem),
             )
-            return RefreshOutcome(prior, frontier, complete=False, failed=True)
         uncovered = [m for m in window if frontier is None or (m.id or 0) > frontier]
         boundary = summary_boundary(
             [to_langchain(m) for m in uncovered], self.policy.summary_keep_messages
@@ -245,30 +258,30 @@ class RollingSummary:
         folded: list[int] = []
         complete = False
         failed = False
+        error: BaseException | None = None
         for _page in range(self.max_pages):
             try:
                 raw = await fetch(cursor)
             except Exception as exc:
                 log.warning("rolling summary: reading history failed (%s)", _describe(exc))
-                failed = True
+                failed, error = True, exc
                 break
             if not raw:
                 complete = True
                 break
             page = [m for m in raw if m.id is not None and cursor < m.id < stop_id]
             if not page or max(m.id or 0 for m in page) <= cursor:
-                log.warning(
-                    "rolling summary: the history cursor did not advance past message %s; "
-                    "catch-up stopped",
-                    cursor,
+                problem = (
+                    f"the history cursor did not advance past message {cursor}; catch-up stopped"
                 )
-                failed = True
+                log.warning("rolling summary: %s", problem)
+                failed, error = True, MemoryDatabaseError(problem)
                 break
             try:
                 text = await self._fold(page, text)
             except Exception as exc:
                 log.warning("rolling summary: the summary call failed (%s)", _describe(exc))
-                failed = True
+                failed, error = True, exc
                 break
             cursor = max(m.id or 0 for m in page)
             folded.extend(m.id or 0 for m in page)
@@ -276,11 +289,16 @@ class RollingSummary:
                 complete = True
                 break
         if not folded:
-            return RefreshOutcome(prior, frontier, complete=complete and not failed, failed=failed)
+            return RefreshOutcome(
+                prior, frontier, complete=complete and not failed, failed=failed, error=error
+            )
         if not text:
             # nothing informative to keep yet (the extractive path found only filler)
-            return RefreshOutcome(prior, frontier, complete=complete, failed=failed)
-        return await self._save(owner, prior, frontier, text, folded, complete, failed)
+            return RefreshOutcome(prior, frontier, complete=complete, failed=failed, error=error)
+        outcome = await self._save(owner, prior, frontier, text, folded, complete, failed)
+        if outcome.error is None and error is not None:
+            outcome = replace(outcome, error=error)
+        return outcome
 
     @chat_span("summary")
     async def _fold(self, page: Sequence[ConversationMessage], prior_text: str | None) -> str:
@@ -332,7 +350,7 @@ class RollingSummary:
             stored = await self.memories.save_summary(owner, memory, expected_frontier=frontier)
         except Exception as exc:
             log.warning("rolling summary: saving the summary failed (%s)", _describe(exc))
-            return RefreshOutcome(prior, frontier, complete=False, failed=True)
+            return RefreshOutcome(prior, frontier, complete=False, failed=True, error=exc)
         if stored is None:
             log.info("rolling summary: another writer refreshed this session's summary first")
             return RefreshOutcome(prior, frontier, complete=False, failed=failed)
@@ -402,7 +420,7 @@ class SessionSummarizer:
         )
         self._tasks: set[asyncio.Task[bool]] = set()
 
-    async def maybe_summarise(self, owner: MemoryOwner) -> bool:
+    async def maybe_summarise(self, owner: MemoryOwner, *, strict: bool = False) -> bool:
         """Summarise ``owner``'s session if it is due; return whether this call ran it.
 
         Due means: the policy is enabled, the session gained at least
@@ -412,7 +430,9 @@ class SessionSummarizer:
         store, so of concurrent callers exactly one runs. Returns True when this
         call held the lease and brought the summary up to date (or found nothing
         to fold); False otherwise, including after a failure, which is logged
-        at WARNING and never raised.
+        at WARNING and not raised, unless ``strict`` (a queued fold, which the queue
+        retries and shows failed): then the failure is raised, after what was folded
+        until then is saved and the lease released.
 
         Raises:
             MemoryScopeError: ``owner`` lacks ``principal_id`` or ``session_id``.
@@ -429,6 +449,8 @@ class SessionSummarizer:
             )
         except Exception as exc:
             log.warning("background summary: taking the session lease failed (%s)", _describe(exc))
+            if strict:
+                raise
             return False
         if lease is None:
             return False
@@ -437,6 +459,8 @@ class SessionSummarizer:
             window = await self.messages.recent(owner, self.policy.recent_max_messages)
         except Exception as exc:
             log.warning("background summary: reading the session failed (%s)", _describe(exc))
+            if strict:
+                raise
             return False
         outcome = await self.rolling.refresh(
             owner,
@@ -445,6 +469,11 @@ class SessionSummarizer:
             window_is_whole_session=len(window) < self.policy.recent_max_messages,
         )
         if outcome.failed and not outcome.saved:
+            if strict:
+                # a queued fold: the queue backs off and retries, and the retry must find
+                # the session still due, not leased
+                await self._release(owner, lease)
+                raise _failure(outcome)
             return False  # the lease expires on its own: a back-off before the retry
         # a backlog left over keeps the old turn mark, so the next run is due after the cooldown
         turns = lease.turns if outcome.complete else lease.turns_at_summary
@@ -454,7 +483,23 @@ class SessionSummarizer:
             log.warning(
                 "background summary: releasing the session lease failed (%s)", _describe(exc)
             )
+            if strict:
+                raise
+        if strict and outcome.failed:
+            raise _failure(outcome)
         return outcome.complete
+
+    async def _release(self, owner: MemoryOwner, lease: SummaryLease) -> None:
+        """Drop ``lease`` without recording a summary (stores that can; else it expires)."""
+        release = getattr(self.messages, "release_summary_lease", None)
+        if release is None:
+            return
+        try:
+            await release(owner, lease)
+        except Exception as exc:  # it expires on its own
+            log.warning(
+                "background summary: releasing the session lease failed (%s)", _describe(exc)
+            )
 
     def schedule(self, owner: MemoryOwner) -> asyncio.Task[bool]:
         """Run :meth:`maybe_summarise` for ``owner`` as a background task.

@@ -283,6 +283,16 @@ class PostgresShortTermStore:
             )
         return bool(rows)
 
+    async def release_summary_lease(self, owner: MemoryOwner, lease: SummaryLease) -> bool:
+        """Drop the lease without recording a summary, if ``lease`` still holds it (a
+        queued fold that failed: its retry finds the session still due)."""
+        rows = await self.db.fetch_in_one_round_trip(
+            owner,
+            query("context_release_summary_lease"),
+            {**session_key(owner), "lease_until": lease.token},
+        )
+        return bool(rows)
+
     async def _acquire_summary_lease_citus(
         self, owner: MemoryOwner, params: dict[str, Any]
     ) -> list[dict[str, Any]]:

@@ -80,6 +80,16 @@ on conflict (tenant_id, user_id, session_id) do update
         or (select t.n from turns t) - s.turns_at_summary >= %(min_turns)s::bigint)
 returning s.summary_lease_until, s.turns_at_summary, (select t.n from turns t) as turns
 
+-- name: context_release_summary_lease
+-- Drop the lease, if the caller still holds it, and record nothing: a queued fold that
+-- failed, so that its retry finds the session still due and takes the lease again.
+update harbor.session_state s
+   set summary_lease_until = null
+ where s.tenant_id = %(tenant_id)s::text and s.user_id = %(user_id)s::text
+   and s.session_id = %(session_id)s::text
+   and s.summary_lease_until = %(lease_until)s::timestamptz
+returning s.session_id
+
 -- name: context_finish_summary_lease
 -- Record a finished summary and drop the lease, if the caller still holds it.
 update harbor.session_state s

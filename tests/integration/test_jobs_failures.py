@@ -437,3 +437,82 @@ async def test_a_backlog_longer_than_the_window_still_extracts_every_turn(
     worker = MemoryManager.from_database(database, extraction_model=model, config=fast)
     await work_off(fresh_db, [worker], concurrency=1)
     assert model.turns == list(range(30))
+
+
+class FailingSummaryModel:
+    """A summary model that fails ``failures`` times, as an unreachable one does, then
+    summarises."""
+
+    def __init__(self, failures: int = 1_000) -> None:
+        self.failures = failures
+        self.calls = 0
+
+    async def generate_text(self, system: str, user: str) -> str:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise MemoryModelError("the summary model is unreachable", status_code=503)
+        return "Dana listed the items of her budget."
+
+    async def generate_structured(self, system: str, user: str, schema: type[Any]) -> Any:
+        raise StructuredOutputUnsupportedError("text only")
+
+
+async def fold_with(
+    database: Database, db: PgDatabase, model: FailingSummaryModel
+) -> tuple[Any, list[Any], Any]:
+    """Four turns (a fold due) and one worker run with ``model`` as the summary model,
+    one retry at most: the fold job's (id, status, attempts), its errors, the summary."""
+    from harbor_pg.jobs import FOLD_TASK
+    from harbor_pg.policy import MemoryPolicy
+
+    policy = MemoryPolicy(
+        summarise_after_turns=4, summary_keep_messages=1, summary_cooldown_seconds=0
+    )
+    config = MemoryManagerConfig(
+        summaries_on_queue=True, jobs_in_process=False, job_retries=1, job_retry_seconds=0
+    )
+    manager = MemoryManager.from_database(
+        database, policy=policy, config=config, summary_model=model
+    )
+    try:
+        for i in range(4):
+            await manager.append(DANA, ConversationMessage(role="user", content=f"item {i}"))
+        await asyncio.wait_for(manager.run_worker(wait=False), timeout=30)
+        assert manager.long_term is not None
+        summary = await manager.long_term.load_summary(DANA)  # type: ignore[attr-defined]
+    finally:
+        await manager.close()
+    with psycopg.connect(db.admin_url) as conn:
+        row: Any = conn.execute(
+            "select id, status::text, attempts from harbor_jobs.procrastinate_jobs"
+            " where task_name = %s",
+            (FOLD_TASK,),
+        ).fetchone()
+        errors = conn.execute(
+            "select attempt, error from harbor_jobs.job_errors where job_id = %s order by attempt",
+            (row[0],),
+        ).fetchall()
+    return row, errors, summary
+
+
+async def test_a_summary_fold_that_fails_ends_its_job_failed_with_its_error(
+    database: Database, fresh_db: PgDatabase
+) -> None:
+    model = FailingSummaryModel()
+    row, errors, summary = await fold_with(database, fresh_db, model)
+    # run twice (one retry), failed both times, each failure kept with the model's error
+    assert (row[1], row[2], model.calls) == ("failed", 2, 2)
+    assert errors == [
+        (0, "MemoryModelError: the summary model is unreachable"),
+        (1, "MemoryModelError: the summary model is unreachable"),
+    ]
+    assert summary is None
+
+
+async def test_a_failed_fold_is_retried_and_folds(database: Database, fresh_db: PgDatabase) -> None:
+    model = FailingSummaryModel(failures=1)
+    row, errors, summary = await fold_with(database, fresh_db, model)
+    # the failed run let go of the session's lease: the retry took it and folded
+    assert (row[1], row[2], model.calls) == ("succeeded", 2, 2)
+    assert errors == [(0, "MemoryModelError: the summary model is unreachable")]
+    assert summary is not None and "budget" in summary.content

@@ -161,6 +161,16 @@ class InMemoryShortTermStore:
             state.lease_token = None
             return True
 
+    async def release_summary_lease(self, owner: MemoryOwner, lease: SummaryLease) -> bool:
+        """Drop the lease without recording a summary, if ``lease`` still holds it."""
+        async with self._lease_lock:
+            state = self._sessions.get(self._key(owner))
+            if state is None or state.lease_token != lease.token or state.lease_until is None:
+                return False
+            state.lease_until = None
+            state.lease_token = None
+            return True
+
     def purge_expired_turns(self, tenant_id: str, ttl_seconds: float) -> int:
         """Delete the tenant's turns a session TTL has hidden (``purge_expired_turns`` in SQL)."""
         gone = 0
