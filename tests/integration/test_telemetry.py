@@ -241,6 +241,47 @@ async def test_every_job_is_a_span_with_its_model_call_inside(
     assert "dana" not in text and "nine o'clock" not in text
 
 
+async def test_a_fold_job_and_its_failed_runs_are_spans_too(
+    database: Database, spans: InMemorySpanExporter
+) -> None:
+    """Every run of every job is a span: here a summary fold whose model fails, run
+    twice (one retry), each run a span with status ERROR and the error's class only."""
+    import asyncio
+
+    from harbor_pg.config import MemoryManagerConfig
+    from harbor_pg.jobs import FOLD_TASK
+    from harbor_pg.policy import MemoryPolicy
+    from tests.integration.test_jobs_failures import FailingSummaryModel
+
+    owner = MemoryOwner(tenant_id="acme", principal_id="dana", session_id="s-fold")
+    manager = MemoryManager.from_database(
+        database,
+        policy=MemoryPolicy(
+            summarise_after_turns=4, summary_keep_messages=1, summary_cooldown_seconds=0
+        ),
+        config=MemoryManagerConfig(
+            summaries_on_queue=True, jobs_in_process=False, job_retries=1, job_retry_seconds=0
+        ),
+        summary_model=FailingSummaryModel(),
+    )
+    try:
+        for i in range(4):
+            await manager.append(owner, ConversationMessage(role="user", content=f"item {i}"))
+        await asyncio.wait_for(manager.run_worker(wait=False), timeout=30)
+    finally:
+        await manager.close()
+    runs = [
+        s
+        for s in spans.get_finished_spans()
+        if s.name == "harbor_pg.job" and (s.attributes or {}).get("harbor.job.task") == FOLD_TASK
+    ]
+    assert sorted((s.attributes or {})["harbor.job.attempt"] for s in runs) == [0, 1]
+    for run in runs:
+        assert run.status.status_code is trace.StatusCode.ERROR
+        assert (run.attributes or {}).get("error.type") == "MemoryModelError"
+        assert "unreachable" not in json.dumps(dict(run.attributes or {}))
+
+
 def test_without_opentelemetry_nothing_is_imported_or_emitted() -> None:
     out = subprocess.run(
         [sys.executable, "-c", _ABSENT], check=True, capture_output=True, text=True, timeout=120
