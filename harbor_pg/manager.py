@@ -65,6 +65,7 @@ from harbor_pg.tiers.short_term import PostgresShortTermStore
 from harbor_pg.tiers.working import PostgresWorkingStore
 from harbor_pg.tiers.writer import LongTermWrites
 from harbor_pg.validation import (
+    check_as_of,
     check_count,
     check_json,
     check_text,
@@ -653,6 +654,7 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
         self._check_caller(caller)
         check_text(query_text, "query")
         check_count(limit, "limit")
+        check_as_of(as_of)
         store = self._long()
         if self._reads_replica(caller):
             assert self.replica is not None

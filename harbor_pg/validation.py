@@ -9,6 +9,7 @@ and never escapes as a raw ``TypeError``, ``UnicodeEncodeError``,
 from __future__ import annotations
 
 import math
+from datetime import datetime
 from typing import Any
 
 from harbor_pg.errors import MemoryValidationError
@@ -17,6 +18,7 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "MAX_TTL_SECONDS",
     "MIN_TTL_SECONDS",
+    "check_as_of",
     "check_content",
     "check_count",
     "check_json",
@@ -118,6 +120,16 @@ def check_json(value: object, what: str) -> None:
     problem = json_problem(value)
     if problem is not None:
         raise MemoryValidationError(f"{what} {problem}")
+
+
+def check_as_of(value: object, what: str = "as_of") -> datetime | None:
+    """``value`` is None or a ``datetime`` (a date alone, a string or a number is
+    refused here, not by the database's cast); returned as it is."""
+    if value is not None and not isinstance(value, datetime):
+        raise MemoryValidationError(
+            f"{what} must be a datetime or None, got {type(value).__name__}"
+        )
+    return value
 
 
 def check_count(value: object, what: str) -> int:

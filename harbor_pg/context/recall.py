@@ -37,7 +37,7 @@ from harbor_pg.records import RECALL_MEMORY_TYPES, Memory, MemoryType, embedding
 from harbor_pg.telemetry import DB_SYSTEM, note, traced
 from harbor_pg.tiers.base import LongTermStore
 from harbor_pg.tokens import TokenCounter, approximate_tokens
-from harbor_pg.validation import check_count, check_text
+from harbor_pg.validation import check_as_of, check_count, check_text
 
 __all__ = [
     "MemoryRecall",
@@ -221,6 +221,7 @@ class MemoryRecall:
         """
         policy = self.policy
         check_text(query, "query", optional=True)
+        check_as_of(as_of)
         k = policy.recall_top_k if top_k is None else min(_whole(top_k, "top_k"), 1000)
         if token_budget is not None:
             token_budget = _whole(token_budget, "token_budget")

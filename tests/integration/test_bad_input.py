@@ -13,6 +13,7 @@ import asyncio
 import struct
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
+from datetime import date
 from typing import Any, TypeVar
 
 import psycopg
@@ -120,6 +121,10 @@ CASES: list[tuple[str, Callable[[MemoryManager], Awaitable[Any]]]] = [
     ),
     ("retention age 10**400", lambda m: m.apply_retention("t1", max_age_seconds=10**400)),
     ("retention age -10**400", lambda m: m.apply_retention("t1", max_age_seconds=-(10**400))),
+    ("NUL in a recall query", lambda m: m.recall(OWNER, "a\x00b")),
+    ("recall as_of a string", lambda m: m.recall(OWNER, "q", as_of="yesterday")),  # type: ignore[arg-type]
+    ("recall as_of a number", lambda m: m.recall(OWNER, "q", as_of=12345)),  # type: ignore[arg-type]
+    ("search as_of a date", lambda m: m.search(OWNER, "q", as_of=date(2024, 1, 1))),  # type: ignore[arg-type]
 ]
 
 
@@ -136,7 +141,15 @@ def test_bad_input_is_a_harbor_error(
 
 
 #: the cases whose error must say the input was bad (not that the store failed)
-_INPUT_ERRORS = {"NUL in a model id", "retention age 10**400", "retention age -10**400"}
+_INPUT_ERRORS = {
+    "NUL in a model id",
+    "retention age 10**400",
+    "retention age -10**400",
+    "NUL in a recall query",
+    "recall as_of a string",
+    "recall as_of a number",
+    "search as_of a date",
+}
 
 
 # -- the property test -------------------------------------------------------------
