@@ -287,7 +287,7 @@ class CountingModel:
 async def test_four_workers_extract_every_turn_exactly_once(
     database: Database, fresh_db: PgDatabase
 ) -> None:
-    turns, sessions = 200, 20
+    turns, sessions = 1000, 100
     queueing = MemoryManager.from_database(
         database, extraction_model=TeaModel(), config=MemoryManagerConfig(jobs_in_process=False)
     )
