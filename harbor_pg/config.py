@@ -36,6 +36,9 @@ class MemoryManagerConfig(BaseModel):
     #: memories (MemoryManager.consolidate) that compares the memories stored since the
     #: extraction began; one pending per tenant, project and user. False: none
     consolidate_after_extraction: bool = False
+    #: ... and after that consolidation, write observations of the owner's entities with
+    #: the extraction_model (MemoryManager.observe). False: none
+    observe_after_consolidation: bool = False
     #: runs after the first that a failed job gets (0: none) ...
     job_retries: int = Field(default=4, ge=0, le=100)
     #: ... the first after this many seconds, each later one after twice the wait before it

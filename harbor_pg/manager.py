@@ -46,8 +46,10 @@ from harbor_pg.records import (
 from harbor_pg.telemetry import traced
 from harbor_pg.tiers.base import (
     ConsolidatingStore,
+    ExtractionStore,
     LongTermStore,
     ProfileStore,
+    SaveResult,
     ShortTermStore,
     WorkingStore,
 )
@@ -63,7 +65,7 @@ from harbor_pg.tiers.replica import READ_URL_ENV, ReadReplica
 from harbor_pg.tiers.session_ttl import LiveTurns
 from harbor_pg.tiers.short_term import PostgresShortTermStore
 from harbor_pg.tiers.working import PostgresWorkingStore
-from harbor_pg.tiers.writer import LongTermWrites
+from harbor_pg.tiers.writer import LongTermWrites, embed_memories
 from harbor_pg.validation import (
     check_as_of,
     check_count,
@@ -76,6 +78,13 @@ from harbor_pg.validation import (
 __all__ = ["MemoryManager", "MemoryManagerConfig", "MemorySnapshot"]
 
 log = logging.getLogger("harbor_pg")
+
+#: what a model is asked when it writes an observation (MemoryManager.observe)
+OBSERVE_SYSTEM = (
+    "You write one sentence that says what the facts below, all about one entity, add up "
+    "to: what they show together, not a list of them. Use only what they say. Answer with "
+    "the sentence alone."
+)
 
 
 class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
@@ -808,9 +817,102 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
         """Run a queued consolidation job (:mod:`harbor_pg.jobs`, queued after an
         extraction when ``MemoryManagerConfig.consolidate_after_extraction``):
         :meth:`consolidate` of ``owner``'s user and project memories (those it can
-        address), comparing the memories stored since ``since`` with the rest."""
+        address), comparing the memories stored since ``since`` with the rest; then,
+        with ``MemoryManagerConfig.observe_after_consolidation`` and an
+        ``extraction_model``, :meth:`observe` with that model."""
         scopes = [s for s in (MemoryScope.USER, MemoryScope.PROJECT) if owner.can_address(s)]
         await self.consolidate(owner, scopes=scopes, since=since)
+        if self.config.observe_after_consolidation and self.extraction_model is not None:
+            await self.observe(owner, model=self.extraction_model)
+
+    async def observe(
+        self,
+        caller: MemoryOwner,
+        *,
+        model: Any,
+        min_facts: int = 3,
+        max_observations: int = 20,
+    ) -> list[Memory]:
+        """Write observations: for each entity that at least ``min_facts`` of
+        ``caller``'s current user memories name (``entity_ids``), one sentence ``model``
+        (a :class:`~harbor_pg.llm.MemoryModel` or LangChain chat model) writes from those
+        facts, saved as a USER memory of type ``observation`` with that entity, the
+        facts' highest importance and sensitivity, source ``reflection`` and the ids of
+        the facts it read (``metadata["observed_ids"]``). An entity whose facts are the
+        ones its current observation read gets none; one whose facts changed (added,
+        superseded, merged) gets a new observation that supersedes the old, so
+        ``history`` and ``as_of`` show what was observed when. At most
+        ``max_observations`` a call, the entities with the most facts first; a model
+        that fails or answers nothing usable leaves that entity as it was. Returns the
+        observations written. Recall returns them like any memory; it asks for them
+        with ``wanted_types=["observation"]``."""
+        self._check_caller(caller)
+        if min_facts < 2 or max_observations < 0:
+            raise MemoryValidationError("min_facts must be >= 2 and max_observations >= 0")
+        caller.require_scope(MemoryScope.USER)
+        store = self._long()
+        if not isinstance(store, ExtractionStore):
+            raise MemoryConfigurationError(
+                "observations need a long-term store with current_memories and supersede "
+                "(both built-in stores have them)"
+            )
+        # (imported here: a manager that never observes never loads LangChain)
+        from harbor_pg.llm.langchain import as_memory_model
+
+        writer = as_memory_model(model)
+        if writer is None:
+            raise MemoryConfigurationError("observe needs a model to write the observations")
+        rows = await store.current_memories(caller, [MemoryScope.USER], limit=10_000)
+        current: dict[str, Memory] = {}  # entity -> its current observation
+        by_entity: dict[str, list[Memory]] = {}
+        for row in rows:
+            if row.memory_type is MemoryType.OBSERVATION:
+                for entity in row.entity_ids[:1]:
+                    current.setdefault(entity, row)
+                continue
+            for entity in dict.fromkeys(row.entity_ids):
+                by_entity.setdefault(entity, []).append(row)
+        written: list[Memory] = []
+        for entity, facts in sorted(by_entity.items(), key=lambda e: (-len(e[1]), e[0])):
+            if len(facts) < min_facts or len(written) >= max_observations:
+                continue
+            ids = sorted(f.id or "" for f in facts)
+            old = current.get(entity)
+            if old is not None and sorted(old.metadata.get("observed_ids") or []) == ids:
+                continue  # what it read still holds
+            lines = "\n".join(f"- {f.content}" for f in sorted(facts, key=lambda f: f.id or ""))
+            try:
+                text = (await writer.generate_text(OBSERVE_SYSTEM, f"Facts:\n{lines}")).strip()
+                memory = Memory(
+                    content=text,
+                    memory_type=MemoryType.OBSERVATION,
+                    scope=MemoryScope.USER,
+                    entity_ids=[entity],
+                    importance=max(f.importance for f in facts),
+                    sensitivity=max((f.sensitivity for f in facts), key=lambda s: s.level),
+                    source="reflection",
+                    metadata={"observed_ids": ids},
+                )
+                self._check_memory(caller, memory)
+            except Exception as exc:  # the model failed, or wrote nothing storable
+                log.warning("observe: no observation of %s: %s", entity, exc)
+                continue
+            result: SaveResult | None
+            if old is None:
+                result = await self.save(caller, memory)
+            else:
+                embedder = self._vector_embedder(store)
+                vectors = await embed_memories(embedder, [memory]) if embedder else None
+                result = await store.supersede(
+                    caller,
+                    old.id or "",
+                    memory,
+                    vectors[0].content if vectors else None,
+                    embedder.model_id if vectors and embedder else None,
+                )
+            if result is not None and result.created:
+                written.append(result.memory)
+        return written
 
     async def consolidate_tenant(
         self,

@@ -52,6 +52,9 @@ class MemoryType(enum.StrEnum):
     DECISION = "decision"
     EPISODE = "episode"
     SUMMARY = "summary"
+    #: what several facts about one entity add up to, written by a model from them
+    #: (:meth:`~harbor_pg.manager.MemoryManager.observe`)
+    OBSERVATION = "observation"
 
 
 #: Types recall may return (rolling summaries are never recalled).
@@ -60,6 +63,7 @@ RECALL_MEMORY_TYPES: tuple[MemoryType, ...] = (
     MemoryType.PREFERENCE,
     MemoryType.DECISION,
     MemoryType.EPISODE,
+    MemoryType.OBSERVATION,
 )
 
 

@@ -22,7 +22,10 @@
 create schema harbor;
 
 create type harbor.memory_scope as enum ('global', 'tenant', 'project', 'user', 'session', 'run');
-create type harbor.memory_type as enum ('fact', 'preference', 'decision', 'episode', 'summary');
+-- ('observation': what several facts about one entity add up to, written by a model
+-- from them; migration 0026)
+create type harbor.memory_type as enum ('fact', 'preference', 'decision', 'episode', 'summary',
+                                        'observation');
 create type harbor.sensitivity as enum ('none', 'low', 'pii', 'sensitive');
 create type harbor.message_role as enum ('system', 'user', 'assistant', 'tool');
 

@@ -150,7 +150,10 @@ class RewriteResult(BaseModel):
         description="The latest question rewritten to be understood without the conversation"
     )
     wanted_types: list[str] = Field(
-        description="Up to three of: fact, preference, decision, episode; empty if none stand out",
+        description=(
+            "Up to three of: fact, preference, decision, episode, observation (what several "
+            "facts about one thing add up to); empty if none stand out"
+        ),
         json_schema_extra={"items": {"type": "string", "enum": _RECALLABLE_NAMES}},
     )
 

@@ -93,3 +93,34 @@ async def test_no_consolidation_is_queued_by_default(
         await manager.close()
     assert [s for _t, _a, s in jobs(fresh_db, EXTRACT_TASK)] == ["succeeded"]
     assert jobs(fresh_db, CONSOLIDATE_TASK) == []
+
+
+class ObservingTeaModel(TeaModel):
+    """TeaModel that also writes observations."""
+
+    async def generate_text(self, system: str, user: str) -> str:
+        return f"Dana's tea habits, from {user.count('- ')} facts"
+
+
+async def test_the_consolidation_job_writes_observations_when_asked(
+    database: Database, fresh_db: PgDatabase
+) -> None:
+    manager = MemoryManager.from_database(
+        database,
+        extraction_model=ObservingTeaModel(),
+        embedder=HashingEmbedder(),
+        config=MemoryManagerConfig(
+            consolidate_after_extraction=True, observe_after_consolidation=True
+        ),
+    )
+    try:
+        for text in ("Dana brews at seven", "Dana likes it strong", "Dana buys loose leaves"):
+            await manager.save(DANA, Memory(content=text, entity_ids=["drink:tea"]))
+        await manager.append(DANA, ConversationMessage(role="user", content="I love green tea"))
+        await asyncio.wait_for(manager.drain(), timeout=60)
+    finally:
+        await manager.close()
+    assert [s for _t, _a, s in jobs(fresh_db, CONSOLIDATE_TASK)] == ["succeeded"]
+    found = await manager.recall(DANA, "Dana tea habits", wanted_types=["observation"], top_k=3)
+    assert found and found[0].content == "Dana's tea habits, from 3 facts"
+    assert found[0].entity_ids == ["drink:tea"]

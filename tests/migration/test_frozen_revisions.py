@@ -45,6 +45,7 @@ FROZEN = {
     "0023_drop_entities_index.py": "fb8e0c66b8de80dc",
     "0024_memory_expiry.py": "6432edb51c82d9c4",
     "0025_memory_hits.py": "17ebd6140663948b",
+    "0026_observation_type.py": "4ec5ccc83467e236",
 }
 
 

@@ -67,6 +67,7 @@ SAMPLES: dict[str, Any] = {
     "source": io.StringIO(""),  # import_memories: an empty export
     "message_id": 1,  # run_extraction_job
     "since": datetime(2026, 1, 1, tzinfo=UTC),  # run_consolidation_job
+    "model": None,  # observe (the caller is checked first)
 }
 
 

@@ -459,6 +459,7 @@ def test_rewrite_result() -> None:
         "preference",
         "decision",
         "episode",
+        "observation",
     ]
 
 
