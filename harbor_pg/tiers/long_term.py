@@ -834,12 +834,21 @@ class PostgresLongTermStore:
     async def save_summary(
         self, owner: MemoryOwner, memory: Memory, *, expected_frontier: int | None
     ) -> Memory | None:
-        """Insert or refresh the session summary, compare-and-set on the frontier."""
+        """Insert or refresh the session summary, compare-and-set on the frontier.
+
+        Fenced by the newest turn it folded (``source_message_ids``), as a queued job's
+        write is (:func:`job_write_guards`): a fold whose session was erased while its
+        model answered saves nothing and raises :class:`MemoryNotFoundError`.
+        """
         if memory.id is None:
             raise MemoryValidationError("a session summary needs its deterministic id")
         params = _summary_params(owner, memory, memory.id)
         expected = "" if expected_frontier is None else str(expected_frontier)
+        folded = [int(i) for i in memory.source_message_ids if str(i).isdigit()]
         async with self.db.transaction(owner) as conn:
+            if folded and owner.session_id is not None:
+                for guard, guard_params in job_write_guards(owner, max(folded)):
+                    await conn.execute(guard, guard_params)
             row = await (
                 await conn.execute(
                     query("context_refresh_summary"), {**params, "expected_frontier": expected}

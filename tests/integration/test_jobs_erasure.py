@@ -201,3 +201,52 @@ async def test_a_fenced_write_after_the_erasure_raises_not_found(
     with pytest.raises(MemoryNotFoundError):
         await store.add_fact(DANA, fact, for_turn=int(turn.id or 0))
     assert columns_holding(fresh_db, TAG) == set()
+
+
+class GatedSummaryModel:
+    """A scripted slow summary model: says it has begun, waits for the gate, then
+    summarises quoting the conversation's tag."""
+
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+        self.gate = asyncio.Event()
+        self.answered = 0
+
+    async def generate_text(self, system: str, user: str) -> str:
+        self.entered.set()
+        await self.gate.wait()
+        self.answered += 1
+        return f"Dana talked about the {TAG} notebook."
+
+    async def generate_structured(self, system: str, user: str, schema: type[Any]) -> Any:
+        raise NotImplementedError
+
+
+async def test_a_fold_waiting_in_its_model_saves_no_summary_once_its_session_is_erased(
+    database: Database, fresh_db: PgDatabase, caplog: pytest.LogCaptureFixture
+) -> None:
+    from harbor_pg.config import MemoryManagerConfig
+    from harbor_pg.policy import MemoryPolicy
+
+    caplog.set_level(logging.INFO, logger="harbor_pg")
+    model = GatedSummaryModel()
+    manager = MemoryManager.from_database(
+        database,
+        policy=MemoryPolicy(
+            summarise_after_turns=4, summary_keep_messages=1, summary_cooldown_seconds=0
+        ),
+        config=MemoryManagerConfig(summaries_on_queue=True, job_retries=0),
+        summary_model=model,
+    )
+    try:
+        for i in range(4):
+            await manager.append(DANA, ConversationMessage(role="user", content=f"{TAG} item {i}"))
+        await asyncio.wait_for(model.entered.wait(), timeout=30)  # the fold is in the model
+        await manager.erase("acme", user_id="dana", session_id="s1")
+        model.gate.set()  # it answers after the erasure committed
+        await _until(lambda: "was erased while it ran" in caplog.text or _holds(fresh_db, TAG))
+        assert model.answered == 1
+    finally:
+        model.gate.set()
+        await manager.close()
+    assert columns_holding(fresh_db, TAG) == set()  # no summary, no turn, nothing
