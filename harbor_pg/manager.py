@@ -540,11 +540,13 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
         as_of: datetime | None = None,
         top_k: int | None = None,
         token_budget: int | None = None,
+        excluded_types: Sequence[MemoryType | str] = (),
     ) -> tuple[Memory, ...]:
         """Hybrid recall under this manager's policy (see :class:`MemoryRecall`).
 
         Never raises for a failing leg (bad arguments raise MemoryValidationError);
-        a bound manager rejects another owner.
+        a bound manager rejects another owner. ``wanted_types`` boosts memories of
+        those types; ``excluded_types`` (say ``["observation"]``) leaves them out.
         """
         self._check_caller(owner)
         recaller = self.recaller()
@@ -561,6 +563,7 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
             as_of=as_of,
             top_k=top_k,
             token_budget=token_budget,
+            excluded_types=excluded_types,
         )
 
     def context_builder(

@@ -124,6 +124,8 @@ class RecallRequest:
     #: importance decay: the half-life, in hours since recall last returned a memory (or
     #: since it became valid), of its importance in the score; None: no decay
     importance_half_life_hours: float | None = None
+    #: memory types left out of the candidates before they are ranked
+    excluded_types: tuple[MemoryType, ...] = ()
 
     @property
     def candidates_per_leg(self) -> int:
@@ -434,6 +436,8 @@ async def search_and_rank(
             continue
         for memory in found:
             if memory.scope is not scope or memory.memory_type is MemoryType.SUMMARY:
+                continue
+            if memory.memory_type in request.excluded_types:
                 continue
             if memory.sensitivity.level > request.max_sensitivity.level:
                 continue  # above the ceiling: never a candidate

@@ -68,6 +68,22 @@ def _wanted(types: Iterable[MemoryType | str]) -> tuple[MemoryType, ...]:
     return tuple(out[:3])
 
 
+def _excluded(types: Iterable[MemoryType | str]) -> tuple[MemoryType, ...]:
+    """The recallable types a recall leaves out (unknown names are dropped)."""
+    if isinstance(types, str):
+        types = [types]
+    out: list[MemoryType] = []
+    for raw in types:
+        try:
+            t = MemoryType(str(raw).strip().lower())
+        except ValueError:
+            log.debug("recall: ignoring unknown memory type %r", raw)
+            continue
+        if t in RECALL_MEMORY_TYPES and t not in out:
+            out.append(t)
+    return tuple(out)
+
+
 def _anchors(ids: Iterable[str]) -> tuple[str, ...]:
     out: list[str] = []
     for raw in ids:
@@ -132,6 +148,7 @@ class MemoryRecall:
         as_of: datetime | None = None,
         top_k: int | None = None,
         token_budget: int | None = None,
+        excluded_types: Sequence[MemoryType | str] = (),
     ) -> tuple[Memory, ...]:
         """The recalled memories, best first, cut to the token budget.
 
@@ -147,6 +164,7 @@ class MemoryRecall:
             as_of=as_of,
             top_k=top_k,
             token_budget=token_budget,
+            excluded_types=excluded_types,
         )
         return tuple(item.memory for item in scored)
 
@@ -167,13 +185,15 @@ class MemoryRecall:
         as_of: datetime | None = None,
         top_k: int | None = None,
         token_budget: int | None = None,
+        excluded_types: Sequence[MemoryType | str] = (),
     ) -> tuple[RecalledMemory, ...]:
         """Like :meth:`recall`, with every ranking signal of each memory.
 
         ``token_budget`` defaults to :attr:`block_budget`; ``top_k`` to the
         policy's ``recall_top_k``. A blank query, recall switched off, or a
         ``top_k`` of 0 give ``()``. Unknown wanted types are dropped, at most
-        three are kept.
+        three are kept. ``excluded_types`` (say ``["observation"]``) are left out
+        of the candidates before they are ranked.
         """
         request = await self.prepare(
             owner,
@@ -183,6 +203,7 @@ class MemoryRecall:
             as_of=as_of,
             top_k=top_k,
             token_budget=token_budget,
+            excluded_types=excluded_types,
         )
         if request is None:
             return ()
@@ -213,6 +234,7 @@ class MemoryRecall:
         as_of: datetime | None = None,
         top_k: int | None = None,
         token_budget: int | None = None,
+        excluded_types: Sequence[MemoryType | str] = (),
     ) -> RecallRequest | None:
         """The request :meth:`recall_scored` would run (query embedded), or None for no recall.
 
@@ -238,6 +260,7 @@ class MemoryRecall:
             top_k=k,
             anchor_entity_ids=_anchors(anchor_entity_ids),
             wanted_types=_wanted(wanted_types),
+            excluded_types=_excluded(excluded_types),
             as_of=as_of,
             recency_half_life_hours=policy.recency_half_life_hours,
             entity_weight=policy.entity_overlap_weight,

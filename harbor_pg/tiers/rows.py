@@ -135,6 +135,7 @@ def recall_params(request: RecallRequest) -> dict[str, Any]:
         "neighbour_weight": request.neighbour_weight,
         "date_weight": request.date_weight,
         "importance_half_life": request.importance_half_life_hours,
+        "excluded": [t.value for t in request.excluded_types],
     }
 
 

@@ -25,7 +25,8 @@ select r.*
       max_sensitivity => %(max_sensitivity)s::harbor.sensitivity,
       neighbour_weight => %(neighbour_weight)s::double precision,
       date_weight => %(date_weight)s::double precision,
-      importance_half_life_hours => %(importance_half_life)s::double precision) r
+      importance_half_life_hours => %(importance_half_life)s::double precision,
+      excluded_types => %(excluded)s::text[]::harbor.memory_type[]) r
 
 -- name: profile
 -- The caller's profile (identity already set): harbor.profile(), stable section first.

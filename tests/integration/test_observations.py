@@ -80,9 +80,13 @@ async def test_observations_read_facts_and_are_superseded_when_they_change(
     assert len(second.metadata["observed_ids"]) == 4
     old = await manager.get(ALICE, first.id or "")
     assert old is not None and old.superseded_by == second.id and old.invalid_at is not None
-    # recall asks for them by type
+    # recall asks for them by type, or leaves them out
     found = await manager.recall(ALICE, "harbour", wanted_types=["observation"], top_k=3)
     assert found[0].id == second.id
+    without = await manager.recall(ALICE, "harbour", excluded_types=["observation"], top_k=3)
+    assert len(without) == 3
+    assert all(m.memory_type is not MemoryType.OBSERVATION for m in without)
+    assert second.id in {m.id for m in await manager.recall(ALICE, "harbour", top_k=10)}
     # Bob's own facts make his own observation
     [bobs] = await manager.observe(BOB, model=model)
     assert bobs.user_id == "bob" and bobs.content.endswith("(4 facts)")

@@ -77,6 +77,8 @@ $$;
 --               harbor.record_hits() after a recall), or since it became valid
 --               when it never was, at as_of / half-life). The importance column
 --               stays the stored one.
+-- Memories of excluded_types (default none; say '{observation}') are left out of the
+-- candidates before they are ranked.
 -- Results are deduplicated by content_hash (highest score wins; ties toward
 -- the narrower scope), capped at top_k, then cut at the first memory that
 -- would push the rendered block ('[<hash12>] <content>' per line) past
@@ -128,7 +130,14 @@ drop function if exists harbor.recall(text, public.vector, text, harbor.memory_s
                                       double precision, double precision, text,
                                       harbor.sensitivity);
 -- (and the one without importance_half_life_hours, whose result also lacked expires_at
--- in its first version)
+-- in its first version; and the one without excluded_types, after it)
+drop function if exists harbor.recall(text, public.vector, text, harbor.memory_scope[], integer,
+                                      text[], harbor.memory_type[], timestamptz,
+                                      double precision, double precision, double precision,
+                                      integer, double precision, integer, integer,
+                                      double precision, double precision, text,
+                                      harbor.sensitivity, double precision, double precision,
+                                      double precision);
 drop function if exists harbor.recall(text, public.vector, text, harbor.memory_scope[], integer,
                                       text[], harbor.memory_type[], timestamptz,
                                       double precision, double precision, double precision,
@@ -157,7 +166,8 @@ create or replace function harbor.recall(
     max_sensitivity harbor.sensitivity default 'pii',
     neighbour_weight double precision default 0.75,
     date_weight double precision default 2,
-    importance_half_life_hours double precision default null
+    importance_half_life_hours double precision default null,
+    excluded_types harbor.memory_type[] default '{}'
 ) returns table (
     rank integer, id text, tenant_id text, scope text, project_id text, principal_id text,
     user_id text, session_id text, run_id text, memory_type text, content text,
@@ -407,6 +417,8 @@ begin
         select d.*, row_number() over (order by d.score desc, d.breadth, d.memory_id) as pos
           from deduped d
          where d.copy = 1
+           -- (excluded_types: left out here, before the cut, so that top_k counts the rest)
+           and d.memory_type operator(pg_catalog.<>) all (coalesce(recall.excluded_types, '{}'))
          order by d.score desc, d.breadth, d.memory_id
          limit recall.top_k
     ), hydrated as (
