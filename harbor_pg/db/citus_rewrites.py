@@ -270,12 +270,7 @@ REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     # trigger ("cannot execute a distributed query from a query on a shard"): the
     # tenant goes back into the scan, so the lookup stays on the row's own shard
     (
-        "_embedding_owner_is_memorys",
-        re.compile(r"where y\.id = new\.memory_id"),
-        "where y.tenant_id = new.tenant_id and y.id = new.memory_id",
-    ),
-    (
-        "_hit_owner_is_memorys",
+        "_owner_is_memorys",
         re.compile(r"where y\.id = new\.memory_id"),
         "where y.tenant_id = new.tenant_id and y.id = new.memory_id",
     ),

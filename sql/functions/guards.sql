@@ -94,7 +94,10 @@ $$;
 -- else's or does not exist. (A foreign key over the owner fields was tried
 -- first: its check query is planned generically, and the planner took the owner
 -- index for it, reading every row of the memory's owner for each vector.)
-create or replace function harbor._embedding_owner_is_memorys() returns trigger
+-- One function for every table whose rows copy their memory's owner fields
+-- (memory_embeddings, memory_hits): tg_argv[0] names what a row is in the error
+-- ('a vector'), and the constraint the error names is the trigger's, <table>_owner.
+create or replace function harbor._owner_is_memorys() returns trigger
     language plpgsql security invoker
     set search_path to pg_catalog, pg_temp
 as $$
@@ -114,9 +117,9 @@ begin
     if not found or (m.scope, m.project_id, m.user_id, m.session_id, m.run_id)
                     is distinct from (new.scope, new.project_id, new.user_id, new.session_id,
                                       new.run_id) then
-        raise exception 'harbor.memory_embeddings: a vector needs a memory the writer can see, '
-                        'with the same owner fields'
-            using errcode = '23503', constraint = 'memory_embeddings_owner';
+        raise exception 'harbor.%: % needs a memory the writer can see, with the same owner '
+                        'fields', tg_table_name, tg_argv[0]
+            using errcode = '23503', constraint = tg_table_name || '_owner';
     end if;
     return new;
 end
@@ -145,35 +148,10 @@ $$;
 create or replace trigger memory_embeddings_owner
     before insert or update of tenant_id, memory_id, scope, project_id, user_id, session_id,
                                run_id on harbor.memory_embeddings
-    for each row execute function harbor._embedding_owner_is_memorys();
+    for each row execute function harbor._owner_is_memorys('a vector');
 
 -- A recall hit's owner columns are its memory's (memory_hits; the policies test them),
 -- and the memory is one the writer can see: as for a vector's (above).
-create or replace function harbor._hit_owner_is_memorys() returns trigger
-    language plpgsql security invoker
-    set search_path to pg_catalog, pg_temp
-as $$
-declare
-    m record;
-begin
-    -- by primary key, the tenant tested outside the fenced scan (as above)
-    select x.scope, x.project_id, x.user_id, x.session_id, x.run_id into m
-      from (select y.tenant_id, y.scope, y.project_id, y.user_id, y.session_id, y.run_id
-              from harbor.memories y
-             where y.id = new.memory_id
-            offset 0) x
-     where x.tenant_id = new.tenant_id;
-    if not found or (m.scope, m.project_id, m.user_id, m.session_id, m.run_id)
-                    is distinct from (new.scope, new.project_id, new.user_id, new.session_id,
-                                      new.run_id) then
-        raise exception 'harbor.memory_hits: a hit needs a memory the writer can see, '
-                        'with the same owner fields'
-            using errcode = '23503', constraint = 'memory_hits_owner';
-    end if;
-    return new;
-end
-$$;
-
 -- (the table comes with revision 0025; this file also runs on the revisions before it)
 do $$
 begin
@@ -181,10 +159,13 @@ begin
         create or replace trigger memory_hits_owner
             before insert or update of tenant_id, memory_id, scope, project_id, user_id,
                                        session_id, run_id on harbor.memory_hits
-            for each row execute function harbor._hit_owner_is_memorys();
+            for each row execute function harbor._owner_is_memorys('a hit');
     end if;
 end
 $$;
+-- (the functions each table had before harbor._owner_is_memorys served both)
+drop function if exists harbor._hit_owner_is_memorys();
+drop function if exists harbor._embedding_owner_is_memorys();
 
 -- Who may be bound, and by whom. This trigger holds the rules for every writer of
 -- role_bindings (harbor.bind_role, harbor.unbind_role, harbor_admin writing the
@@ -254,7 +235,7 @@ as $$
 begin
     if new.superseded_by is not null
        and (tg_op = 'INSERT' or new.superseded_by is distinct from old.superseded_by)
-       -- by primary key, the tenant tested outside the scan (see _embedding_owner_is_memorys)
+       -- by primary key, the tenant tested outside the scan (see _owner_is_memorys)
        and not exists (select 1
                          from (select s.tenant_id from harbor.memories s
                                 where s.id = new.superseded_by offset 0) s
