@@ -49,11 +49,18 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-import psutil
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, machine, pct, private_server, record, with_params
+from _common import (
+    RESULTS,
+    machine,
+    pct,
+    private_server,
+    record,
+    server_cpu_seconds,
+    with_params,
+)
 from startup import deployed_env
 
 from harbor_pg import ConversationMessage, HashingEmbedder, MemoryManager, MemoryOwner
@@ -82,19 +89,6 @@ def owners() -> list[MemoryOwner]:
         MemoryOwner(tenant_id=f"t{i % 10}", principal_id=f"u{i}", session_id=f"s{i}")
         for i in range(OWNERS)
     ]
-
-
-def server_cpu(pgdata: Path) -> float:
-    """CPU seconds used so far by the PostgreSQL processes working in ``pgdata``."""
-    total = 0.0
-    for proc in psutil.process_iter(["name"]):
-        try:
-            if "postgres" in (proc.info["name"] or "") and Path(proc.cwd()) == pgdata:
-                t = proc.cpu_times()
-                total += t.user + t.system
-        except psutil.Error:
-            continue
-    return total
 
 
 async def run(
@@ -138,7 +132,7 @@ async def run(
     await asyncio.gather(*(client(i, time.perf_counter() + 0.5) for i in range(clients)))
     latencies.clear()
     db._pool.pop_stats()
-    cpu_client, cpu_server = time.process_time(), server_cpu(pgdata)
+    cpu_client, cpu_server = time.process_time(), server_cpu_seconds(pgdata)
     starter = None
     if start_worker is not None:
         owner_url = start_worker
@@ -152,7 +146,10 @@ async def run(
     t0 = time.perf_counter()
     await asyncio.gather(*(client(1000 + i, t0 + seconds) for i in range(clients)))
     wall = time.perf_counter() - t0
-    cpu_client, cpu_server = time.process_time() - cpu_client, server_cpu(pgdata) - cpu_server
+    cpu_client, cpu_server = (
+        time.process_time() - cpu_client,
+        server_cpu_seconds(pgdata) - cpu_server,
+    )
     stats = db._pool.pop_stats()
     if starter is not None:
         starter.join()
