@@ -7,8 +7,32 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from harbor_pg.errors import MemoryConfigurationError
+from harbor_pg.owner import MemoryScope
+from harbor_pg.records import Sensitivity
 
-__all__ = ["MemoryManagerConfig"]
+__all__ = ["MemoryManagerConfig", "RetentionRule"]
+
+
+class RetentionRule(BaseModel):
+    """One retention limit of a tenant, as :meth:`~harbor_pg.manager.MemoryManager.apply_retention`
+    takes it: delete the memories older than ``max_age_seconds`` (None: none by age), of
+    ``scope`` only and/or at or above ``min_sensitivity`` when given, rolling summaries
+    only with ``include_summaries``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_age_seconds: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    scope: MemoryScope | None = None
+    min_sensitivity: Sensitivity | None = None
+    include_summaries: bool = False
+
+    @model_validator(mode="after")
+    def _age_for_a_filter(self) -> RetentionRule:
+        if self.max_age_seconds is None and (
+            self.scope is not None or self.min_sensitivity is not None
+        ):
+            raise ValueError("a retention scope or sensitivity needs max_age_seconds")
+        return self
 
 
 class MemoryManagerConfig(BaseModel):
@@ -59,6 +83,13 @@ class MemoryManagerConfig(BaseModel):
     #: are invisible at once and apply_retention reclaims them; summaries and memories
     #: extracted from them stay. None: turns never expire.
     session_ttl_hours: float | None = Field(default=24.0, gt=0)
+    #: retention, per tenant id: the rules the periodic retention job applies to that
+    #: tenant (each one an apply_retention call; an empty list: only the expired working
+    #: state, expired memories and the turns past the session TTL). The job runs on the
+    #: queue's workers with *their* configuration: a tenant missing here is left alone
+    retention: dict[str, tuple[RetentionRule, ...]] = Field(default_factory=dict)
+    #: when the retention job runs (cron, in the worker's time zone: UTC by default)
+    retention_cron: str = "23 * * * *"
 
     @property
     def session_ttl_seconds(self) -> float | None:

@@ -11,9 +11,11 @@ facade bound to a caller acts on that caller's own tenant and rows only
 from __future__ import annotations
 
 import inspect
+import logging
 import math
 from typing import Any, NamedTuple
 
+from harbor_pg.config import RetentionRule
 from harbor_pg.db.connection import Database
 from harbor_pg.db.sqlfiles import query
 from harbor_pg.errors import MemoryConfigurationError, MemoryScopeError, MemoryValidationError
@@ -33,6 +35,8 @@ from harbor_pg.tiers.base import (
 )
 from harbor_pg.tiers.facade import FacadeBase
 from harbor_pg.tiers.postgres import all_postgres, any_postgres
+
+log = logging.getLogger("harbor_pg")
 
 __all__ = [
     "Governance",
@@ -360,6 +364,37 @@ class Governance(FacadeBase):
             min_sensitivity=min_sensitivity,
             include_summaries=include_summaries,
         )
+
+    async def apply_configured_retention(self) -> dict[str, list[RetentionReceipt]]:
+        """Apply the retention this manager is configured with
+        (``MemoryManagerConfig.retention``): for each tenant named there, one
+        :meth:`apply_retention` per rule (an empty list: one with no age limit, which
+        still reclaims expired working state, closes expired memories and deletes the
+        turns past the session TTL). What the periodic retention job runs
+        (:mod:`harbor_pg.jobs`); tenants not named are left alone. A tenant that fails
+        does not stop the others; the first failure is raised once all have run (so
+        the job is retried). Needs an unbound manager. Returns each tenant's receipts."""
+        if self.caller is not None:
+            raise MemoryScopeError("retention of the configured tenants needs an unbound manager")
+        receipts: dict[str, list[RetentionReceipt]] = {}
+        failure: Exception | None = None
+        for tenant_id, rules in self.config.retention.items():
+            try:
+                for rule in rules or (RetentionRule(),):
+                    receipt = await self.apply_retention(
+                        tenant_id,
+                        max_age_seconds=rule.max_age_seconds,
+                        scope=rule.scope,
+                        min_sensitivity=rule.min_sensitivity,
+                        include_summaries=rule.include_summaries,
+                    )
+                    receipts.setdefault(tenant_id, []).append(receipt)
+            except Exception as exc:
+                log.warning("retention of tenant %r failed: %s", tenant_id, type(exc).__name__)
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+        return receipts
 
     async def purge_working_state(self) -> int:
         """Reclaim the space of expired working state."""

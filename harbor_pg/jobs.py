@@ -43,6 +43,7 @@ __all__ = [
     "FOLD_TASK",
     "PURGE_TASK",
     "QUEUE",
+    "RETENTION_TASK",
     "SCHEMA",
     "JobHandlers",
     "JobRunner",
@@ -70,6 +71,9 @@ CLOCK_MARGIN = timedelta(minutes=1)
 PURGE_TASK = "harbor.purge_working_state"
 #: when the upkeep runs (cron; procrastinate defers each tick once, whatever the workers)
 PURGE_CRON = "*/10 * * * *"
+#: retention, periodic: each configured tenant's retention rules applied
+#: (MemoryManagerConfig.retention; no owner: it runs as harbor_admin, one tenant at a time)
+RETENTION_TASK = "harbor.apply_retention"
 #: most characters of a failed run's error, and of the model answer that broke it, kept
 ERROR_CHARS = 2000
 RAW_OUTPUT_CHARS = 4000
@@ -102,6 +106,9 @@ class JobHandlers(Protocol):
     async def expire_memories(self) -> int:
         """Close the memories past their expiry (every tenant's; elevated role)."""
 
+    async def apply_configured_retention(self) -> Any:
+        """Apply each configured tenant's retention rules (elevated role, a tenant at a time)."""
+
 
 class JobRunner:
     """The queue's tasks over a facade's :class:`JobHandlers`, and the worker that runs them.
@@ -121,6 +128,7 @@ class JobRunner:
         stalled_seconds: float = 30.0,
         poll_seconds: float = 1.0,
         consolidate_after_extraction: bool = False,
+        retention_cron: str | None = None,
     ) -> None:
         if not admin_url:
             raise MemoryConfigurationError(
@@ -143,6 +151,9 @@ class JobRunner:
         #: after each extraction job, queue a consolidation of its owner's memories (one
         #: pending per owner) that compares the memories stored since the extraction began
         self.consolidate_after_extraction = consolidate_after_extraction
+        #: when this worker queues the periodic retention job (cron; None: never: a
+        #: worker with no retention configured leaves that job to those that have it)
+        self.retention_cron = retention_cron
         self._app: procrastinate.App | None = None
         self._opened = False
         self._worker: asyncio.Task[None] | None = None
@@ -201,6 +212,18 @@ class JobRunner:
         async def purge_working_state(context: Any, /, timestamp: int) -> None:
             await self._run(context, backoff, _upkeep(handlers))
 
+        async def apply_retention(context: Any, /, timestamp: int) -> None:
+            await self._run(context, backoff, _retention(handlers))
+
+        retention = app.task(
+            name=RETENTION_TASK,
+            queue=QUEUE,
+            pass_context=True,
+            queueing_lock=RETENTION_TASK,
+            retry=backoff,
+        )(apply_retention)
+        if self.retention_cron is not None:
+            app.periodic(cron=self.retention_cron, periodic_id="retention")(retention)
         return app
 
     async def _queue_consolidation(self, ids: Mapping[str, Any], since: datetime) -> None:
@@ -423,6 +446,18 @@ async def _upkeep(handlers: JobHandlers) -> None:
     """The periodic upkeep: expired working state reclaimed, expired memories closed."""
     await handlers.purge_working_state()
     await handlers.expire_memories()
+
+
+async def _retention(handlers: JobHandlers) -> None:
+    """The periodic retention: the configured tenants' rules, their counts logged."""
+    receipts = await handlers.apply_configured_retention()
+    for tenant_id, done in receipts.items():
+        log.info(
+            "retention of tenant %r: %d rows deleted, %d memories closed",
+            tenant_id,
+            sum(r.total for r in done),
+            sum(r.expired for r in done),
+        )
 
 
 def _describe(exc: BaseException) -> str:

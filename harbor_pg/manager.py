@@ -418,6 +418,7 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
                 stalled_seconds=config.job_stalled_seconds,
                 poll_seconds=config.job_poll_seconds,
                 consolidate_after_extraction=config.consolidate_after_extraction,
+                retention_cron=config.retention_cron if config.retention else None,
             )
         return runner
 

@@ -44,6 +44,7 @@ NO_OWNER = {
     "drain": "waits for background work",
     "purge_working_state": "reclaims expired working state, already invisible to everyone",
     "expire_memories": "refused when bound: closes every tenant's expired memories",
+    "apply_configured_retention": "refused when bound: the configured tenants' retention",
     "job_runner": "refused when bound: the queue's jobs run as the owners in their arguments",
     "run_worker": "refused when bound: the queue's jobs run as the owners in their arguments",
 }
