@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from harbor_pg.embedders.base import Embedder
+from harbor_pg.embedders.base import Embedder, duplicate_threshold_of
 
 
 class CachedEmbedder:
@@ -44,6 +44,10 @@ class CachedEmbedder:
     @property
     def relevance_threshold(self) -> float:
         return self.inner.relevance_threshold
+
+    @property
+    def duplicate_threshold(self) -> float:
+        return duplicate_threshold_of(self.inner)
 
     def vector(self, text: str, *, query: bool = False) -> np.ndarray[Any, Any] | None:
         """The cached vector of ``text`` (None when it was never embedded)."""

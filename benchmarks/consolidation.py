@@ -18,7 +18,7 @@ little, one of:
 Then, for every conversation at once, at a "now" after the last restatement:
 
 - the store's current memories, before and after ``MemoryManager.consolidate`` (the
-  shipped threshold: the policy's ``dedup_threshold`` on MiniLM content vectors, and
+  shipped threshold: MiniLM's calibrated ``duplicate_threshold`` on its content vectors, and
   the text rule);
 - R@5/10/25 of the dev questions, hybrid recall with the shipped defaults, top_k 25,
   no relevance floor, before and after (a restatement counts as its turn; a successor

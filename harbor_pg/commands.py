@@ -551,7 +551,8 @@ def add_commands(sub: Any) -> None:
         "--min-similarity",
         type=float,
         default=None,
-        help="cosine similarity of near-duplicate vectors (default: the policy's dedup_threshold)",
+        help="cosine similarity of near-duplicate vectors (default: the embedder's calibrated "
+        "duplicate_threshold)",
     )
     p.add_argument("--max-merges", type=int, default=1000, help="groups at most (default: 1000)")
     p.add_argument("--dry-run", action="store_true", help="list the groups, write nothing")

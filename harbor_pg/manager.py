@@ -28,7 +28,7 @@ from harbor_pg.context.recall import MemoryRecall
 from harbor_pg.context.snapshot import MemorySnapshot, snapshot_in_one_round_trip
 from harbor_pg.db.connection import Database
 from harbor_pg.db.sqlfiles import query as sql_query
-from harbor_pg.embedders.base import Embedder
+from harbor_pg.embedders.base import Embedder, duplicate_threshold_of
 from harbor_pg.errors import MemoryConfigurationError, MemoryScopeError, MemoryValidationError
 from harbor_pg.extraction.facade import Extraction
 from harbor_pg.governance import Governance
@@ -772,8 +772,9 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
 
         Memories of one owner key and one writer whose texts are the same once case and
         punctuation are set aside, or (with an embedder) whose content vectors are at
-        least ``min_similarity`` similar (default: the policy's ``dedup_threshold``, the
-        similarity at which extraction calls a fact a restatement), are superseded by one
+        least ``min_similarity`` similar (default: the embedder's calibrated
+        ``duplicate_threshold``, 0.955 for MiniLM-L6 and 0.83 for the hashing embedder, or
+        0.97 for an embedder never calibrated), are superseded by one
         successor that keeps the best-ranked text (most important, then newest), the
         highest importance and sensitivity, and every entity and source turn; the
         originals stay readable as of before (:mod:`harbor_pg.consolidation`). At most
@@ -791,7 +792,7 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
         vectors = self.embedder is not None and self.embedder.model_id is not None
         threshold = min_similarity
         if threshold is None and vectors:
-            threshold = self.policy.dedup_threshold
+            threshold = duplicate_threshold_of(self.embedder)
         try:
             request = ConsolidationRequest(
                 scopes=tuple(MemoryScope(s) for s in scopes),

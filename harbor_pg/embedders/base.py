@@ -8,7 +8,19 @@ from typing import Protocol, runtime_checkable
 
 from harbor_pg.errors import MemoryError
 
-__all__ = ["Embedder", "EmbedderError", "normalize_vector", "normalize_vectors"]
+__all__ = [
+    "UNCALIBRATED_DUPLICATE_THRESHOLD",
+    "Embedder",
+    "EmbedderError",
+    "duplicate_threshold_of",
+    "normalize_vector",
+    "normalize_vectors",
+]
+
+#: The near-duplicate threshold of an embedder never calibrated for one: high, so that
+#: only texts the embedder finds almost identical merge (calibrated MiniLM merges at
+#: 0.955 and keeps 97% of restatements above 0.974; benchmarks/RESULTS.md).
+UNCALIBRATED_DUPLICATE_THRESHOLD = 0.97
 
 
 class EmbedderError(MemoryError):
@@ -32,6 +44,12 @@ class Embedder(Protocol):
     of different models are never compared. ``relevance_threshold`` is the
     cosine similarity at or above which this embedder's match is considered
     relevant; it was calibrated per model and is meaningless across models.
+
+    An embedder may also have ``duplicate_threshold``: the cosine similarity at or
+    above which two texts say the same thing (consolidation merges them), calibrated
+    per model like the relevance threshold (``benchmarks/duplicate_threshold.py``).
+    It is optional: :func:`duplicate_threshold_of` falls back to
+    :data:`UNCALIBRATED_DUPLICATE_THRESHOLD` for an embedder without one.
     """
 
     @property
@@ -64,6 +82,13 @@ class Embedder(Protocol):
             EmbedderError: on any failure.
         """
         ...
+
+
+def duplicate_threshold_of(embedder: object) -> float:
+    """``embedder``'s calibrated near-duplicate threshold, or the conservative
+    :data:`UNCALIBRATED_DUPLICATE_THRESHOLD` for one that has none."""
+    value = getattr(embedder, "duplicate_threshold", None)
+    return float(value) if isinstance(value, int | float) else UNCALIBRATED_DUPLICATE_THRESHOLD
 
 
 def normalize_vector(values: Iterable[float], *, dimensions: int, model_id: str) -> list[float]:

@@ -11,12 +11,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harbor_pg.embedders.base import EmbedderError
+from harbor_pg.embedders.base import UNCALIBRATED_DUPLICATE_THRESHOLD, EmbedderError
 
 __all__ = [
     "DEFAULT_FASTEMBED_MODEL",
     "MODEL_PATH_ENV",
     "FastEmbedEmbedder",
+    "duplicate_threshold_for_model",
     "threshold_for_model",
 ]
 
@@ -38,17 +39,35 @@ _THRESHOLDS: tuple[tuple[str, float], ...] = (
 #: Used for a model that was never calibrated here; pass relevance_threshold= to override.
 UNCALIBRATED_THRESHOLD = 0.5
 
+# Calibrated near-duplicate thresholds (cosine), keyed the same way. MiniLM-L6:
+# measured on the LoCoMo dev conversations (benchmarks/duplicate_threshold.py): a turn
+# against its restatements, against every other pair of turns of one conversation;
+# 0.955 merges 99.9% of restatements at 99.4% precision (chosen by F1; leave one
+# conversation out: 99.7% / 99.4%). bge-small is not calibrated here (no copy of it
+# on the machines that measured): it gets the conservative UNCALIBRATED_DUPLICATE_THRESHOLD.
+_DUPLICATE_THRESHOLDS: tuple[tuple[str, float], ...] = (("minilm-l6", 0.955),)
+
 _register_lock = threading.Lock()
+
+
+def _calibrated(table: tuple[tuple[str, float], ...], names: Sequence[str]) -> float | None:
+    for name in names:
+        lowered = name.lower()
+        for fragment, threshold in table:
+            if fragment in lowered:
+                return threshold
+    return None
 
 
 def threshold_for_model(*names: str) -> float | None:
     """The calibrated threshold for the first name that matches a known model, if any."""
-    for name in names:
-        lowered = name.lower()
-        for fragment, threshold in _THRESHOLDS:
-            if fragment in lowered:
-                return threshold
-    return None
+    return _calibrated(_THRESHOLDS, names)
+
+
+def duplicate_threshold_for_model(*names: str) -> float | None:
+    """The calibrated near-duplicate threshold for the first name that matches a known
+    model, if any."""
+    return _calibrated(_DUPLICATE_THRESHOLDS, names)
 
 
 def _import_fastembed() -> Any:
@@ -100,6 +119,7 @@ class FastEmbedEmbedder:
         cache_dir: fastembed's cache directory (default: its own).
         threads: ONNX runtime threads (default: onnxruntime's choice).
         relevance_threshold: override the calibrated threshold.
+        duplicate_threshold: override the calibrated near-duplicate threshold.
         model_id: override the recorded model id.
 
     Raises:
@@ -121,6 +141,7 @@ class FastEmbedEmbedder:
         threads: int | None = None,
         relevance_threshold: float | None = None,
         model_id: str | None = None,
+        duplicate_threshold: float | None = None,
     ) -> None:
         if batch_size < 1:
             raise EmbedderError(f"batch_size must be >= 1, got {batch_size!r}")
@@ -174,6 +195,13 @@ class FastEmbedEmbedder:
             relevance_threshold = threshold_for_model(*names)
         self._threshold = (
             relevance_threshold if relevance_threshold is not None else UNCALIBRATED_THRESHOLD
+        )
+        if duplicate_threshold is None:
+            duplicate_threshold = duplicate_threshold_for_model(*names)
+        self._duplicate_threshold = (
+            duplicate_threshold
+            if duplicate_threshold is not None
+            else UNCALIBRATED_DUPLICATE_THRESHOLD
         )
 
     @staticmethod
@@ -248,6 +276,11 @@ class FastEmbedEmbedder:
     def relevance_threshold(self) -> float:
         """Calibrated threshold (0.63 bge-small, 0.45 MiniLM-L6, else 0.5 uncalibrated)."""
         return self._threshold
+
+    @property
+    def duplicate_threshold(self) -> float:
+        """Calibrated near-duplicate threshold (0.955 MiniLM-L6, else 0.97 uncalibrated)."""
+        return self._duplicate_threshold
 
     def __repr__(self) -> str:
         return f"FastEmbedEmbedder(model_id={self._model_id!r}, dimensions={self._dimensions})"

@@ -54,7 +54,9 @@ class HashingEmbedder:
     processes and machines.
 
     It understands no synonyms: it is the fallback when no neural model can be
-    loaded. ``relevance_threshold`` is 0.3.
+    loaded. ``relevance_threshold`` is 0.3; ``duplicate_threshold`` 0.83, measured on
+    the LoCoMo dev conversations (``benchmarks/duplicate_threshold.py``: 99.6% of
+    restatements merged at 99.5% precision; leave one conversation out 99.7% / 98.7%).
 
     Args:
         dimensions: vector length (default 384, so it fits the same columns as
@@ -62,6 +64,7 @@ class HashingEmbedder:
     """
 
     relevance_threshold: float = 0.3
+    duplicate_threshold: float = 0.83
 
     def __init__(self, dimensions: int = 384) -> None:
         if not isinstance(dimensions, int) or dimensions < 16:

@@ -5,7 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from harbor_pg.embedders.base import EmbedderError, normalize_vectors
+from harbor_pg.embedders.base import (
+    UNCALIBRATED_DUPLICATE_THRESHOLD,
+    EmbedderError,
+    normalize_vectors,
+)
 from harbor_pg.errors import MemoryConfigurationError
 from harbor_pg.llm._openai_support import client_setup, describe_openai_error
 
@@ -41,6 +45,8 @@ class OpenAIEmbedder:
         send_dimensions: force sending (True) or not sending (False) the
             ``dimensions`` parameter; None decides by model name.
         relevance_threshold: override the default threshold (0.3).
+        duplicate_threshold: override the near-duplicate threshold (not calibrated
+            here either: the conservative 0.97).
 
     Raises:
         MemoryConfigurationError: ``openai`` is not installed or there is no key.
@@ -59,6 +65,7 @@ class OpenAIEmbedder:
         max_retries: int = 2,
         send_dimensions: bool | None = None,
         relevance_threshold: float | None = None,
+        duplicate_threshold: float | None = None,
     ) -> None:
         if dimensions < 1:
             raise MemoryConfigurationError(f"dimensions must be >= 1, got {dimensions!r}")
@@ -83,6 +90,11 @@ class OpenAIEmbedder:
         self._threshold = (
             relevance_threshold if relevance_threshold is not None else _DEFAULT_THRESHOLD
         )
+        self._duplicate_threshold = (
+            duplicate_threshold
+            if duplicate_threshold is not None
+            else UNCALIBRATED_DUPLICATE_THRESHOLD
+        )
         self._model_id = f"openai:{model}-{dimensions}"
 
     # As in fastembed.py and hashing.py, on purpose: each embedder documents its own properties.
@@ -100,6 +112,11 @@ class OpenAIEmbedder:
     def relevance_threshold(self) -> float:
         """0.3 unless overridden (see the module note: not calibrated here)."""
         return self._threshold
+
+    @property
+    def duplicate_threshold(self) -> float:
+        """0.97 unless overridden (not calibrated here: a conservative value)."""
+        return self._duplicate_threshold
 
     def __repr__(self) -> str:
         return f"OpenAIEmbedder(model={self.model!r}, dimensions={self._dimensions})"

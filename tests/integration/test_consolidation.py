@@ -103,6 +103,22 @@ async def test_near_vectors_merge_and_a_threshold_keeps_others_apart(database: D
     assert got[0].id == merge.successor_id
 
 
+async def test_the_default_threshold_is_the_embedders(database: Database) -> None:
+    cats = [
+        Memory(content="Alice keeps two cats named Miso and Tofu", importance=0.6),
+        Memory(content="Alice keeps two cats, Miso and Tofu", importance=0.4),
+    ]
+    strict, loose = HashingEmbedder(), HashingEmbedder()
+    strict.duplicate_threshold, loose.duplicate_threshold = 0.999, 0.7
+    await MemoryManager.from_database(database, embedder=strict).save_many(ALICE, cats)
+    # no min_similarity: each manager merges at its embedder's calibrated threshold
+    report = await MemoryManager.from_database(database, embedder=strict).consolidate(ALICE)
+    assert report.merges == ()
+    report = await MemoryManager.from_database(database, embedder=loose).consolidate(ALICE)
+    [merge] = report.merges
+    assert merge.matched_by == "vector"
+
+
 async def test_writers_and_owners_are_never_merged_together(database: Database) -> None:
     manager = MemoryManager.from_database(database)
     project = MemoryScope.PROJECT

@@ -24,7 +24,11 @@ from harbor_pg.embedders import (
     OpenAIEmbedder,
     default_embedder,
 )
-from harbor_pg.embedders.base import normalize_vector
+from harbor_pg.embedders.base import (
+    UNCALIBRATED_DUPLICATE_THRESHOLD,
+    duplicate_threshold_of,
+    normalize_vector,
+)
 from tests.openai_stub import EMBEDDINGS_PATH, OpenAIStub, StubReply
 
 
@@ -47,6 +51,7 @@ async def test_hashing_shape_and_identity() -> None:
     assert embedder.model_id == "hashing-v1-384"
     assert embedder.dimensions == 384
     assert embedder.relevance_threshold == 0.3
+    assert embedder.duplicate_threshold == duplicate_threshold_of(embedder) == 0.83
     assert HashingEmbedder(dimensions=64).model_id == "hashing-v1-64"
     vectors = await embedder.embed(["alpha beta", "", "!!!", "Ünïcödé text 42"])
     assert len(vectors) == 4
@@ -99,6 +104,15 @@ async def test_hashing_rejects_bad_input() -> None:
         await HashingEmbedder().embed("not a list")
 
 
+def test_an_embedder_without_a_duplicate_threshold_gets_the_conservative_one() -> None:
+    class Plain:
+        model_id, dimensions, relevance_threshold = "plain", 16, 0.3
+
+    assert duplicate_threshold_of(Plain()) == UNCALIBRATED_DUPLICATE_THRESHOLD == 0.97
+    # a calibrated threshold sits below it: the fallback merges only near-identical texts
+    assert duplicate_threshold_of(HashingEmbedder()) < UNCALIBRATED_DUPLICATE_THRESHOLD
+
+
 def test_normalize_vector_rejects_unusable_vectors() -> None:
     assert normalize_vector([3.0, 4.0], dimensions=2, model_id="m") == [0.6, 0.8]
     for bad in ([float("nan"), 1.0], [float("inf"), 1.0], [0.0, 0.0], [1.0]):
@@ -133,6 +147,11 @@ async def openai_embedder(stub: OpenAIStub) -> AsyncIterator[OpenAIEmbedder]:
 async def test_openai_batches_in_order(stub: OpenAIStub, openai_embedder: OpenAIEmbedder) -> None:
     assert isinstance(openai_embedder, Embedder)
     assert openai_embedder.model_id == "openai:text-embedding-3-small-8"
+    # not calibrated here: the conservative near-duplicate threshold, unless given
+    assert openai_embedder.duplicate_threshold == UNCALIBRATED_DUPLICATE_THRESHOLD
+    given = OpenAIEmbedder(api_key=stub.api_key, base_url=stub.base_url, duplicate_threshold=0.9)
+    assert given.duplicate_threshold == 0.9
+    await given.aclose()
     texts = ["one", "two", "three", "four", "five"]
     vectors = await openai_embedder.embed(texts)
     assert len(vectors) == 5
@@ -281,6 +300,7 @@ async def test_fastembed_local_model(minilm: FastEmbedEmbedder) -> None:
     assert minilm.model_id == "local:all-MiniLM-L6-v2-int8"
     assert minilm.dimensions == 384
     assert minilm.relevance_threshold == 0.45
+    assert minilm.duplicate_threshold == 0.955
     texts = [
         "The cat sat on the mat.",
         "A kitten is resting on a rug.",
@@ -309,6 +329,8 @@ def test_fastembed_env_path_and_reuse(minilm_dir: Path, monkeypatch: pytest.Monk
     second = FastEmbedEmbedder(relevance_threshold=0.5, model_id="minilm-custom")
     assert first.model_id == "local:all-MiniLM-L6-v2-int8"
     assert (second.model_id, second.relevance_threshold) == ("minilm-custom", 0.5)
+    third = FastEmbedEmbedder(duplicate_threshold=0.9)
+    assert (third.relevance_threshold, third.duplicate_threshold) == (0.45, 0.9)
 
 
 def test_fastembed_incomplete_directory(minilm_dir: Path, tmp_path: Path) -> None:
