@@ -733,10 +733,10 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
         """``caller``'s profile: their current durable memories of ``scopes`` (user by
         default; among user, project, session and run, those the caller can address),
         in two sections: ``stable`` (valid for at least ``stable_after``: most important
-        first, then the longest held) and ``recent`` (newest first), together within
-        ``token_budget`` tokens (None: no budget). One call; on PostgreSQL one round
-        trip to ``harbor.profile()``. The recall policy's ``max_sensitivity`` applies.
-        Raises :class:`MemoryValidationError` on a bad argument and
+        first, then the most often recalled, then the longest held) and ``recent``
+        (newest first), together within ``token_budget`` tokens (None: no budget). One
+        call; on PostgreSQL one round trip to ``harbor.profile()``. The recall policy's
+        ``max_sensitivity`` applies. Raises :class:`MemoryValidationError` on a bad argument and
         :class:`MemoryConfigurationError` for a long-term store that keeps no profile."""
         self._check_caller(caller)
         try:

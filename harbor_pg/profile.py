@@ -8,8 +8,8 @@ store, or one of your own), and the reference the SQL is tested against:
   summaries, at most ``max_sensitivity``, one per content hash (the more
   important copy, then the older, then the narrower scope);
 - ``stable``: valid for at least ``stable_after`` at ``as_of``, most important
-  first, then the longest held; ``recent``: the rest, newest first, then the
-  most important;
+  first, then the most often recalled (``hits``), then the longest held;
+  ``recent``: the rest, newest first, then the most important;
 - ``token_budget`` split in two halves (the stable section takes the odd
   token); a section that needs less than its half leaves the rest to the other;
   each section is cut at the first memory that would pass its share, so it is a
@@ -19,7 +19,7 @@ store, or one of your own), and the reference the SQL is tested against:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -123,9 +123,9 @@ def _copy_order(memory: Memory) -> tuple[float, datetime, int, str]:
     return (-memory.importance, start, -memory.scope.narrowness, memory.id or "")
 
 
-def _stable_order(memory: Memory) -> tuple[float, datetime, str]:
+def _stable_order(memory: Memory, hits: int = 0) -> tuple[float, int, datetime, str]:
     start = memory.valid_from or datetime.min.replace(tzinfo=UTC)
-    return (-memory.importance, start, memory.id or "")
+    return (-memory.importance, -hits, start, memory.id or "")
 
 
 def _recent_order(memory: Memory) -> tuple[float, float, str]:
@@ -151,9 +151,11 @@ def profile_of(
     *,
     as_of: datetime | None = None,
     counter: TokenCounter = approximate_tokens,
+    hits: Callable[[str], int] | None = None,
 ) -> UserProfile:
     """The profile ``request`` asks for, built from ``memories`` (the owner's rows of the
-    requested scopes, of any validity) by the rules of ``harbor.profile()``."""
+    requested scopes, of any validity) by the rules of ``harbor.profile()``; ``hits``
+    says how often recall returned a memory (by id), the stable section's second key."""
     when = as_of or request.as_of or datetime.now(UTC)
     wanted = set(request.scopes)
     current = [
@@ -172,8 +174,10 @@ def profile_of(
             seen.add(key)
             distinct.append(memory)
     horizon = when - request.stable_after
+    count = hits or (lambda _memory_id: 0)
     stable = sorted(
-        (m for m in distinct if m.valid_from is None or m.valid_from <= horizon), key=_stable_order
+        (m for m in distinct if m.valid_from is None or m.valid_from <= horizon),
+        key=lambda m: _stable_order(m, count(m.id or "")),
     )
     recent = sorted(
         (m for m in distinct if m.valid_from is not None and m.valid_from > horizon),

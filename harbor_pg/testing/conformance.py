@@ -328,6 +328,43 @@ class MemoryStoreConformance:
             e.memory.content for e in (await manager.profile(ALICE, token_budget=2 * first)).stable
         ] == ["Alice is vegetarian"]
 
+    async def test_profile_puts_the_more_often_recalled_first_among_equals(
+        self, manager: MemoryManager
+    ) -> None:
+        # (a store that counts recall hits has record_hits, as both built-in stores do;
+        # one that counts none orders equals by how long they were held)
+        record = getattr(manager.long_term, "record_hits", None)
+        if not isinstance(manager.long_term, ProfileStore) or record is None:
+            return
+        now = datetime.now(UTC)
+        saved = await manager.save_many(
+            ALICE,
+            [
+                Memory(content="Alice rows on the harbour", valid_from=now - _DAY * 90),
+                Memory(content="Alice sails on weekends", valid_from=now - _DAY * 60),
+                Memory(
+                    content="Alice is allergic to nuts", importance=0.9, valid_from=now - _DAY * 40
+                ),
+            ],
+        )
+        rows, sails, nuts = (r.memory.id or "" for r in saved)
+
+        async def stable() -> list[str]:
+            profile = await manager.profile(ALICE, token_budget=None)
+            return [e.memory.id or "" for e in profile.stable]
+
+        # equally important: the longer held first, until the other is recalled more often
+        assert await stable() == [nuts, rows, sails]
+        for _ in range(2):
+            assert await record(ALICE, [sails]) == 1
+        await record(ALICE, [rows])
+        assert await stable() == [nuts, sails, rows]
+        # importance still comes first: hits only order the equally important
+        await record(BOB, [rows])  # (BOB may not see it: nothing counted)
+        for _ in range(3):
+            await record(ALICE, [rows])
+        assert await stable() == [nuts, rows, sails]
+
     async def test_consolidation_merges_near_duplicates_add_only(
         self, manager: MemoryManager
     ) -> None:

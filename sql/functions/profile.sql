@@ -27,6 +27,27 @@ as $$
           offset 0) m
 $$;
 
+-- How often recall returned each of ids (harbor.memory_hits: counted only with
+-- importance decay on), of the tenant's rows the caller may see; ids with no hits are
+-- absent. A function of its own, and PL/pgSQL (not inlined; its body is parsed at
+-- its first call, so this file also runs on the revisions before the hits table's,
+-- 0025): on Citus a statement that read memory_hits under its tenant predicate
+-- beside harbor._owner_memories() would be routed whole to the tenant's worker, and
+-- the function's own query refused there as a nested distributed query; as a
+-- function scan, each is a query of its own on the coordinator, routed to the shard.
+create or replace function harbor._memory_hits_of(p_tenant text, p_ids text[])
+returns table (memory_id text, hits bigint)
+    language plpgsql stable security invoker
+    set search_path to pg_catalog, pg_temp
+as $$
+begin
+    return query
+    select h.memory_id, h.hits
+      from harbor.memory_hits h
+     where h.tenant_id = p_tenant and h.memory_id = any (p_ids);
+end
+$$;
+
 -- harbor.profile() is SECURITY INVOKER: it reads under the row-level security
 -- policies like any SELECT, and only the caller's own owner keys narrowed to each
 -- requested scope (harbor._owner_memories()); GLOBAL memories (no tenant's) are not a
@@ -35,7 +56,8 @@ $$;
 -- never rolling summaries, at most max_sensitivity, one per content_hash (the more
 -- important copy, then the older, then the narrower scope). A memory is 'stable' when
 -- it has been valid for at least stable_after at as_of, else 'recent'.
---   stable   most important first, then the longest held
+--   stable   most important first, then the most often recalled
+--            (harbor._memory_hits_of()), then the longest held
 --   recent   newest first, then the most important
 -- Each row carries the tokens of its rendered line ('[<hash12>] <content>', as
 -- recall's lines, harbor.recall_line_tokens()). token_budget (null: no budget) is
@@ -96,15 +118,23 @@ begin
                                        order by c.importance desc, c.valid_from, c.breadth,
                                                 c.id) as copy
           from current_rows c
+    ), hits as (
+        select h.memory_id, h.hits
+          from harbor._memory_hits_of(
+                   v_id.tenant_id,
+                   (select pg_catalog.array_agg(d.id) from distinct_rows d
+                     where d.copy = 1 and d.stable)) h
     ), ordered as (
         select d.*,
                row_number() over w as pos,
                sum(d.tok) over w as cumulative,
                sum(d.tok) over (partition by d.stable) as section_tokens
           from distinct_rows d
+          left join hits h on h.memory_id = d.id
          where d.copy = 1
         window w as (partition by d.stable
                      order by case when d.stable then d.importance end desc nulls last,
+                              case when d.stable then coalesce(h.hits, 0) end desc nulls last,
                               case when d.stable then d.valid_from end,
                               case when not d.stable then d.valid_from end desc nulls last,
                               d.importance desc, d.id

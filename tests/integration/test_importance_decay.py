@@ -147,3 +147,30 @@ async def test_the_in_process_store_decays_and_counts_as_sql_does() -> None:
     await plain.recall(ALICE, "harbour ferry")
     assert isinstance(plain.long_term, InMemoryLongTermStore)
     assert all(plain.long_term.recall_hits(i) == 0 for i in (old, new))
+
+
+@pytest.mark.parametrize("store", ["postgres", "in_process"])
+async def test_the_profile_puts_the_more_often_recalled_first_among_equals(
+    database: Database, store: str
+) -> None:
+    manager = (
+        MemoryManager.from_database(database, policy=DECAY)
+        if store == "postgres"
+        else MemoryManager(long_term=InMemoryLongTermStore(), policy=DECAY)
+    )
+    # equally important, both held long: the longer held first, until the other is
+    # recalled more often
+    older, newer = await manager.save_many(
+        ALICE,
+        [
+            Memory(content="Alice rows on the harbour", valid_from=NOW - timedelta(days=90)),
+            Memory(content="Alice sails on weekends", valid_from=NOW - timedelta(days=60)),
+        ],
+    )
+    ids = [older.memory.id, newer.memory.id]
+    assert [m.id for m in (await manager.profile(ALICE, token_budget=None)).memories] == ids
+    for _ in range(2):
+        assert [m.id for m in await manager.recall(ALICE, "sails weekends", top_k=1)] == ids[1:]
+        await manager.drain()
+    profile = await manager.profile(ALICE, token_budget=None)
+    assert [e.memory.id for e in profile.stable] == ids[::-1]

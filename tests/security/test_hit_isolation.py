@@ -126,6 +126,13 @@ def test_a_caller_reads_only_the_hits_of_memories_it_sees(
     with _as_u1(db) as conn:
         seen = conn.execute("select memory_id from harbor.memory_hits").fetchall()
         assert seen == [(ids["u1 fact"],)]
+        # nor through the profile's hit lookup, whatever tenant and ids it names
+        for tenant in ("t1", "t2"):
+            got = conn.execute(
+                "select memory_id, hits from harbor._memory_hits_of(%s, %s)",
+                (tenant, list(ids.values())),
+            ).fetchall()
+            assert got == ([(ids["u1 fact"], 1)] if tenant == "t1" else [])
         # nor can it delete any (hits go with their memory)
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute("delete from harbor.memory_hits")

@@ -372,7 +372,7 @@ class InMemoryLongTermStore:
         rows = [
             row for row in self._rows.values() if row.scope in keys and _keyed(row, keys[row.scope])
         ]
-        return profile_of(rows, request, as_of=request.as_of or utc_now())
+        return profile_of(rows, request, as_of=request.as_of or utc_now(), hits=self.recall_hits)
 
     # -- extraction (ExtractionStore) ------------------------------------------------
 
