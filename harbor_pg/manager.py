@@ -46,8 +46,8 @@ from harbor_pg.records import (
 from harbor_pg.telemetry import traced
 from harbor_pg.tiers.base import (
     ConsolidatingStore,
-    ExtractionStore,
     LongTermStore,
+    ObservationStore,
     ProfileStore,
     SaveResult,
     ShortTermStore,
@@ -848,18 +848,22 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
         superseded, merged) gets a new observation that supersedes the old, so
         ``history`` and ``as_of`` show what was observed when. At most
         ``max_observations`` a call, the entities with the most facts first; a model
-        that fails or answers nothing usable leaves that entity as it was. Returns the
-        observations written. Recall returns them like any memory; it asks for them
-        with ``wanted_types=["observation"]``."""
+        that fails or answers nothing usable leaves that entity as it was. An
+        observation whose facts fell away is closed, with no successor (its row stays,
+        current as of before): its entity has fewer than ``min_facts`` current facts,
+        or a fact it read is no longer current (superseded, merged, expired, erased)
+        and no new observation replaced it in this call. Returns the observations
+        written. Recall returns them like any memory; it asks for them with
+        ``wanted_types=["observation"]``."""
         self._check_caller(caller)
         if min_facts < 2 or max_observations < 0:
             raise MemoryValidationError("min_facts must be >= 2 and max_observations >= 0")
         caller.require_scope(MemoryScope.USER)
         store = self._long()
-        if not isinstance(store, ExtractionStore):
+        if not isinstance(store, ObservationStore):
             raise MemoryConfigurationError(
-                "observations need a long-term store with current_memories and supersede "
-                "(both built-in stores have them)"
+                "observations need a long-term store with current_memories, supersede and "
+                "close_memory (both built-in stores have them)"
             )
         # (imported here: a manager that never observes never loads LangChain)
         from harbor_pg.llm.langchain import as_memory_model
@@ -878,6 +882,7 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
             for entity in dict.fromkeys(row.entity_ids):
                 by_entity.setdefault(entity, []).append(row)
         written: list[Memory] = []
+        renewed: set[str] = set()  # entities whose observation was written anew
         for entity, facts in sorted(by_entity.items(), key=lambda e: (-len(e[1]), e[0])):
             if len(facts) < min_facts or len(written) >= max_observations:
                 continue
@@ -917,6 +922,15 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
                 )
             if result is not None and result.created:
                 written.append(result.memory)
+                renewed.add(entity)
+        current_ids = {row.id for row in rows}
+        for entity, old in current.items():
+            read = old.metadata.get("observed_ids") or []
+            fell_away = len(by_entity.get(entity, ())) < min_facts or any(
+                i not in current_ids for i in read
+            )
+            if entity not in renewed and fell_away:
+                await store.close_memory(caller, old.id or "", old.scope)
         return written
 
     async def consolidate_tenant(

@@ -42,7 +42,7 @@ from harbor_pg.errors import MemoryConfigurationError, MemoryScopeError, MemoryV
 from harbor_pg.manager import MemoryManager
 from harbor_pg.owner import MemoryOwner, MemoryScope
 from harbor_pg.records import ConversationMessage, Memory, MemoryType
-from harbor_pg.tiers.base import ConsolidatingStore, ProfileStore
+from harbor_pg.tiers.base import ConsolidatingStore, ObservationStore, ProfileStore
 
 __all__ = ["MemoryStoreConformance"]
 
@@ -58,6 +58,16 @@ OTHER_TENANT = MemoryOwner(
 )
 
 _DAY = timedelta(days=1)
+
+
+class _Observer:
+    """A scripted model for observations: one sentence naming how many facts it read."""
+
+    async def generate_text(self, system: str, user: str) -> str:
+        return f"The harbour is a busy place ({user.count('- ')} facts)"
+
+    async def generate_structured(self, system: str, user: str, schema: type[Any]) -> Any:
+        raise NotImplementedError
 
 
 class MemoryStoreConformance:
@@ -364,6 +374,33 @@ class MemoryStoreConformance:
         for _ in range(3):
             await record(ALICE, [rows])
         assert await stable() == [nuts, rows, sails]
+
+    async def test_an_observation_whose_facts_fall_away_is_closed(
+        self, manager: MemoryManager
+    ) -> None:
+        # (a store that cannot close one says so; ObservationStore is the protocol)
+        if not isinstance(manager.long_term, ObservationStore):
+            with pytest.raises(MemoryConfigurationError):
+                await manager.observe(ALICE, model=_Observer())
+            return
+        facts = ["The harbour opens at six", "The harbour has a ferry", "The harbour cafe"]
+        saved = await manager.save_many(
+            ALICE, [Memory(content=f, entity_ids=["place:harbour"]) for f in facts]
+        )
+        [observation] = await manager.observe(ALICE, model=_Observer())
+        oid = observation.id or ""
+        # nobody else closes it
+        assert not await manager.long_term.close_memory(BOB, oid, MemoryScope.USER)
+        assert not await manager.long_term.close_memory(OTHER_TENANT, oid, MemoryScope.USER)
+        assert (await manager.get(ALICE, oid) or observation).invalid_at is None
+        # a fact it read is deleted: two are left, fewer than min_facts
+        assert await manager.delete(ALICE, saved[0].memory.id or "")
+        assert await manager.observe(ALICE, model=_Observer()) == []
+        closed = await manager.get(ALICE, oid)
+        assert closed is not None and closed.invalid_at is not None
+        assert closed.superseded_by is None
+        # closed once: a closed memory is not closed again
+        assert not await manager.long_term.close_memory(ALICE, oid, MemoryScope.USER)
 
     async def test_consolidation_merges_near_duplicates_add_only(
         self, manager: MemoryManager

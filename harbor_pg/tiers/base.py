@@ -31,6 +31,7 @@ __all__ = [
     "FactResult",
     "LongTermStore",
     "NearestMemory",
+    "ObservationStore",
     "ProfileStore",
     "RetentionReceipt",
     "SaveResult",
@@ -488,4 +489,17 @@ class ExtractionStore(LongTermStore, Protocol):
         3. Otherwise a plain insert valid from now, with the vector; content
            already currently valid in the scope is a no-op (``created=False``).
         """
+        ...
+
+
+@runtime_checkable
+class ObservationStore(ExtractionStore, Protocol):
+    """What observations need beyond :class:`ExtractionStore` (both built-in stores
+    have it): an observation whose facts fell away is closed, with no successor."""
+
+    async def close_memory(self, owner: MemoryOwner, memory_id: str, scope: MemoryScope) -> bool:
+        """End the validity of ``memory_id`` now, add-only: the row stays (as of
+        before, it is current), with no successor. Only a currently valid, not yet
+        superseded, non-summary memory of ``scope`` keyed to ``owner`` narrowed to it,
+        valid from before now; True when it was closed."""
         ...

@@ -722,6 +722,15 @@ class PostgresLongTermStore:
         )
         return await self._superseded(owner, params, row)
 
+    async def close_memory(self, owner: MemoryOwner, memory_id: str, scope: MemoryScope) -> bool:
+        """End a current memory's validity now, with no successor (ObservationStore;
+        ``close_memory``)."""
+        if scope in ELEVATED_SCOPES:
+            raise MemoryScopeError("close_memory closes only the caller's own scopes")
+        params = {**owner.key(scope), "scope": scope.value, "id": memory_id}
+        rows = await self.db.fetch_in_one_round_trip(owner, query("close_memory"), params)
+        return bool(rows)
+
     async def add_fact(
         self,
         owner: MemoryOwner,

@@ -209,6 +209,22 @@ select (select g.memory_id from gate g) as restatement_of,
   from (select) one
   left join inserted i on true
 
+-- name: close_memory
+-- End one current memory's interval now, with no successor (an observation whose facts
+-- fell away): only a currently valid, not yet superseded, non-summary memory of the scope
+-- and owner key given, valid from before now. The memories_add_only trigger allows
+-- exactly this (an open interval closed). Returns its id when it was closed.
+update harbor.memories m
+   set valid = tstzrange(lower(m.valid), pg_catalog.now(), '[)')
+ where m.tenant_id = %(tenant_id)s::text and m.id = %(id)s::text
+   and m.scope = %(scope)s::harbor.memory_scope and m.project_id = %(project_id)s::text
+   and m.user_id = %(user_id)s::text and m.session_id = %(session_id)s::text
+   and m.run_id = %(run_id)s::text
+   and m.memory_type <> 'summary'
+   and m.superseded_by is null
+   and upper_inf(m.valid) and lower(m.valid) < pg_catalog.now()
+returning m.id
+
 -- name: job_write_lock
 -- The lock of the caller's session (its row of harbor.owner_locks, as an append takes
 -- it), first in a queued job's write transaction: an erasure of the session's user,

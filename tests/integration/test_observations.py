@@ -3,6 +3,8 @@ the ids of the facts it read, superseded when those facts change; on both stores
 
 from __future__ import annotations
 
+import asyncio
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -98,3 +100,70 @@ async def test_a_model_that_answers_nothing_writes_nothing(database: Database) -
     assert await manager.observe(ALICE, model=Observer(answer="   ")) == []
     with pytest.raises(MemoryValidationError):
         await manager.observe(ALICE, model=Observer(), min_facts=1)
+
+
+class Failing(Observer):
+    """A scripted model that always fails."""
+
+    async def generate_text(self, system: str, user: str) -> str:
+        self.calls.append(user)
+        raise RuntimeError("the model is down")
+
+
+@pytest.mark.parametrize("store", ["postgres", "in_process"])
+async def test_an_observation_whose_entity_falls_below_min_facts_is_closed(
+    database: Database, store: str
+) -> None:
+    manager = (await _managers(database))[0 if store == "postgres" else 1]
+    soon = datetime.now(UTC) + timedelta(seconds=1.5)
+    await manager.save_many(
+        ALICE,
+        [
+            Memory(content=text, entity_ids=[HARBOUR], expires_at=soon if i == 0 else None)
+            for i, text in enumerate(FACTS)
+        ],
+    )
+    [observation] = await manager.observe(ALICE, model=Observer())
+    written = datetime.now(UTC)
+    await asyncio.sleep(max(0.0, (soon - datetime.now(UTC)).total_seconds()) + 0.2)
+    # one fact expired: two are left, fewer than min_facts; no model is asked
+    model = Observer()
+    assert await manager.observe(ALICE, model=model) == [] and model.calls == []
+    closed = await manager.get(ALICE, observation.id or "")
+    assert closed is not None and closed.invalid_at is not None
+    assert closed.superseded_by is None  # closed, not replaced
+    current = await manager.current_memories(ALICE, ["user"])
+    assert all(m.memory_type is not MemoryType.OBSERVATION for m in current)
+    found = await manager.recall(ALICE, "harbour", wanted_types=["observation"], top_k=10)
+    assert observation.id not in {m.id for m in found}
+    # add-only: as of before, it was current
+    before = await manager.recall(ALICE, "harbour busy place", as_of=written, top_k=10)
+    assert observation.id in {m.id for m in before}
+    # a second run has nothing to close
+    assert await manager.observe(ALICE, model=model) == [] and model.calls == []
+
+
+@pytest.mark.parametrize("store", ["postgres", "in_process"])
+async def test_an_observation_that_read_a_fact_no_longer_current_does_not_linger(
+    database: Database, store: str
+) -> None:
+    manager = (await _managers(database))[0 if store == "postgres" else 1]
+    await manager.save_many(ALICE, [Memory(content=t, entity_ids=[HARBOUR]) for t in FACTS])
+    [observation] = await manager.observe(ALICE, model=Observer())
+    # a fact added and the model down: what the observation read still holds, it stays
+    await manager.save(ALICE, Memory(content="The harbour floods in spring", entity_ids=[HARBOUR]))
+    failing = Failing()
+    assert await manager.observe(ALICE, model=failing) == [] and len(failing.calls) == 1
+    kept = await manager.get(ALICE, observation.id or "")
+    assert kept is not None and kept.invalid_at is None
+    # a fact it read is merged away (consolidation supersedes it): four facts are still
+    # current, but the observation read one that is not; the model down, it is closed
+    await manager.save(ALICE, Memory(content="the harbour OPENS at six!", importance=0.9))
+    [merge] = (await manager.consolidate(ALICE)).merges
+    assert set(merge.merged_ids) & set(observation.metadata["observed_ids"])
+    assert await manager.observe(ALICE, model=failing) == []
+    closed = await manager.get(ALICE, observation.id or "")
+    assert closed is not None and closed.invalid_at is not None and closed.superseded_by is None
+    # with the model back, the entity gets a new observation of its current facts
+    [again] = await manager.observe(ALICE, model=Observer())
+    assert again.content == "The harbour is a busy place (4 facts)"

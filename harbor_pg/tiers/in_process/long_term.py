@@ -494,6 +494,28 @@ class InMemoryLongTermStore:
             )
             return SaveResult(memory=stored, created=True)
 
+    async def close_memory(self, owner: MemoryOwner, memory_id: str, scope: MemoryScope) -> bool:
+        """End a current memory's validity now, with no successor (ObservationStore)."""
+        if scope in (MemoryScope.TENANT, MemoryScope.GLOBAL):
+            raise MemoryScopeError("close_memory closes only the caller's own scopes")
+        key = owner.key(scope)
+        now = utc_now()
+        async with self._lock:
+            old = self._rows.get(memory_id)
+            if (
+                old is None
+                or old.scope is not scope
+                or not _keyed(old, key)
+                or old.memory_type is MemoryType.SUMMARY
+                or old.superseded_by is not None
+                or old.invalid_at is not None
+                or old.valid_from is None
+                or old.valid_from >= now
+            ):
+                return False
+            self._rows[memory_id] = old.model_copy(update={"invalid_at": now, "updated_at": now})
+            return True
+
     async def add_fact(
         self,
         owner: MemoryOwner,
