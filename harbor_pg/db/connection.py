@@ -490,6 +490,41 @@ class Database:
                     with contextlib.suppress(psycopg.Error):
                         await conn.rollback()
 
+    async def fetch_each_in_one_round_trip(
+        self, owner: MemoryOwner, statements: Sequence[tuple[str, dict[str, Any]]]
+    ) -> list[list[dict[str, Any]]]:
+        """Run ``statements`` in order in one transaction with ``owner``'s identity set,
+        in one round trip (as :meth:`fetch_rows_in_one_round_trip`); return each one's
+        rows as dicts. One that fails rolls the transaction back, and those after it do
+        not run.
+
+        For a distributed database, where one statement of several parts (a writing CTE
+        and the INSERT that waits on it) is planned in steps, each result copied to the
+        workers and committed in two phases, while the same parts as statements of their
+        own are each sent whole to the tenant's worker.
+        """
+        async with wrap_db_errors(), self._connection(self._pool) as conn:
+            try:
+                cursors = []
+                async with conn.pipeline():
+                    if self.set_local:
+                        await conn.execute("begin")
+                        for command in local_identity(owner):
+                            await conn.execute(command)
+                    else:
+                        await conn.execute(query("set_identity"), identity_params(owner))
+                    for statement, params in statements:
+                        cur = conn.cursor(row_factory=dict_row)
+                        await cur.execute(statement, params)
+                        cursors.append(cur)
+                    if self.set_local:
+                        await conn.execute("commit")
+                return [await cur.fetchall() if cur.description else [] for cur in cursors]
+            finally:
+                if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    with contextlib.suppress(psycopg.Error):
+                        await conn.rollback()
+
     @contextlib.contextmanager
     def sync_transaction(self, owner: MemoryOwner) -> Iterator[SyncConnection]:
         """A short-lived synchronous connection of its own (not from the pool),

@@ -441,8 +441,26 @@ class PostgresLongTermStore:
         vectors: MemoryVectors | None,
         model_id: str | None,
     ) -> SaveResult:
-        """Save one memory with the per-row statements (the Citus path of save_many)."""
-        memory_id, created = await self.save_in(conn, params)
+        """Save one memory with the per-row statements (the Citus path of save_many):
+        each statement names the memory's tenant, so each goes whole to its worker
+        (``sql/queries/citus.sql``)."""
+        row = await (await conn.execute(query("insert_memory_citus"), params)).fetchone()
+        if row is None:
+            # a duplicate in the way: one past its expiry is closed, and the memory
+            # inserted again (a store that never sets an expiry never takes this path)
+            closed = await conn.execute(query("close_expired_duplicate_citus"), params)
+            if closed.rowcount:
+                insert = await conn.execute(query("insert_memory_citus"), params)
+                row = await insert.fetchone()
+        if row is not None:
+            memory_id, created = str(row["id"]), True
+        else:
+            found = await (await conn.execute(query("find_current_duplicate"), params)).fetchone()
+            if found is None:  # pragma: no cover - the conflict was with a row we cannot see
+                raise MemoryValidationError(
+                    "a conflicting memory exists that this caller cannot see"
+                )
+            memory_id, created = str(found["id"]), False
         if created and vectors is not None:
             tenant = str(params["tenant_id"])
             await self.insert_embedding(conn, tenant, memory_id, vectors.content, model_id or "")
@@ -451,11 +469,11 @@ class PostgresLongTermStore:
                     conn, tenant, memory_id, vectors.with_context, model_id or "", True
                 )
         cur = await conn.execute(
-            query("get_memory"), {"tenant_id": owner.tenant_id, "id": memory_id}
+            query("get_memory_citus"), {"tenant_id": params["tenant_id"], "id": memory_id}
         )
-        row = await cur.fetchone()
-        assert row is not None
-        return SaveResult(memory=memory_from_row(row), created=created)
+        saved = await cur.fetchone()
+        assert saved is not None
+        return SaveResult(memory=memory_from_row(saved), created=created)
 
     async def _close_expired(
         self, owner: MemoryOwner, params: Sequence[dict[str, Any]], *, admin: bool

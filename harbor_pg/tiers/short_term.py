@@ -80,8 +80,28 @@ class PostgresShortTermStore:
 
     async def append(self, owner: MemoryOwner, message: ConversationMessage) -> ConversationMessage:
         params = _append_params(owner, message)
-        [row] = await self.db.fetch_in_one_round_trip(owner, query("append_message"), params)
+        if self.db.set_local:
+            row, _due = await self._append_citus(owner, params, None)
+        else:
+            [row] = await self.db.fetch_in_one_round_trip(owner, query("append_message"), params)
         return message.model_copy(update={"id": row["id"], "created_at": row["created_at"]})
+
+    async def _append_citus(
+        self, owner: MemoryOwner, params: dict[str, Any], due: dict[str, Any] | None
+    ) -> tuple[dict[str, Any], bool]:
+        """The append on a distributed database: the session's lock, the turn and (with
+        ``due``, the summary's parameters) whether a summary is due, as statements of
+        their own in one transaction and one round trip, each sent whole to the tenant's
+        worker (``sql/queries/citus.sql``)."""
+        statements = [
+            (query("append_session_lock_citus"), params),
+            (query("append_turn_citus"), params),
+        ]
+        if due is not None:
+            statements.append((query("append_summary_due_citus"), {**params, **due}))
+        results = await self.db.fetch_each_in_one_round_trip(owner, statements)
+        [row] = results[1]
+        return row, bool(results[2][0]["summary_due"]) if due is not None else False
 
     async def append_and_check_summary(
         self,
@@ -98,6 +118,12 @@ class PostgresShortTermStore:
             "min_turns": min_turns,
             "cooldown_seconds": cooldown_seconds,
         }
+        if self.db.set_local:
+            row, due = await self._append_citus(
+                owner, params, {"min_turns": min_turns, "cooldown_seconds": cooldown_seconds}
+            )
+            stored = message.model_copy(update={"id": row["id"], "created_at": row["created_at"]})
+            return stored, due
         [row] = await self.db.fetch_in_one_round_trip(
             owner, query("append_message_check_summary"), params
         )

@@ -3,17 +3,20 @@ for a direct harbor_app login, and a tenant's writes run on its worker alone."""
 
 from __future__ import annotations
 
+import asyncio
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
 import pytest
-from psycopg import errors
+from psycopg import conninfo, errors
 
-from harbor_pg.db.connection import local_identity
+from harbor_pg.db.connection import Database, local_identity
 from harbor_pg.db.sqlfiles import query
+from harbor_pg.manager import MemoryManager
 from harbor_pg.owner import MemoryOwner
-from harbor_pg.records import ConversationMessage
+from harbor_pg.records import ConversationMessage, Memory
 from harbor_pg.tiers.short_term import _append_params
 from tests.citus.conftest import ClusterDatabase
 
@@ -398,3 +401,63 @@ def test_an_access_token_resolves_on_the_cluster_and_only_for_its_holder(
 
     assert lookup(token_hash) == [OWNER.tenant_id]
     assert lookup("8" * 64) == []  # a caller without the token sees no row
+
+
+async def _facade_commands(
+    cluster_db: ClusterDatabase, call: Callable[[MemoryManager], Awaitable[Any]]
+) -> list[tuple[int, str]]:
+    """(port, command) of each command Citus sends to a node while the facade runs
+    ``call`` (its pool holds one connection, which logs them: ``citus.log_remote_commands``)."""
+    url = conninfo.make_conninfo(cluster_db.app_url, options="-c citus.log_remote_commands=on")
+    db = Database(url, cluster_db.admin_url, min_size=1, max_size=1)
+    await db.open()
+    manager = MemoryManager.from_database(db)
+    sent: list[tuple[int, str]] = []
+
+    def seen(diag: psycopg.errors.Diagnostic) -> None:
+        found = re.search(r"on server \S+@\S+:(\d+)", diag.message_detail or "")
+        text = diag.message_primary or ""
+        if found and text.startswith("issuing "):
+            sent.append((int(found.group(1)), text.removeprefix("issuing ")))
+
+    try:
+        async with db.autocommit() as conn:
+            conn.add_notice_handler(seen)
+        await call(manager)
+    finally:
+        await manager.close()
+        await db.close()
+    return sent
+
+
+@pytest.mark.parametrize("call", ["append", "save"])
+def test_the_facades_append_and_save_commit_on_the_tenants_worker_in_one_phase(
+    routed: ClusterDatabase, call: str
+) -> None:
+    # as statements of their own (sql/queries/citus.sql), each naming the tenant, the
+    # parts of an append and of a save go whole to the tenant's worker: no intermediate
+    # result copied to the other worker, and a one-phase commit there (a statement with
+    # a writing CTE was planned in steps that reached both workers and committed in two
+    # phases)
+    owner = MemoryOwner(tenant_id="route-a", principal_id="ann", session_id="s-facade")
+
+    async def run(manager: MemoryManager) -> None:
+        await manager.append(owner, ConversationMessage(role="user", content="hello there"))
+        if call == "save":
+            await manager.save(owner, Memory(content=f"ann: a saved fact {call}"))
+
+    if call == "save":
+        # the append first, then only the save's commands
+        asyncio.run(_facade_commands(routed, run))
+
+        async def run_save(manager: MemoryManager) -> None:
+            await manager.save(owner, Memory(content="ann: another saved fact"))
+
+        sent = asyncio.run(_facade_commands(routed, run_save))
+    else:
+        sent = asyncio.run(_facade_commands(routed, run))
+    port = routed.node_of(owner.tenant_id).port
+    assert _queries(sent), sent
+    assert {p for p, _command in sent} == {port}, sent
+    assert not [c for _p, c in sent if c.upper().startswith("PREPARE")], sent
+    assert [c for _p, c in sent if c.upper().startswith("COMMIT")] == ["COMMIT"], sent

@@ -17,6 +17,7 @@ from harbor_pg.db.sqlfiles import query
 #: Statements that return memories with get_memory's column list, in its order.
 SAME_COLUMNS = (
     "get_memories",
+    "get_memory_citus",
     "search_memories",
     "context_load_summary",
     "extraction_current_memories",
