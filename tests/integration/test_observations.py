@@ -7,6 +7,7 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
 import pytest
 
 from harbor_pg.db.connection import Database
@@ -16,6 +17,7 @@ from harbor_pg.manager import MemoryManager
 from harbor_pg.owner import MemoryOwner
 from harbor_pg.records import Memory, MemoryType
 from harbor_pg.tiers.in_process import InMemoryLongTermStore
+from tests.conftest import PgDatabase
 
 ALICE = MemoryOwner(tenant_id="t1", project_id="p1", principal_id="alice", session_id="s1")
 BOB = MemoryOwner(tenant_id="t1", project_id="p1", principal_id="bob", session_id="s1")
@@ -167,3 +169,42 @@ async def test_an_observation_that_read_a_fact_no_longer_current_does_not_linger
     # with the model back, the entity gets a new observation of its current facts
     [again] = await manager.observe(ALICE, model=Observer())
     assert again.content == "The harbour is a busy place (4 facts)"
+
+
+async def test_excluded_types_take_no_candidates_place(
+    database: Database, fresh_db: PgDatabase
+) -> None:
+    embedder = HashingEmbedder()
+    manager = MemoryManager.from_database(database, embedder=embedder)
+    # observations that match the question better than the one fact, in both legs
+    await manager.save_many(
+        ALICE,
+        [
+            Memory(
+                content=f"Observed {i}: the harbour ferry leaves the harbour, the harbour ferry",
+                memory_type=MemoryType.OBSERVATION,
+                entity_ids=[HARBOUR],
+            )
+            for i in range(60)
+        ],
+    )
+    [fact] = await manager.save_many(ALICE, [Memory(content="Alice once took a ferry")])
+    vector = "[" + ",".join(map(str, await embedder.embed_query("harbour ferry"))) + "]"
+    with psycopg.connect(fresh_db.app_url, autocommit=True) as app:
+        app.execute(
+            "select harbor.set_identity('t1', project_id => 'p1', principal_id => 'alice',"
+            " session_id => 's1')"
+        )
+
+        def recalled(excluded: str) -> list[str]:
+            rows = app.execute(
+                "select id, memory_type from harbor.recall('harbour ferry', %s::vector, %s,"
+                " top_k => 3, excluded_types => %s::harbor.memory_type[])",
+                (vector, embedder.model_id, excluded),
+            ).fetchall()
+            return [str(r[0]) for r in rows]
+
+        # each leg hands over 50 candidates (at least): the observations fill them
+        assert fact.memory.id not in recalled("{}")
+        # left out by the legs, they take no candidate's place: the fact is found
+        assert recalled("{observation}") == [fact.memory.id]

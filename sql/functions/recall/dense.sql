@@ -24,32 +24,26 @@
 do $$
 begin
     -- Older versions, dropped first: their signatures grew (by p_owner_rows, then
-    -- by p_max_sensitivity, the recall ceiling), and an old overload left in place
-    -- would make calls ambiguous.
+    -- by p_max_sensitivity, the recall ceiling, then by p_excluded_types), and an old
+    -- overload left in place would make calls ambiguous.
     drop function if exists harbor._dense_candidates(public.vector, text,
                                                      harbor.memory_scope[], timestamptz,
                                                      integer, integer);
     drop function if exists harbor._dense_candidates(public.vector, text,
                                                      harbor.memory_scope[], timestamptz,
                                                      integer, integer, integer);
-    -- and the current signature while its result lacks context_hash (a result type
-    -- cannot change in place)
-    if exists (select 1 from pg_catalog.pg_proc p
-                where p.oid = pg_catalog.to_regprocedure(
-                          'harbor._dense_candidates(public.vector, text, harbor.memory_scope[],'
-                          ' timestamptz, integer, integer, integer, harbor.sensitivity)')
-                  and not 'context_hash' = any (p.proargnames)) then
-        drop function harbor._dense_candidates(public.vector, text, harbor.memory_scope[],
-                                               timestamptz, integer, integer, integer,
-                                               harbor.sensitivity);
-    end if;
+    drop function if exists harbor._dense_candidates(public.vector, text,
+                                                     harbor.memory_scope[], timestamptz,
+                                                     integer, integer, integer,
+                                                     harbor.sensitivity);
 end
 $$;
 create or replace function harbor._dense_candidates(
     p_embedding public.vector, p_model_id text, p_scopes harbor.memory_scope[],
     p_as_of timestamptz, p_limit integer, p_exact_limit integer default 5000,
     p_owner_rows integer default null,
-    p_max_sensitivity harbor.sensitivity default 'sensitive'
+    p_max_sensitivity harbor.sensitivity default 'sensitive',
+    p_excluded_types harbor.memory_type[] default '{}'
 ) returns table (tenant_id text, memory_id text, dense_rank integer, similarity double precision,
                  scope harbor.memory_scope, memory_type harbor.memory_type, importance real,
                  valid_from timestamptz, content_hash text, entity_ids text[],
@@ -79,6 +73,8 @@ begin
     if p_embedding is null or p_model_id is null or coalesce(p_limit, 0) < 1 then
         return;
     end if;
+    -- (the types recall leaves out: never candidates, so they take no place in the list)
+    p_excluded_types := coalesce(p_excluded_types, '{}');
     select greatest(p_exact_limit, (0.02 * greatest(c.reltuples, 0))::integer) into v_limit
       from pg_catalog.pg_class c where c.oid = 'harbor.memory_embeddings'::regclass;
     if p_owner_rows >= 0 and 2 * p_owner_rows::bigint <= v_limit then
@@ -205,6 +201,7 @@ begin
                                                           v_tenant, v_project, v_user,
                                                           v_session, v_run), false)
                              and m.memory_type <> 'summary'
+                             and m.memory_type <> all (p_excluded_types)
                              and m.sensitivity <= p_max_sensitivity
                              and coalesce(m.scope = any (p_scopes), false)
                           offset 0) m
@@ -292,6 +289,7 @@ begin
                            and coalesce(m.valid operator(pg_catalog.@>) $4, false)
                            and not coalesce(m.expires_at operator(pg_catalog.<=) $4, false)
                            and m.memory_type <> 'summary'
+                           and m.memory_type <> all ($12)
                            and m.sensitivity <= $11
                            and e.in_graph
                          order by (e.embedding::public.vector(%1$s)) operator(public.<=>)
@@ -324,6 +322,7 @@ begin
                     and coalesce(m.valid operator(pg_catalog.@>) $4, false)
                     and not coalesce(m.expires_at operator(pg_catalog.<=) $4, false)
                     and m.memory_type <> 'summary'
+                    and m.memory_type <> all ($12)
                     and m.sensitivity <= $11
                   order by e.embedding operator(public.<=>) $1
                   limit 2 * $10)) w
@@ -331,7 +330,7 @@ begin
                  order by dist, w.memory_id
                  limit $10) c $q$, v_dims)
         using p_embedding, p_model_id, p_scopes, p_as_of, v_tenant, v_project, v_user,
-              v_session, v_run, p_limit, p_max_sensitivity;
+              v_session, v_run, p_limit, p_max_sensitivity, p_excluded_types;
     perform set_config('hnsw.iterative_scan', coalesce(v_scan, 'off'), true),
             set_config('hnsw.ef_search', coalesce(v_ef, '40'), true),
             set_config('hnsw.max_scan_tuples', coalesce(v_tuples, '20000'), true),
@@ -345,6 +344,7 @@ $$;
 -- moment of the transfer only.
 grant create on schema harbor to harbor_search;
 alter function harbor._dense_candidates(public.vector, text, harbor.memory_scope[], timestamptz,
-                                        integer, integer, integer, harbor.sensitivity)
+                                        integer, integer, integer, harbor.sensitivity,
+                                        harbor.memory_type[])
     owner to harbor_search;
 revoke create on schema harbor from harbor_search;

@@ -63,28 +63,22 @@ return array(
 do $$
 begin
     -- Older versions, dropped first: their signatures grew (by p_term_limit, then
-    -- by p_max_sensitivity, the recall ceiling), and an old overload left in place
-    -- would make calls ambiguous.
+    -- by p_max_sensitivity, the recall ceiling, then by p_excluded_types), and an old
+    -- overload left in place would make calls ambiguous.
     drop function if exists harbor._lexical_candidates(text, harbor.memory_scope[],
                                                        timestamptz, integer, integer);
     drop function if exists harbor._lexical_candidates(text, harbor.memory_scope[],
                                                        timestamptz, integer, integer, integer);
-    -- and the current signature while its result lacks context_hash (a result type
-    -- cannot change in place)
-    if exists (select 1 from pg_catalog.pg_proc p
-                where p.oid = pg_catalog.to_regprocedure(
-                          'harbor._lexical_candidates(text, harbor.memory_scope[], timestamptz,'
-                          ' integer, integer, integer, harbor.sensitivity)')
-                  and not 'context_hash' = any (p.proargnames)) then
-        drop function harbor._lexical_candidates(text, harbor.memory_scope[], timestamptz,
-                                                 integer, integer, integer, harbor.sensitivity);
-    end if;
+    drop function if exists harbor._lexical_candidates(text, harbor.memory_scope[],
+                                                       timestamptz, integer, integer, integer,
+                                                       harbor.sensitivity);
 end
 $$;
 create or replace function harbor._lexical_candidates(
     p_query text, p_scopes harbor.memory_scope[], p_as_of timestamptz, p_limit integer,
     p_scan_limit integer default 2000, p_term_limit integer default 32,
-    p_max_sensitivity harbor.sensitivity default 'sensitive'
+    p_max_sensitivity harbor.sensitivity default 'sensitive',
+    p_excluded_types harbor.memory_type[] default '{}'
 ) returns table (tenant_id text, memory_id text, lexical_rank integer,
                  lexical_score double precision,
                  scope harbor.memory_scope, memory_type harbor.memory_type, importance real,
@@ -125,6 +119,9 @@ begin
     if p_query is null or coalesce(p_limit, 0) < 1 then
         return;
     end if;
+    -- (the types recall leaves out: never candidates, so they take no place in the
+    -- list; BM25's statistics still count them, as rows of the owner's collection)
+    p_excluded_types := coalesce(p_excluded_types, '{}');
     v_terms := tsvector_to_array(to_tsvector('english'::regconfig, left(p_query, 20000)));
     if cardinality(v_terms) = 0 then
         return;
@@ -209,6 +206,7 @@ begin
                    and coalesce(m.valid operator(pg_catalog.@>) p_as_of, false)
                    and not coalesce(m.expires_at operator(pg_catalog.<=) p_as_of, false)
                    and m.memory_type <> 'summary'
+                   and m.memory_type <> all (p_excluded_types)
                    and m.sensitivity <= p_max_sensitivity
                    -- (in coalesce(): its tenant test, inlined, would otherwise have
                    -- the planner AND the owner's rows of a tenant index to the lookup)
@@ -289,6 +287,7 @@ begin
                        and coalesce(m.valid operator(pg_catalog.@>) p_as_of, false)
                        and not coalesce(m.expires_at operator(pg_catalog.<=) p_as_of, false)
                        and m.memory_type <> 'summary'
+                       and m.memory_type <> all (p_excluded_types)
                        and m.sensitivity <= p_max_sensitivity
                        and harbor._visible(m.scope, m.tenant_id, m.project_id, m.user_id,
                                            m.session_id, m.run_id, v_tenant, v_project,
@@ -409,6 +408,7 @@ begin
                        and coalesce(m.valid operator(pg_catalog.@>) p_as_of, false)
                        and not coalesce(m.expires_at operator(pg_catalog.<=) p_as_of, false)
                        and m.memory_type <> 'summary'
+                       and m.memory_type <> all (p_excluded_types)
                        and (v_hidden is null or m.id <> all (v_hidden))
                        and harbor._visible(m.scope, m.tenant_id, m.project_id, m.user_id,
                                            m.session_id, m.run_id, v_tenant, v_project,
@@ -512,6 +512,7 @@ begin
            and coalesce(m.valid operator(pg_catalog.@>) $4, false)
            and not coalesce(m.expires_at operator(pg_catalog.<=) $4, false)
            and m.memory_type <> 'summary'
+           and m.memory_type <> all ($15)
            and m.sensitivity <= $12
            and harbor._visible(m.scope, m.tenant_id, m.project_id, m.user_id,
                                m.session_id, m.run_id, $2, $5, $6, $7, $8) $m$;
@@ -525,7 +526,8 @@ begin
         execute 'select count(*)::integer from (' || v_match || ' limit $11) x'
           into v_hits
           using v_rare_tsq, v_tenant, p_scopes, p_as_of, v_project, v_user, v_session, v_run,
-                v_terms, v_total, p_limit, p_max_sensitivity;
+                v_terms, v_total, p_limit, p_max_sensitivity, v_common, v_common_df,
+                p_excluded_types;
         if v_hits < p_limit then
             v_rare_tsq := null;
             v_common := null;
@@ -548,7 +550,7 @@ begin
           join matched x on x.tenant_id = b.tenant_id and x.id = b.memory_id $q$
         using coalesce(v_rare_tsq, v_tsq), v_tenant, p_scopes, p_as_of, v_project, v_user,
               v_session, v_run, v_terms, v_total, p_limit, p_max_sensitivity, v_common,
-              v_common_df;
+              v_common_df, p_excluded_types;
 end
 $$;
 
@@ -610,6 +612,7 @@ $$;
 -- moment of the transfer only.
 grant create on schema harbor to harbor_search;
 alter function harbor._lexical_candidates(text, harbor.memory_scope[], timestamptz, integer,
-                                          integer, integer, harbor.sensitivity)
+                                          integer, integer, harbor.sensitivity,
+                                          harbor.memory_type[])
     owner to harbor_search;
 revoke create on schema harbor from harbor_search;

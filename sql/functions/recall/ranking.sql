@@ -77,8 +77,9 @@ $$;
 --               harbor.record_hits() after a recall), or since it became valid
 --               when it never was, at as_of / half-life). The importance column
 --               stays the stored one.
--- Memories of excluded_types (default none; say '{observation}') are left out of the
--- candidates before they are ranked.
+-- Memories of excluded_types (default none; say '{observation}') are left out by the
+-- candidate legs themselves, so they take no candidate's place, and by the ranking
+-- (the substring fallback's rows).
 -- Results are deduplicated by content_hash (highest score wins; ties toward
 -- the narrower scope), capped at top_k, then cut at the first memory that
 -- would push the rendered block ('[<hash12>] <content>' per line) past
@@ -254,7 +255,8 @@ begin
         select l.*, min(l.lexical_score) over () as score_lo,
                max(l.lexical_score) over () as score_hi
           from harbor._lexical_candidates(v_query, recall.scopes, v_as_of, v_n,
-                                          p_max_sensitivity => recall.max_sensitivity) l
+                                          p_max_sensitivity => recall.max_sensitivity,
+                                          p_excluded_types => recall.excluded_types) l
          where btrim(v_query) <> ''
     ), dense as (
         -- the lexical leg runs first: its count of the owner's memories spares
@@ -264,7 +266,8 @@ begin
                                           v_as_of, v_n,
                                           p_owner_rows => (select x.owner_rows
                                                              from lexical x limit 1),
-                                          p_max_sensitivity => recall.max_sensitivity) d
+                                          p_max_sensitivity => recall.max_sensitivity,
+                                          p_excluded_types => recall.excluded_types) d
          where recall.min_similarity is null or d.similarity >= recall.min_similarity
     ), fused as materialized (
         -- both legs carry the ranking columns of their rows (the same row's)
@@ -417,7 +420,8 @@ begin
         select d.*, row_number() over (order by d.score desc, d.breadth, d.memory_id) as pos
           from deduped d
          where d.copy = 1
-           -- (excluded_types: left out here, before the cut, so that top_k counts the rest)
+           -- (excluded_types: the legs leave them out; the substring fallback's rows here,
+           -- before the cut, so that top_k counts the rest)
            and d.memory_type operator(pg_catalog.<>) all (coalesce(recall.excluded_types, '{}'))
          order by d.score desc, d.breadth, d.memory_id
          limit recall.top_k
