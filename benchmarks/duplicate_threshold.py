@@ -1,6 +1,6 @@
 """Calibrating an embedder's near-duplicate threshold (the one consolidation merges at).
 
-    python -m benchmarks duplicate_threshold PATH/locomo-dev.json [--embedder minilm|hashing]
+    python -m benchmarks duplicate_threshold PATH/locomo-dev.json [--embedders minilm,hashing]
                                              [--cache DIR] [--restate 0.5] [--seed 7]
                                              [--record]
 
@@ -110,11 +110,11 @@ async def conversation_pairs(
     return Pairs(sample["sample_id"], np.asarray(same), cos[upper][keep])
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
+async def run(args: argparse.Namespace, which: str) -> dict[str, Any]:
     data = json.loads(Path(args.path).read_text())
     rng = random.Random(args.seed)
     embedder: Any
-    if args.embedder == "hashing":
+    if which == "hashing":
         embedder = HashingEmbedder()
     else:
         embedder = FastEmbedEmbedder(model_path=args.model_path, model_id="minilm-l6-int8")
@@ -163,7 +163,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("path", help="locomo-dev.json (not shipped with the project)")
-    ap.add_argument("--embedder", choices=("minilm", "hashing"), default="minilm")
+    ap.add_argument("--embedders", default="minilm,hashing", help="minilm and/or hashing")
     ap.add_argument("--cache", default=os.environ.get("HARBOR_BENCH_CACHE", ""))
     ap.add_argument("--restate", type=float, default=0.5, help="share of turns restated")
     ap.add_argument("--seed", type=int, default=7)
@@ -172,24 +172,43 @@ def main() -> None:
     )
     ap.add_argument("--record", action="store_true", help="write the figures into RESULTS.md")
     args = ap.parse_args()
-    s = asyncio.run(run(args))
+    which = [w.strip() for w in args.embedders.split(",") if w.strip()]
+    if not which or any(w not in ("minilm", "hashing") for w in which):
+        ap.error("--embedders takes minilm and/or hashing")
+    runs = [asyncio.run(run(args, w)) for w in which]
     if args.record:
-        held = ", ".join(f"{name} {t:.3f}" for name, t, _s in s["held"])
+        s = runs[0]
+        f3 = lambda x: f"{x:.3f}"  # noqa: E731
         record(
-            f"duplicate-threshold-{args.embedder}",
-            title=f"Near-duplicate threshold of {s['model_id']} (`duplicate_threshold`)",
-            data=f"the LoCoMo dev conversations: {s['same']} pairs of a turn and its"
+            "duplicate-threshold",
+            title="Near-duplicate thresholds per embedder (`duplicate_threshold`)",
+            data=f"the LoCoMo dev conversations: {s['same']:,} pairs of a turn and its"
             " restatement (the consolidation benchmark's generator, seed"
             f" {args.seed}) against {s['distinct']:,} pairs of two turns of one"
             " conversation; pairs equal by text left out",
-            header=["threshold", "precision", "recall", "F1"],
-            rows=[
-                [f"{s['chosen']:.3f} (all five)", *(f"{x:.3f}" for x in s["plain"])],
-                ["leave one conversation out", *(f"{x:.3f}" for x in s["cv"])],
+            header=[
+                "embedder",
+                "threshold",
+                "precision / recall / F1",
+                "leave one conversation out: precision / recall / F1",
             ],
-            notes=f"Chosen by F1 on a grid of 0.005; held out (threshold chosen on the"
-            f" other four): {held}. The restatements keep the turn's words (a filler phrase,"
-            " or case and punctuation):\nparaphrases in other words are not measured here.",
+            rows=[
+                [
+                    r["model_id"],
+                    f3(r["chosen"]),
+                    " / ".join(map(f3, r["plain"])),
+                    " / ".join(map(f3, r["cv"])),
+                ]
+                for r in runs
+            ],
+            notes="Chosen by F1 on a grid of 0.005; the held-out thresholds (chosen on the"
+            " other four conversations): "
+            + "; ".join(
+                r["model_id"] + " " + ", ".join(f"{name} {t:.3f}" for name, t, _s in r["held"])
+                for r in runs
+            )
+            + ". The restatements keep the turn's words (a filler phrase, or case and"
+            " punctuation):\nparaphrases in other words are not measured here.",
         )
 
 
