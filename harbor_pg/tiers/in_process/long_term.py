@@ -96,6 +96,21 @@ def _summary_rule(owner: MemoryOwner, memory: Memory) -> str | None:
 
 # Its methods repeat the signatures of tiers/base.py's protocols on purpose, as the other
 # implementation does: each store implements them.
+def _closable(row: Memory, scope: MemoryScope, key: dict[str, str], now: datetime) -> bool:
+    """Whether ``row`` may be closed now (superseded, or closed with no successor): a
+    current, not yet superseded, non-summary memory of ``scope`` under ``key``, valid
+    from before ``now`` (as the SQL of both writes tests it)."""
+    return (
+        row.scope is scope
+        and _keyed(row, key)
+        and row.memory_type is not MemoryType.SUMMARY
+        and row.superseded_by is None
+        and row.invalid_at is None
+        and row.valid_from is not None
+        and row.valid_from < now
+    )
+
+
 class InMemoryLongTermStore:
     """Memories in a list; same visibility, dedup and validity rules as PostgreSQL."""
 
@@ -460,16 +475,7 @@ class InMemoryLongTermStore:
         now = utc_now()
         async with self._lock:
             old = self._rows.get(memory_id)
-            if (
-                old is None
-                or old.scope is not memory.scope
-                or not _keyed(old, key)
-                or old.memory_type is MemoryType.SUMMARY
-                or old.superseded_by is not None
-                or old.invalid_at is not None
-                or old.valid_from is None
-                or old.valid_from >= now
-            ):
+            if old is None or not _closable(old, memory.scope, key, now):
                 return None
             found = self._current_duplicate(memory.scope, key, digest, now)
             if found is not None:
@@ -502,16 +508,7 @@ class InMemoryLongTermStore:
         now = utc_now()
         async with self._lock:
             old = self._rows.get(memory_id)
-            if (
-                old is None
-                or old.scope is not scope
-                or not _keyed(old, key)
-                or old.memory_type is MemoryType.SUMMARY
-                or old.superseded_by is not None
-                or old.invalid_at is not None
-                or old.valid_from is None
-                or old.valid_from >= now
-            ):
+            if old is None or not _closable(old, scope, key, now):
                 return False
             self._rows[memory_id] = old.model_copy(update={"invalid_at": now, "updated_at": now})
             return True
