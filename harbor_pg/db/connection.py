@@ -22,7 +22,13 @@ from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool
 from psycopg_pool.base import AttemptWithBackoff
 
-from harbor_pg.db.errors import connect_error, harbor_error, wrap_db_errors, wrap_sync
+from harbor_pg.db.errors import (
+    ShardMovedError,
+    connect_error,
+    harbor_error,
+    wrap_db_errors,
+    wrap_sync,
+)
 from harbor_pg.db.server import ADMIN_ROLE, APP_ROLE
 from harbor_pg.db.sqlfiles import query
 from harbor_pg.db.vectors import register_vector_array
@@ -377,6 +383,20 @@ class Database:
                 await asyncio.sleep(random.uniform(0.005, 0.02) * attempt)
         raise AssertionError("unreachable")  # pragma: no cover
 
+    async def _again_if_shard_moved(self, work: Callable[[], Awaitable[T]]) -> T:
+        """Run ``work`` (one whole transaction in one round trip), again when it met a
+        shard that a move or an isolation had just replaced (on Citus: nothing of it was
+        written, and run again it finds the new shard), up to ``RETRY_ATTEMPTS`` times."""
+        for attempt in range(1, RETRY_ATTEMPTS + 1):
+            try:
+                return await work()
+            except ShardMovedError as exc:
+                if attempt >= RETRY_ATTEMPTS:
+                    raise
+                log.info("running again after a shard moved: %s", exc)
+                await asyncio.sleep(random.uniform(0.005, 0.02) * attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
+
     async def __aenter__(self) -> Database:
         await self.open()
         return self
@@ -461,6 +481,27 @@ class Database:
         (a queued job's ``job_turn_present``, say) rolls back the transaction, and
         ``statement`` does not run.
         """
+        return await self._again_if_shard_moved(
+            lambda: self._rows_once(
+                owner,
+                statement,
+                params,
+                row_factory,
+                plan_cache_mode=plan_cache_mode,
+                guards=guards,
+            )
+        )
+
+    async def _rows_once(
+        self,
+        owner: MemoryOwner,
+        statement: str,
+        params: dict[str, Any] | None,
+        row_factory: AsyncRowFactory[Row],
+        *,
+        plan_cache_mode: str | None,
+        guards: Sequence[tuple[str, dict[str, Any]]],
+    ) -> list[Row]:
         async with wrap_db_errors(), self._connection(self._pool) as conn:
             # autocommit (as every pooled connection is): psycopg adds no BEGIN (and no
             # sync after it); the pipeline's implicit transaction holds the identity and
@@ -503,6 +544,11 @@ class Database:
         workers and committed in two phases, while the same parts as statements of their
         own are each sent whole to the tenant's worker.
         """
+        return await self._again_if_shard_moved(lambda: self._each_once(owner, statements))
+
+    async def _each_once(
+        self, owner: MemoryOwner, statements: Sequence[tuple[str, dict[str, Any]]]
+    ) -> list[list[dict[str, Any]]]:
         async with wrap_db_errors(), self._connection(self._pool) as conn:
             try:
                 cursors = []

@@ -110,6 +110,24 @@ _CONFLICT_CLASS = "40"
 _UNAVAILABLE_CLASSES = frozenset({"08", "53", "57"})
 
 
+#: Citus, when the shard a statement was planned against was replaced (a shard move
+#: or a tenant isolation committed between its planning and its execution): the
+#: statement, and its transaction, did nothing, and run again they find the new shard
+_SHARD_MOVED = re.compile(r"could not find valid entry for shard \d+")
+
+
+class ShardMovedError(MemoryConcurrencyError):
+    """A statement met a shard that a move or an isolation had just replaced; nothing
+    of its transaction was written, and run again it finds the new shard (the one-round
+    -trip calls do so themselves, :meth:`Database.retrying` too)."""
+
+
+def is_shard_moved(exc: psycopg.Error) -> bool:
+    """Whether ``exc`` is Citus's error for a statement planned against a shard that a
+    move or an isolation replaced before it ran."""
+    return (exc.sqlstate or "") == "XX000" and bool(_SHARD_MOVED.search(str(exc)))
+
+
 def harbor_error(exc: psycopg.Error, *urls: str | None, context: str = "") -> MemoryError:
     """The harbor error for the driver error ``exc``, keyed on its SQLSTATE
     class (psycopg's own classes do not follow them: a class-22 error is a
@@ -131,6 +149,8 @@ def harbor_error(exc: psycopg.Error, *urls: str | None, context: str = "") -> Me
         return MemoryValidationError(f"{context}rejected by the database: {text}")
     if state[:2] == _CONFLICT_CLASS:
         return MemoryConcurrencyError(f"{context}conflicting concurrent transaction: {text}")
+    if is_shard_moved(exc):
+        return ShardMovedError(f"{context}the tenant's shard moved while the statement ran: {text}")
     if is_outage(exc):
         return MemoryDatabaseError(f"{context}database unavailable: {redact(text)}")
     return MemoryDatabaseError(f"{context}database error: {text}")

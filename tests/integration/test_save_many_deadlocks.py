@@ -11,6 +11,7 @@ import pytest
 
 from harbor_pg import MemoryConcurrencyError, MemoryManager, MemoryOwner
 from harbor_pg.db.connection import Database, harbor_error
+from harbor_pg.db.errors import ShardMovedError
 from harbor_pg.errors import MemoryDatabaseError, MemoryValidationError
 from harbor_pg.records import Memory
 from tests.conftest import PgDatabase
@@ -81,3 +82,30 @@ def test_errors_map_by_sqlstate_class(error: type[psycopg.Error], expected: type
     mapped = harbor_error(error("boom"))
     assert type(mapped) is expected
     assert "boom" in str(mapped)
+
+
+def test_a_statement_that_met_a_replaced_shard_is_a_shard_move_and_nothing_else() -> None:
+    # Citus's error for a statement planned against a shard that a move or an isolation
+    # replaced before it ran: the one-round-trip calls run it again (tests/citus,
+    # test_shard_move.py, under a real isolation); any other internal error is not one
+    moved = harbor_error(
+        psycopg.errors.InternalError_("could not find valid entry for shard 102011")
+    )
+    assert isinstance(moved, ShardMovedError) and isinstance(moved, MemoryConcurrencyError)
+    other = harbor_error(psycopg.errors.InternalError_("could not find valid entry"))
+    assert type(other) is MemoryDatabaseError
+
+
+async def test_a_one_round_trip_call_runs_again_after_a_shard_moved(database: Database) -> None:
+    calls = 0
+
+    async def moved_once() -> int:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise harbor_error(
+                psycopg.errors.InternalError_("could not find valid entry for shard 7")
+            )
+        return calls
+
+    assert await database._again_if_shard_moved(moved_once) == 2
