@@ -313,6 +313,13 @@ async def run_start_windows(
                 (n for k, a, b, _ in windows if k == kind for t, n in lock_waits if a <= t < b),
                 default=0,
             ),
+            # each window's own throughput: their spread is the run-to-run noise a
+            # start's effect is held against
+            "window_ops": [
+                sum(a <= t < b for t, _x, _e in done) / (b - a)
+                for k, a, b, _ in windows
+                if k == kind
+            ],
         }
     for kind in kinds:
         # requests the windows of this kind served fewer than the same time without a
@@ -397,6 +404,12 @@ def write_results(
     )
 
 
+def _mean_sd(values: list[float]) -> str:
+    """``mean ± sd`` of per-window throughputs (sd 0 with one window)."""
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.fmean(values):.0f} ± {sd:.0f}"
+
+
 def write_start_results(
     r: dict[str, Any], window: float, *, path: Path = RESULTS, note: str = ""
 ) -> None:
@@ -416,6 +429,7 @@ def write_start_results(
             "errors",
             "most backends waiting for a lock",
             "requests lost a start",
+            "ops/s a window, mean ± sd",
         ],
         rows=[
             [
@@ -428,6 +442,7 @@ def write_start_results(
                 len(r[kind]["errors"]),
                 r[kind]["lock_waits"],
                 f"{r[kind]['lost']:.0f}" if "lost" in r[kind] and kind != "none" else "-",
+                _mean_sd(r[kind]["window_ops"]),
             ]
             for kind in r["kinds"]
         ],
@@ -498,7 +513,8 @@ async def run_all(argv: list[str] | None = None) -> None:
                     f"  {kind:>5}: {w['n']} requests, {w['ops_s']:.0f} ops/s,"
                     f" p50 {w['p50']:.1f} ms, p99 {w['p99']:.1f} ms, slowest {w['max']:.0f} ms,"
                     f" errors {len(w['errors'])}, most backends waiting for a lock at once"
-                    f" {w['lock_waits']}, requests lost a start {w['lost']:.0f}",
+                    f" {w['lock_waits']}, requests lost a start {w['lost']:.0f},"
+                    f" ops/s a window {_mean_sd(w['window_ops'])}",
                     flush=True,
                 )
                 for line in w["errors"][:5]:
