@@ -347,6 +347,41 @@ def cmd_consolidate(args: argparse.Namespace) -> int:
     return asyncio.run(main())
 
 
+def cmd_reembed(args: argparse.Namespace) -> int:
+    """Write the vectors of the manager's embedder (the new model) for the tenant's
+    memories that have vectors of another model only, a batch a transaction, each owner
+    key as its owner (docs/operations.md, Changing the embedding model). Resumable: run
+    again, it writes only what is still missing. --queue queues it as a job for the
+    workers (whose embedder must be the same model) instead; harbor-pg jobs shows it.
+    --manager MODULE:FUNCTION: the manager (and so the embedder) to use, as for worker."""
+
+    async def main() -> int:
+        manager = await _worker_manager(args)
+        try:
+            if args.queue:
+                job_id = await manager.queue_reembed(args.tenant)
+                if job_id is None:
+                    print(f"a re-embedding of {args.tenant} is queued already")
+                else:
+                    print(f"job {job_id}: re-embedding of {args.tenant} queued")
+                return 0
+            report = await manager.reembed(
+                args.tenant,
+                batch_size=args.batch_size,
+                progress=progress_bar(sys.stderr, "re-embed"),
+            )
+        finally:
+            await manager.close()
+        print(
+            f"{report.memories} memories given {report.vectors} vectors of"
+            f" {manager.embedder.model_id}",
+            file=sys.stderr,
+        )
+        return 0
+
+    return asyncio.run(main())
+
+
 def cmd_profile(args: argparse.Namespace) -> int:
     """Print the identity's profile: its current durable memories, stable (held for
     --stable-days or more, most important first) then recent (newest first), within
@@ -562,6 +597,16 @@ def add_commands(sub: Any) -> None:
         help="every user of --tenant, each as that user (user scope; needs the admin role)",
     )
     p.set_defaults(func=cmd_consolidate)
+    p = sub.add_parser(
+        "reembed",
+        help="backfill a tenant's vectors of the current embedding model",
+        description=cmd_reembed.__doc__,
+    )
+    p.add_argument("--tenant", required=True, help="tenant id")
+    p.add_argument("--manager", help="MODULE:FUNCTION returning the MemoryManager to use")
+    p.add_argument("--batch-size", type=int, default=64, help="memories a transaction")
+    p.add_argument("--queue", action="store_true", help="queue it as a job for the workers")
+    p.set_defaults(func=cmd_reembed)
     p = sub.add_parser(
         "profile", help="print an identity's profile", description=cmd_profile.__doc__
     )

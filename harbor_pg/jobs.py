@@ -43,6 +43,7 @@ __all__ = [
     "FOLD_TASK",
     "PURGE_TASK",
     "QUEUE",
+    "REEMBED_TASK",
     "RETENTION_TASK",
     "SCHEMA",
     "JobHandlers",
@@ -74,6 +75,9 @@ PURGE_CRON = "*/10 * * * *"
 #: retention, periodic: each configured tenant's retention rules applied
 #: (MemoryManagerConfig.retention; no owner: it runs as harbor_admin, one tenant at a time)
 RETENTION_TASK = "harbor.apply_retention"
+#: a tenant's re-embedding backfill (arguments: tenant_id, model_id; harbor_pg.reembed):
+#: one pending a tenant (its queueing lock), and one running a tenant (its lock)
+REEMBED_TASK = "harbor.reembed_tenant"
 #: most characters of a failed run's error, and of the model answer that broke it, kept
 ERROR_CHARS = 2000
 RAW_OUTPUT_CHARS = 4000
@@ -108,6 +112,9 @@ class JobHandlers(Protocol):
 
     async def apply_configured_retention(self) -> Any:
         """Apply each configured tenant's retention rules (elevated role, a tenant at a time)."""
+
+    async def run_reembed_job(self, tenant_id: str, model_id: str) -> None:
+        """Backfill ``tenant_id``'s vectors of ``model_id``, each owner key as its owner."""
 
 
 class JobRunner:
@@ -215,6 +222,10 @@ class JobRunner:
         async def apply_retention(context: Any, /, timestamp: int) -> None:
             await self._run(context, backoff, _retention(handlers))
 
+        @app.task(name=REEMBED_TASK, queue=QUEUE, pass_context=True, retry=backoff)
+        async def reembed_tenant(context: Any, /, *, tenant_id: str, model_id: str) -> None:
+            await self._run(context, backoff, handlers.run_reembed_job(tenant_id, model_id))
+
         retention = app.task(
             name=RETENTION_TASK,
             queue=QUEUE,
@@ -251,6 +262,24 @@ class JobRunner:
             log.info("consolidation of %s not queued: %s", key, _describe(exc))
             return
         self.queued.add(job_id)
+
+    async def queue_reembed(self, tenant_id: str, model_id: str) -> int | None:
+        """Queue the backfill of ``tenant_id``'s vectors of ``model_id``; its id, or None
+        when one is pending for the tenant already."""
+        await self.open()
+        key = f"reembed:{len(tenant_id)}:{tenant_id}"
+        pending = await self.app.connector.execute_query_one_async(
+            query("jobs_pending_with_lock"), queueing_lock=key
+        )
+        if pending["pending"]:
+            return None
+        task = self.app.configure_task(REEMBED_TASK, queueing_lock=key, lock=key)
+        try:
+            job_id: int = await task.defer_async(tenant_id=tenant_id, model_id=model_id)
+        except Exception as exc:  # queued by another since the look above
+            log.info("re-embedding of %r not queued: %s", tenant_id, _describe(exc))
+            return None
+        return job_id  # (for the workers: not among the jobs drain() waits for)
 
     @traced("harbor_pg.job", attributes=lambda _self, context, *_: _job_attributes(context))
     async def _run(self, context: Any, backoff: Any, work: Awaitable[None]) -> None:

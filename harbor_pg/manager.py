@@ -43,6 +43,7 @@ from harbor_pg.records import (
     MemoryType,
     content_hash,
 )
+from harbor_pg.reembed import Reembedding
 from harbor_pg.telemetry import traced
 from harbor_pg.tiers.base import (
     ConsolidatingStore,
@@ -87,7 +88,7 @@ OBSERVE_SYSTEM = (
 )
 
 
-class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
+class MemoryManager(LongTermWrites, Governance, Portability, Extraction, Reembedding):
     """One facade over the tiers you configure.
 
     Pass only the stores you use (or seed 000's tier objects wrapping them,
@@ -125,6 +126,7 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
         summary_model: Any = None,
         replica: ReadReplica | None = None,
         extraction_model: Any = None,
+        previous_embedder: Embedder | None = None,
     ) -> None:
         # seed 000's tier objects (WorkingMemory(store), ...) are accepted for their store
         self.short_term: ShortTermStore | None = unwrap_store(short_term)
@@ -145,6 +147,10 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
         #: extracts facts from each appended turn, as a job queued with the turn
         #: (a MemoryModel or LangChain chat model; None: no extraction on append)
         self.extraction_model = extraction_model
+        #: the model recall searches until the backfill to ``embedder``'s is complete for
+        #: the owner (harbor_pg.reembed; None: no model change under way)
+        self.previous_embedder = previous_embedder
+        self._switched = {}
         queues = extraction_model is not None or self.config.summaries_on_queue
         if queues and self.config.jobs_in_process and database and not database.admin_url:
             raise MemoryConfigurationError(
@@ -175,6 +181,7 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
         summary_model: Any = None,
         read_url: str | None = None,
         extraction_model: Any = None,
+        previous_embedder: Embedder | None = None,
     ) -> MemoryManager:
         """A manager with every tier, ready to use.
 
@@ -192,6 +199,10 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
 
         ``extraction_model``: facts are extracted from every appended turn by a
         job queued in the turn's transaction (:meth:`append`).
+
+        ``previous_embedder``: the model the stored vectors are of, when ``embedder``
+        is a new one: recall searches it until :meth:`reembed` has backfilled the new
+        model's vectors (:mod:`harbor_pg.reembed`).
         """
         if in_process:
             return cls(
@@ -224,6 +235,7 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
             policy=policy,
             summary_model=summary_model,
             extraction_model=extraction_model,
+            previous_embedder=previous_embedder,
         )
         manager._owns_database = True
         read_url = read_url or os.environ.get(READ_URL_ENV)
@@ -244,6 +256,7 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
         policy: MemoryPolicy | None = None,
         summary_model: Any = None,
         extraction_model: Any = None,
+        previous_embedder: Embedder | None = None,
     ) -> MemoryManager:
         """Every tier backed by ``db`` (an open :class:`Database`)."""
         return cls(
@@ -257,6 +270,7 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
             policy=policy,
             summary_model=summary_model,
             extraction_model=extraction_model,
+            previous_embedder=previous_embedder,
         )
 
     def bound_to(self, caller: MemoryOwner) -> MemoryManager:
@@ -279,7 +293,10 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
             summary_model=self.summary_model,
             replica=self.replica,
             extraction_model=self.extraction_model,
+            previous_embedder=self.previous_embedder,
         )
+        clone._switched = self._switched  # one record of the owners switched to the new model
+        clone.reembed_recheck_seconds = self.reembed_recheck_seconds
         clone._background = self._background  # one set of background summaries to drain
         clone._jobs_box = self._jobs_box  # and one job runner
         return clone
@@ -550,11 +567,13 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
         those types; ``excluded_types`` (say ``["observation"]``) leaves them out.
         """
         self._check_caller(owner)
-        recaller = self.recaller()
+        recaller = await self._recaller_for(owner)
         if self._reads_replica(owner):
             assert self.replica is not None
             recaller = MemoryRecall(
-                policy=self.policy, memories=self.replica.long_term, embedder=self.embedder
+                policy=self.policy,
+                memories=self.replica.long_term,
+                embedder=await self.query_embedder(owner),
             )
         return await recaller.recall(
             owner,
@@ -642,6 +661,14 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
             policy=self.policy,
             summarizer=lambda: self.background_summarizer(model=self.summary_model),
         )
+
+    async def _recaller_for(self, owner: MemoryOwner) -> MemoryRecall:
+        """:meth:`recaller`, searching the model ``owner``'s vectors are complete in."""
+        embedder = await self.query_embedder(owner)
+        if embedder is self.embedder:
+            return self.recaller()
+        recall = MemoryRecall(policy=self.policy, memories=self._long(), embedder=embedder)
+        return self._guarded(recall)
 
     def recaller(self) -> MemoryRecall:
         """A :class:`MemoryRecall` over this manager's long-term store, policy and embedder
@@ -1046,7 +1073,7 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction):
                 text,
                 recent_limit=limit,
                 ttl_seconds=self.config.session_ttl_seconds,
-                recaller=self.recaller() if self.long_term else None,
+                recaller=await self._recaller_for(owner) if self.long_term else None,
                 top_k=self.config.snapshot_top_k,
                 with_working=self.working is not None,
             )

@@ -45,6 +45,9 @@ NO_OWNER = {
     "purge_working_state": "reclaims expired working state, already invisible to everyone",
     "expire_memories": "refused when bound: closes every tenant's expired memories",
     "apply_configured_retention": "refused when bound: the configured tenants' retention",
+    "reembed": "refused when bound: a tenant's backfill runs as each of its owners",
+    "queue_reembed": "refused when bound: a tenant's backfill runs as each of its owners",
+    "run_reembed_job": "refused when bound: a tenant's backfill runs as each of its owners",
     "job_runner": "refused when bound: the queue's jobs run as the owners in their arguments",
     "run_worker": "refused when bound: the queue's jobs run as the owners in their arguments",
 }
