@@ -72,6 +72,11 @@ as $$
 declare
     v_id        record := harbor._caller_identity();
     v_groups    jsonb;
+    v_nestloop  text;
+    v_heads     text[];
+    v_news      text[];
+    v_ids       text[];
+    v_succ      text[];
     v_group_row record;
     v_live      text[];
     v_text      jsonb;
@@ -104,7 +109,14 @@ begin
         raise exception 'harbor.consolidate_memories: max_merges must be >= 0'
             using errcode = '22023';
     end if;
-    -- the groups, from one snapshot: [{head, members, matched_by}] best-ranked head first
+    -- the groups, from one snapshot: [{head, members, matched_by}] best-ranked head first.
+    -- Without nested loops where there is a choice: the planner cannot count the
+    -- candidates (a function's rows, filtered), takes them for one row, and would compare
+    -- every candidate's text with every other's where a hash join pairs equal texts in
+    -- one pass. (Every table read below is keyed by the caller's owner keys: no hash join
+    -- reads more than the owner's rows.)
+    v_nestloop := pg_catalog.current_setting('enable_nestloop');
+    perform pg_catalog.set_config('enable_nestloop', 'off', true);
     with candidates as materialized (
         select m.id, m.tenant_id, m.scope, m.project_id, m.user_id, m.session_id, m.run_id,
                m.principal_id, m.created_at,
@@ -125,13 +137,28 @@ begin
            -- have to take one expiry for several)
            and m.expires_at is null
            and m.memory_type <> 'summary'
+    ), owner_vectors as materialized (
+        -- the content vectors of model_id of the caller's owner keys, read a key at a time
+        -- (one range of memory_embeddings_owner_idx each, whatever the statistics: a
+        -- lookup a candidate could be planned as a scan of the whole key each)
+        select e.memory_id, e.embedding
+          from harbor._recall_keys(consolidate_memories.scopes, v_id.tenant_id,
+                                   v_id.project_id, v_id.user_id, v_id.session_id,
+                                   v_id.run_id) k
+         cross join lateral (
+               select e.memory_id, e.embedding
+                 from harbor.memory_embeddings e
+                where e.tenant_id = k.tenant_id
+                  and e.model_id = consolidate_memories.model_id
+                  and e.scope = k.scope and e.user_id = k.user_id
+                  and e.project_id = k.project_id and e.session_id = k.session_id
+                  and e.run_id = k.run_id and not e.with_context
+               offset 0) e
+         where consolidate_memories.min_similarity is not null
     ), vectors as materialized (
         select c.*, e.embedding
           from candidates c
-          join harbor.memory_embeddings e
-            on e.tenant_id = c.tenant_id and e.memory_id = c.id
-           and e.model_id = consolidate_memories.model_id and not e.with_context
-         where consolidate_memories.min_similarity is not null
+          join owner_vectors e on e.memory_id = c.id
     ), pairs as (
         -- (better, worse): two candidates of one owner key and writer that match
         select a.id as better, a.rnk as better_rank, b.id as worse, 'text' as why
@@ -191,6 +218,7 @@ begin
                     order by g.head_rank, g.head collate "C"), '[]')
       into v_groups
       from grouped g;
+    perform pg_catalog.set_config('enable_nestloop', v_nestloop, true);
     if consolidate_memories.dry_run then
         return query
             select null::text, array[g.head] || g.members, g.matched_by, m.content
@@ -217,6 +245,103 @@ begin
                and m.superseded_by is null
              order by m.id collate "C"
              for update) x;
+    if consolidate_memories.merged is null then
+        -- every group at once, in four statements whatever their number (a statement
+        -- a group made each merge pay its own plans and statement triggers, and a lookup
+        -- planned as a scan of the owner's rows, on statistics older than the rows,
+        -- made that a scan a merge). The groups up to max_merges whose head and at
+        -- least one member are still current, each with its successor's id:
+        select coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+                            'head', x.head, 'new', x.new, 'ids', x.ids,
+                            'matched_by', x.matched_by) order by x.n), '[]'),
+               coalesce(array_agg(x.head order by x.n), '{}'),
+               coalesce(array_agg(x.new order by x.n), '{}')
+          into v_groups, v_heads, v_news
+          from (select g.n, g.head, g.matched_by, l.ids,
+                       (pg_catalog.gen_random_uuid())::text as new
+                  from (select g.head, g.members, g.matched_by, g.n
+                          from rows from (jsonb_to_recordset(v_groups)
+                                          as (head text, members text[], matched_by text))
+                               with ordinality g(head, members, matched_by, n)
+                         order by g.n
+                         limit consolidate_memories.max_merges) g
+                 cross join lateral (
+                       select array(select y.id
+                                      from unnest(array[g.head] || g.members)
+                                           with ordinality y(id, k)
+                                     where y.id = any (v_live)
+                                     order by y.k) as ids) l
+                 where cardinality(l.ids) >= 2 and l.ids[1] = g.head) x;
+        -- each memory merged (the groups in order, each head first) and its successor
+        select coalesce(array_agg(y.id order by g.n, y.k), '{}'),
+               coalesce(array_agg(g.new order by g.n, y.k), '{}')
+          into v_ids, v_succ
+          from rows from (jsonb_to_recordset(v_groups) as (new text, ids text[]))
+               with ordinality g(new, ids, n)
+         cross join unnest(g.ids) with ordinality y(id, k);
+        update harbor.memories m
+           set valid = pg_catalog.tstzrange(pg_catalog.lower(m.valid), pg_catalog.now(), '[)')
+         where m.tenant_id = v_id.tenant_id and m.id = any (v_ids);
+        with merged as (
+            select x.new, x.id, x.k, m.importance, m.sensitivity, m.entity_ids,
+                   m.source_message_ids
+              from unnest(v_ids, v_succ) with ordinality x(id, new, k)
+              join harbor.memories m on m.tenant_id = v_id.tenant_id and m.id = x.id
+        ), totals as (
+            select r.new, max(r.importance) as importance, max(r.sensitivity) as sensitivity,
+                   array_agg(r.id order by r.k) as ids
+              from merged r
+             group by r.new
+        ), entities as (
+            select r.new, array_agg(distinct u.e collate "C" order by u.e collate "C") as ids
+              from merged r
+             cross join unnest(r.entity_ids) u(e)
+             group by r.new
+        ), sources as (
+            select r.new, array_agg(distinct u.s collate "C" order by u.s collate "C") as ids
+              from merged r
+             cross join unnest(r.source_message_ids) u(s)
+             group by r.new
+        )
+        insert into harbor.memories (tenant_id, id, scope, project_id, user_id, session_id,
+                                     run_id, principal_id, memory_type, importance, content,
+                                     content_hash, context, entity_ids, source, sensitivity,
+                                     source_session_id, source_message_ids, metadata, valid)
+        select h.tenant_id, s.new, h.scope, h.project_id, h.user_id, h.session_id, h.run_id,
+               h.principal_id, h.memory_type, t.importance, h.content, h.content_hash,
+               h.context, coalesce(e.ids, '{}'), h.source, t.sensitivity,
+               h.source_session_id, coalesce(src.ids, '{}'),
+               h.metadata || pg_catalog.jsonb_build_object('consolidated_from',
+                                                           pg_catalog.to_jsonb(t.ids)),
+               pg_catalog.tstzrange(pg_catalog.now(), null, '[)')
+          from unnest(v_heads, v_news) s(head, new)
+          join harbor.memories h on h.tenant_id = v_id.tenant_id and h.id = s.head
+          join totals t on t.new = s.new
+          left join entities e on e.new = s.new
+          left join sources src on src.new = s.new;
+        update harbor.memories m
+           set superseded_by = x.new
+          from unnest(v_ids, v_succ) x(id, new)
+         where m.tenant_id = v_id.tenant_id and m.id = x.id;
+        insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims, embedding,
+                                              scope, project_id, user_id, session_id, run_id,
+                                              with_context, in_graph)
+        select e.tenant_id, s.new, e.model_id, e.dims, e.embedding, e.scope, e.project_id,
+               e.user_id, e.session_id, e.run_id, e.with_context, e.in_graph
+          from unnest(v_heads, v_news) s(head, new)
+          join harbor.memory_embeddings e
+            on e.tenant_id = v_id.tenant_id and e.memory_id = s.head;
+        return query
+            select g.new, g.ids, g.matched_by, h.content
+              from rows from (jsonb_to_recordset(v_groups)
+                              as (head text, new text, ids text[], matched_by text))
+                   with ordinality g(head, new, ids, matched_by, n)
+              join harbor.memories h on h.tenant_id = v_id.tenant_id and h.id = g.new
+             order by g.n;
+        return;
+    end if;
+    -- with written texts, a group at a time: a text is used only when no current memory
+    -- of the key has it, the successors of the groups before included
     for v_group_row in
         select g.head, g.members, g.matched_by
           from rows from (jsonb_to_recordset(v_groups)
