@@ -18,7 +18,10 @@
 --            passes the start of the last, and compares the new memories with all
 --            instead of all with all (the comparison is quadratic in an owner key).
 -- Memories of different writers are never merged (erasing one writer's memories then
--- never takes, or leaves behind, another's).
+-- never takes, or leaves behind, another's), and only the caller's own writes are
+-- candidates (principal_id: a successor is stored as its writer's, which the row
+-- policies let only the writer do; another writer's copies in the same owner key are
+-- that writer's to merge).
 --
 -- Groups: a candidate that matches no better-ranked candidate heads a group; every
 -- other candidate joins the best-ranked head it matches (one that matches no head,
@@ -77,6 +80,7 @@ declare
     v_news      text[];
     v_ids       text[];
     v_succ      text[];
+    v_principal text := coalesce(harbor.caller_principal(), '');
     v_group_row record;
     v_live      text[];
     v_text      jsonb;
@@ -137,6 +141,9 @@ begin
            -- have to take one expiry for several)
            and m.expires_at is null
            and m.memory_type <> 'summary'
+           -- the caller's own writes: a successor is stored as its writer's, which
+           -- only the writer may do (the row policies)
+           and m.principal_id = v_principal
     ), owner_vectors as materialized (
         -- the content vectors of model_id of the caller's owner keys, read a key at a time
         -- (one range of memory_embeddings_owner_idx each, whatever the statistics: a
@@ -245,12 +252,16 @@ begin
                and m.superseded_by is null
              order by m.id collate "C"
              for update) x;
-    if consolidate_memories.merged is null then
+    if consolidate_memories.merged is null
+       and not exists (select 1 from pg_catalog.pg_extension where extname = 'citus') then
         -- every group at once, in four statements whatever their number (a statement
         -- a group made each merge pay its own plans and statement triggers, and a lookup
         -- planned as a scan of the owner's rows, on statistics older than the rows,
-        -- made that a scan a merge). The groups up to max_merges whose head and at
-        -- least one member are still current, each with its successor's id:
+        -- made that a scan a merge). Not on Citus, where a write of many rows from a
+        -- function's is a COPY, which row-level security refuses, and the statements of
+        -- one group are each sent whole to the tenant's shard. The groups up to
+        -- max_merges whose head and at least one member are still current, each with
+        -- its successor's id:
         select coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
                             'head', x.head, 'new', x.new, 'ids', x.ids,
                             'matched_by', x.matched_by) order by x.n), '[]'),
@@ -340,8 +351,8 @@ begin
              order by g.n;
         return;
     end if;
-    -- with written texts, a group at a time: a text is used only when no current memory
-    -- of the key has it, the successors of the groups before included
+    -- a group at a time (with written texts: a text is used only when no current memory
+    -- of the key has it, the successors of the groups before included; and on Citus)
     for v_group_row in
         select g.head, g.members, g.matched_by
           from rows from (jsonb_to_recordset(v_groups)

@@ -130,6 +130,27 @@ async def test_writers_and_owners_are_never_merged_together(database: Database) 
     assert (await manager.consolidate(BOB, scopes=["user", "project"])).merges == ()
 
 
+@pytest.mark.parametrize("store", ["postgres", "in_process"])
+async def test_a_caller_merges_only_its_own_writes_in_its_key(
+    database: Database, store: str
+) -> None:
+    manager = (
+        MemoryManager.from_database(database)
+        if store == "postgres"
+        else MemoryManager(long_term=InMemoryLongTermStore())
+    )
+    agent = MemoryOwner(tenant_id="t1", principal_id="agent", user_id="alice")
+    alice = MemoryOwner(tenant_id="t1", principal_id="alice", user_id="alice")
+    await manager.save_many(
+        agent, [Memory(content="Alice likes tea."), Memory(content="alice likes TEA")]
+    )
+    # the agent's copies in Alice's key are the agent's to merge: Alice's run leaves them
+    assert (await manager.consolidate(alice)).merges == ()
+    assert len(await _current(manager, alice)) == 2
+    [merge] = (await manager.consolidate(agent)).merges
+    assert len(merge.merged_ids) == 2 and len(await _current(manager, alice)) == 1
+
+
 async def test_erasing_a_user_takes_their_merged_memories(database: Database) -> None:
     manager = MemoryManager.from_database(database)
     await manager.save_many(ALICE, _teas())

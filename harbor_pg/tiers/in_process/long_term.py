@@ -325,6 +325,8 @@ class InMemoryLongTermStore:
                 if row.scope in keys
                 and _keyed(row, keys[row.scope])
                 and row.memory_type is not MemoryType.SUMMARY
+                # (the caller's own writes: a successor is stored as its writer's)
+                and row.principal_id == (owner.principal_id or "")
                 and row.superseded_by is None
                 and row.invalid_at is None
                 and row.expires_at is None
