@@ -63,6 +63,11 @@ class MemoryManagerConfig(BaseModel):
     #: ... and after that consolidation, write observations of the owner's entities with
     #: the extraction_model (MemoryManager.observe). False: none
     observe_after_consolidation: bool = False
+    #: when the periodic consolidation runs (cron, in the worker's time zone: UTC by
+    #: default): it queues a consolidation (MemoryManager.consolidate, as each owner) of
+    #: every owner key and writer with user or project memories written since its last
+    #: run, however they were written (save, save_many, imports, extraction). None: never
+    consolidation_cron: str | None = None
     #: runs after the first that a failed job gets (0: none) ...
     job_retries: int = Field(default=4, ge=0, le=100)
     #: ... the first after this many seconds, each later one after twice the wait before it

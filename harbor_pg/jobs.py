@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONSOLIDATE_TASK",
+    "CONSOLIDATION_SCAN_TASK",
     "EXTRACT_TASK",
     "FOLD_TASK",
     "PURGE_TASK",
@@ -64,6 +65,10 @@ FOLD_TASK = "harbor.fold_summary"
 #: consolidation of an owner's memories after an extraction (arguments: the owner's ids,
 #: since): one pending per tenant, project and user (its queueing lock)
 CONSOLIDATE_TASK = "harbor.consolidate_owner"
+#: consolidation, periodic: one harbor.consolidate_owner queued for each owner key (and
+#: writer) with memories written since the last run (MemoryManagerConfig.consolidation_cron;
+#: no owner: it lists the owners as harbor_admin, each consolidation runs as its owner)
+CONSOLIDATION_SCAN_TASK = "harbor.queue_consolidations"
 #: how far before the extraction's start a consolidation's ``since`` reaches: the
 #: memories are stamped by the database's clock, the start by the worker's
 CLOCK_MARGIN = timedelta(minutes=1)
@@ -136,6 +141,7 @@ class JobRunner:
         poll_seconds: float = 1.0,
         consolidate_after_extraction: bool = False,
         retention_cron: str | None = None,
+        consolidation_cron: str | None = None,
     ) -> None:
         if not admin_url:
             raise MemoryConfigurationError(
@@ -161,6 +167,8 @@ class JobRunner:
         #: when this worker queues the periodic retention job (cron; None: never: a
         #: worker with no retention configured leaves that job to those that have it)
         self.retention_cron = retention_cron
+        #: when this worker queues the periodic consolidation (cron; None: never)
+        self.consolidation_cron = consolidation_cron
         self._app: procrastinate.App | None = None
         self._opened = False
         self._worker: asyncio.Task[None] | None = None
@@ -235,23 +243,64 @@ class JobRunner:
         )(apply_retention)
         if self.retention_cron is not None:
             app.periodic(cron=self.retention_cron, periodic_id="retention")(retention)
+
+        async def queue_consolidations(context: Any, /, timestamp: int) -> None:
+            await self._run(context, backoff, _none(self._queue_periodic_consolidations()))
+
+        scan = app.task(
+            name=CONSOLIDATION_SCAN_TASK,
+            queue=QUEUE,
+            pass_context=True,
+            queueing_lock=CONSOLIDATION_SCAN_TASK,
+            retry=backoff,
+        )(queue_consolidations)
+        if self.consolidation_cron is not None:
+            app.periodic(cron=self.consolidation_cron, periodic_id="consolidation")(scan)
         return app
 
-    async def _queue_consolidation(self, ids: Mapping[str, Any], since: datetime) -> None:
+    async def _queue_periodic_consolidations(self) -> int:
+        """The periodic consolidation: one consolidation queued for each owner key and
+        writer with current user or project memories written since the start of this
+        task's last successful run (less the clock margin; every owner the first time),
+        comparing those. The owners are listed as harbor_admin (ids only:
+        ``harbor.consolidation_owners()``); each consolidation runs as its owner, under
+        row-level security. Returns how many owners it found."""
+        connector = self.app.connector
+        last = await connector.execute_query_one_async(
+            query("jobs_last_started"), task_name=CONSOLIDATION_SCAN_TASK
+        )
+        since = last["started"] - CLOCK_MARGIN if last and last["started"] else None
+        rows = await connector.execute_query_all_async(
+            query("jobs_consolidation_owners"), since=since
+        )
+        for row in rows:
+            await self._queue_consolidation(
+                row, since or datetime(1970, 1, 1, tzinfo=UTC), periodic=True
+            )
+        return len(rows)
+
+    async def _queue_consolidation(
+        self, ids: Mapping[str, Any], since: datetime, *, periodic: bool = False
+    ) -> None:
         """Queue a consolidation of the owner's memories stored since ``since``, unless
-        one is pending already (its queueing lock: per tenant, project and user; the
-        pending one's ``since`` is earlier, so it covers these memories too). The same
-        key locks it, so that one owner's consolidations never run at once."""
+        one is pending already (its queueing lock: per tenant, project and user after an
+        extraction, and also per writer for the periodic one; the pending one's ``since``
+        is earlier, so it covers these memories too). Every consolidation of one tenant,
+        project and user takes the same lock, so that they never run at once."""
         owner = {name: str(ids.get(name) or "") for name in _OWNER_FIELDS}
         key = "consolidate:" + "/".join(
             f"{len(owner[name])}:{owner[name]}" for name in ("tenant_id", "project_id", "user_id")
         )
+        queueing = key
+        if periodic:
+            queueing = f"consolidate-periodic:{key}/{len(owner['principal_id'])}:"
+            queueing += owner["principal_id"]
         pending = await self.app.connector.execute_query_one_async(
-            query("jobs_pending_with_lock"), queueing_lock=key
+            query("jobs_pending_with_lock"), queueing_lock=queueing
         )
         if pending["pending"]:
             return
-        task = self.app.configure_task(CONSOLIDATE_TASK, queueing_lock=key, lock=key)
+        task = self.app.configure_task(CONSOLIDATE_TASK, queueing_lock=queueing, lock=key)
         try:
             job_id = await task.defer_async(**owner, since=since.isoformat())
         except Exception as exc:
@@ -487,6 +536,11 @@ async def _retention(handlers: JobHandlers) -> None:
             sum(r.total for r in done),
             sum(r.expired for r in done),
         )
+
+
+async def _none(work: Awaitable[Any]) -> None:
+    """``work`` awaited, its result dropped (a job's work returns nothing)."""
+    await work
 
 
 def _describe(exc: BaseException) -> str:

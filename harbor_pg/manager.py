@@ -436,6 +436,7 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction, Reembed
                 poll_seconds=config.job_poll_seconds,
                 consolidate_after_extraction=config.consolidate_after_extraction,
                 retention_cron=config.retention_cron if config.retention else None,
+                consolidation_cron=config.consolidation_cron,
             )
         return runner
 

@@ -455,3 +455,41 @@ begin
     end loop;
 end
 $$;
+
+-- The owners with current memories written since p_since (every one, when null), for
+-- the periodic consolidation (harbor_pg.jobs, task harbor.queue_consolidations): each
+-- owner key of the user and project scopes, of every tenant, with the writer
+-- (principal_id) of those memories, one row each. Only ids, no content; each owner's
+-- consolidation then runs as that owner, under row-level security. Only for an unbound
+-- administrator (a member of harbor_admin: the job queue's login); any other caller is
+-- refused. SECURITY DEFINER, owned by harbor_search (which reads every tenant's rows
+-- and writes nothing). It reads every memory's created_at: one pass over the table a
+-- call.
+create or replace function harbor.consolidation_owners(p_since timestamptz)
+returns table (tenant_id text, project_id text, user_id text, principal_id text)
+    language plpgsql stable security definer
+    set search_path to pg_catalog, pg_temp
+as $$
+begin
+    if harbor.caller_is_bound()
+       or not pg_catalog.pg_has_role(
+               coalesce(nullif(pg_catalog.current_setting('role'), 'none'),
+                        session_user::text)::name, 'harbor_admin', 'MEMBER') then
+        raise exception 'harbor.consolidation_owners: only the unbound administrator lists owners'
+            using errcode = '42501';
+    end if;
+    return query
+        select distinct m.tenant_id, m.project_id, m.user_id, m.principal_id
+          from harbor.memories m
+         where m.scope in ('user', 'project')
+           and m.tenant_id <> ''
+           and (p_since is null or m.created_at >= p_since)
+           and pg_catalog.upper_inf(m.valid)
+           and m.superseded_by is null
+           and m.memory_type <> 'summary'
+         order by 1, 2, 3, 4;
+end
+$$;
+grant create on schema harbor to harbor_search;
+alter function harbor.consolidation_owners(timestamptz) owner to harbor_search;
+revoke create on schema harbor from harbor_search;

@@ -46,3 +46,15 @@ select j.id, j.task_name, j.attempts, e.error, e.raw_output is not null as has_o
 select j.id, j.status::text as status
   from harbor_jobs.procrastinate_jobs j
  where j.id = %(id)s::bigint and j.queue_name = 'harbor'
+
+-- name: jobs_last_started
+-- When the newest run of a task that succeeded started (null: none has).
+select max(e.at) as started
+  from harbor_jobs.procrastinate_jobs j
+  join harbor_jobs.procrastinate_events e on e.job_id = j.id and e.type = 'started'
+ where j.task_name = %(task_name)s::text and j.status = 'succeeded'
+
+-- name: jobs_consolidation_owners
+-- The owner keys of the user and project scopes with memories written since (null: all), each with the writer (harbor.consolidation_owners).
+select o.tenant_id, o.project_id, o.user_id, o.principal_id
+  from harbor.consolidation_owners(%(since)s::timestamptz) o

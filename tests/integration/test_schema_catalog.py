@@ -89,10 +89,13 @@ def test_functions_are_pinned(module_db: PgDatabase) -> None:
     assert unpinned == []
     definers = {name for name, sd, _c, _p in rows if sd}
     # (promote_vector_owner: a visible key's in_graph; vector_owner_graph: where a visible
-    # key's new vectors go; tests/security/test_graph_promotion.py)
+    # key's new vectors go; tests/security/test_graph_promotion.py; consolidation_owners:
+    # owner ids, for the unbound administrator only,
+    # tests/integration/test_jobs_periodic_consolidation.py)
     assert definers <= {
         "_dense_candidates",
         "_lexical_candidates",
         "promote_vector_owner",
         "vector_owner_graph",
+        "consolidation_owners",
     }

@@ -96,8 +96,10 @@ def test_only_candidate_functions_are_security_definers(attacker: Conn) -> None:
     # _memories_successor_set_null, on Citus only, is the superseded_by key's ON DELETE
     # SET NULL, run as the table's owner as the referential action is: no role may
     # execute it, so no caller can attach it to a table of its own, below and
-    # test_an_admin_cannot_run_the_owners_unlink_on_a_table_of_its_own)
+    # test_an_admin_cannot_run_the_owners_unlink_on_a_table_of_its_own;
+    # consolidation_owners lists owner ids, for an unbound harbor_admin only, below)
     assert definers <= {
+        "consolidation_owners",
         "_dense_candidates",
         "_lexical_candidates",
         "promote_vector_owner",
@@ -111,6 +113,11 @@ def test_only_candidate_functions_are_security_definers(attacker: Conn) -> None:
             " 'execute')"
         ).fetchall()
         assert executable == []
+
+
+def test_cannot_list_every_tenants_owners(attacker: Conn) -> None:
+    with pytest.raises(errors.InsufficientPrivilege):
+        attacker.execute("select * from harbor.consolidation_owners(null)")
 
 
 def test_cannot_erase_others_rows(attacker: Conn) -> None:
