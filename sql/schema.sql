@@ -441,11 +441,14 @@ grant select, delete on harbor.session_state to harbor_admin;
 create table harbor.owner_locks (
     tenant_id  text not null check (tenant_id <> ''),
     user_id    text not null check (user_id <> ''),
-    session_id text not null check (session_id <> ''),
-    scope      harbor.memory_scope not null check (scope in ('session', 'run')),
+    session_id text not null,
+    scope      harbor.memory_scope not null check (scope in ('user', 'session', 'run')),
     project_id text not null default '',
     run_id     text not null default '',
     check (scope = 'run' or (project_id = '' and run_id = '')),
+    -- a user's row (migration 0027): every append locks it before its session's, and an
+    -- erasure of the user first (harbor.erase), so it waits for the appends in flight
+    check ((scope = 'user') = (session_id = '')),
     primary key (tenant_id, user_id, session_id, scope, project_id, run_id)
 );
 alter table harbor.owner_locks enable row level security;

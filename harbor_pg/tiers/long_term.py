@@ -137,6 +137,28 @@ def job_write_guards(owner: MemoryOwner, turn_id: int) -> tuple[tuple[str, dict[
     )
 
 
+def observation_write_guards(
+    owner: MemoryOwner, read_ids: Sequence[str]
+) -> tuple[tuple[str, dict[str, Any]], ...]:
+    """The statements an observation's write sends first, in its transaction: the lock of
+    ``owner``'s user (``job_user_lock``; harbor.erase of the user takes it before deleting
+    anything), then, in a statement of its own and so seeing whatever an erasure that
+    held the lock committed, that the memories it was written from are all still stored
+    (``job_memories_present``: no_data_found, and nothing written, when one is not)."""
+    return (
+        (query("job_user_lock"), {"tenant_id": owner.tenant_id, "user_id": owner.user_id}),
+        (query("job_memories_present"), {"ids": list(read_ids)}),
+    )
+
+
+def _observed_ids(memory: Memory) -> list[str] | None:
+    """The ids an observation was written from (``metadata["observed_ids"]``), else None."""
+    read = memory.metadata.get("observed_ids")
+    if memory.memory_type is not MemoryType.OBSERVATION or not isinstance(read, list):
+        return None
+    return [str(i) for i in read]
+
+
 def _fact_params(owner: MemoryOwner, memory: Memory) -> dict[str, Any]:
     """``memory_params`` for the extraction writes, which only touch the caller's own scopes."""
     if memory.scope in ELEVATED_SCOPES:
@@ -307,6 +329,13 @@ class PostgresLongTermStore:
         the content (``context_embedding``), both of ``model_id``."""
         vectors = _checked_vectors(memory, embedding, context_embedding, model_id)
         admin = memory.scope in ELEVATED_SCOPES
+        read = _observed_ids(memory)
+        if read is not None and not admin and owner.user_id and context_embedding is None:
+            # an observation: written only while the facts it read are stored, fenced
+            # against an erasure of its user (observation_write_guards)
+            fact = await self.add_fact(owner, memory, embedding=embedding, model_id=model_id)
+            assert fact.memory is not None
+            return SaveResult(memory=fact.memory, created=fact.created)
         [result] = await self.db.retrying(
             lambda: self._save_batch(owner, [memory], [vectors], model_id, admin=admin)
         )
@@ -735,8 +764,12 @@ class PostgresLongTermStore:
             "dedup_threshold": None,  # no similarity gate
             "exclude_ids": [],
         }
+        read = _observed_ids(memory)
         [row] = await self.db.fetch_in_one_round_trip(
-            owner, query("extraction_supersede_memory"), write
+            owner,
+            query("extraction_supersede_memory"),
+            write,
+            guards=observation_write_guards(owner, read) if read is not None else (),
         )
         return await self._superseded(owner, params, row)
 
@@ -775,6 +808,9 @@ class PostgresLongTermStore:
         written and :class:`MemoryNotFoundError` is raised.
         """
         guards = job_write_guards(owner, for_turn) if for_turn is not None else ()
+        read = _observed_ids(memory)
+        if read is not None:
+            guards = (*guards, *observation_write_guards(owner, read))
         params = _fact_params(owner, memory)
         vector = _Vector.of(embedding, model_id)
         gated = vector is not None and dedup_threshold is not None

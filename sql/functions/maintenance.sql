@@ -152,7 +152,10 @@ $$;
 --   version, reopened (current again), unless its content is current again
 --   under the same owner already;
 -- * erasing a user (not one session) removes the role bindings naming them;
--- * the serialisation locks (harbor.owner_locks) of the erased sessions and runs go.
+-- * the serialisation locks (harbor.owner_locks) of the erased sessions and runs go (and
+--   the user's own row when the user is erased).
+-- * a turn being appended for the user when the erasure starts, in any session, is
+--   committed first and erased (the user's lock row, taken first), with its jobs.
 -- * a queued job already running for the subject writes nothing after the erasure
 --   commits: the erasure takes the subject's session locks first, and a job's write
 --   transaction takes its session's lock and then finds its turn gone.
@@ -205,6 +208,19 @@ begin
     end if;
     if u is null and p is null then
         raise exception 'harbor.erase: name a user_id or a principal_id' using errcode = '22023';
+    end if;
+    -- before anything else, the erased user's own lock row (scope 'user', migration 0027),
+    -- which every append of the user locks to its commit: this waits for the
+    -- appends in flight, in any session, a new one too (their turns and jobs are then
+    -- found below), and an append that starts later waits for this erasure to commit.
+    if u is not null and exists (
+            select 1 from pg_catalog.pg_constraint c
+             where c.conrelid = pg_catalog.to_regclass('harbor.owner_locks')
+               and c.conname = 'owner_locks_check1') then
+        insert into harbor.owner_locks as l (tenant_id, user_id, session_id, scope)
+        values (t, u, '', 'user')
+        on conflict on constraint owner_locks_pkey
+        do update set scope = excluded.scope where false;
     end if;
     -- before anything is deleted, the lock of every session of the subject (the row of
     -- harbor.owner_locks an append takes, migration 0017), held to the end: a queued

@@ -297,6 +297,26 @@ begin
 end
 $$;
 
+-- Whether every memory memory_ids names is still stored and visible to the caller, for
+-- an observation's write (harbor_pg.tiers.long_term, observation_write_guards): raises
+-- no_data_found (P0002) when one is not (erased, deleted), which ends the write's
+-- transaction with nothing written. Sent after the user's lock (query job_user_lock),
+-- in a statement of its own, as harbor.require_turn is.
+create or replace function harbor.require_memories(memory_ids text[]) returns void
+    language plpgsql stable security invoker
+    set search_path to pg_catalog, pg_temp
+as $$
+begin
+    -- (counted, not a correlated NOT EXISTS: Citus plans no correlated subquery beside
+    -- a set-returning function)
+    if (select count(distinct m.id) from harbor.memories m where m.id = any (memory_ids))
+       < cardinality(array(select distinct r from unnest(memory_ids) r)) then
+        raise exception 'harbor.require_memories: a memory read is gone (erased or deleted)'
+            using errcode = 'no_data_found';
+    end if;
+end
+$$;
+
 -- Count a recall's hits: each memory of memory_ids the caller can see gets one more hit
 -- and last_recalled_at now() (harbor.memory_hits). Called after a recall returned them,
 -- never inside harbor.recall()'s statement (recall stays a read); rows in key order, so

@@ -242,3 +242,24 @@ select count(*) from session_lock
 -- After job_write_lock, in a statement of its own: the job's turn is still there, or
 -- the transaction fails (no_data_found) and writes nothing.
 select harbor.require_turn(%(turn_id)s::bigint)
+
+-- name: job_user_lock
+-- The caller's user's row of harbor.owner_locks (scope 'user', as an append takes it),
+-- first in the transaction of a write derived from the user's memories (an
+-- observation): an erasure of the user holds it from its start to its commit
+-- (harbor.erase), so the statement after this one sees what the erasure deleted. Taken
+-- as job_write_lock takes the session's (a user's appends wait for this write's
+-- transaction, and it for theirs: both are one statement long).
+with user_lock as (
+    insert into harbor.owner_locks as l (tenant_id, user_id, session_id, scope)
+    values (%(tenant_id)s::text, %(user_id)s::text, '', 'user')
+    on conflict (tenant_id, user_id, session_id, scope, project_id, run_id)
+    do update set scope = excluded.scope where false
+    returning 1
+)
+select count(*) from user_lock
+
+-- name: job_memories_present
+-- After job_user_lock, in a statement of its own: the memories the write was derived
+-- from are all still stored, or the transaction fails (no_data_found) and writes nothing.
+select harbor.require_memories(%(ids)s::text[])

@@ -3,13 +3,25 @@
 -- lock (held to commit) is taken before the id is drawn, so within a session ids are in
 -- commit order: a reader following id > cursor never skips a turn committed later with a
 -- smaller id (the rolling summary's frontier is such a cursor).
--- The lock is the session's row of harbor.owner_locks: the first append inserts it
+-- First the user's row of harbor.owner_locks (scope 'user', migration 0027), taken as the
+-- session's is (below): an erasure of the user locks it first, so it waits for the
+-- appends in flight, whatever their session, and later ones wait for it (harbor.erase).
+-- A user's appends in two sessions wait for each other on it, for one statement.
+-- Then the session's: the statement reads the user lock's CTE first (on Citus, CTEs run
+-- in the order they are written), so it is taken after.
+-- The session's lock is its row of harbor.owner_locks: the first append inserts it
 -- (a concurrent first append waits on that insert, then locks the row), each later one
 -- locks it (ON CONFLICT DO UPDATE locks the row even though WHERE false updates
 -- nothing). Its policy admits only the caller's own session, so no one else can hold it.
 -- The aggregate reads the whole CTE, so the row is locked before the id is drawn.
 -- append_message_check_summary below repeats this statement inside its own (on purpose).
-with session_lock as (
+with user_lock as (
+    insert into harbor.owner_locks as l (tenant_id, user_id, session_id, scope)
+    values (%(tenant_id)s::text, %(user_id)s::text, '', 'user')
+    on conflict (tenant_id, user_id, session_id, scope, project_id, run_id)
+    do update set scope = excluded.scope where false
+    returning 1
+), session_lock as (
     insert into harbor.owner_locks as l (tenant_id, user_id, session_id, scope)
     values (%(tenant_id)s::text, %(user_id)s::text, %(session_id)s::text, 'session')
     on conflict (tenant_id, user_id, session_id, scope, project_id, run_id)
@@ -22,7 +34,7 @@ select %(tenant_id)s::text, %(user_id)s::text, %(session_id)s::text, %(project_i
        %(principal_id)s::text, %(role)s::harbor.message_role, %(content)s::text, %(name)s::text,
        %(tool_calls)s::jsonb, %(tool_call_id)s::text, %(metadata)s::jsonb,
        %(token_estimate)s::integer
-  from (select count(*) from session_lock) locked
+  from (select (select count(*) from user_lock) + (select count(*) from session_lock)) locked
 returning id, created_at
 
 -- name: append_message_check_summary
@@ -32,7 +44,13 @@ returning id, created_at
 -- The session's lock comes before the id, as in append_message.
 -- Its session_lock CTE repeats append_message's on purpose: each named query is one
 -- statement, sent whole in one round trip.
-with session_lock as (
+with user_lock as (
+    insert into harbor.owner_locks as l (tenant_id, user_id, session_id, scope)
+    values (%(tenant_id)s::text, %(user_id)s::text, '', 'user')
+    on conflict (tenant_id, user_id, session_id, scope, project_id, run_id)
+    do update set scope = excluded.scope where false
+    returning 1
+), session_lock as (
     insert into harbor.owner_locks as l (tenant_id, user_id, session_id, scope)
     values (%(tenant_id)s::text, %(user_id)s::text, %(session_id)s::text, 'session')
     on conflict (tenant_id, user_id, session_id, scope, project_id, run_id)
@@ -46,7 +64,7 @@ with session_lock as (
            %(project_id)s::text, %(principal_id)s::text, %(role)s::harbor.message_role,
            %(content)s::text, %(name)s::text, %(tool_calls)s::jsonb, %(tool_call_id)s::text,
            %(metadata)s::jsonb, %(token_estimate)s::integer
-      from (select count(*) from session_lock) locked
+      from (select (select count(*) from user_lock) + (select count(*) from session_lock)) locked
     returning id, created_at
 )
 -- the statement's snapshot does not include the row it inserts: one unseen turn.
@@ -69,7 +87,13 @@ select a.id, a.created_at, d.due as summary_due
 -- a rate-limited model from being flooded. A fold queued while an earlier one waits
 -- finds nothing due when it runs (the summary lease decides) and writes nothing.
 -- The session lock and the due check repeat append_message_check_summary's on purpose.
-with session_lock as (
+with user_lock as (
+    insert into harbor.owner_locks as l (tenant_id, user_id, session_id, scope)
+    values (%(tenant_id)s::text, %(user_id)s::text, '', 'user')
+    on conflict (tenant_id, user_id, session_id, scope, project_id, run_id)
+    do update set scope = excluded.scope where false
+    returning 1
+), session_lock as (
     insert into harbor.owner_locks as l (tenant_id, user_id, session_id, scope)
     values (%(tenant_id)s::text, %(user_id)s::text, %(session_id)s::text, 'session')
     on conflict (tenant_id, user_id, session_id, scope, project_id, run_id)
@@ -83,7 +107,7 @@ with session_lock as (
            %(project_id)s::text, %(principal_id)s::text, %(role)s::harbor.message_role,
            %(content)s::text, %(name)s::text, %(tool_calls)s::jsonb, %(tool_call_id)s::text,
            %(metadata)s::jsonb, %(token_estimate)s::integer
-      from (select count(*) from session_lock) locked
+      from (select (select count(*) from user_lock) + (select count(*) from session_lock)) locked
     returning id, created_at
 )
 select a.id, a.created_at, d.due as summary_due,

@@ -250,3 +250,103 @@ async def test_a_fold_waiting_in_its_model_saves_no_summary_once_its_session_is_
         model.gate.set()
         await manager.close()
     assert columns_holding(fresh_db, TAG) == set()  # no summary, no turn, nothing
+
+
+async def test_a_turn_appended_in_a_new_session_during_the_erasure_is_erased_with_its_job(
+    database: Database, fresh_db: PgDatabase
+) -> None:
+    from harbor_pg.tiers.short_term import _append_params
+
+    manager = MemoryManager.from_database(database, embedder=HashingEmbedder())
+    await manager.append(DANA, ConversationMessage(role="user", content="Dana here"))
+    # an append of Dana's in a session the erasure cannot know of (no turn in it yet), its
+    # extraction queued with it, its transaction still open when the erasure begins
+    s9 = DANA.model_copy(update={"session_id": "s9"})
+    params = {
+        **_append_params(s9, ConversationMessage(role="user", content=f"Dana: {TAG}")),
+        "min_turns": 8,
+        "cooldown_seconds": 0,
+        "extract": True,
+        "fold": False,
+        "slots": 0,
+    }
+    append = psycopg.connect(fresh_db.app_url)
+    append.execute(
+        "select harbor.set_identity('acme', principal_id => 'dana', session_id => 's9',"
+        " is_local => true)"
+    )
+    row = append.execute(query("append_message_with_jobs"), params).fetchone()
+    assert row is not None
+    erased: list[Any] = []
+    eraser = threading.Thread(
+        target=lambda: erased.append(asyncio.run(_erase(fresh_db))), daemon=True
+    )
+    eraser.start()
+    eraser.join(timeout=1.0)
+    assert eraser.is_alive(), "the erasure must wait for the append in flight"
+    append.commit()
+    append.close()
+    eraser.join(timeout=30)
+    assert not eraser.is_alive() and erased and erased[0].short_term == 2
+    assert columns_holding(fresh_db, TAG) == set()
+    with psycopg.connect(fresh_db.superuser_url) as conn:
+        for statement in (
+            "select count(*) from harbor.messages where user_id = 'dana'",
+            "select count(*) from harbor.owner_locks where user_id = 'dana'",
+            "select count(*) from harbor_jobs.procrastinate_jobs where args ->> 'user_id' = 'dana'",
+        ):
+            assert conn.execute(statement).fetchone() == (0,), statement
+    # an append after the erasure is a turn after it: stored, in a lock of its own
+    await manager.append(DANA, ConversationMessage(role="user", content="Dana again"))
+    assert [t.content for t in await manager.recent(DANA)] == ["Dana again"]
+
+
+class GatedObserver:
+    """A scripted slow model for observations: says it has begun, waits for the gate,
+    then writes one sentence quoting the tag."""
+
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+        self.gate = asyncio.Event()
+        self.calls = 0
+
+    async def generate_text(self, system: str, user: str) -> str:
+        self.calls += 1
+        self.entered.set()
+        await self.gate.wait()
+        return f"Dana tends the {TAG} garden with care."
+
+    async def generate_structured(self, system: str, user: str, schema: type[Any]) -> Any:
+        raise NotImplementedError
+
+
+@pytest.mark.parametrize("renewing", [False, True], ids=["first", "superseding"])
+async def test_an_observation_waiting_in_its_model_writes_nothing_once_its_user_is_erased(
+    database: Database, fresh_db: PgDatabase, renewing: bool
+) -> None:
+    manager = MemoryManager.from_database(database, embedder=HashingEmbedder())
+    for i in range(3):
+        await manager.inject_memory(DANA, f"Dana {TAG} garden fact {i}", entity_ids=["garden"])
+    model = GatedObserver()
+    if renewing:  # an observation of the garden exists: the new one would supersede it
+        model.gate.set()
+        assert len(await manager.observe(DANA, model=model)) == 1
+        await manager.inject_memory(DANA, f"Dana {TAG} garden fact 3", entity_ids=["garden"])
+        model.gate.clear()
+        model.entered.clear()
+    observing = asyncio.get_running_loop().create_task(manager.observe(DANA, model=model))
+    try:
+        await asyncio.wait_for(model.entered.wait(), timeout=30)  # in its model call
+        receipt = await manager.erase("acme", user_id="dana")
+        assert receipt.long_term == (5 if renewing else 3)
+        model.gate.set()  # the model answers after the erasure committed
+        with pytest.raises(MemoryNotFoundError):
+            await asyncio.wait_for(observing, timeout=30)
+    finally:
+        model.gate.set()
+    assert columns_holding(fresh_db, TAG) == set()
+    with psycopg.connect(fresh_db.superuser_url) as conn:
+        row = conn.execute(
+            "select count(*) from harbor.memories where user_id = 'dana' or principal_id = 'dana'"
+        ).fetchone()
+        assert row == (0,)

@@ -46,6 +46,7 @@ FROZEN = {
     "0024_memory_expiry.py": "6432edb51c82d9c4",
     "0025_memory_hits.py": "17ebd6140663948b",
     "0026_observation_type.py": "4ec5ccc83467e236",
+    "0027_user_locks.py": "40dd094765b2f0bc",
 }
 
 

@@ -46,6 +46,7 @@ LAYERS: dict[str, int] = {
     "access_tokens": 6,
     "portability": 7,
     "governance": 7,
+    "reembed": 7,
     "manager": 8,
     "alembic_env": 9,
     # surfaces over the facade
