@@ -13,10 +13,14 @@ server process's ``/proc/PID/schedstat``: the server runs on this machine;
 wall time on a shared machine is mostly other processes' noise), per memory.
 ``--parts a,b``: only the parts whose names contain one of these. The HNSW graph's insert costs
 milliseconds a vector and would drown the others in its noise, so it is
-measured first and then left out of both sides of every other pair. Then a recall workload (hybrid,
-top_k 25, owners of the store) runs and ``pg_stat_user_indexes`` says which
-indexes it scanned; the store's owners are all below the exact-scan limit, so
-the HNSW graph (which serves only larger owners) is not expected to be read.
+measured first and then left out of both sides of every other pair. Then each
+kind of call the facade makes (recall, search, save, the current memories, a profile,
+a history, a consolidation's dry run, the expiry sweep, erasure, and recall for one
+owner of 5,200 turns that share a speaker's name, whose lexical leg reads the owner's
+rows, through the text index above 2,000 of them, and whose dense leg walks the
+graph) runs, and ``pg_stat_user_indexes`` says which indexes each read. The calls
+that write do it for users of their own, erased at the end: the kept store is the
+same after the run.
 """
 
 from __future__ import annotations
@@ -154,9 +158,17 @@ def index_costs(su: str, db_url: str, args: Any) -> None:
 
 
 async def _recall_scans(su: str, db_url: str) -> None:
+    """Which indexes each kind of call reads: the index scans (``pg_stat_user_indexes``)
+    during a run of each, through the facade, on owners of the store. An index that no
+    kind reads (nor a constraint: the unique ones are read by every insert) is one a
+    write pays for and nothing uses."""
     from recall import owner_of, queries, request_for, tenant_name
 
     from harbor_pg.db.connection import Database
+    from harbor_pg.embedders.hashing import HashingEmbedder
+    from harbor_pg.manager import MemoryManager
+    from harbor_pg.owner import MemoryOwner
+    from harbor_pg.records import Memory
     from harbor_pg.tiers.rows import recall_in_one_round_trip
 
     url = psycopg.conninfo.make_conninfo(su, dbname="harbor")
@@ -171,16 +183,103 @@ async def _recall_scans(su: str, db_url: str) -> None:
             ).fetchall()
         return {r[0]: int(r[1] or 0) for r in rows}
 
-    db = Database(psycopg.conninfo.make_conninfo(db_url, user="harbor_app"), max_size=1)
+    db = Database(
+        psycopg.conninfo.make_conninfo(db_url, user="harbor_app"),
+        psycopg.conninfo.make_conninfo(db_url, user="harbor_admin"),
+        max_size=1,
+    )
     await db.open()
+    manager = MemoryManager.from_database(db, embedder=HashingEmbedder())
     qs = queries(200, [(tenant_name(i), 100) for i in range(1000)], seed=5)
-    time.sleep(1.0)
-    before = scans()
-    for tenant, text, v in qs:
-        await recall_in_one_round_trip(db, owner_of(tenant), request_for(text, v, 25))
+    rng = random.Random(11)
+    owners = [owner_of(tenant_name(i)) for i in rng.sample(range(1000), 60)]
+
+    async def recall() -> None:
+        for tenant, text, v in qs:
+            await recall_in_one_round_trip(db, owner_of(tenant), request_for(text, v, 25))
+
+    async def search() -> None:
+        for tenant, text, _v in qs[:100]:
+            await manager.search(owner_of(tenant), text, limit=25)
+
+    # the calls that write do it for users of their own, erased at the end, so that the
+    # kept store is the same after the run
+    writers = [
+        MemoryOwner(tenant_id=owner.tenant_id, principal_id=f"u-probe-{k}")
+        for k, owner in enumerate(owners)
+    ]
+
+    async def save() -> None:
+        for k, owner in enumerate(writers):
+            await manager.save(owner, Memory(content=f"a fact saved to look at index reads {k}"))
+
+    async def current() -> None:
+        for owner in owners[:30]:
+            await manager.current_memories(owner)
+
+    async def profile() -> None:
+        for owner in owners[:30]:
+            await manager.profile(owner)
+
+    async def history() -> None:
+        for owner in writers[:30]:
+            found = await manager.search(owner, "index reads", limit=1)
+            if found and found[0].id is not None:
+                await manager.history(owner, found[0].id)
+
+    async def consolidate() -> None:
+        for owner in owners[:10]:
+            await manager.consolidate(owner, dry_run=True)
+
+    async def expire() -> None:
+        await manager.expire_memories()
+
+    async def erase() -> None:
+        for owner in [talker, *writers]:
+            await manager.erase(owner.tenant_id, user_id=owner.user_id)
+
+    # one owner of a conversation's size and more: 5,200 turns that all name the same
+    # speaker (the lexical leg's term lookup then finds too many matches and reads the
+    # owner's rows; above 2,000 rows it matches through the text index; above 5,000
+    # vectors the dense leg walks the graph)
+    talker = MemoryOwner(tenant_id=tenant_name(0), principal_id="u-talker")
+    topics = ["garden", "budget", "trip", "dinner", "concert", "hiking", "paint", "job"]
+    for start in range(0, 5200, 400):
+        await manager.save_many(
+            talker,
+            [
+                Memory(content=f"Caroline: turn {k} about the {topics[k % 8]} and {k % 97}")
+                for k in range(start, min(start + 400, 5200))
+            ],
+        )
+
+    async def talk() -> None:
+        for k in range(20):
+            await manager.recall(talker, f"what did Caroline say about the {topics[k % 8]}?")
+
+    kinds = [
+        (f"recall ({len(qs)})", recall),
+        ("recall, an owner of 5,200 turns (20)", talk),
+        ("search (100)", search),
+        (f"save ({len(owners)})", save),
+        ("current (30)", current),
+        ("profile (30)", profile),
+        ("history (30)", history),
+        ("consolidate, dry run (10)", consolidate),
+        ("expire (1)", expire),
+        (f"erase a user ({len(writers) + 1})", erase),
+    ]
+    read: dict[str, dict[str, int]] = {}
+    for label, work in kinds:
+        time.sleep(0.6)
+        before = scans()
+        await work()
+        time.sleep(0.6)
+        after = scans()
+        read[label] = {name: after[name] - before.get(name, 0) for name in after}
+    await manager.close()
     await db.close()
-    time.sleep(1.0)
-    after = scans()
-    print(f"index scans during {len(qs)} recalls (hybrid, top_k 25):", flush=True)
-    for name in sorted(after):
-        print(f"  {name}: {after[name] - before.get(name, 0)}", flush=True)
+    print("index scans by kind of call (through the facade):", flush=True)
+    for name in sorted(read[kinds[0][0]]):
+        by = [f"{label} {read[label][name]}" for label, _ in kinds if read[label].get(name)]
+        print(f"  {name}: {', '.join(by) or 'none'}", flush=True)
