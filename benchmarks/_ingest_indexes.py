@@ -186,6 +186,7 @@ async def _recall_scans(su: str, db_url: str) -> None:
     db = Database(
         psycopg.conninfo.make_conninfo(db_url, user="harbor_app"),
         psycopg.conninfo.make_conninfo(db_url, user="harbor_admin"),
+        min_size=1,
         max_size=1,
     )
     await db.open()
@@ -235,7 +236,7 @@ async def _recall_scans(su: str, db_url: str) -> None:
         await manager.expire_memories()
 
     async def erase() -> None:
-        for owner in [talker, *writers]:
+        for owner in [talker, chatter, *writers]:
             await manager.erase(owner.tenant_id, user_id=owner.user_id)
 
     # one owner of a conversation's size and more: 5,200 turns that all name the same
@@ -253,13 +254,31 @@ async def _recall_scans(su: str, db_url: str) -> None:
             ],
         )
 
+    # and one of a conversation's size: 1,500 turns (its lexical leg reads the owner's
+    # rows from the covering index when a question's word is in many of them)
+    chatter = MemoryOwner(tenant_id=tenant_name(0), principal_id="u-chatter")
+    await manager.save_many(
+        chatter,
+        [
+            Memory(content=f"Melanie: turn {k} about the {topics[k % 8]} and {k % 89}")
+            for k in range(1500)
+        ],
+    )
+
     async def talk() -> None:
         for k in range(20):
-            await manager.recall(talker, f"what did Caroline say about the {topics[k % 8]}?")
+            # with the speaker's name (in every row) and without it
+            name = "Caroline " if k % 2 else ""
+            await manager.recall(talker, f"what did {name}say about the {topics[k % 8]}?")
+
+    async def chat() -> None:
+        for k in range(20):
+            await manager.recall(chatter, f"what did Melanie say about the {topics[k % 8]}?")
 
     kinds = [
         (f"recall ({len(qs)})", recall),
         ("recall, an owner of 5,200 turns (20)", talk),
+        ("recall, an owner of 1,500 turns (20)", chat),
         ("search (100)", search),
         (f"save ({len(owners)})", save),
         ("current (30)", current),
@@ -267,15 +286,30 @@ async def _recall_scans(su: str, db_url: str) -> None:
         ("history (30)", history),
         ("consolidate, dry run (10)", consolidate),
         ("expire (1)", expire),
-        (f"erase a user ({len(writers) + 1})", erase),
+        (f"erase a user ({len(writers) + 2})", erase),
     ]
+
+    async def flushed() -> dict[str, int]:
+        # a backend reports its statistics when it goes idle, at most once a second
+        # unless told to: each pooled connection (the application's one, the elevated
+        # pool's two) is told to, and goes idle, before they are read
+        async with db.transaction(None) as conn:
+            await conn.execute("select pg_stat_force_next_flush()")
+        # (the elevated pool's two connections, both held at once)
+        async with (
+            db.transaction(None, admin=True) as one,
+            db.transaction(None, admin=True) as two,
+        ):
+            await one.execute("select pg_stat_force_next_flush()")
+            await two.execute("select pg_stat_force_next_flush()")
+        time.sleep(0.3)
+        return scans()
+
     read: dict[str, dict[str, int]] = {}
     for label, work in kinds:
-        time.sleep(0.6)
-        before = scans()
+        before = await flushed()
         await work()
-        time.sleep(0.6)
-        after = scans()
+        after = await flushed()
         read[label] = {name: after[name] - before.get(name, 0) for name in after}
     await manager.close()
     await db.close()

@@ -140,6 +140,7 @@ def write_results(
     *,
     shards: dict[str, int] | None = None,
     path: Path = RESULTS,
+    note: str = "",
 ) -> None:
     """Replace RESULTS.md's ``citus`` section with this run's table (``shards``: the
     shards of harbor.memories per node, from distribute's report)."""
@@ -161,6 +162,7 @@ def write_results(
             "ratio p50",
         ],
         rows=table(results, rounds),
+        notes=note,
         results=path,
     )
 
@@ -173,6 +175,7 @@ def main() -> None:
     ap.add_argument(
         "--record", action="store_true", help="write the figures into benchmarks/RESULTS.md"
     )
+    ap.add_argument("--note", default="", help="(--record) a paragraph under the table")
     args = ap.parse_args()
     n, tenants, rounds = args.memories, args.tenants, args.rounds
     counter = _Count()
@@ -250,7 +253,7 @@ def main() -> None:
     for row in table(results, rounds):
         print("| " + " | ".join(row) + " |")
     if args.record:
-        write_results(results, n, tenants, rounds, shards=shards)
+        write_results(results, n, tenants, rounds, shards=shards, note=args.note)
 
 
 if __name__ == "__main__":
