@@ -89,19 +89,20 @@ class PostgresShortTermStore:
     async def _append_citus(
         self, owner: MemoryOwner, params: dict[str, Any], due: dict[str, Any] | None
     ) -> tuple[dict[str, Any], bool]:
-        """The append on a distributed database: the session's lock, the turn and (with
+        """The append on a distributed database: the user's lock, the session's, the turn and (with
         ``due``, the summary's parameters) whether a summary is due, as statements of
         their own in one transaction and one round trip, each sent whole to the tenant's
         worker (``sql/queries/citus.sql``)."""
         statements = [
+            (query("append_user_lock_citus"), params),
             (query("append_session_lock_citus"), params),
             (query("append_turn_citus"), params),
         ]
         if due is not None:
             statements.append((query("append_summary_due_citus"), {**params, **due}))
         results = await self.db.fetch_each_in_one_round_trip(owner, statements)
-        [row] = results[1]
-        return row, bool(results[2][0]["summary_due"]) if due is not None else False
+        [row] = results[2]
+        return row, bool(results[3][0]["summary_due"]) if due is not None else False
 
     async def append_and_check_summary(
         self,

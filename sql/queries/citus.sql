@@ -86,6 +86,14 @@ drop trigger if exists memories_announce_delete on harbor.memories
 -- trip and one transaction, each carry the tenant and go whole to the tenant's worker:
 -- one worker, one-phase commit.
 
+-- name: append_user_lock_citus
+-- The user's lock (append_message's user_lock CTE as a statement, migration 0027): held
+-- to commit, taken before the session's by the next statement.
+insert into harbor.owner_locks as l (tenant_id, user_id, session_id, scope)
+values (%(tenant_id)s::text, %(user_id)s::text, '', 'user')
+on conflict (tenant_id, user_id, session_id, scope, project_id, run_id)
+do update set scope = excluded.scope where false
+
 -- name: append_session_lock_citus
 -- The session's lock (append_message's session_lock CTE as a statement): held to
 -- commit, taken before the turn's id is drawn by the next statement.

@@ -252,16 +252,20 @@ async def test_a_fold_waiting_in_its_model_saves_no_summary_once_its_session_is_
     assert columns_holding(fresh_db, TAG) == set()  # no summary, no turn, nothing
 
 
-async def test_a_turn_appended_in_a_new_session_during_the_erasure_is_erased_with_its_job(
-    database: Database, fresh_db: PgDatabase
+@pytest.mark.parametrize("session", ["new", "cleared"])
+async def test_a_turn_appended_in_a_session_with_no_turn_during_the_erasure_is_erased(
+    database: Database, fresh_db: PgDatabase, session: str
 ) -> None:
     from harbor_pg.tiers.short_term import _append_params
 
     manager = MemoryManager.from_database(database, embedder=HashingEmbedder())
     await manager.append(DANA, ConversationMessage(role="user", content="Dana here"))
-    # an append of Dana's in a session the erasure cannot know of (no turn in it yet), its
-    # extraction queued with it, its transaction still open when the erasure begins
     s9 = DANA.model_copy(update={"session_id": "s9"})
+    if session == "cleared":  # s9 had turns, none left: its lock row stays
+        await manager.append(s9, ConversationMessage(role="user", content="an old turn"))
+        assert await manager.clear(s9) == 1
+    # an append of Dana's in a session no turn of which the erasure can see, its
+    # extraction queued with it, its transaction still open when the erasure begins
     params = {
         **_append_params(s9, ConversationMessage(role="user", content=f"Dana: {TAG}")),
         "min_turns": 8,
