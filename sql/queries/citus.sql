@@ -84,7 +84,7 @@ drop trigger if exists memories_announce_delete on harbor.memories
 -- reached more than one node, commits in two phases (an append took 6.6 ms against
 -- 0.65 on one server). The same parts as statements of their own, sent in one round
 -- trip and one transaction, each carry the tenant and go whole to the tenant's worker:
--- one worker, one-phase commit.
+-- one worker, one-phase commit. They run in the order of the single statement's parts.
 
 -- name: append_user_lock_citus
 -- The user's lock (append_message's user_lock CTE as a statement, migration 0027): held
@@ -95,8 +95,8 @@ on conflict (tenant_id, user_id, session_id, scope, project_id, run_id)
 do update set scope = excluded.scope where false
 
 -- name: append_session_lock_citus
--- The session's lock (append_message's session_lock CTE as a statement): held to
--- commit, taken before the turn's id is drawn by the next statement.
+-- The session's lock (append_message's session_lock CTE as a statement), after the
+-- user's: held to commit, taken before the turn's id is drawn by the next statement.
 insert into harbor.owner_locks as l (tenant_id, user_id, session_id, scope)
 values (%(tenant_id)s::text, %(user_id)s::text, %(session_id)s::text, 'session')
 on conflict (tenant_id, user_id, session_id, scope, project_id, run_id)

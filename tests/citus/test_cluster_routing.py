@@ -461,3 +461,43 @@ def test_the_facades_append_and_save_commit_on_the_tenants_worker_in_one_phase(
     assert {p for p, _command in sent} == {port}, sent
     assert not [c for _p, c in sent if c.upper().startswith("PREPARE")], sent
     assert [c for _p, c in sent if c.upper().startswith("COMMIT")] == ["COMMIT"], sent
+
+
+def test_the_facades_append_waits_for_an_erasure_of_its_user(routed: ClusterDatabase) -> None:
+    # an erasure of a user takes the user's row of harbor.owner_locks first (harbor.erase);
+    # on the cluster the append takes it too, before its session's, in a statement of its
+    # own: while another transaction holds it, an append in a new session waits
+    owner = MemoryOwner(tenant_id="route-a", principal_id="ann", session_id="s-new-during")
+    blocker = psycopg.connect(routed.app_url)
+    try:
+        _identity(blocker, owner)
+        blocker.execute(
+            "insert into harbor.owner_locks as l (tenant_id, user_id, session_id, scope)"
+            " values (%s, %s, '', 'user') on conflict"
+            " (tenant_id, user_id, session_id, scope, project_id, run_id)"
+            " do update set scope = excluded.scope where false",
+            (owner.tenant_id, owner.user_id),
+        )
+
+        async def append_while_held() -> tuple[bool, int | None]:
+            db = Database(routed.app_url, routed.admin_url, min_size=1, max_size=1)
+            await db.open()
+            manager = MemoryManager.from_database(db)
+            try:
+                task = asyncio.create_task(
+                    manager.append(owner, ConversationMessage(role="user", content="in flight"))
+                )
+                await asyncio.sleep(1.0)
+                waited = not task.done()
+                await asyncio.to_thread(blocker.commit)
+                stored = await asyncio.wait_for(task, timeout=30)
+                return waited, stored.id
+            finally:
+                await manager.close()
+                await db.close()
+
+        waited, stored_id = asyncio.run(append_while_held())
+    finally:
+        blocker.close()
+    assert waited  # the append waited for the user's lock
+    assert stored_id is not None  # and went on once it was released
