@@ -13,7 +13,11 @@
 -- (a concurrent first append waits on that insert, then locks the row), each later one
 -- locks it (ON CONFLICT DO UPDATE locks the row even though WHERE false updates
 -- nothing). Its policy admits only the caller's own session, so no one else can hold it.
--- The aggregate reads the whole CTE, so the row is locked before the id is drawn.
+-- The aggregate reads both CTEs whole, the user's first, so both rows are locked before the
+-- id is drawn. Its count is tested (always true) so that the planner keeps it: a count
+-- nothing reads was dropped with its reads of the CTEs, and a writing CTE that nothing
+-- reads runs after the statement, after the id (ids then left commit order: a reader
+-- following id > cursor skipped turns, tests/integration/test_turn_order.py).
 -- append_message_check_summary below repeats this statement inside its own (on purpose).
 with user_lock as (
     insert into harbor.owner_locks as l (tenant_id, user_id, session_id, scope)
@@ -34,7 +38,8 @@ select %(tenant_id)s::text, %(user_id)s::text, %(session_id)s::text, %(project_i
        %(principal_id)s::text, %(role)s::harbor.message_role, %(content)s::text, %(name)s::text,
        %(tool_calls)s::jsonb, %(tool_call_id)s::text, %(metadata)s::jsonb,
        %(token_estimate)s::integer
-  from (select (select count(*) from user_lock) + (select count(*) from session_lock)) locked
+  from (select count(*) as n from (select 1 from user_lock union all select 1 from session_lock) l) locked
+ where locked.n >= 0
 returning id, created_at
 
 -- name: append_message_check_summary
@@ -64,7 +69,8 @@ with user_lock as (
            %(project_id)s::text, %(principal_id)s::text, %(role)s::harbor.message_role,
            %(content)s::text, %(name)s::text, %(tool_calls)s::jsonb, %(tool_call_id)s::text,
            %(metadata)s::jsonb, %(token_estimate)s::integer
-      from (select (select count(*) from user_lock) + (select count(*) from session_lock)) locked
+      from (select count(*) as n from (select 1 from user_lock union all select 1 from session_lock) l) locked
+ where locked.n >= 0
     returning id, created_at
 )
 -- the statement's snapshot does not include the row it inserts: one unseen turn.
@@ -107,7 +113,8 @@ with user_lock as (
            %(project_id)s::text, %(principal_id)s::text, %(role)s::harbor.message_role,
            %(content)s::text, %(name)s::text, %(tool_calls)s::jsonb, %(tool_call_id)s::text,
            %(metadata)s::jsonb, %(token_estimate)s::integer
-      from (select (select count(*) from user_lock) + (select count(*) from session_lock)) locked
+      from (select count(*) as n from (select 1 from user_lock union all select 1 from session_lock) l) locked
+ where locked.n >= 0
     returning id, created_at
 )
 select a.id, a.created_at, d.due as summary_due,
