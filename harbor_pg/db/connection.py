@@ -367,33 +367,23 @@ class Database:
         work: Callable[[], Awaitable[T]],
         *,
         attempts: int = RETRY_ATTEMPTS,
+        retry_on: type[MemoryConcurrencyError] = MemoryConcurrencyError,
     ) -> T:
         """Run ``work`` (one whole transaction), again when a deadlock or a
         serialization failure rolled it back, up to ``attempts`` times in all,
-        with a short random pause between; then :class:`MemoryConcurrencyError`."""
+        with a short random pause between; then :class:`MemoryConcurrencyError`.
+        ``retry_on``: only that kind of conflict (the one-round-trip calls retry
+        :class:`ShardMovedError` alone: a statement that met a shard a move or an
+        isolation had just replaced)."""
         for attempt in range(1, attempts + 1):
             try:
                 return await work()
-            except MemoryConcurrencyError as exc:
+            except retry_on as exc:
                 if attempt >= attempts:
                     raise MemoryConcurrencyError(
                         f"{exc} (after {attempts} attempts; nothing of this call was written)"
                     ) from None
                 log.info("retrying after a conflicting concurrent transaction: %s", exc)
-                await asyncio.sleep(random.uniform(0.005, 0.02) * attempt)
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    async def _again_if_shard_moved(self, work: Callable[[], Awaitable[T]]) -> T:
-        """Run ``work`` (one whole transaction in one round trip), again when it met a
-        shard that a move or an isolation had just replaced (on Citus: nothing of it was
-        written, and run again it finds the new shard), up to ``RETRY_ATTEMPTS`` times."""
-        for attempt in range(1, RETRY_ATTEMPTS + 1):
-            try:
-                return await work()
-            except ShardMovedError as exc:
-                if attempt >= RETRY_ATTEMPTS:
-                    raise
-                log.info("running again after a shard moved: %s", exc)
                 await asyncio.sleep(random.uniform(0.005, 0.02) * attempt)
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -481,32 +471,29 @@ class Database:
         (a queued job's ``job_turn_present``, say) rolls back the transaction, and
         ``statement`` does not run.
         """
-        return await self._again_if_shard_moved(
-            lambda: self._rows_once(
-                owner,
-                statement,
-                params,
-                row_factory,
-                plan_cache_mode=plan_cache_mode,
-                guards=guards,
-            )
+        results = await self.retrying(
+            lambda: self._pipeline(
+                owner, [*guards, (statement, params)], row_factory, plan_cache_mode
+            ),
+            retry_on=ShardMovedError,
         )
+        return results[-1]
 
-    async def _rows_once(
+    async def _pipeline(
         self,
         owner: MemoryOwner,
-        statement: str,
-        params: dict[str, Any] | None,
+        statements: Sequence[tuple[str, dict[str, Any] | None]],
         row_factory: AsyncRowFactory[Row],
-        *,
         plan_cache_mode: str | None,
-        guards: Sequence[tuple[str, dict[str, Any]]],
-    ) -> list[Row]:
+    ) -> list[list[Row]]:
+        """``statements`` in one transaction with ``owner``'s identity, in one round
+        trip: each one's rows (none for a statement that returns none)."""
         async with wrap_db_errors(), self._connection(self._pool) as conn:
             # autocommit (as every pooled connection is): psycopg adds no BEGIN (and no
             # sync after it); the pipeline's implicit transaction holds the identity and
-            # the statement
+            # the statements
             try:
+                cursors = []
                 # leaving the pipeline block sends the sync and reads every result
                 async with conn.pipeline():
                     if self.set_local:
@@ -519,13 +506,13 @@ class Database:
                         await conn.execute(query("set_identity"), identity_params(owner))
                     if plan_cache_mode is not None:
                         await conn.execute(query("set_plan_cache_mode"), {"mode": plan_cache_mode})
-                    for guard, guard_params in guards:
-                        await conn.execute(guard, guard_params)
-                    cur = conn.cursor(row_factory=row_factory)
-                    await cur.execute(statement, params)
+                    for statement, params in statements:
+                        cur = conn.cursor(row_factory=row_factory)
+                        await cur.execute(statement, params)
+                        cursors.append(cur)
                     if self.set_local:
                         await conn.execute("commit")
-                return await cur.fetchall()
+                return [await cur.fetchall() if cur.description else [] for cur in cursors]
             finally:
                 if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                     with contextlib.suppress(psycopg.Error):
@@ -544,32 +531,9 @@ class Database:
         workers and committed in two phases, while the same parts as statements of their
         own are each sent whole to the tenant's worker.
         """
-        return await self._again_if_shard_moved(lambda: self._each_once(owner, statements))
-
-    async def _each_once(
-        self, owner: MemoryOwner, statements: Sequence[tuple[str, dict[str, Any]]]
-    ) -> list[list[dict[str, Any]]]:
-        async with wrap_db_errors(), self._connection(self._pool) as conn:
-            try:
-                cursors = []
-                async with conn.pipeline():
-                    if self.set_local:
-                        await conn.execute("begin")
-                        for command in local_identity(owner):
-                            await conn.execute(command)
-                    else:
-                        await conn.execute(query("set_identity"), identity_params(owner))
-                    for statement, params in statements:
-                        cur = conn.cursor(row_factory=dict_row)
-                        await cur.execute(statement, params)
-                        cursors.append(cur)
-                    if self.set_local:
-                        await conn.execute("commit")
-                return [await cur.fetchall() if cur.description else [] for cur in cursors]
-            finally:
-                if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                    with contextlib.suppress(psycopg.Error):
-                        await conn.rollback()
+        return await self.retrying(
+            lambda: self._pipeline(owner, statements, dict_row, None), retry_on=ShardMovedError
+        )
 
     @contextlib.contextmanager
     def sync_transaction(self, owner: MemoryOwner) -> Iterator[SyncConnection]:

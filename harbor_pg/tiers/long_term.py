@@ -473,23 +473,7 @@ class PostgresLongTermStore:
         """Save one memory with the per-row statements (the Citus path of save_many):
         each statement names the memory's tenant, so each goes whole to its worker
         (``sql/queries/citus.sql``)."""
-        row = await (await conn.execute(query("insert_memory_citus"), params)).fetchone()
-        if row is None:
-            # a duplicate in the way: one past its expiry is closed, and the memory
-            # inserted again (a store that never sets an expiry never takes this path)
-            closed = await conn.execute(query("close_expired_duplicate_citus"), params)
-            if closed.rowcount:
-                insert = await conn.execute(query("insert_memory_citus"), params)
-                row = await insert.fetchone()
-        if row is not None:
-            memory_id, created = str(row["id"]), True
-        else:
-            found = await (await conn.execute(query("find_current_duplicate"), params)).fetchone()
-            if found is None:  # pragma: no cover - the conflict was with a row we cannot see
-                raise MemoryValidationError(
-                    "a conflicting memory exists that this caller cannot see"
-                )
-            memory_id, created = str(found["id"]), False
+        memory_id, created = await self.save_in(conn, params, distributed=True)
         if created and vectors is not None:
             tenant = str(params["tenant_id"])
             await self.insert_embedding(conn, tenant, memory_id, vectors.content, model_id or "")
@@ -550,9 +534,21 @@ class PostgresLongTermStore:
         return found
 
     @staticmethod
-    async def save_in(conn: Connection, params: dict[str, Any]) -> tuple[str, bool]:
-        """Insert, or find the currently valid duplicate: (id, created)."""
-        row = await (await conn.execute(query("insert_memory"), params)).fetchone()
+    async def save_in(
+        conn: Connection, params: dict[str, Any], *, distributed: bool = False
+    ) -> tuple[str, bool]:
+        """Insert, or find the currently valid duplicate: (id, created).
+
+        ``distributed``: the statements of a distributed database (``sql/queries/citus.sql``),
+        each naming the memory's tenant so that it goes whole to its worker: the insert,
+        and only when a duplicate is in the way, the close of one past its expiry and the
+        insert again (a store that never sets an expiry never takes that path)."""
+        insert = query("insert_memory_citus" if distributed else "insert_memory")
+        row = await (await conn.execute(insert, params)).fetchone()
+        if row is None and distributed:
+            closed = await conn.execute(query("close_expired_duplicate_citus"), params)
+            if closed.rowcount:
+                row = await (await conn.execute(insert, params)).fetchone()
         if row is not None:
             return str(row["id"]), True
         dup = await (await conn.execute(query("find_current_duplicate"), params)).fetchone()

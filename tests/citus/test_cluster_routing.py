@@ -471,12 +471,10 @@ def test_the_facades_append_waits_for_an_erasure_of_its_user(routed: ClusterData
     blocker = psycopg.connect(routed.app_url)
     try:
         _identity(blocker, owner)
+        # the user's lock, as an erasure of the user holds it
         blocker.execute(
-            "insert into harbor.owner_locks as l (tenant_id, user_id, session_id, scope)"
-            " values (%s, %s, '', 'user') on conflict"
-            " (tenant_id, user_id, session_id, scope, project_id, run_id)"
-            " do update set scope = excluded.scope where false",
-            (owner.tenant_id, owner.user_id),
+            query("append_user_lock_citus"),
+            {"tenant_id": owner.tenant_id, "user_id": owner.user_id},
         )
 
         async def append_while_held() -> tuple[bool, int | None]:

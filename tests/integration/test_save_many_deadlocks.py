@@ -108,4 +108,15 @@ async def test_a_one_round_trip_call_runs_again_after_a_shard_moved(database: Da
             )
         return calls
 
-    assert await database._again_if_shard_moved(moved_once) == 2
+    assert await database.retrying(moved_once, retry_on=ShardMovedError) == 2
+    # and only that conflict: a deadlock is the caller's to see at once
+    deadlocks = 0
+
+    async def deadlocked() -> int:
+        nonlocal deadlocks
+        deadlocks += 1
+        raise harbor_error(psycopg.errors.DeadlockDetected("deadlock detected"))
+
+    with pytest.raises(MemoryConcurrencyError):
+        await database.retrying(deadlocked, retry_on=ShardMovedError)
+    assert deadlocks == 1

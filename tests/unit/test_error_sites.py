@@ -30,11 +30,7 @@ CONTROL_FLOW: dict[tuple[str, str], tuple[int, str]] = {
         1,
         "a socket probe of an idle pooled connection: any failure means 'not alive'",
     ),
-    ("db/connection.py", "Database._rows_once"): (
-        1,
-        "the rollback after a failed statement; the statement's own error is reported",
-    ),
-    ("db/connection.py", "Database._each_once"): (
+    ("db/connection.py", "Database._pipeline"): (
         1,
         "the rollback after a failed statement; the statement's own error is reported",
     ),
