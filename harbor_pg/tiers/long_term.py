@@ -220,6 +220,20 @@ def _batch_params(
     }
 
 
+def _one_params(
+    params: dict[str, Any], vectors: MemoryVectors | None, model_id: str | None
+) -> dict[str, Any]:
+    """The parameters of ``save_memory``: ``memory_params`` and the memory's vectors."""
+    return {
+        **params,
+        "embedding": PgVector(vectors.content) if vectors else None,
+        "context_embedding": (
+            PgVector(vectors.with_context) if vectors and vectors.with_context else None
+        ),
+        "model_id": model_id or "",
+    }
+
+
 def _dedup_key(owner: MemoryOwner, memory: Memory) -> tuple[str, ...]:
     """What the unique index on current duplicates compares (owner key and content
     hash): the order a batch locks its rows in."""
@@ -408,9 +422,10 @@ class PostgresLongTermStore:
         *,
         admin: bool,
     ) -> list[SaveResult]:
-        """Save ``memories`` (in the order given) in one transaction: ``save_memories``
-        once, or once per run of distinct ids when an id repeats; then look up, in a
-        transaction of its own, any duplicate the statement could not see."""
+        """Save ``memories`` (in the order given) in one transaction: ``save_memory`` for
+        one memory, else ``save_memories`` once, or once per run of distinct ids when an
+        id repeats; then look up, in a transaction of its own, any duplicate the
+        statement could not see."""
         params = [memory_params(owner, m) for m in memories]
         if self.db.set_local:
             # Citus refuses save_memories (a correlated subquery over a CTE): on a
@@ -421,7 +436,17 @@ class PostgresLongTermStore:
                     for p, v in zip(params, vectors, strict=True)
                 ]
         chunks = _distinct_id_runs(params)
-        if len(chunks) == 1 and not admin:
+        if len(params) == 1 and not admin:
+            # one memory: save_memories' rules with a parameter a value (save_memory),
+            # under the generic plan as below (about 0.1 ms less server CPU and 0.1 ms
+            # less client CPU a save than the arrays of a batch of one)
+            rows = await self.db.fetch_in_one_round_trip(
+                owner,
+                query("save_memory"),
+                _one_params(params[0], vectors[0], model_id),
+                plan_cache_mode="force_generic_plan",
+            )
+        elif len(chunks) == 1 and not admin:
             # the generic plan, planned once a connection: for one memory the server
             # would otherwise plan the statement on every call (its custom plans look
             # cheaper than the generic one), half of a save's time; a batch of 1,000

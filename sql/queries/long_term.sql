@@ -163,8 +163,8 @@ select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, 
  limit %(limit)s::integer
 
 -- name: save_memories
--- Save a batch of memories with their vectors in one statement (save and save_many: one
--- round trip with the identity). Each array has one element per memory, in the order the
+-- Save a batch of memories with their vectors in one statement (save_many: one round trip
+-- with the identity; a save of one memory runs save_memory, its twin below). Each array has one element per memory, in the order the
 -- rows are inserted and locked (the caller sorts them by dedup key, so that two batches of
 -- the same facts wait for each other instead of deadlocking); ids are distinct within a
 -- call. A memory is inserted unless a currently valid duplicate exists (the unique index
@@ -311,3 +311,111 @@ select s.ord, s.created, (s.m).id, (s.m).tenant_id, (s.m).scope::text as scope,
  -- (promoted is read, so that it runs)
  where (select coalesce(p.n, 0) from promoted p) >= 0
  order by s.ord
+
+-- name: save_memory
+-- save_memories for one memory (save): the same rules, with one value a parameter
+-- (memory_params' names; entity_ids and source_message_ids as text arrays, embedding
+-- and context_embedding as vectors, each may be null) instead of an array each. For one
+-- memory the arrays cost more than the work: their unnest, the joins and sorts that match
+-- a batch's rows to its input, and on the client their conversion. One row, always:
+-- the memory inserted (created true); else the currently valid duplicate the statement
+-- sees (created false); else nulls, which the caller treats as save_memories' null id.
+with input as materialized (
+    select case when u.scope = 'session' and u.memory_type = 'summary'
+                then harbor.summary_id(u.tenant_id, u.project_id, u.user_id, u.session_id,
+                                       u.run_id)
+                else coalesce(u.id, (pg_catalog.gen_random_uuid())::text) end as id,
+           u.tenant_id, u.scope, u.project_id, u.user_id, u.session_id, u.run_id,
+           u.principal_id, u.memory_type, u.importance, u.content, u.content_hash, u.context,
+           u.entity_ids, u.source, u.sensitivity, u.source_session_id, u.source_message_ids,
+           u.metadata,
+           pg_catalog.tstzrange(coalesce(u.valid_from, pg_catalog.now()), null, '[)') as valid,
+           u.expires_at, u.embedding, u.context_embedding
+      from (select %(tenant_id)s::text as tenant_id, %(id)s::text as id,
+                   %(scope)s::harbor.memory_scope as scope, %(project_id)s::text as project_id,
+                   %(user_id)s::text as user_id, %(session_id)s::text as session_id,
+                   %(run_id)s::text as run_id, %(principal_id)s::text as principal_id,
+                   %(memory_type)s::harbor.memory_type as memory_type,
+                   %(importance)s::real as importance, %(content)s::text as content,
+                   %(content_hash)s::text as content_hash, %(context)s::text as context,
+                   %(entity_ids)s::text[] as entity_ids, %(source)s::text as source,
+                   %(sensitivity)s::harbor.sensitivity as sensitivity,
+                   %(source_session_id)s::text as source_session_id,
+                   %(source_message_ids)s::text[] as source_message_ids,
+                   %(metadata)s::jsonb as metadata,
+                   %(valid_from)s::timestamptz as valid_from,
+                   %(expires_at)s::timestamptz as expires_at,
+                   %(embedding)s::public.vector as embedding,
+                   %(context_embedding)s::public.vector as context_embedding) u
+), inserted as (
+    insert into harbor.memories as m (tenant_id, id, scope, project_id, user_id, session_id,
+                                      run_id, principal_id, memory_type, importance, content,
+                                      content_hash, context, entity_ids, source, sensitivity,
+                                      source_session_id, source_message_ids, metadata, valid,
+                                      expires_at)
+    select i.tenant_id, i.id, i.scope, i.project_id, i.user_id, i.session_id, i.run_id,
+           i.principal_id, i.memory_type, i.importance, i.content, i.content_hash, i.context,
+           i.entity_ids, i.source, i.sensitivity, i.source_session_id, i.source_message_ids,
+           i.metadata, i.valid, i.expires_at
+      from input i
+    on conflict do nothing
+    returning m
+), owners as materialized (
+    -- the owner key's graph decision, as in save_memories (only with a vector)
+    select k.*, s.in_graph, s.promote
+      from (select i.tenant_id, i.scope, i.user_id, i.project_id, i.session_id, i.run_id,
+                   (i.embedding is not null)::integer
+                   + (i.context_embedding is not null)::integer as vectors
+              from input i
+             where i.embedding is not null or i.context_embedding is not null) k
+     cross join lateral harbor.vector_owner_graph(k.tenant_id, %(model_id)s::text, k.scope,
+                                                  k.user_id, k.project_id, k.session_id,
+                                                  k.run_id, k.vectors) s
+), embedded as (
+    insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims, embedding,
+                                          scope, project_id, user_id, session_id, run_id,
+                                          with_context, in_graph)
+    select (n.m).tenant_id, (n.m).id, %(model_id)s::text, public.vector_dims(v.embedding),
+           v.embedding, (n.m).scope, (n.m).project_id, (n.m).user_id, (n.m).session_id,
+           (n.m).run_id, v.with_context, o.in_graph
+      from inserted n
+     cross join input i
+     cross join owners o
+     cross join lateral (values (i.embedding, false), (i.context_embedding, true))
+           as v(embedding, with_context)
+     where v.embedding is not null
+), promoted as (
+    select harbor.promote_vector_owner(o.tenant_id, %(model_id)s::text, o.scope, o.user_id,
+                                       o.project_id, o.session_id, o.run_id,
+                                       o.vectors) as n
+      from owners o
+     where o.promote
+), saved as materialized (
+    select n.m, true as created
+      from inserted n
+    union all
+    -- the duplicate that kept it out, when the statement sees it (the unique index's key;
+    -- not one past its expiry: the caller closes it and saves the memory again)
+    (select d, false
+       from input i
+       join harbor.memories d
+         on d.tenant_id = i.tenant_id and d.user_id = i.user_id
+        and d.project_id = i.project_id and d.session_id = i.session_id
+        and d.run_id = i.run_id and d.content_hash = i.content_hash and d.scope = i.scope
+      where not exists (select from inserted)
+        and pg_catalog.upper_inf(d.valid)
+        and not coalesce(d.expires_at <= pg_catalog.now(), false)
+      limit 1)
+)
+select 1 as ord, s.created, (s.m).id, (s.m).tenant_id, (s.m).scope::text as scope,
+       (s.m).project_id, (s.m).principal_id, (s.m).user_id, (s.m).session_id, (s.m).run_id,
+       (s.m).memory_type::text as memory_type, (s.m).content, (s.m).content_hash,
+       (s.m).importance, (s.m).entity_ids, (s.m).source,
+       (s.m).sensitivity::text as sensitivity, pg_catalog.lower((s.m).valid) as valid_from,
+       pg_catalog.upper((s.m).valid) as invalid_at, (s.m).superseded_by,
+       (s.m).source_session_id, (s.m).source_message_ids, (s.m).metadata, (s.m).context,
+       (s.m).created_at, (s.m).updated_at, (s.m).expires_at
+  from (select) one
+  left join saved s on true
+ -- (promoted is read, so that it runs)
+ where (select coalesce(pg_catalog.sum(p.n), 0) from promoted p) >= 0

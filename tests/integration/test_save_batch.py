@@ -4,6 +4,8 @@ one round trip."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import psycopg
 
 from harbor_pg.db.connection import Database
@@ -17,6 +19,73 @@ from tests.roundtrips import RoundTripProxy
 ALICE = MemoryOwner(tenant_id="t1", principal_id="alice", session_id="s1")
 V = [0.1] * 8
 W = [0.2] * 8
+
+
+async def test_one_memory_with_everything_it_can_carry(database: Database) -> None:
+    """save of one memory (save_memory): every field and both vectors stored as given, a
+    second save of the same content the stored memory, created false."""
+    store = PostgresLongTermStore(database)
+    start = datetime.now(UTC) - timedelta(days=2)
+    memory = Memory(
+        content="Alice moved to Lisbon",
+        context="Where does Alice live now?",
+        entity_ids=["alice", "lisbon"],
+        source_session_id="s1",
+        source_message_ids=["m1", "m2"],
+        metadata={"k": [1, "two"]},
+        importance=0.9,
+        valid_from=start,
+        expires_at=start + timedelta(days=30),
+    )
+    first = await store.save(ALICE, memory, V, "m8", context_embedding=W)
+    assert first.created
+    saved = first.memory
+    assert (saved.content, saved.context, saved.entity_ids) == (
+        memory.content,
+        memory.context,
+        ["alice", "lisbon"],
+    )
+    assert (saved.source_session_id, saved.source_message_ids, saved.metadata) == (
+        "s1",
+        ["m1", "m2"],
+        {"k": [1, "two"]},
+    )
+    assert (saved.importance, saved.valid_from, saved.expires_at) == (
+        0.9,
+        start,
+        start + timedelta(days=30),
+    )
+    async with database.transaction(ALICE) as conn:
+        cur = await conn.execute(
+            "select with_context, embedding::text from harbor.memory_embeddings"
+            " where memory_id = %s order by with_context",
+            [saved.id],
+        )
+        vectors = [(r["with_context"], r["embedding"]) for r in await cur.fetchall()]
+    assert vectors == [
+        (False, "[" + ",".join(["0.1"] * 8) + "]"),
+        (True, "[" + ",".join(["0.2"] * 8) + "]"),
+    ]
+    again = await store.save(ALICE, Memory(content="Alice moved to Lisbon"), V, "m8")
+    assert not again.created and again.memory.id == saved.id
+
+
+async def test_a_duplicate_past_its_expiry_is_closed_and_the_memory_saved_afresh(
+    database: Database,
+) -> None:
+    """One memory whose only duplicate expired while no sweep closed it: the duplicate is
+    closed at its expiry and the memory saved as a new one."""
+    manager = MemoryManager.from_database(database)
+    start = datetime.now(UTC) - timedelta(hours=2)
+    expiry = start + timedelta(hours=1)
+    old = await manager.save(
+        ALICE, Memory(content="Alice is in Porto", valid_from=start, expires_at=expiry)
+    )
+    assert old.created
+    new = await manager.save(ALICE, Memory(content="Alice is in Porto"))
+    assert new.created and new.memory.id != old.memory.id
+    closed = await manager.get(ALICE, old.memory.id)
+    assert closed is not None and closed.invalid_at == expiry
 
 
 async def test_duplicates_in_the_batch_and_in_the_store(database: Database) -> None:
@@ -92,10 +161,10 @@ async def test_a_save_and_a_batch_are_one_round_trip_each(
 async def test_save_and_save_many_run_the_generic_plan(
     fresh_db: PgDatabase,
 ) -> None:
-    """psycopg prepares save_memories once it has run five times on a connection; a save
-    of one memory then runs the statement's generic plan (planned once, not on every
-    call: left to choose, the server keeps planning it, its custom plans looking
-    cheaper), and so does a batch."""
+    """psycopg prepares a statement once it has run five times on a connection; a save
+    of one memory (save_memory) then runs its statement's generic plan (planned once, not
+    on every call: left to choose, the server keeps planning it, its custom plans looking
+    cheaper), and so does a batch (save_memories)."""
     db = Database(fresh_db.app_url, min_size=1, max_size=1)
     await db.open()
     try:
@@ -104,10 +173,13 @@ async def test_save_and_save_many_run_the_generic_plan(
             await store.save(ALICE, Memory(content=f"fact {i}"), V, "m8")
         plans = (
             "select generic_plans, custom_plans from pg_prepared_statements"
-            " where statement like '%Save a batch of memories with their vectors%'"
+            " where statement like %(text)s"
         )
+        one = {"text": "%save_memories for one memory (save)%"}
+        batch = {"text": "%Save a batch of memories with their vectors%"}
         async with db.transaction(ALICE) as conn:
-            [row] = await (await conn.execute(plans)).fetchall()
+            [row] = await (await conn.execute(plans, one)).fetchall()
+            assert not await (await conn.execute(plans, batch)).fetchall()
         generic, custom = row["generic_plans"], row["custom_plans"]
         assert custom == 0 and generic >= 6
         for i in range(8):
@@ -115,8 +187,9 @@ async def test_save_and_save_many_run_the_generic_plan(
                 ALICE, [Memory(content=f"batch {i} {k}") for k in range(3)], [V] * 3, "m8"
             )
         async with db.transaction(ALICE) as conn:
-            [row] = await (await conn.execute(plans)).fetchall()
+            [row] = await (await conn.execute(plans, batch)).fetchall()
         generic_after, custom_after = row["generic_plans"], row["custom_plans"]
-        assert custom_after == 0 and generic_after == generic + 8
+        # (psycopg prepares a statement at its sixth run on the connection)
+        assert custom_after == 0 and generic_after == 8 - 5
     finally:
         await db.close()

@@ -55,3 +55,17 @@ def test_export_and_inspect_read_every_memory_column() -> None:
 
 def test_snapshot_recalls_as_recall_does() -> None:
     assert _recall_call("snapshot") == _recall_call("recall")
+
+
+def _saved_columns(name: str) -> list[str]:
+    """The select list after ``s.created`` in the final select of a save statement."""
+    text = query(name)
+    start = text.index("s.created,", text.index("\nselect ")) + len("s.created,")
+    end = re.compile(r"\n\s*from\b").search(text, start)
+    assert end is not None, name
+    return [" ".join(part.split()) for part in text[start : end.start()].split(",")]
+
+
+def test_one_memory_save_returns_what_a_batch_save_returns() -> None:
+    assert _saved_columns("save_memory") == _saved_columns("save_memories")
+    assert len(_saved_columns("save_memory")) == len(_columns("get_memory"))
