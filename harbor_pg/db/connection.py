@@ -502,10 +502,19 @@ class Database:
                         await conn.execute("begin")
                         for command in local_identity(owner):
                             await conn.execute(command)
+                        if plan_cache_mode is not None:
+                            await conn.execute(
+                                query("set_plan_cache_mode"), {"mode": plan_cache_mode}
+                            )
+                    elif plan_cache_mode is not None:
+                        # (one statement for both: each statement of the pipeline costs
+                        # client and server work of its own)
+                        await conn.execute(
+                            query("set_identity_and_plan_cache_mode"),
+                            {**identity_params(owner), "mode": plan_cache_mode},
+                        )
                     else:
                         await conn.execute(query("set_identity"), identity_params(owner))
-                    if plan_cache_mode is not None:
-                        await conn.execute(query("set_plan_cache_mode"), {"mode": plan_cache_mode})
                     for statement, params in statements:
                         cur = conn.cursor(row_factory=row_factory)
                         await cur.execute(statement, params)

@@ -69,3 +69,13 @@ def _saved_columns(name: str) -> list[str]:
 def test_one_memory_save_returns_what_a_batch_save_returns() -> None:
     assert _saved_columns("save_memory") == _saved_columns("save_memories")
     assert len(_saved_columns("save_memory")) == len(_columns("get_memory"))
+
+
+def test_the_identity_of_a_generic_plan_save_is_set_identitys() -> None:
+    """set_identity_and_plan_cache_mode: set_identity's settings, then plan_cache_mode."""
+    both = " ".join(query("set_identity_and_plan_cache_mode").split())
+    identity = " ".join(query("set_identity").split())
+    body = identity[identity.index("select ") :]
+    assert both[both.index("select ") :] == (
+        body + ", pg_catalog.set_config('plan_cache_mode', %(mode)s::text, true)"
+    )
