@@ -440,7 +440,8 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
       be. The policies on the shards then hold their rows to the caller's (the
       legs apply the same visibility test again), so the guarantee stands;
     - the statement rewrites of :mod:`harbor_pg.db.citus_rewrites`;
-    - the files of ``CITUS_FILES`` (``sql/citus/``);
+    - the files of ``CITUS_FILES`` (``sql/citus/``), and the append's function
+      (``sql/citus/append.sql``) registered to run on the worker of the tenant it names;
     - ``harbor.graph_min_vectors()`` returns 0: every vector goes in the HNSW graph,
       as before migration 0018 (a distributed database saves each memory by the
       per-row statements, which do not promote an owner key that grows; the rows
@@ -513,6 +514,12 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
         for statement in _statements(read_sql(file)):
             conn.execute(statement)
     conn.execute("select create_distributed_function('harbor._memory_history_citus()')")
+    # the append's call goes whole to the tenant's worker (sql/citus/append.sql), inside a
+    # transaction block too (force_delegation)
+    conn.execute(
+        "select create_distributed_function(%s, %s, colocate_with => %s, force_delegation => true)",
+        (APPEND_FUNCTION, "p_tenant_id", "harbor.messages"),
+    )
     if conn.execute("select to_regprocedure('harbor.graph_min_vectors()')").fetchone()[0]:  # type: ignore[index]
         conn.execute(
             "create or replace function harbor.graph_min_vectors() returns integer"
@@ -522,6 +529,12 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
 
 
 _VOLATILITY = {"v": "volatile", "s": "stable", "i": "immutable"}
+
+#: the append in one call Citus delegates to the tenant's worker (sql/citus/append.sql)
+APPEND_FUNCTION = (
+    "harbor.append_turn(text, text, text, text, text, text, harbor.message_role, text, text,"
+    " jsonb, text, jsonb, integer, bigint, double precision)"
+)
 
 
 # harbor._binding() on Citus: the single-server statement (sql/functions/identity.sql)

@@ -544,6 +544,24 @@ class Database:
             lambda: self._pipeline(owner, statements, dict_row, None), retry_on=ShardMovedError
         )
 
+    async def fetch_delegated(self, statement: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """Run one statement in autocommit, without setting the identity; return its rows
+        as dicts (again when a shard moved under it, as the one-round-trip calls).
+
+        For a call that Citus delegates whole to one worker, the distributed function that
+        carries the identity as its arguments and checks them there against the caller's
+        (``sql/citus/append.sql``): outside a transaction block the coordinator sends the
+        call alone, with no BEGIN, SET LOCAL or COMMIT for the worker.
+        """
+
+        async def once() -> list[dict[str, Any]]:
+            async with wrap_db_errors(), self._connection(self._pool) as conn:
+                cur = conn.cursor(row_factory=dict_row)
+                await cur.execute(statement, params)
+                return await cur.fetchall()
+
+        return await self.retrying(once, retry_on=ShardMovedError)
+
     @contextlib.contextmanager
     def sync_transaction(self, owner: MemoryOwner) -> Iterator[SyncConnection]:
         """A short-lived synchronous connection of its own (not from the pool),

@@ -61,6 +61,20 @@ def _append_params(owner: MemoryOwner, message: ConversationMessage) -> dict[str
     }
 
 
+def _delegated_params(
+    owner: MemoryOwner, params: dict[str, Any], due: dict[str, Any] | None
+) -> dict[str, Any]:
+    """``append_turn_delegated``'s parameters: the append's, the rest of the identity
+    (the call carries it), and the summary's (None: no summary check)."""
+    return {
+        **params,
+        "run_id": owner.run_id or "",
+        "min_turns": None,
+        "cooldown_seconds": None,
+        **(due or {}),
+    }
+
+
 def _recent_query(
     owner: MemoryOwner, limit: int, ttl_seconds: float | None
 ) -> tuple[str, dict[str, Any]]:
@@ -89,20 +103,14 @@ class PostgresShortTermStore:
     async def _append_citus(
         self, owner: MemoryOwner, params: dict[str, Any], due: dict[str, Any] | None
     ) -> tuple[dict[str, Any], bool]:
-        """The append on a distributed database: the user's lock, the session's, the turn and (with
-        ``due``, the summary's parameters) whether a summary is due, as statements of
-        their own in one transaction and one round trip, each sent whole to the tenant's
-        worker (``sql/queries/citus.sql``)."""
-        statements = [
-            (query("append_user_lock_citus"), params),
-            (query("append_session_lock_citus"), params),
-            (query("append_turn_citus"), params),
-        ]
-        if due is not None:
-            statements.append((query("append_summary_due_citus"), {**params, **due}))
-        results = await self.db.fetch_each_in_one_round_trip(owner, statements)
-        [row] = results[2]
-        return row, bool(results[3][0]["summary_due"]) if due is not None else False
+        """The append on a distributed database: one call (``append_turn_delegated``) that
+        Citus sends whole to the tenant's worker, which takes the user's lock and the
+        session's, stores the turn and (with ``due``, the summary's parameters) tells
+        whether a summary is due (``sql/citus/append.sql``)."""
+        [row] = await self.db.fetch_delegated(
+            query("append_turn_delegated"), _delegated_params(owner, params, due)
+        )
+        return row, bool(row["summary_due"]) if due is not None else False
 
     async def append_and_check_summary(
         self,
@@ -174,7 +182,14 @@ class PostgresShortTermStore:
         """:meth:`append` without an event loop (see :meth:`Database.sync_transaction`)."""
         params = _append_params(owner, message)
         with self.db.sync_transaction(owner) as conn:
-            row = conn.execute(query("append_message"), params).fetchone()
+            if self.db.set_local:
+                # (the same call as append's on a distributed database: its ids are drawn on
+                # the tenant's worker, and a session's must stay in commit order)
+                row = conn.execute(
+                    query("append_turn_delegated"), _delegated_params(owner, params, None)
+                ).fetchone()
+            else:
+                row = conn.execute(query("append_message"), params).fetchone()
         assert row is not None
         return message.model_copy(update={"id": row["id"], "created_at": row["created_at"]})
 

@@ -76,49 +76,28 @@ drop trigger if exists memories_announce_insert on harbor.memories;
 drop trigger if exists memories_announce_update on harbor.memories;
 drop trigger if exists memories_announce_delete on harbor.memories
 
--- The Citus forms of a turn's append and a memory's save (short_term.sql's
--- append_message and append_message_check_summary, long_term.sql's insert_memory and
--- get_memory), used on a distributed database (Database.set_local). One statement with
--- a writing CTE is planned there in steps: the CTE runs first, its result is copied to
--- the workers, the INSERT is pulled through the coordinator, and the transaction, having
--- reached more than one node, commits in two phases (an append took 6.6 ms against
--- 0.65 on one server). The same parts as statements of their own, sent in one round
--- trip and one transaction, each carry the tenant and go whole to the tenant's worker:
--- one worker, one-phase commit. They run in the order of the single statement's parts.
+-- The Citus form of a memory's save (long_term.sql's insert_memory and get_memory),
+-- used on a distributed database (Database.set_local). One statement with a writing CTE
+-- is planned there in steps: the CTE runs first, its result is copied to the workers, the
+-- INSERT is pulled through the coordinator, and the transaction, having reached more than
+-- one node, commits in two phases. The same parts as statements of their own, sent in one
+-- round trip and one transaction, each carry the tenant and go whole to the tenant's
+-- worker: one worker, one-phase commit. They run in the order of the single statement's
+-- parts.
 
--- name: append_user_lock_citus
--- The user's lock (append_message's user_lock CTE as a statement, migration 0027): held
--- to commit, taken before the session's by the next statement.
-insert into harbor.owner_locks as l (tenant_id, user_id, session_id, scope)
-values (%(tenant_id)s::text, %(user_id)s::text, '', 'user')
-on conflict (tenant_id, user_id, session_id, scope, project_id, run_id)
-do update set scope = excluded.scope where false
-
--- name: append_session_lock_citus
--- The session's lock (append_message's session_lock CTE as a statement), after the
--- user's: held to commit, taken before the turn's id is drawn by the next statement.
-insert into harbor.owner_locks as l (tenant_id, user_id, session_id, scope)
-values (%(tenant_id)s::text, %(user_id)s::text, %(session_id)s::text, 'session')
-on conflict (tenant_id, user_id, session_id, scope, project_id, run_id)
-do update set scope = excluded.scope where false
-
--- name: append_turn_citus
--- The turn, after append_session_lock_citus in the same transaction.
-insert into harbor.messages (tenant_id, user_id, session_id, project_id, principal_id, role,
-                             content, name, tool_calls, tool_call_id, metadata, token_estimate)
-values (%(tenant_id)s::text, %(user_id)s::text, %(session_id)s::text, %(project_id)s::text,
-        %(principal_id)s::text, %(role)s::harbor.message_role, %(content)s::text,
-        %(name)s::text, %(tool_calls)s::jsonb, %(tool_call_id)s::text, %(metadata)s::jsonb,
-        %(token_estimate)s::integer)
-returning id, created_at
-
--- name: append_summary_due_citus
--- Whether the session is due a background summary, after append_turn_citus in the same
--- transaction (the new turn is seen: no unseen turn to add).
-select d.due as summary_due
-  from harbor.summary_due_rows(%(tenant_id)s::text, %(user_id)s::text,
-                               %(session_id)s::text, %(min_turns)s::bigint,
-                               %(cooldown_seconds)s::double precision, 0) d
+-- name: append_turn_delegated
+-- A turn's append (short_term.sql's append_message and, with %(min_turns)s not null,
+-- append_message_check_summary) on a distributed database: one call of
+-- harbor.append_turn (sql/citus/append.sql), which Citus sends whole to the tenant's
+-- worker. The identity is its arguments (the worker checks them against the caller's);
+-- sent in autocommit, it needs no transaction block.
+select t.id, t.created_at, t.summary_due
+  from harbor.append_turn(%(tenant_id)s::text, %(project_id)s::text, %(principal_id)s::text,
+                          %(user_id)s::text, %(session_id)s::text, %(run_id)s::text,
+                          %(role)s::harbor.message_role, %(content)s::text, %(name)s::text,
+                          %(tool_calls)s::jsonb, %(tool_call_id)s::text, %(metadata)s::jsonb,
+                          %(token_estimate)s::integer, %(min_turns)s::bigint,
+                          %(cooldown_seconds)s::double precision) t
 
 -- name: close_expired_duplicate_citus
 -- insert_memory's expired CTE as a statement: a current duplicate past its expiry,

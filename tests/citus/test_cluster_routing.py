@@ -430,32 +430,27 @@ async def _facade_commands(
     return sent
 
 
-@pytest.mark.parametrize("call", ["append", "save"])
-def test_the_facades_append_and_save_commit_on_the_tenants_worker_in_one_phase(
-    routed: ClusterDatabase, call: str
+def test_the_facades_save_commits_on_the_tenants_worker_in_one_phase(
+    routed: ClusterDatabase,
 ) -> None:
     # as statements of their own (sql/queries/citus.sql), each naming the tenant, the
-    # parts of an append and of a save go whole to the tenant's worker: no intermediate
-    # result copied to the other worker, and a one-phase commit there (a statement with
-    # a writing CTE was planned in steps that reached both workers and committed in two
-    # phases)
+    # parts of a save go whole to the tenant's worker: no intermediate result copied to
+    # the other worker, and a one-phase commit there (a statement with a writing CTE was
+    # planned in steps that reached both workers and committed in two phases). (The
+    # append, one delegated call: tests/citus/test_cluster_append.py.)
     owner = MemoryOwner(tenant_id="route-a", principal_id="ann", session_id="s-facade")
 
     async def run(manager: MemoryManager) -> None:
         await manager.append(owner, ConversationMessage(role="user", content="hello there"))
-        if call == "save":
-            await manager.save(owner, Memory(content=f"ann: a saved fact {call}"))
+        await manager.save(owner, Memory(content="ann: a saved fact save"))
 
-    if call == "save":
-        # the append first, then only the save's commands
-        asyncio.run(_facade_commands(routed, run))
+    # the append first, then only the save's commands
+    asyncio.run(_facade_commands(routed, run))
 
-        async def run_save(manager: MemoryManager) -> None:
-            await manager.save(owner, Memory(content="ann: another saved fact"))
+    async def run_save(manager: MemoryManager) -> None:
+        await manager.save(owner, Memory(content="ann: another saved fact"))
 
-        sent = asyncio.run(_facade_commands(routed, run_save))
-    else:
-        sent = asyncio.run(_facade_commands(routed, run))
+    sent = asyncio.run(_facade_commands(routed, run_save))
     port = routed.node_of(owner.tenant_id).port
     assert _queries(sent), sent
     assert {p for p, _command in sent} == {port}, sent
@@ -465,15 +460,18 @@ def test_the_facades_append_and_save_commit_on_the_tenants_worker_in_one_phase(
 
 def test_the_facades_append_waits_for_an_erasure_of_its_user(routed: ClusterDatabase) -> None:
     # an erasure of a user takes the user's row of harbor.owner_locks first (harbor.erase);
-    # on the cluster the append takes it too, before its session's, in a statement of its
-    # own: while another transaction holds it, an append in a new session waits
+    # on the cluster the append takes it too, before its session's (sql/citus/append.sql):
+    # while another transaction holds it, an append in a new session waits
     owner = MemoryOwner(tenant_id="route-a", principal_id="ann", session_id="s-new-during")
     blocker = psycopg.connect(routed.app_url)
     try:
         _identity(blocker, owner)
-        # the user's lock, as an erasure of the user holds it
+        # the user's lock, as an erasure of the user takes it (harbor.erase)
         blocker.execute(
-            query("append_user_lock_citus"),
+            "insert into harbor.owner_locks as l (tenant_id, user_id, session_id, scope)"
+            " values (%(tenant_id)s, %(user_id)s, '', 'user')"
+            " on conflict (tenant_id, user_id, session_id, scope, project_id, run_id)"
+            " do update set scope = excluded.scope where false",
             {"tenant_id": owner.tenant_id, "user_id": owner.user_id},
         )
 

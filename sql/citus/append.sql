@@ -1,0 +1,117 @@
+-- A turn's append on a distributed database, in one call that Citus delegates whole to
+-- the tenant's worker (harbor-pg distribute registers it with create_distributed_function,
+-- distribution argument p_tenant_id, co-located with harbor.messages; harbor_pg.db.citus).
+-- The coordinator sends the one call, in autocommit: no transaction block, no SET LOCAL,
+-- no commit round trip; the worker runs the append's steps on its own shards (Citus's
+-- local execution) and commits. The statements it replaces (one per step, each routed
+-- from the coordinator) paid the coordinator's and the worker's planning and a hop
+-- each, and the transaction's BEGIN and COMMIT on the worker two more.
+--
+-- The identity travels as the call's arguments, so the function sets it (set_config,
+-- local to the worker's transaction) and then checks it against what the policies
+-- read: harbor.caller_tenant(), caller_user() and caller_session() give a bound role's
+-- binding (the reference table, read from the worker's own placement) whatever was set,
+-- and an unbound login the values just set. A caller that names another tenant (the
+-- distribution argument: the call is sent to that tenant's worker), user or session than
+-- its own is refused before any row is read or locked. The statements then run as the
+-- caller (security invoker), under the same policies as every other write.
+--
+-- Its steps are append_message's (sql/queries/short_term.sql), in the same order:
+-- - the user's lock, then the session's: both rows of harbor.owner_locks locked FOR
+--   UPDATE in one statement, the user's first (the rows are locked in the sort's order;
+--   the lock ON CONFLICT DO UPDATE takes, so an erasure of the user, which takes the
+--   user's row first, waits for the appends in flight and later ones wait for it). A
+--   row not there yet (the user's or session's first turn) is inserted by append_message's
+--   own statements, user's first;
+-- - the turn's id, drawn after both locks are held, so within a session ids are in commit
+--   order. A worker draws ids from its own range of the sequence (Citus gives each node
+--   one); a tenant whose shards moved to a node with a lower range would draw ids below
+--   its earlier turns', so the id is also kept above the session's last one (read under
+--   the session's lock), the next free one above it when the range is lower;
+-- - with p_min_turns, whether the session is now due a background summary
+--   (harbor.summary_due_rows, the new turn seen).
+create or replace function harbor.append_turn(
+    p_tenant_id text, p_project_id text, p_principal_id text, p_user_id text,
+    p_session_id text, p_run_id text, p_role harbor.message_role, p_content text,
+    p_name text, p_tool_calls jsonb, p_tool_call_id text, p_metadata jsonb,
+    p_token_estimate integer, p_min_turns bigint default null,
+    p_cooldown_seconds double precision default null,
+    out id bigint, out created_at timestamptz, out summary_due boolean)
+    language plpgsql volatile security invoker
+    set search_path to pg_catalog, pg_temp
+as $$
+declare
+    v_locked bigint;
+    v_last bigint;
+    v_id bigint;
+begin
+    perform pg_catalog.set_config('harbor.tenant_id', coalesce(p_tenant_id, ''), true),
+            pg_catalog.set_config('harbor.project_id', coalesce(p_project_id, ''), true),
+            pg_catalog.set_config('harbor.principal_id', coalesce(p_principal_id, ''), true),
+            pg_catalog.set_config('harbor.user_id', coalesce(p_user_id, ''), true),
+            pg_catalog.set_config('harbor.session_id', coalesce(p_session_id, ''), true),
+            pg_catalog.set_config('harbor.run_id', coalesce(p_run_id, ''), true);
+    if p_tenant_id is distinct from harbor.caller_tenant()
+       or p_user_id is distinct from harbor.caller_user()
+       or p_session_id is distinct from harbor.caller_session() then
+        raise exception 'harbor.append_turn: the turn''s tenant, user or session is not the caller''s'
+            using errcode = '42501';
+    end if;
+    perform 1 from harbor.owner_locks l
+     where l.tenant_id = p_tenant_id and l.user_id = p_user_id
+       and ((l.scope = 'user' and l.session_id = '')
+            or (l.scope = 'session' and l.session_id = p_session_id))
+       and l.project_id = '' and l.run_id = ''
+     order by l.scope = 'user' desc
+       for update;
+    get diagnostics v_locked = row_count;
+    if v_locked < 2 then
+        insert into harbor.owner_locks as l (tenant_id, user_id, session_id, scope)
+        values (p_tenant_id, p_user_id, '', 'user')
+        on conflict (tenant_id, user_id, session_id, scope, project_id, run_id)
+        do update set scope = excluded.scope where false;
+        insert into harbor.owner_locks as l (tenant_id, user_id, session_id, scope)
+        values (p_tenant_id, p_user_id, p_session_id, 'session')
+        on conflict (tenant_id, user_id, session_id, scope, project_id, run_id)
+        do update set scope = excluded.scope where false;
+    end if;
+    select m.id into v_last from harbor.messages m
+     where m.tenant_id = p_tenant_id and m.user_id = p_user_id
+       and m.session_id = p_session_id
+     order by m.id desc limit 1;
+    v_id := pg_catalog.nextval('harbor.messages_id_seq'::pg_catalog.regclass);
+    loop
+        if v_id <= v_last then
+            v_id := v_last + 1;
+        end if;
+        insert into harbor.messages as m (tenant_id, id, user_id, session_id, project_id,
+                                          principal_id, role, content, name, tool_calls,
+                                          tool_call_id, metadata, token_estimate)
+        overriding system value
+        values (p_tenant_id, v_id, p_user_id, p_session_id, p_project_id, p_principal_id,
+                p_role, p_content, p_name, p_tool_calls, p_tool_call_id, p_metadata,
+                p_token_estimate)
+        on conflict do nothing
+        returning m.id, m.created_at into id, created_at;
+        exit when found;
+        -- (the id is another session's of the tenant: the next one)
+        v_last := v_id;
+    end loop;
+    if p_min_turns is not null then
+        select d.due into summary_due
+          from harbor.summary_due_rows(p_tenant_id, p_user_id, p_session_id, p_min_turns,
+                                       p_cooldown_seconds, 0) d;
+    end if;
+end
+$$;
+alter function harbor.append_turn(text, text, text, text, text, text, harbor.message_role, text,
+                                  text, jsonb, text, jsonb, integer, bigint, double precision)
+    owner to harbor_owner;
+revoke all on function harbor.append_turn(text, text, text, text, text, text,
+                                          harbor.message_role, text, text, jsonb, text, jsonb,
+                                          integer, bigint, double precision)
+    from public, harbor_admin, harbor_search;
+grant execute on function harbor.append_turn(text, text, text, text, text, text,
+                                             harbor.message_role, text, text, jsonb, text,
+                                             jsonb, integer, bigint, double precision)
+    to harbor_app;

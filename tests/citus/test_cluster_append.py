@@ -1,0 +1,280 @@
+"""On the cluster, a turn's append is one call that Citus delegates to the tenant's
+worker (harbor.append_turn, sql/citus/append.sql): one command reaches the worker and no
+other node; the identity it carries as arguments is checked there against the caller's
+binding, so a bound role that names another tenant, user or session is refused and
+nothing of theirs is read or written; turns appended concurrently keep their commit
+order within a session."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import errors
+from psycopg.types.json import Jsonb
+
+from harbor_pg.db.connection import Database, local_identity
+from harbor_pg.db.sqlfiles import query
+from harbor_pg.manager import MemoryManager
+from harbor_pg.owner import MemoryOwner
+from harbor_pg.records import ConversationMessage
+from harbor_pg.tiers.short_term import PostgresShortTermStore
+from tests.citus.conftest import ClusterDatabase
+from tests.citus.test_cluster_routing import _facade_commands, _queries
+
+ANN = MemoryOwner(tenant_id="append-a", principal_id="ann", session_id="s1")
+BOB = MemoryOwner(tenant_id="append-b", principal_id="bob", session_id="s1")
+ROLE = "harbor_test_append_bound"
+
+
+def _call(owner: MemoryOwner, content: str, **overrides: Any) -> dict[str, Any]:
+    """append_turn_delegated's parameters for a turn of ``owner`` (``overrides``: the
+    arguments an attacker changes)."""
+    return {
+        "tenant_id": owner.tenant_id,
+        "project_id": "",
+        "principal_id": owner.principal_id,
+        "user_id": owner.user_id,
+        "session_id": owner.session_id,
+        "run_id": "",
+        "role": "user",
+        "content": content,
+        "name": None,
+        "tool_calls": Jsonb([]),
+        "tool_call_id": None,
+        "metadata": Jsonb({}),
+        "token_estimate": 1,
+        "min_turns": None,
+        "cooldown_seconds": None,
+        **overrides,
+    }
+
+
+def _turns(url: str, tenant: str) -> list[tuple[str, str, str]]:
+    """Every turn of ``tenant`` (read as a superuser): (user, session, content)."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "select user_id, session_id, content from harbor.messages where tenant_id = %s"
+            " order by id",
+            (tenant,),
+        ).fetchall()
+    return [(str(u), str(s), str(c)) for u, s, c in rows]
+
+
+def _locks(url: str, tenant: str) -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "select count(*) from harbor.owner_locks where tenant_id = %s", (tenant,)
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_the_facades_append_is_one_call_on_the_tenants_worker(
+    cluster_db: ClusterDatabase,
+) -> None:
+    # Citus's log of the commands the coordinator sends: the append (with its summary
+    # check: the facade's default) is one command, the function's call, to the tenant's
+    # worker; no BEGIN, SET LOCAL or COMMIT, and no other node
+    owner = MemoryOwner(tenant_id="append-a", principal_id="ann", session_id="s-one-hop")
+
+    async def run(manager: MemoryManager) -> None:
+        await manager.append(owner, ConversationMessage(role="user", content="hello there"))
+
+    sent = asyncio.run(_facade_commands(cluster_db, run))
+    port = cluster_db.node_of(owner.tenant_id).port
+    assert len(sent) == 1, sent
+    [(to, command)] = sent
+    assert to == port
+    assert re.match(r"SELECT .* FROM harbor\.append_turn\('append-a'::text", command), command
+    assert _queries(sent) == sent
+    assert ("ann", "s-one-hop", "hello there") in _turns(cluster_db.superuser_url, "append-a")
+
+
+def test_the_delegated_append_answers_as_the_statements_did(cluster_db: ClusterDatabase) -> None:
+    # the stored turn comes back with its id and time; the summary check counts it
+    owner = MemoryOwner(tenant_id="append-a", principal_id="ann", session_id="s-due")
+
+    async def run() -> list[tuple[int, bool]]:
+        db = Database(cluster_db.app_url, cluster_db.admin_url, min_size=1, max_size=1)
+        await db.open()
+        store = PostgresShortTermStore(db)
+        out = []
+        try:
+            for n in range(3):
+                stored, due = await store.append_and_check_summary(
+                    owner,
+                    ConversationMessage(role="user", content=f"turn {n}"),
+                    min_turns=2,
+                    cooldown_seconds=0,
+                )
+                assert stored.id is not None and stored.created_at is not None
+                out.append((int(stored.id), due))
+            plain = await store.append(owner, ConversationMessage(role="user", content="last"))
+            assert plain.id is not None and plain.id > out[-1][0]
+            recent = await store.recent(owner, 10)
+        finally:
+            await db.close()
+        assert [m.content for m in recent] == ["turn 0", "turn 1", "turn 2", "last"]
+        return out
+
+    appended = asyncio.run(run())
+    assert [due for _id, due in appended] == [False, True, True]
+    assert [i for i, _due in appended] == sorted(i for i, _due in appended)
+
+
+@pytest.fixture(scope="module")
+def bound_role(cluster_db: ClusterDatabase) -> Iterator[str]:
+    """A login bound to tenant append-a as user ann (an application's own role), with
+    what such a role is given: harbor_app's rights, without SET (docs/citus.md)."""
+    with psycopg.connect(cluster_db.superuser_url, autocommit=True) as su:
+        su.execute(f"drop role if exists {ROLE}")
+        su.execute(f"create role {ROLE} login")
+        su.execute(f"grant harbor_app to {ROLE} with inherit true, set false")
+    with psycopg.connect(cluster_db.admin_url) as admin:
+        admin.execute("set local harbor.tenant_id = 'append-a'")
+        admin.execute("select harbor.bind_role(%s, 'append-a', user_id => 'ann')", (ROLE,))
+    # a turn of bob's, which the attacks below must leave alone
+    with psycopg.connect(cluster_db.app_url, autocommit=True) as app:
+        app.execute(query("append_turn_delegated"), _call(BOB, "bob: his own turn"))
+    yield ROLE
+    with psycopg.connect(cluster_db.admin_url) as admin:
+        admin.execute("set local harbor.tenant_id = 'append-a'")
+        admin.execute("select harbor.unbind_role(%s)", (ROLE,))
+    with psycopg.connect(cluster_db.superuser_url, autocommit=True) as su:
+        su.execute(f"drop role {ROLE}")
+
+
+def test_a_bound_role_appends_its_own_turn(cluster_db: ClusterDatabase, bound_role: str) -> None:
+    with psycopg.connect(cluster_db.url_for(bound_role), autocommit=True) as conn:
+        row = conn.execute(query("append_turn_delegated"), _call(ANN, "ann: bound turn")).fetchone()
+    assert row is not None and row[0] is not None
+    assert ("ann", "s1", "ann: bound turn") in _turns(cluster_db.superuser_url, "append-a")
+
+
+ATTACKS = {
+    # the distribution argument names bob's tenant: the call goes to its worker
+    "another tenant": {"tenant_id": "append-b", "user_id": "bob", "principal_id": "bob"},
+    "another tenant, own user": {"tenant_id": "append-b"},
+    "another user of its tenant": {"user_id": "bob", "principal_id": "bob"},
+}
+
+
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+@pytest.mark.parametrize("how", ["autocommit", "set local", "worker"])
+def test_a_bound_role_naming_another_owner_in_the_call_is_refused(
+    cluster_db: ClusterDatabase, bound_role: str, attack: str, how: str
+) -> None:
+    # what the bound role can do: call the function with any arguments, in autocommit
+    # (the delegated call alone), in a transaction whose SET LOCALs name the same
+    # owner (they reach the worker too), or on the named tenant's worker directly. The
+    # worker checks the arguments against the binding before any row is read or locked:
+    # refused, and bob's tenant keeps its one turn and its locks
+    params = _call(ANN, "forged turn", **ATTACKS[attack])
+    victim = str(params["tenant_id"])
+    before = (_turns(cluster_db.superuser_url, victim), _locks(cluster_db.superuser_url, victim))
+    if how == "worker":
+        node = cluster_db.node_of(victim)
+        index = [w.port for w in cluster_db.cluster.workers].index(node.port)
+        url = cluster_db.worker_url(index, bound_role)
+    else:
+        url = cluster_db.url_for(bound_role)
+    with psycopg.connect(url, autocommit=how == "autocommit") as conn:
+        if how != "autocommit":
+            forged = MemoryOwner(
+                tenant_id=victim,
+                principal_id=str(params["principal_id"]),
+                user_id=str(params["user_id"]),
+                session_id="s1",
+            )
+            for command in local_identity(forged):
+                conn.execute(command)
+        with pytest.raises(errors.InsufficientPrivilege, match="not the caller's"):
+            conn.execute(query("append_turn_delegated"), params)
+    after = (_turns(cluster_db.superuser_url, victim), _locks(cluster_db.superuser_url, victim))
+    assert after == before
+    assert ("ann", "s1", "forged turn") not in _turns(cluster_db.superuser_url, "append-b")
+
+
+WRITERS = 6
+PER_WRITER = 15
+
+
+def test_concurrent_appends_keep_their_commit_order_on_the_cluster(
+    cluster_db: ClusterDatabase,
+) -> None:
+    # tests/integration/test_turn_order.py's property on the cluster: within a session
+    # the ids are in commit order, so a reader following id > cursor misses no turn
+    owner = MemoryOwner(tenant_id="append-a", principal_id="ann", session_id="s-order")
+
+    async def run() -> tuple[list[int], set[int]]:
+        db = Database(cluster_db.app_url, cluster_db.admin_url, min_size=4, max_size=4)
+        await db.open()
+        store = PostgresShortTermStore(db)
+        seen: list[int] = []
+        done = asyncio.Event()
+
+        async def follow() -> None:
+            cursor = 0
+            while True:
+                finishing = done.is_set()
+                page = await store.after(owner, cursor, 1000)
+                for m in page:
+                    assert m.id is not None
+                    seen.append(int(m.id))
+                    cursor = int(m.id)
+                if finishing and not page:
+                    return
+                await asyncio.sleep(0)
+
+        async def write(i: int) -> list[int]:
+            ids = []
+            for n in range(PER_WRITER):
+                stored = await store.append(
+                    owner, ConversationMessage(role="user", content=f"writer {i} turn {n}")
+                )
+                ids.append(int(stored.id or 0))
+            return ids
+
+        try:
+            reader = asyncio.create_task(follow())
+            written = await asyncio.gather(*(write(i) for i in range(WRITERS)))
+            done.set()
+            await reader
+        finally:
+            await db.close()
+        return seen, {i for ids in written for i in ids}
+
+    seen, appended = asyncio.run(run())
+    assert len(appended) == WRITERS * PER_WRITER
+    assert sorted(seen) == seen
+    assert set(seen) == appended
+
+
+def test_an_append_after_a_move_to_a_lower_range_stays_above_the_sessions_turns(
+    cluster_db: ClusterDatabase,
+) -> None:
+    # each node draws ids from its own range of the sequence; turns drawn on a node with a
+    # higher range (the tenant's shards since moved) are planted here as the superuser:
+    # the next append's id comes after the session's last turn, past an id another
+    # session of the tenant holds
+    owner = MemoryOwner(tenant_id="append-a", principal_id="ann", session_id="s-moved")
+    high = 7 << 48
+    with psycopg.connect(cluster_db.superuser_url) as su:
+        for tenant_session, planted in (("s-moved", high), ("s-other", high + 1)):
+            su.execute(
+                "insert into harbor.messages (tenant_id, id, user_id, session_id, principal_id,"
+                " role, content) overriding system value"
+                " values ('append-a', %s, 'ann', %s, 'ann', 'user', 'planted')",
+                (planted, tenant_session),
+            )
+    with psycopg.connect(cluster_db.app_url, autocommit=True) as app:
+        first = app.execute(query("append_turn_delegated"), _call(owner, "after")).fetchone()
+        second = app.execute(query("append_turn_delegated"), _call(owner, "then")).fetchone()
+    assert first is not None and second is not None
+    assert first[0] == high + 2  # (high + 1 is s-other's)
+    assert second[0] == high + 3
