@@ -342,11 +342,28 @@ class PostgresLongTermStore:
         for a memory with a ``context``, the vector of the context followed by
         the content (``context_embedding``), both of ``model_id``."""
         vectors = _checked_vectors(memory, embedding, context_embedding, model_id)
+        return await self.save_embedded(owner, memory, vectors, model_id)
+
+    async def save_embedded(
+        self,
+        owner: MemoryOwner,
+        memory: Memory,
+        vectors: MemoryVectors | None,
+        model_id: str | None,
+    ) -> SaveResult:
+        """:meth:`save` with the memory's vectors already checked (finite numbers, the
+        context's only for a memory with a context, of one length): an embedder's
+        output after :func:`~harbor_pg.embedders.base.normalize_vector`. The model id
+        is checked here."""
+        if vectors is not None:
+            _checked_model_id(model_id)
         admin = memory.scope in ELEVATED_SCOPES
         read = _observed_ids(memory)
-        if read is not None and not admin and owner.user_id and context_embedding is None:
+        with_context = vectors is not None and vectors.with_context is not None
+        if read is not None and not admin and owner.user_id and not with_context:
             # an observation: written only while the facts it read are stored, fenced
             # against an erasure of its user (observation_write_guards)
+            embedding = vectors.content if vectors is not None else None
             fact = await self.add_fact(owner, memory, embedding=embedding, model_id=model_id)
             assert fact.memory is not None
             return SaveResult(memory=fact.memory, created=fact.created)

@@ -141,13 +141,8 @@ class LongTermWrites(FacadeBase):
             vectors = await embed_memories(embedder, [memory])
             if vectors is not None:
                 assert isinstance(store, PostgresLongTermStore)
-                return await store.save(
-                    caller,
-                    memory,
-                    vectors[0].content,
-                    embedder.model_id,
-                    context_embedding=vectors[0].with_context,
-                )
+                # (normalized, so checked: not checked again)
+                return await store.save_embedded(caller, memory, vectors[0], embedder.model_id)
         return await store.save(caller, memory, embedding, model_id)
 
     @traced(
