@@ -148,7 +148,7 @@ from harbor_pg.embedders.base import EmbedderError
 from harbor_pg.manager import MemoryManager
 from harbor_pg.owner import MemoryOwner
 from harbor_pg.records import Memory
-from harbor_pg.tiers.rows import recall_in_one_round_trip
+from harbor_pg.tiers.rows import recall_in_one_round_trip, recall_params
 
 QUESTION = "How does harbor-pg compare with mem0 and memnos on the same server and vectors?"
 
@@ -900,7 +900,13 @@ async def scaling(
                         await harbor.manager.save_many(owner, memories, batch_size=500)
                 written = size
                 load = time.perf_counter() - t0
+                # a store in steady state has its statistics (autovacuum analyses a
+                # table after a bulk write); the plans below are built from them
+                with psycopg.connect(with_params(su, dbname="harbor"), autocommit=True) as c:
+                    c.execute("analyze harbor.memories")
+                    c.execute("analyze harbor.memory_embeddings")
                 times: dict[str, list[float]] = {k: [] for k in curves}
+                legs: dict[str, list[float]] = {k: [] for k in LEG_CALLS}
                 prepared = []
                 for _conv, q in asks:
                     request = await harbor.recaller.prepare(
@@ -928,22 +934,60 @@ async def scaling(
                         rows = await recall_in_one_round_trip(harbor.db, owner, requests[mode])
                         times[mode].append(time.perf_counter() - t)
                         counts[mode].append(len(rows))
+                    # each candidate leg of the hybrid call on its own, with the arguments
+                    # harbor.recall() gives it, inside the server (EXPLAIN ANALYZE's
+                    # execution time: no transfer, no client)
+                    for leg, sql in LEG_CALLS.items():
+                        legs[leg].append(await _leg_ms(harbor.db, owner, sql, requests["hybrid"]))
                 cells = [f"{size:,}"]
                 for mode in curves:
                     p50 = latency_ms(times[mode])[0]
                     curves[mode].append(p50)
                     cells.append(f"{p50:.2f}")
+                hybrid = curves["hybrid"][-1]
+                for leg in LEG_CALLS:
+                    ms = statistics.median(legs[leg])
+                    cells.append(f"{ms:.2f} ({100 * ms / hybrid:.0f}%)")
                 cells.append(f"{statistics.mean(counts['hybrid']):.1f}")
                 table.append(cells)
                 print(
                     f"scaling {size:>7,}: hybrid {cells[1]} ms, dense {cells[2]} ms,"
-                    f" lexical {cells[3]} ms (load {load:.1f}s)",
+                    f" lexical {cells[3]} ms; inside the hybrid call: dense leg {cells[4]},"
+                    f" lexical leg {cells[5]} (load {load:.1f}s)",
                     flush=True,
                 )
         finally:
             await harbor.db.close()
             await harbor.exact_db.close()
     return table, curves
+
+
+# harbor.recall()'s two candidate legs as it calls them (max(2 x top_k, 50) candidates each,
+# the request's ceiling and exclusions): their share of a hybrid call
+LEG_CALLS = {
+    "dense": (
+        "explain (analyze, format json) select * from harbor._dense_candidates("
+        "%(embedding)s::public.vector, %(model_id)s::text,"
+        " %(scopes)s::text[]::harbor.memory_scope[], %(as_of)s::timestamptz,"
+        " greatest(coalesce(%(candidates)s::integer, 0), 2 * %(top_k)s::integer, 50),"
+        " p_max_sensitivity => %(max_sensitivity)s::harbor.sensitivity,"
+        " p_excluded_types => %(excluded)s::text[]::harbor.memory_type[])"
+    ),
+    "lexical": (
+        "explain (analyze, format json) select * from harbor._lexical_candidates("
+        "%(query)s::text, %(scopes)s::text[]::harbor.memory_scope[], %(as_of)s::timestamptz,"
+        " greatest(coalesce(%(candidates)s::integer, 0), 2 * %(top_k)s::integer, 50),"
+        " p_max_sensitivity => %(max_sensitivity)s::harbor.sensitivity,"
+        " p_excluded_types => %(excluded)s::text[]::harbor.memory_type[])"
+    ),
+}
+
+
+async def _leg_ms(db: Database, owner: MemoryOwner, sql: str, request: RecallRequest) -> float:
+    """Milliseconds one candidate leg takes inside the server for ``request``."""
+    rows = await db.fetch_in_one_round_trip(owner, sql, recall_params(request))
+    plan = rows[0]["QUERY PLAN"]
+    return float(plan[0]["Execution Time"])
 
 
 # why the curve bends is explained in docs/decisions.md ("An owner's recall cost follows
@@ -1147,7 +1191,10 @@ async def run(args: argparse.Namespace) -> None:
         for cells in table:
             print("| " + " | ".join(cells) + " |")
     if scaling_rows:
-        print("\n| memories | hybrid p50 ms | dense p50 ms | lexical p50 ms | returned |")
+        print(
+            "\n| memories | hybrid p50 ms | dense p50 ms | lexical p50 ms"
+            " | dense leg in hybrid (share) | lexical leg in hybrid (share) | returned |"
+        )
         for cells in scaling_rows:
             print("| " + " | ".join(cells) + " |")
     if args.record:
@@ -1192,7 +1239,15 @@ async def run(args: argparse.Namespace) -> None:
                     f" {args.scaling_questions} LoCoMo questions per size, raw harbor.recall(),"
                     " top 25"
                 ),
-                header=["memories", "hybrid p50 ms", "dense p50 ms", "lexical p50 ms", "returned"],
+                header=[
+                    "memories",
+                    "hybrid p50 ms",
+                    "dense p50 ms",
+                    "lexical p50 ms",
+                    "dense leg in hybrid (share)",
+                    "lexical leg in hybrid (share)",
+                    "returned",
+                ],
                 rows=scaling_rows,
                 notes="![recall p50 against the owner's size](img/recall_scaling.png)\n\n"
                 + SCALING_NOTES
