@@ -453,7 +453,9 @@ class Database:
         that transaction alone, in the same round trip: psycopg prepares a statement
         run often on a connection, and then the server plans it again on every run
         unless its generic plan looks cheaper than the custom ones (for save_memories,
-        a statement of many CTEs, planning was half of a one-memory save's time).
+        a statement of many CTEs, planning was half of a one-memory save's time). With
+        ``force_generic_plan`` the statements are prepared from their first run on the
+        connection (a generic plan is a prepared statement's).
 
         The identity, the statement and the pipeline sync are all written before
         the first wait for the server. In the extended protocol, statements sent
@@ -515,9 +517,13 @@ class Database:
                         )
                     else:
                         await conn.execute(query("set_identity"), identity_params(owner))
+                    # a generic plan is a prepared statement's: prepared from its first run
+                    # on the connection (psycopg would wait for its sixth, and plan each of
+                    # the five before it for their parameters)
+                    prepare = True if plan_cache_mode == "force_generic_plan" else None
                     for statement, params in statements:
                         cur = conn.cursor(row_factory=row_factory)
-                        await cur.execute(statement, params)
+                        await cur.execute(statement, params, prepare=prepare)
                         cursors.append(cur)
                     if self.set_local:
                         await conn.execute("commit")
