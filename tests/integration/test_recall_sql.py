@@ -750,6 +750,11 @@ _LINE_CASES = [
     "東京で会議",
     "mix 東京  and\tascii 🙂",
     "em\u2003space",
+    "naïve  café",
+    "café\tbar",
+    "  東京  大阪  ",
+    "中文 文本 和 English words",
+    " leading space, naïve",
 ]
 
 
