@@ -17,19 +17,21 @@
 -- caller (security invoker), under the same policies as every other write.
 --
 -- Its steps are append_message's (sql/queries/short_term.sql), in the same order:
--- - the user's lock, then the session's: both rows of harbor.owner_locks locked FOR
---   UPDATE in one statement, the user's first (the rows are locked in the sort's order;
---   the lock ON CONFLICT DO UPDATE takes, so an erasure of the user, which takes the
+-- - the user's lock, then the session's: their rows of harbor.owner_locks locked FOR
+--   UPDATE, the user's first (the lock ON CONFLICT DO UPDATE takes, so an erasure of the user, which takes the
 --   user's row first, waits for the appends in flight and later ones wait for it). A
---   row not there yet (the user's or session's first turn) is inserted by append_message's
---   own statements, user's first;
+--   row not there yet (the user's or session's first turn) is inserted as append_message
+--   inserts it, the user's first;
 -- - the turn's id, drawn after both locks are held, so within a session ids are in commit
 --   order. A worker draws ids from its own range of the sequence (Citus gives each node
 --   one); a tenant whose shards moved to a node with a lower range would draw ids below
 --   its earlier turns', so the id is also kept above the session's last one (read under
 --   the session's lock), the next free one above it when the range is lower;
--- - with p_min_turns, whether the session is now due a background summary
---   (harbor.summary_due_rows, the new turn seen).
+-- - with p_min_turns, whether the session is now due a background summary, the new turn
+--   seen: harbor.summary_due_rows's rule (sql/functions/tiers.sql) written out again, as
+--   statements on one table each (Citus plans that function's one statement, its
+--   sub-selects and join, through its router planner, about 1 ms a call on the worker;
+--   tests/citus/test_cluster_append.py holds the two to the same answers).
 create or replace function harbor.append_turn(
     p_tenant_id text, p_project_id text, p_principal_id text, p_user_id text,
     p_session_id text, p_run_id text, p_role harbor.message_role, p_content text,
@@ -44,6 +46,10 @@ declare
     v_locked bigint;
     v_last bigint;
     v_id bigint;
+    v_lease_until timestamptz;
+    v_summarised_at timestamptz;
+    v_turns_at_summary bigint;
+    v_turns bigint;
 begin
     perform pg_catalog.set_config('harbor.tenant_id', coalesce(p_tenant_id, ''), true),
             pg_catalog.set_config('harbor.project_id', coalesce(p_project_id, ''), true),
@@ -58,20 +64,22 @@ begin
             using errcode = '42501';
     end if;
     perform 1 from harbor.owner_locks l
-     where l.tenant_id = p_tenant_id and l.user_id = p_user_id
-       and ((l.scope = 'user' and l.session_id = '')
-            or (l.scope = 'session' and l.session_id = p_session_id))
-       and l.project_id = '' and l.run_id = ''
-     order by l.scope = 'user' desc
+     where l.tenant_id = p_tenant_id and l.user_id = p_user_id and l.session_id = ''
+       and l.scope = 'user' and l.project_id = '' and l.run_id = ''
        for update;
     get diagnostics v_locked = row_count;
+    perform 1 from harbor.owner_locks l
+     where l.tenant_id = p_tenant_id and l.user_id = p_user_id
+       and l.session_id = p_session_id and l.scope = 'session' and l.project_id = ''
+       and l.run_id = ''
+       for update;
+    get diagnostics v_turns = row_count;
+    v_locked := v_locked + v_turns;
     if v_locked < 2 then
+        -- (one statement: its rows are taken in the order written, the user's first)
         insert into harbor.owner_locks as l (tenant_id, user_id, session_id, scope)
-        values (p_tenant_id, p_user_id, '', 'user')
-        on conflict (tenant_id, user_id, session_id, scope, project_id, run_id)
-        do update set scope = excluded.scope where false;
-        insert into harbor.owner_locks as l (tenant_id, user_id, session_id, scope)
-        values (p_tenant_id, p_user_id, p_session_id, 'session')
+        values (p_tenant_id, p_user_id, '', 'user'),
+               (p_tenant_id, p_user_id, p_session_id, 'session')
         on conflict (tenant_id, user_id, session_id, scope, project_id, run_id)
         do update set scope = excluded.scope where false;
     end if;
@@ -97,10 +105,32 @@ begin
         -- (the id is another session's of the tenant: the next one)
         v_last := v_id;
     end loop;
-    if p_min_turns is not null then
-        select d.due into summary_due
-          from harbor.summary_due_rows(p_tenant_id, p_user_id, p_session_id, p_min_turns,
-                                       p_cooldown_seconds, 0) d;
+    if p_min_turns is null then
+        return;
+    end if;
+    select s.summary_lease_until, s.summarised_at, s.turns_at_summary
+      into v_lease_until, v_summarised_at, v_turns_at_summary
+      from harbor.session_state s
+     where s.tenant_id = p_tenant_id and s.user_id = p_user_id
+       and s.session_id = p_session_id;
+    if not found then
+        perform 1 from harbor.messages m
+         where m.tenant_id = p_tenant_id and m.user_id = p_user_id
+           and m.session_id = p_session_id
+         limit p_min_turns;
+        get diagnostics v_turns = row_count;
+        summary_due := v_turns >= p_min_turns;
+    elsif v_lease_until > pg_catalog.clock_timestamp()
+          or v_summarised_at > pg_catalog.clock_timestamp()
+                               - pg_catalog.make_interval(secs => p_cooldown_seconds) then
+        summary_due := false;
+    else
+        select pg_catalog.count(*) into v_turns from harbor.messages m
+         where m.tenant_id = p_tenant_id and m.user_id = p_user_id
+           and m.session_id = p_session_id;
+        summary_due := v_turns >= p_min_turns
+                       and (v_turns < v_turns_at_summary
+                            or v_turns - v_turns_at_summary >= p_min_turns);
     end if;
 end
 $$;

@@ -278,3 +278,52 @@ def test_an_append_after_a_move_to_a_lower_range_stays_above_the_sessions_turns(
     assert first is not None and second is not None
     assert first[0] == high + 2  # (high + 1 is s-other's)
     assert second[0] == high + 3
+
+
+# (session_state's row before the append, or None; turns before it; the answer)
+DUE_CASES = {
+    "first turn, below min_turns": (None, 0, False),
+    "no summary yet, min_turns reached": (None, 1, True),
+    "a summary's lease held": (("now() + interval '1 minute'", None, 0), 1, False),
+    "summarised within the cooldown": ((None, "now() - interval '10 seconds'", 0), 1, False),
+    "summarised long ago, enough new turns": ((None, "now() - interval '2 hours'", 0), 1, True),
+    "summarised long ago, too few new turns": ((None, "now() - interval '2 hours'", 1), 1, False),
+    "fewer turns than at the summary": ((None, "now() - interval '2 hours'", 5), 1, True),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DUE_CASES))
+def test_the_delegated_summary_check_answers_as_summary_due_rows(
+    cluster_db: ClusterDatabase, case: str
+) -> None:
+    # harbor.append_turn writes summary_due_rows's rule out again: on each kind of
+    # session it answers what that function answers right after the append (min_turns 2,
+    # a cooldown of a minute), in the same transaction on the tenant's worker
+    state, before, expected = DUE_CASES[case]
+    session = "due-" + re.sub(r"\W+", "-", case)
+    owner = MemoryOwner(tenant_id="append-a", principal_id="ann", session_id=session)
+    with psycopg.connect(cluster_db.app_url, autocommit=True) as app:
+        for n in range(before):
+            app.execute(query("append_turn_delegated"), _call(owner, f"before {n}"))
+    if state is not None:
+        lease, summarised, turns_at_summary = state
+        with psycopg.connect(cluster_db.superuser_url) as su:
+            su.execute(
+                "insert into harbor.session_state (tenant_id, user_id, session_id,"
+                f" summary_lease_until, summarised_at, turns_at_summary) values ('append-a',"
+                f" 'ann', %s, {lease or 'null'}, {summarised or 'null'}, %s)",
+                (session, turns_at_summary),
+            )
+    with psycopg.connect(cluster_db.app_url) as conn:
+        for command in local_identity(owner):
+            conn.execute(command)
+        row = conn.execute(
+            query("append_turn_delegated"),
+            _call(owner, "the turn", min_turns=2, cooldown_seconds=60.0),
+        ).fetchone()
+        rule = conn.execute(
+            "select due from harbor.summary_due_rows('append-a', 'ann', %s, 2, 60.0, 0)",
+            (session,),
+        ).fetchone()
+    assert row is not None and rule is not None
+    assert (row[2], rule[0]) == (expected, expected)
