@@ -233,6 +233,14 @@ REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     # plans are used here anyway, so the subqueries become plain joins again (the
     # same rows: the window's own ORDER BY and LIMIT still keep the nearest)
     ("_lexical_candidates", re.compile(r"\boffset 0\) m\b"), ") m"),
+    # (the substring fallback's per-key read as well, with the shards it may read named)
+    (
+        "_substring_matches",
+        re.compile(r"where m\.tenant_id = k\.tenant_id"),
+        "where m.tenant_id = k.tenant_id and m.tenant_id = any "
+        + _TENANTS.format(scopes="p_scopes", tenant="i.tenant_id"),
+    ),
+    ("_substring_matches", re.compile(r"\boffset 0\) m\b"), ") m"),
     ("_dense_candidates", re.compile(r"\boffset 0\) e\b"), ") e"),
     ("_dense_candidates", re.compile(r"\boffset 0\) m\b"), ") m"),
     (
