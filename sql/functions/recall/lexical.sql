@@ -115,6 +115,7 @@ declare
     v_common_df double precision[];  -- their expected rows
     v_rare_tsq tsquery;              -- (a large owner) the query of the rarer terms
     v_match   text;                  -- (a large owner) the matching statement
+    v_match_keys text[];             -- (a large owner) its owner-term keys
 begin
     if p_query is null or coalesce(p_limit, 0) < 1 then
         return;
@@ -513,13 +514,26 @@ begin
            where st.schemaname = 'harbor' and st.tablename = 'memories'
              and st.attname = 'fts') f on f.elem = t.term;
     -- the caller's matches of the query $1 (the rarer terms', or every term's), one
-    -- statement text for the count below and the ranking: their parameters are the same
+    -- statement text for the count below and the ranking: their parameters are the same.
+    -- They are found in the owner-term index under the caller's owner keys ($16: those
+    -- terms' keys), so the read is the owner's rows holding a term, whatever the rest of
+    -- the table holds (the text index would find every tenant's rows holding it, to be
+    -- filtered by owner after); the text and the owner are tested on each row
+    if v_owners is null then
+        select array_agg(harbor.vector_owner_key(k.tenant_id, '', k.scope, k.user_id,
+                                                 k.project_id, k.session_id, k.run_id))
+          into v_owners
+          from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user, v_session, v_run) k;
+    end if;
     v_match := $m$
         select m.tenant_id, m.id, m.fts, m.scope, m.memory_type, m.importance,
                lower(m.valid) as valid_from, m.content_hash, m.entity_ids, m.context_hash
           from harbor.memories m
-         where m.fts operator(pg_catalog.@@) $1
+         where coalesce(m.fts operator(pg_catalog.@@) $1, false)
            and m.tenant_id = any (array['', $2])
+           and harbor.memory_owner_terms(m.tenant_id, m.scope, m.user_id, m.project_id,
+                                         m.session_id, m.run_id, m.fts)
+               operator(pg_catalog.&&) $16
            and m.scope = any ($3)
            and coalesce(m.valid operator(pg_catalog.@>) $4, false)
            and not coalesce(m.expires_at operator(pg_catalog.<=) $4, false)
@@ -533,13 +547,17 @@ begin
                                   pg_catalog.quote_literal(pg_catalog.replace(r.lexeme, '\', '')),
                                   ' | '))
                          from pg_catalog.unnest(v_rare) r(lexeme));
+        select array_agg(harbor.owner_term_prefix(o.key) || l.lexeme)
+          into v_match_keys
+          from pg_catalog.unnest(v_owners) o(key),
+               pg_catalog.unnest(harbor.or_tsquery_lexemes(v_rare)) l(lexeme);
         -- (fewer rows holding a rarer term than the leg hands over: every term matches,
         -- so that the rows holding only common ones still fill the list)
         execute 'select count(*)::integer from (' || v_match || ' limit $11) x'
           into v_hits
           using v_rare_tsq, v_tenant, p_scopes, p_as_of, v_project, v_user, v_session, v_run,
                 v_terms, v_total, p_limit, p_max_sensitivity, v_common, v_common_df,
-                p_excluded_types;
+                p_excluded_types, v_match_keys;
         if v_hits < p_limit then
             v_rare_tsq := null;
             v_common := null;
@@ -549,8 +567,14 @@ begin
         v_common := null;
         v_common_df := null;
     end if;
-    -- the GIN index, planned for this query's words (EXECUTE plans once per call; a
-    -- cached generic plan cannot judge their rarity)
+    if v_rare_tsq is null then
+        select array_agg(harbor.owner_term_prefix(o.key) || l.lexeme)
+          into v_match_keys
+          from pg_catalog.unnest(v_owners) o(key),
+               pg_catalog.unnest(harbor.or_tsquery_lexemes(v_terms)) l(lexeme);
+    end if;
+    -- the owner-term index, planned for this query's words (EXECUTE plans once per
+    -- call; a cached generic plan cannot judge their rarity)
     return query execute 'with matched as materialized (' || v_match || $q$)
         select b.tenant_id, b.memory_id, b.lexical_rank, b.lexical_score, x.scope,
                x.memory_type, x.importance, x.valid_from, x.content_hash, x.entity_ids,
@@ -562,7 +586,7 @@ begin
           join matched x on x.tenant_id = b.tenant_id and x.id = b.memory_id $q$
         using coalesce(v_rare_tsq, v_tsq), v_tenant, p_scopes, p_as_of, v_project, v_user,
               v_session, v_run, v_terms, v_total, p_limit, p_max_sensitivity, v_common,
-              v_common_df, p_excluded_types;
+              v_common_df, p_excluded_types, v_match_keys;
 end
 $$;
 
