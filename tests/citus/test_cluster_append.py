@@ -327,3 +327,28 @@ def test_the_delegated_summary_check_answers_as_summary_due_rows(
         ).fetchone()
     assert row is not None and rule is not None
     assert (row[2], rule[0]) == (expected, expected)
+
+
+def test_the_synchronous_append_is_the_same_delegated_call(cluster_db: ClusterDatabase) -> None:
+    # append_sync (HarborChatMessageHistory without an event loop) runs the same call in
+    # its transaction (delegated there too): its turn follows the async append's, in order
+    owner = MemoryOwner(tenant_id="append-a", principal_id="ann", session_id="s-sync")
+
+    async def run() -> list[int]:
+        db = Database(cluster_db.app_url, cluster_db.admin_url, min_size=1, max_size=1)
+        await db.open()
+        store = PostgresShortTermStore(db)
+        try:
+            first = await store.append(owner, ConversationMessage(role="user", content="async"))
+            second = await asyncio.to_thread(
+                store.append_sync, owner, ConversationMessage(role="assistant", content="sync")
+            )
+            recent = await store.recent(owner, 10)
+        finally:
+            await db.close()
+        assert [m.content for m in recent] == ["async", "sync"]
+        return [int(first.id or 0), int(second.id or 0)]
+
+    first, second = asyncio.run(run())
+    assert first >= 1 << 48  # drawn on a worker (its range of the sequence)
+    assert second > first
