@@ -352,3 +352,30 @@ def test_the_synchronous_append_is_the_same_delegated_call(cluster_db: ClusterDa
     first, second = asyncio.run(run())
     assert first >= 1 << 48  # drawn on a worker (its range of the sequence)
     assert second > first
+
+
+def test_migrate_again_keeps_the_append_on_the_tenants_worker(
+    cluster_db: ClusterDatabase,
+) -> None:
+    # `harbor-pg migrate` re-applies sql/citus/append.sql and registers the function again
+    # (it first makes every harbor function a Citus object without a distribution
+    # argument): afterwards the append is still one call, sent to the tenant's worker
+    from harbor_pg.db import citus, migrate
+
+    with psycopg.connect(cluster_db.superuser_url, autocommit=True) as conn:
+        conn.execute("update public.harbor_idempotent_sql set sha256 = 'stale'")
+    migrate.upgrade(cluster_db.owner_url, progress=None)
+    with psycopg.connect(cluster_db.superuser_url) as conn:
+        found = conn.execute(
+            "select distribution_argument_index, force_delegation from pg_dist_object"
+            " where classid = 'pg_proc'::regclass and objid = %s::regprocedure",
+            (citus.APPEND_FUNCTION,),
+        ).fetchone()
+    assert found == (0, True)
+    owner = MemoryOwner(tenant_id="append-a", principal_id="ann", session_id="s-migrated")
+
+    async def run(manager: MemoryManager) -> None:
+        await manager.append(owner, ConversationMessage(role="user", content="after migrate"))
+
+    sent = asyncio.run(_facade_commands(cluster_db, run))
+    assert [p for p, _c in sent] == [cluster_db.node_of(owner.tenant_id).port], sent
