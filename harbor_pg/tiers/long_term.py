@@ -659,7 +659,7 @@ class PostgresLongTermStore:
             return []
         rows = await self.db.fetch_in_one_round_trip(
             owner,
-            query("search_memories"),
+            query("search_memories_citus" if self.db.set_local else "search_memories"),
             {
                 "tenant_id": owner.tenant_id,
                 "query": query_text[:20000],

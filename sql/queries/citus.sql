@@ -145,3 +145,27 @@ select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, 
        m.updated_at, m.expires_at
   from harbor.memories m
  where m.tenant_id = %(tenant_id)s::text and m.id = %(id)s::text
+
+-- name: search_memories_citus
+-- search_memories on a distributed database: the tenant's rows under the policies (Citus
+-- cannot push down search_memories' per-key read, a LATERAL subquery with OFFSET, once
+-- the global shard is one of the two it reads).
+-- Lexical search (OR semantics) with a substring fallback, valid (and not expired) at
+-- as_of; no summaries.
+-- get_memory's column list, repeated on purpose (see there).
+select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, m.user_id,
+       m.session_id, m.run_id, m.memory_type::text as memory_type, m.content, m.content_hash,
+       m.importance, m.entity_ids, m.source, m.sensitivity::text as sensitivity,
+       lower(m.valid) as valid_from, upper(m.valid) as invalid_at, m.superseded_by,
+       m.source_session_id, m.source_message_ids, m.metadata, m.context, m.created_at,
+       m.updated_at, m.expires_at
+  from harbor.memories m,
+       (select harbor.or_tsquery(%(query)s::text) as tsq) q
+ where m.tenant_id = any (array['', %(tenant_id)s::text])
+   and m.valid @> coalesce(%(as_of)s::timestamptz, pg_catalog.now())
+   and not coalesce(m.expires_at <= coalesce(%(as_of)s::timestamptz, pg_catalog.now()), false)
+   and m.memory_type <> 'summary'
+   and (m.fts @@ q.tsq
+        or pg_catalog.strpos(pg_catalog.lower(m.content), pg_catalog.lower(%(query)s::text)) > 0)
+ order by pg_catalog.ts_rank_cd(m.fts, q.tsq) desc, m.importance desc, lower(m.valid) desc
+ limit %(limit)s::integer

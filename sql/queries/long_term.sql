@@ -144,6 +144,12 @@ select harbor.expire_memories() as closed
 -- name: search_memories
 -- Lexical search (OR semantics) with a substring fallback, valid (and not expired) at
 -- as_of; no summaries.
+-- The caller's memories are read per owner key (harbor._recall_keys, every scope, the
+-- identity as the policies read it), an index range scan each, both tenants a key may
+-- name ('' and the caller's, as the policies allow); the policies still filter each row.
+-- A read of the tenant's rows tested every user's memories of the tenant with the policy
+-- as a filter (a 100-memory owner's search beside a user of 100,000: 38 ms). On a
+-- distributed database, search_memories_citus (sql/queries/citus.sql).
 -- get_memory's column list, repeated on purpose (see there).
 select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, m.user_id,
        m.session_id, m.run_id, m.memory_type::text as memory_type, m.content, m.content_hash,
@@ -151,8 +157,18 @@ select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, 
        lower(m.valid) as valid_from, upper(m.valid) as invalid_at, m.superseded_by,
        m.source_session_id, m.source_message_ids, m.metadata, m.context, m.created_at,
        m.updated_at, m.expires_at
-  from harbor.memories m,
-       (select harbor.or_tsquery(%(query)s::text) as tsq) q
+  from (select harbor.or_tsquery(%(query)s::text) as tsq) q,
+       harbor._caller_identity() i
+ cross join lateral harbor._recall_keys('{global,tenant,project,user,session,run}',
+                                        i.tenant_id, i.project_id, i.user_id, i.session_id,
+                                        i.run_id) k
+ cross join lateral (
+     select m.*
+       from harbor.memories m
+      where m.tenant_id = any (array['', k.tenant_id]) and m.scope = k.scope
+        and m.user_id = k.user_id and m.project_id = k.project_id
+        and m.session_id = k.session_id and m.run_id = k.run_id
+     offset 0) m
  where m.tenant_id = any (array['', %(tenant_id)s::text])
    and m.valid @> coalesce(%(as_of)s::timestamptz, pg_catalog.now())
    and not coalesce(m.expires_at <= coalesce(%(as_of)s::timestamptz, pg_catalog.now()), false)
