@@ -14,10 +14,12 @@
 -- (RETURN / BEGIN ATOMIC): parsed at creation, so no search_path can redirect
 -- them, and inlined into the functions that read them. The caller_*() functions
 -- the policies call are PL/pgSQL with a pinned search_path: the policies call
--- them once a statement (an uncorrelated sub-select), and a SQL function is not
--- inlined there; called, it planned its body again in every statement (about
--- 60 us a call, four to eight calls a save), where PL/pgSQL keeps its plan for
--- the session (about 10 us a call).
+-- them once a statement (an uncorrelated sub-select), and a function that reads
+-- a table is not inlined there. Called, a SQL function planned its body again in
+-- every statement before PostgreSQL 18 (about 60 us a call), where PL/pgSQL keeps
+-- its plan for the session; on 18 both keep it and cost the same (about 8 us a
+-- call, most of it the binding lookup), so the policies look the identity up
+-- twice a policy (harbor._caller_keys below), not once a field.
 create or replace function harbor._binding(out tenant_id text, out project_id text, out user_id text)
     returns setof record
     language sql stable security invoker parallel safe
@@ -138,8 +140,8 @@ $$;
 -- SET so the planner can inline it; each identity argument is used exactly once
 -- (an argument used twice would stop the inlining). A NULL identity field
 -- makes the comparison NULL: the row is not visible.
--- harbor._writable below writes this key rule out again on purpose (see there): change
--- the two together.
+-- harbor._writable below writes this key rule out again on purpose (see there), and
+-- harbor._owner_keys tabulates it for the policies: change the three together.
 create or replace function harbor._visible(
     r_scope harbor.memory_scope, r_tenant text, r_project text, r_user text,
     r_session text, r_run text,
@@ -174,6 +176,81 @@ return r_scope in ('project', 'user', 'session', 'run')
         case when r_scope in ('user', 'session', 'run') then i_user else '' end,
         case when r_scope in ('session', 'run') then i_session else '' end,
         case when r_scope operator(pg_catalog.=) 'run' then i_run else '' end];
+
+-- The same two predicates with the identity in two values instead of five, for
+-- the policies. Each identity field the policies pass is an uncorrelated
+-- sub-select, one InitPlan each, and each InitPlan called a function that looked
+-- the binding up again: five lookups a policy, eleven for an INSERT ... RETURNING
+-- on memories. An argument used more than once stops the inlining when it is a
+-- sub-select, so one composite argument cannot carry the whole identity: the
+-- tenant comes alone (the tenant test drives an index scan), and the rest as
+-- harbor._caller_keys(), the owner key the identity has in each scope (one
+-- lookup), from which the row's scope picks its key with one subscript.
+-- harbor._owner_keys() builds that table: row n (1 to 6, the order of
+-- harbor.memory_scope) is the expected (project, user, session, run) of a row of
+-- scope n, exactly what harbor._visible() compares (a NULL field compares unequal
+-- to every stored value, so the row is not visible).
+create or replace function harbor._owner_keys(
+    i_project text, i_user text, i_session text, i_run text
+) returns text[]
+    language sql immutable security invoker parallel safe
+return array[
+    array['', '', '', ''],
+    array['', '', '', ''],
+    array[i_project, '', '', ''],
+    array['', i_user, '', ''],
+    array['', i_user, i_session, ''],
+    array[coalesce(i_project, ''), i_user, i_session, i_run]];
+
+-- (PL/pgSQL with a pinned search_path, as caller_tenant(): the policies call it
+-- once a statement, and its plan is kept for the session)
+create or replace function harbor._caller_keys() returns text[]
+    language plpgsql stable security invoker parallel safe
+    set search_path to pg_catalog, pg_temp
+as $$
+declare
+    bt text; bp text; bu text;
+begin
+    select b.tenant_id, b.project_id, b.user_id into bt, bp, bu from harbor._binding() b;
+    -- the fields of caller_project(), caller_user(), caller_session(), caller_run()
+    return harbor._owner_keys(
+        case when bt is not null then bp else harbor._setting('project_id') end,
+        case when bt is not null then bu
+             else coalesce(harbor._setting('user_id'), harbor._setting('principal_id')) end,
+        case when bt is not null and bu is null then null else harbor._setting('session_id') end,
+        case when bt is not null and bu is null then null else harbor._setting('run_id') end);
+end
+$$;
+
+-- harbor._visible() with the identity as (tenant, harbor._caller_keys()): the
+-- policies' read predicate. Each argument is used once (see harbor._visible),
+-- so it is inlined. The slice of the row's scope is a 1x4 array, compared with
+-- the row's own key as one.
+create or replace function harbor._visible_keys(
+    r_scope harbor.memory_scope, r_tenant text, r_project text, r_user text,
+    r_session text, r_run text, i_tenant text, i_keys text[]
+) returns boolean
+    language sql immutable security invoker parallel safe
+return r_tenant operator(pg_catalog.=) any (array['', i_tenant])
+   and array[array[r_project, r_user, r_session, r_run]] operator(pg_catalog.=)
+       i_keys[case r_scope when 'global' then 1 when 'tenant' then 2 when 'project' then 3
+                          when 'user' then 4 when 'session' then 5 when 'run' then 6 end
+              :case r_scope when 'global' then 1 when 'tenant' then 2 when 'project' then 3
+                            when 'user' then 4 when 'session' then 5 when 'run' then 6 end][1:4];
+
+-- harbor._writable() likewise: the policies' write predicate.
+create or replace function harbor._writable_keys(
+    r_scope harbor.memory_scope, r_tenant text, r_project text, r_user text,
+    r_session text, r_run text, i_tenant text, i_keys text[]
+) returns boolean
+    language sql immutable security invoker parallel safe
+return r_scope in ('project', 'user', 'session', 'run')
+   and r_tenant operator(pg_catalog.=) i_tenant
+   and array[array[r_project, r_user, r_session, r_run]] operator(pg_catalog.=)
+       i_keys[case r_scope when 'global' then 1 when 'tenant' then 2 when 'project' then 3
+                          when 'user' then 4 when 'session' then 5 when 'run' then 6 end
+              :case r_scope when 'global' then 1 when 'tenant' then 2 when 'project' then 3
+                            when 'user' then 4 when 'session' then 5 when 'run' then 6 end][1:4];
 
 -- The documented SQL entry point: set who you are, for the transaction
 -- (is_local => true, what the Python wrapper does) or for the session.

@@ -1,7 +1,8 @@
 -- Row-level security policies. Re-runnable: each policy is dropped and created.
--- Reads go through harbor._visible (the one predicate); writes through
--- harbor._writable. The identity is passed as sub-selects so it is evaluated
--- once per statement (an InitPlan), not once per row.
+-- Reads go through harbor._visible_keys (harbor._visible's predicate); writes through
+-- harbor._writable_keys. The identity is passed as two sub-selects, the tenant and
+-- the owner keys (sql/functions/identity.sql), so it is evaluated once per
+-- statement (an InitPlan each), not once per row.
 
 -- The policies of the four owner-keyed tables (and owner_locks', sql/policies/locks.sql)
 -- repeat the same calls on purpose: a policy is one expression the planner inlines.
@@ -37,24 +38,18 @@ create policy role_bindings_queue on harbor.role_bindings for select
 -- messages: SESSION-scoped
 drop policy if exists messages_read on harbor.messages;
 create policy messages_read on harbor.messages for select to harbor_app
-    using (harbor._visible('session', tenant_id, '', user_id, session_id, '',
-        (select harbor.caller_tenant()), (select harbor.caller_project()),
-        (select harbor.caller_user()), (select harbor.caller_session()),
-        (select harbor.caller_run())));
+    using (harbor._visible_keys('session', tenant_id, '', user_id, session_id, '',
+        (select harbor.caller_tenant()), (select harbor._caller_keys())));
 drop policy if exists messages_insert on harbor.messages;
 create policy messages_insert on harbor.messages for insert to harbor_app
-    with check (harbor._writable('session', tenant_id, '', user_id, session_id, '',
-        (select harbor.caller_tenant()), (select harbor.caller_project()),
-        (select harbor.caller_user()), (select harbor.caller_session()),
-        (select harbor.caller_run()))
+    with check (harbor._writable_keys('session', tenant_id, '', user_id, session_id, '',
+        (select harbor.caller_tenant()), (select harbor._caller_keys()))
         and principal_id = coalesce((select harbor.caller_principal()), '')
         and project_id = coalesce((select harbor.caller_project()), ''));
 drop policy if exists messages_delete on harbor.messages;
 create policy messages_delete on harbor.messages for delete to harbor_app
-    using (harbor._writable('session', tenant_id, '', user_id, session_id, '',
-        (select harbor.caller_tenant()), (select harbor.caller_project()),
-        (select harbor.caller_user()), (select harbor.caller_session()),
-        (select harbor.caller_run())));
+    using (harbor._writable_keys('session', tenant_id, '', user_id, session_id, '',
+        (select harbor.caller_tenant()), (select harbor._caller_keys())));
 drop policy if exists messages_admin on harbor.messages;
 create policy messages_admin on harbor.messages for all to harbor_admin
     using (not (select harbor.caller_is_bound()) and tenant_id = (select harbor.caller_tenant()));
@@ -63,25 +58,19 @@ create policy messages_admin on harbor.messages for all to harbor_admin
 drop policy if exists working_state_app on harbor.working_state;
 drop policy if exists working_state_read on harbor.working_state;
 create policy working_state_read on harbor.working_state for select to harbor_app
-    using (harbor._visible('run', tenant_id, project_id, user_id, session_id, run_id,
-        (select harbor.caller_tenant()), (select harbor.caller_project()),
-        (select harbor.caller_user()), (select harbor.caller_session()),
-        (select harbor.caller_run()))
+    using (harbor._visible_keys('run', tenant_id, project_id, user_id, session_id, run_id,
+        (select harbor.caller_tenant()), (select harbor._caller_keys()))
         and (expires_at is null or expires_at > pg_catalog.now()));
 drop policy if exists working_state_insert on harbor.working_state;
 create policy working_state_insert on harbor.working_state for insert to harbor_app
-    with check (harbor._writable('run', tenant_id, project_id, user_id, session_id, run_id,
-        (select harbor.caller_tenant()), (select harbor.caller_project()),
-        (select harbor.caller_user()), (select harbor.caller_session()),
-        (select harbor.caller_run()))
+    with check (harbor._writable_keys('run', tenant_id, project_id, user_id, session_id, run_id,
+        (select harbor.caller_tenant()), (select harbor._caller_keys()))
         and principal_id = coalesce((select harbor.caller_principal()), ''));
 drop policy if exists working_state_update on harbor.working_state;
 drop policy if exists working_state_delete on harbor.working_state;
 create policy working_state_delete on harbor.working_state for delete to harbor_app
-    using (harbor._writable('run', tenant_id, project_id, user_id, session_id, run_id,
-        (select harbor.caller_tenant()), (select harbor.caller_project()),
-        (select harbor.caller_user()), (select harbor.caller_session()),
-        (select harbor.caller_run())));
+    using (harbor._writable_keys('run', tenant_id, project_id, user_id, session_id, run_id,
+        (select harbor.caller_tenant()), (select harbor._caller_keys())));
 drop policy if exists working_state_admin on harbor.working_state;
 -- (expired rows of every tenant: harbor.purge_working_state(); only the
 -- unbound administrator, who may take any tenant's identity anyway)
@@ -93,33 +82,23 @@ create policy working_state_admin on harbor.working_state for all to harbor_admi
 -- memories
 drop policy if exists memories_read on harbor.memories;
 create policy memories_read on harbor.memories for select to harbor_app
-    using (harbor._visible(scope, tenant_id, project_id, user_id, session_id, run_id,
-        (select harbor.caller_tenant()), (select harbor.caller_project()),
-        (select harbor.caller_user()), (select harbor.caller_session()),
-        (select harbor.caller_run())));
+    using (harbor._visible_keys(scope, tenant_id, project_id, user_id, session_id, run_id,
+        (select harbor.caller_tenant()), (select harbor._caller_keys())));
 drop policy if exists memories_insert on harbor.memories;
 create policy memories_insert on harbor.memories for insert to harbor_app
-    with check (harbor._writable(scope, tenant_id, project_id, user_id, session_id, run_id,
-        (select harbor.caller_tenant()), (select harbor.caller_project()),
-        (select harbor.caller_user()), (select harbor.caller_session()),
-        (select harbor.caller_run()))
+    with check (harbor._writable_keys(scope, tenant_id, project_id, user_id, session_id, run_id,
+        (select harbor.caller_tenant()), (select harbor._caller_keys()))
         and principal_id = coalesce((select harbor.caller_principal()), ''));
 drop policy if exists memories_update on harbor.memories;
 create policy memories_update on harbor.memories for update to harbor_app
-    using (harbor._writable(scope, tenant_id, project_id, user_id, session_id, run_id,
-        (select harbor.caller_tenant()), (select harbor.caller_project()),
-        (select harbor.caller_user()), (select harbor.caller_session()),
-        (select harbor.caller_run())))
-    with check (harbor._writable(scope, tenant_id, project_id, user_id, session_id, run_id,
-        (select harbor.caller_tenant()), (select harbor.caller_project()),
-        (select harbor.caller_user()), (select harbor.caller_session()),
-        (select harbor.caller_run())));
+    using (harbor._writable_keys(scope, tenant_id, project_id, user_id, session_id, run_id,
+        (select harbor.caller_tenant()), (select harbor._caller_keys())))
+    with check (harbor._writable_keys(scope, tenant_id, project_id, user_id, session_id, run_id,
+        (select harbor.caller_tenant()), (select harbor._caller_keys())));
 drop policy if exists memories_delete on harbor.memories;
 create policy memories_delete on harbor.memories for delete to harbor_app
-    using (harbor._writable(scope, tenant_id, project_id, user_id, session_id, run_id,
-        (select harbor.caller_tenant()), (select harbor.caller_project()),
-        (select harbor.caller_user()), (select harbor.caller_session()),
-        (select harbor.caller_run())));
+    using (harbor._writable_keys(scope, tenant_id, project_id, user_id, session_id, run_id,
+        (select harbor.caller_tenant()), (select harbor._caller_keys())));
 -- the elevated role: everything in its tenant, plus TENANT and GLOBAL writes.
 -- Every harbor_admin policy starts with "not bound": binding a member of
 -- harbor_admin is refused (guards.sql), and a bound role granted harbor_admin
@@ -215,27 +194,21 @@ begin
     if pg_catalog.to_regclass('harbor.memory_hits') is not null then
         drop policy if exists memory_hits_read on harbor.memory_hits;
         create policy memory_hits_read on harbor.memory_hits for select to harbor_app
-            using (harbor._visible(scope, tenant_id, project_id, user_id, session_id, run_id,
-                (select harbor.caller_tenant()), (select harbor.caller_project()),
-                (select harbor.caller_user()), (select harbor.caller_session()),
-                (select harbor.caller_run())));
+            using (harbor._visible_keys(scope, tenant_id, project_id, user_id, session_id, run_id,
+                (select harbor.caller_tenant()), (select harbor._caller_keys())));
         drop policy if exists memory_hits_write on harbor.memory_hits;
         create policy memory_hits_write on harbor.memory_hits for insert to harbor_app
-            with check (harbor._visible(scope, tenant_id, project_id, user_id, session_id,
-                run_id, (select harbor.caller_tenant()), (select harbor.caller_project()),
-                (select harbor.caller_user()), (select harbor.caller_session()),
-                (select harbor.caller_run()))
+            with check (harbor._visible_keys(scope, tenant_id, project_id, user_id, session_id,
+                run_id,
+                (select harbor.caller_tenant()), (select harbor._caller_keys()))
                 and last_recalled_at <= pg_catalog.now());
         drop policy if exists memory_hits_update on harbor.memory_hits;
         create policy memory_hits_update on harbor.memory_hits for update to harbor_app
-            using (harbor._visible(scope, tenant_id, project_id, user_id, session_id, run_id,
-                (select harbor.caller_tenant()), (select harbor.caller_project()),
-                (select harbor.caller_user()), (select harbor.caller_session()),
-                (select harbor.caller_run())))
-            with check (harbor._visible(scope, tenant_id, project_id, user_id, session_id,
-                run_id, (select harbor.caller_tenant()), (select harbor.caller_project()),
-                (select harbor.caller_user()), (select harbor.caller_session()),
-                (select harbor.caller_run()))
+            using (harbor._visible_keys(scope, tenant_id, project_id, user_id, session_id, run_id,
+                (select harbor.caller_tenant()), (select harbor._caller_keys())))
+            with check (harbor._visible_keys(scope, tenant_id, project_id, user_id, session_id,
+                run_id,
+                (select harbor.caller_tenant()), (select harbor._caller_keys()))
                 and last_recalled_at <= pg_catalog.now());
         drop policy if exists memory_hits_admin on harbor.memory_hits;
         create policy memory_hits_admin on harbor.memory_hits for all to harbor_admin
@@ -250,22 +223,16 @@ $$;
 -- memory_embeddings: same key as the memory, copied
 drop policy if exists memory_embeddings_read on harbor.memory_embeddings;
 create policy memory_embeddings_read on harbor.memory_embeddings for select to harbor_app
-    using (harbor._visible(scope, tenant_id, project_id, user_id, session_id, run_id,
-        (select harbor.caller_tenant()), (select harbor.caller_project()),
-        (select harbor.caller_user()), (select harbor.caller_session()),
-        (select harbor.caller_run())));
+    using (harbor._visible_keys(scope, tenant_id, project_id, user_id, session_id, run_id,
+        (select harbor.caller_tenant()), (select harbor._caller_keys())));
 drop policy if exists memory_embeddings_write on harbor.memory_embeddings;
 create policy memory_embeddings_write on harbor.memory_embeddings for insert to harbor_app
-    with check (harbor._writable(scope, tenant_id, project_id, user_id, session_id, run_id,
-        (select harbor.caller_tenant()), (select harbor.caller_project()),
-        (select harbor.caller_user()), (select harbor.caller_session()),
-        (select harbor.caller_run())));
+    with check (harbor._writable_keys(scope, tenant_id, project_id, user_id, session_id, run_id,
+        (select harbor.caller_tenant()), (select harbor._caller_keys())));
 drop policy if exists memory_embeddings_delete on harbor.memory_embeddings;
 create policy memory_embeddings_delete on harbor.memory_embeddings for delete to harbor_app
-    using (harbor._writable(scope, tenant_id, project_id, user_id, session_id, run_id,
-        (select harbor.caller_tenant()), (select harbor.caller_project()),
-        (select harbor.caller_user()), (select harbor.caller_session()),
-        (select harbor.caller_run())));
+    using (harbor._writable_keys(scope, tenant_id, project_id, user_id, session_id, run_id,
+        (select harbor.caller_tenant()), (select harbor._caller_keys())));
 drop policy if exists memory_embeddings_admin on harbor.memory_embeddings;
 create policy memory_embeddings_admin on harbor.memory_embeddings for all to harbor_admin
     using (not (select harbor.caller_is_bound()) and tenant_id = (select harbor.caller_tenant()))
@@ -284,14 +251,10 @@ create policy memory_embeddings_search on harbor.memory_embeddings for select
 -- session_state: SESSION-scoped bookkeeping
 drop policy if exists session_state_app on harbor.session_state;
 create policy session_state_app on harbor.session_state for all to harbor_app
-    using (harbor._visible('session', tenant_id, '', user_id, session_id, '',
-        (select harbor.caller_tenant()), (select harbor.caller_project()),
-        (select harbor.caller_user()), (select harbor.caller_session()),
-        (select harbor.caller_run())))
-    with check (harbor._writable('session', tenant_id, '', user_id, session_id, '',
-        (select harbor.caller_tenant()), (select harbor.caller_project()),
-        (select harbor.caller_user()), (select harbor.caller_session()),
-        (select harbor.caller_run())));
+    using (harbor._visible_keys('session', tenant_id, '', user_id, session_id, '',
+        (select harbor.caller_tenant()), (select harbor._caller_keys())))
+    with check (harbor._writable_keys('session', tenant_id, '', user_id, session_id, '',
+        (select harbor.caller_tenant()), (select harbor._caller_keys())));
 drop policy if exists session_state_admin on harbor.session_state;
 create policy session_state_admin on harbor.session_state for all to harbor_admin
     using (not (select harbor.caller_is_bound()) and tenant_id = (select harbor.caller_tenant()));
