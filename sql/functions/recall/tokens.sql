@@ -26,6 +26,7 @@ return case when t is null then null
 create or replace function harbor._collapsed_line_tokens(content_hash text, content text)
     returns integer
     language plpgsql immutable security invoker parallel safe
+    set search_path to pg_catalog, pg_temp
 as $$
 declare
     v_line text := '[' || left(content_hash, 12) || '] '
