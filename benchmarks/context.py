@@ -255,7 +255,6 @@ def build(su: str, turns: int, memories: int, own: int, users: int) -> dict[str,
             ).fetchone()[0]  # type: ignore[index]
             for name in (
                 "memory_embeddings_hnsw_384",
-                "memories_fts_idx",
                 "memories_owner_terms_idx",
             )
         }

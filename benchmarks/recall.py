@@ -194,7 +194,7 @@ def build(su: str, counts: list[tuple[str, int]], order: str, dbname: str = "har
             else scope_info.enum["user"]
         )
         # dropped for the load and built again afterwards as the schema defines them
-        rebuilt = ("memory_embeddings_hnsw_384", "memories_fts_idx", "memories_owner_terms_idx")
+        rebuilt = ("memory_embeddings_hnsw_384", "memories_owner_terms_idx")
         definitions = dict(
             conn.execute(
                 "select indexname, indexdef from pg_indexes"
@@ -238,7 +238,6 @@ def build(su: str, counts: list[tuple[str, int]], order: str, dbname: str = "har
         t1 = time.perf_counter()
         conn.execute(definitions["memory_embeddings_hnsw_384"])
         print(f"  HNSW index built in {time.perf_counter() - t1:.0f}s", flush=True)
-        conn.execute(definitions["memories_fts_idx"])
         conn.execute(definitions["memories_owner_terms_idx"])
         conn.execute("vacuum analyze harbor.memories")
         conn.execute("vacuum analyze harbor.memory_embeddings")

@@ -160,13 +160,13 @@ create table harbor.memories (
 create unique index memories_no_duplicate_current
     on harbor.memories (tenant_id, user_id, project_id, session_id, run_id, content_hash, scope)
     where upper_inf(valid);
--- hot paths: a scope's current rows, validity lookups, full text (no index on the
--- entity ids: nothing read it, migration 0023)
+-- hot paths: a scope's current rows, validity lookups (no index on the entity ids
+-- nor on the text vectors alone: nothing read them, migrations 0023 and 0028; the
+-- lexical leg matches through the owner-term index below)
 create index memories_owner_idx
     on harbor.memories (tenant_id, scope, user_id, project_id, session_id, run_id);
 create index memories_current_idx
     on harbor.memories (tenant_id, user_id, scope) where upper_inf(valid);
-create index memories_fts_idx on harbor.memories using gin (fts);
 -- The lexical leg reads every row of an owner (up to 2,000). A live service
 -- writes many owners' rows in turn, so one owner's rows lie on as many heap
 -- pages as it has rows; a B-tree keeps them side by side in key order. This

@@ -47,6 +47,7 @@ FROZEN = {
     "0025_memory_hits.py": "17ebd6140663948b",
     "0026_observation_type.py": "4ec5ccc83467e236",
     "0027_user_locks.py": "40dd094765b2f0bc",
+    "0028_drop_fts_index.py": "50b3fab8c35e5c84",
 }
 
 
