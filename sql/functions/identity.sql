@@ -210,15 +210,19 @@ create or replace function harbor._caller_keys() returns text[]
 as $$
 declare
     bt text; bp text; bu text;
+    i_project text; i_user text; i_session text; i_run text;
 begin
     select b.tenant_id, b.project_id, b.user_id into bt, bp, bu from harbor._binding() b;
-    -- the fields of caller_project(), caller_user(), caller_session(), caller_run()
-    return harbor._owner_keys(
-        case when bt is not null then bp else harbor._setting('project_id') end,
-        case when bt is not null then bu
-             else coalesce(harbor._setting('user_id'), harbor._setting('principal_id')) end,
-        case when bt is not null and bu is null then null else harbor._setting('session_id') end,
-        case when bt is not null and bu is null then null else harbor._setting('run_id') end);
+    -- the fields of caller_project(), caller_user(), caller_session(), caller_run(),
+    -- into variables first: harbor._owner_keys uses some more than once, which stops its
+    -- inlining when an argument is an expression (a call then costs more than the lookup)
+    i_project := case when bt is not null then bp else harbor._setting('project_id') end;
+    i_user := case when bt is not null then bu
+                   else coalesce(harbor._setting('user_id'), harbor._setting('principal_id')) end;
+    i_session := case when bt is not null and bu is null then null
+                      else harbor._setting('session_id') end;
+    i_run := case when bt is not null and bu is null then null else harbor._setting('run_id') end;
+    return harbor._owner_keys(i_project, i_user, i_session, i_run);
 end
 $$;
 
@@ -251,6 +255,77 @@ return r_scope in ('project', 'user', 'session', 'run')
                           when 'user' then 4 when 'session' then 5 when 'run' then 6 end
               :case r_scope when 'global' then 1 when 'tenant' then 2 when 'project' then 3
                             when 'user' then 4 when 'session' then 5 when 'run' then 6 end][1:4];
+
+-- The check of a row an INSERT writes drives no index, so the tenant need not
+-- come alone there: harbor._caller_write_keys() is the whole identity in one
+-- lookup, row n (scope n) the (tenant, project, user, session, run, principal) a
+-- row of scope n must carry (the principal as coalesce(caller_principal(), ''),
+-- what the insert policies required of it), and harbor._writable_check() is
+-- harbor._writable() and, with r_principal, the principal test, as one
+-- comparison. A NULL tenant or principal in the row is refused, as the two
+-- equality tests refused it (the array comparison would take two NULLs as equal).
+create or replace function harbor._owner_write_keys(
+    i_tenant text, i_project text, i_user text, i_session text, i_run text, i_principal text
+) returns text[]
+    language sql immutable security invoker parallel safe
+return array[
+    array[i_tenant, '', '', '', '', coalesce(i_principal, '')],
+    array[i_tenant, '', '', '', '', coalesce(i_principal, '')],
+    array[i_tenant, i_project, '', '', '', coalesce(i_principal, '')],
+    array[i_tenant, '', i_user, '', '', coalesce(i_principal, '')],
+    array[i_tenant, '', i_user, i_session, '', coalesce(i_principal, '')],
+    array[i_tenant, coalesce(i_project, ''), i_user, i_session, i_run,
+          coalesce(i_principal, '')]];
+
+create or replace function harbor._caller_write_keys() returns text[]
+    language plpgsql stable security invoker parallel safe
+    set search_path to pg_catalog, pg_temp
+as $$
+declare
+    bt text; bp text; bu text;
+    i_tenant text; i_project text; i_user text; i_session text; i_run text; i_principal text;
+begin
+    select b.tenant_id, b.project_id, b.user_id into bt, bp, bu from harbor._binding() b;
+    -- the fields of caller_tenant(), caller_project(), caller_user(), caller_session(),
+    -- caller_run(), caller_principal() (into variables first, as in _caller_keys)
+    i_tenant := coalesce(bt, harbor._setting('tenant_id'));
+    i_project := case when bt is not null then bp else harbor._setting('project_id') end;
+    i_user := case when bt is not null then bu
+                   else coalesce(harbor._setting('user_id'), harbor._setting('principal_id')) end;
+    i_session := case when bt is not null and bu is null then null
+                      else harbor._setting('session_id') end;
+    i_run := case when bt is not null and bu is null then null else harbor._setting('run_id') end;
+    i_principal := case when bt is not null then bu else harbor._setting('principal_id') end;
+    return harbor._owner_write_keys(i_tenant, i_project, i_user, i_session, i_run, i_principal);
+end
+$$;
+
+create or replace function harbor._writable_check(
+    r_scope harbor.memory_scope, r_tenant text, r_project text, r_user text,
+    r_session text, r_run text, i_keys text[]
+) returns boolean
+    language sql immutable security invoker parallel safe
+return r_scope in ('project', 'user', 'session', 'run')
+   and pg_catalog.num_nulls(r_tenant) operator(pg_catalog.=) 0
+   and array[array[r_tenant, r_project, r_user, r_session, r_run]] operator(pg_catalog.=)
+       i_keys[case r_scope when 'project' then 3 when 'user' then 4 when 'session' then 5
+                           when 'run' then 6 end
+              :case r_scope when 'project' then 3 when 'user' then 4 when 'session' then 5
+                            when 'run' then 6 end][1:5];
+
+create or replace function harbor._writable_check(
+    r_scope harbor.memory_scope, r_tenant text, r_project text, r_user text,
+    r_session text, r_run text, r_principal text, i_keys text[]
+) returns boolean
+    language sql immutable security invoker parallel safe
+return r_scope in ('project', 'user', 'session', 'run')
+   and pg_catalog.num_nulls(r_tenant, r_principal) operator(pg_catalog.=) 0
+   and array[array[r_tenant, r_project, r_user, r_session, r_run, r_principal]]
+       operator(pg_catalog.=)
+       i_keys[case r_scope when 'project' then 3 when 'user' then 4 when 'session' then 5
+                           when 'run' then 6 end
+              :case r_scope when 'project' then 3 when 'user' then 4 when 'session' then 5
+                            when 'run' then 6 end][1:6];
 
 -- The documented SQL entry point: set who you are, for the transaction
 -- (is_local => true, what the Python wrapper does) or for the session.

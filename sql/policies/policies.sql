@@ -2,7 +2,9 @@
 -- Reads go through harbor._visible_keys (harbor._visible's predicate); writes through
 -- harbor._writable_keys. The identity is passed as two sub-selects, the tenant and
 -- the owner keys (sql/functions/identity.sql), so it is evaluated once per
--- statement (an InitPlan each), not once per row.
+-- statement (an InitPlan each), not once per row; the checks of the rows the save
+-- path inserts (and of an update's new row) take it as one, with the tenant
+-- (harbor._writable_check: no index to drive there).
 
 -- The policies of the four owner-keyed tables (and owner_locks', sql/policies/locks.sql)
 -- repeat the same calls on purpose: a policy is one expression the planner inlines.
@@ -86,15 +88,14 @@ create policy memories_read on harbor.memories for select to harbor_app
         (select harbor.caller_tenant()), (select harbor._caller_keys())));
 drop policy if exists memories_insert on harbor.memories;
 create policy memories_insert on harbor.memories for insert to harbor_app
-    with check (harbor._writable_keys(scope, tenant_id, project_id, user_id, session_id, run_id,
-        (select harbor.caller_tenant()), (select harbor._caller_keys()))
-        and principal_id = coalesce((select harbor.caller_principal()), ''));
+    with check (harbor._writable_check(scope, tenant_id, project_id, user_id, session_id, run_id,
+        principal_id, (select harbor._caller_write_keys())));
 drop policy if exists memories_update on harbor.memories;
 create policy memories_update on harbor.memories for update to harbor_app
     using (harbor._writable_keys(scope, tenant_id, project_id, user_id, session_id, run_id,
         (select harbor.caller_tenant()), (select harbor._caller_keys())))
-    with check (harbor._writable_keys(scope, tenant_id, project_id, user_id, session_id, run_id,
-        (select harbor.caller_tenant()), (select harbor._caller_keys())));
+    with check (harbor._writable_check(scope, tenant_id, project_id, user_id, session_id, run_id,
+        (select harbor._caller_write_keys())));
 drop policy if exists memories_delete on harbor.memories;
 create policy memories_delete on harbor.memories for delete to harbor_app
     using (harbor._writable_keys(scope, tenant_id, project_id, user_id, session_id, run_id,
@@ -227,8 +228,8 @@ create policy memory_embeddings_read on harbor.memory_embeddings for select to h
         (select harbor.caller_tenant()), (select harbor._caller_keys())));
 drop policy if exists memory_embeddings_write on harbor.memory_embeddings;
 create policy memory_embeddings_write on harbor.memory_embeddings for insert to harbor_app
-    with check (harbor._writable_keys(scope, tenant_id, project_id, user_id, session_id, run_id,
-        (select harbor.caller_tenant()), (select harbor._caller_keys())));
+    with check (harbor._writable_check(scope, tenant_id, project_id, user_id, session_id, run_id,
+        (select harbor._caller_write_keys())));
 drop policy if exists memory_embeddings_delete on harbor.memory_embeddings;
 create policy memory_embeddings_delete on harbor.memory_embeddings for delete to harbor_app
     using (harbor._writable_keys(scope, tenant_id, project_id, user_id, session_id, run_id,

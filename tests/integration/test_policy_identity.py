@@ -52,12 +52,56 @@ def test_keyed_predicates_answer_as_the_five_value_ones(module_db: PgDatabase) -
     assert (visible_differs, writable_differs) == (0, 0)
 
 
+def test_the_insert_check_answers_as_the_five_value_one(module_db: PgDatabase) -> None:
+    # harbor._writable_check (the whole identity in one value, the tenant in it) holds
+    # exactly where harbor._writable, and the principal test, did: every scope, rows
+    # with a NULL tenant or principal too, identity fields NULL or not
+    with psycopg.connect(module_db.superuser_url) as conn:
+        row = conn.execute(
+            """
+            with i(x) as (values (null::text), ('a')),
+                 ip(x) as (values (null::text), (''), ('a')),
+                 r(x) as (values (''), ('a'), ('b')),
+                 rn(x) as (values (null::text), (''), ('a')),
+                 s(scope) as (select unnest(enum_range(null::harbor.memory_scope))),
+                 grid as (
+                     select s.scope, rt.x rt, rp.x rp, ru.x ru, rs.x rs, rr.x rr, rpr.x rpr,
+                            it.x it, ipj.x ipj, iu.x iu, isn.x isn, ir.x ir, ipr.x ipr,
+                            harbor._owner_write_keys(it.x, ipj.x, iu.x, isn.x, ir.x, ipr.x) keys
+                       from s, rn rt, r rp, r ru, r rs, r rr, rn rpr,
+                            i it, i ipj, i iu, i isn, i ir, ip ipr)
+            select count(*),
+                   count(*) filter (where ok),
+                   count(*) filter (where ok <> coalesce(harbor._writable_check(
+                       scope, rt, rp, ru, rs, rr, rpr, keys), false)),
+                   count(*) filter (where okw <> coalesce(harbor._writable_check(
+                       scope, rt, rp, ru, rs, rr, keys), false))
+              from (select g.*,
+                           coalesce(harbor._writable(scope, rt, rp, ru, rs, rr,
+                                                     it, ipj, iu, isn, ir), false) okw,
+                           coalesce(harbor._writable(scope, rt, rp, ru, rs, rr,
+                                                     it, ipj, iu, isn, ir)
+                                    and rpr = coalesce(ipr, ''), false) ok
+                      from grid g) x
+            """
+        ).fetchone()
+    assert row is not None
+    total, allowed, differs, differs_without_principal = row
+    assert total == 6 * 3 * 3**4 * 3 * 2**5 * 3
+    assert allowed > 0
+    assert (differs, differs_without_principal) == (0, 0)
+
+
 def _keys(conn: psycopg.Connection[Any]) -> tuple[Any, Any]:
     row = conn.execute(
         "select harbor._caller_keys(), harbor._owner_keys(harbor.caller_project(),"
-        " harbor.caller_user(), harbor.caller_session(), harbor.caller_run())"
+        " harbor.caller_user(), harbor.caller_session(), harbor.caller_run()),"
+        " harbor._caller_write_keys(), harbor._owner_write_keys(harbor.caller_tenant(),"
+        " harbor.caller_project(), harbor.caller_user(), harbor.caller_session(),"
+        " harbor.caller_run(), harbor.caller_principal())"
     ).fetchone()
     assert row is not None
+    assert row[2] == row[3]
     return row[0], row[1]
 
 
@@ -120,3 +164,19 @@ def test_a_policy_looks_the_identity_up_twice(module_db: PgDatabase) -> None:
     assert "harbor.caller_tenant()" in plan and "harbor._caller_keys()" in plan, plan
     assert re.search(r"Index Cond: \(\(memories\.tenant_id = ANY", plan), plan
     assert "caller_user" not in plan and "caller_project" not in plan, plan
+
+
+def test_an_insert_checks_its_row_with_one_lookup(module_db: PgDatabase) -> None:
+    with psycopg.connect(module_db.app_url, autocommit=True) as app:
+        app.execute("select harbor.set_identity('t1', 'p1', 'u1')")
+        plan = "\n".join(
+            r[0]
+            for r in app.execute(
+                "explain (costs off, verbose) insert into harbor.memory_embeddings"
+                " (tenant_id, memory_id, model_id, dims, embedding, scope, project_id, user_id,"
+                " session_id, run_id) values ('t1', 'x', 'm', 3, '[1,0,0]', 'user', '', 'u1',"
+                " '', '')"
+            )
+        )
+    assert len(re.findall(r"InitPlan \d+\n", plan + "\n")) == 1, plan
+    assert "harbor._caller_write_keys()" in plan, plan
