@@ -164,9 +164,20 @@ class PostgresShortTermStore:
             "fold": fold,
             "slots": slots or 0,
         }
-        [row] = await self.db.fetch_in_one_round_trip(
-            owner, query("append_message_with_jobs"), params
-        )
+        if self.db.set_local:
+            # (a distributed database: the turn through harbor.append_turn, as the delegated
+            # appends, so that a session's ids stay in commit order across both)
+            [row] = await self.db.fetch_in_one_round_trip(
+                owner,
+                query("append_turn_with_jobs_citus"),
+                _delegated_params(
+                    owner, params, {"min_turns": min_turns, "cooldown_seconds": cooldown_seconds}
+                ),
+            )
+        else:
+            [row] = await self.db.fetch_in_one_round_trip(
+                owner, query("append_message_with_jobs"), params
+            )
         stored = message.model_copy(update={"id": row["id"], "created_at": row["created_at"]})
         return stored, bool(row["summary_due"]), [int(i) for i in row["job_ids"] or ()]
 
