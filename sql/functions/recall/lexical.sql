@@ -147,16 +147,17 @@ begin
     if v_seen = 0 then
         return;
     end if;
+    -- the caller's owner keys (harbor.vector_owner_key() with no model, as the
+    -- owner-term index files them)
+    select array_agg(harbor.vector_owner_key(k.tenant_id, '', k.scope, k.user_id,
+                                             k.project_id, k.session_id, k.run_id))
+      into v_owners
+      from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user, v_session, v_run) k;
     -- (not for a question of more than 16 lexemes: one key each, and such a
     -- question mostly matches more rows than the limit anyway; at 1,000,000
     -- memories the lookup cost a 200-word question 1.6 ms before falling back)
     if p_term_limit > 0 and cardinality(v_terms) <= 16 then
-        -- the caller's owner keys, and under each one key per lexeme of the query
-        -- (harbor.vector_owner_key() with no model, as the index files them)
-        select array_agg(harbor.vector_owner_key(k.tenant_id, '', k.scope, k.user_id,
-                                                 k.project_id, k.session_id, k.run_id))
-          into v_owners
-          from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user, v_session, v_run) k;
+        -- under each owner key, one key per lexeme of the query
         select array_agg(harbor.owner_term_prefix(o.key) || l.lexeme)
           into v_keys
           from pg_catalog.unnest(v_owners) o(key),
@@ -519,12 +520,6 @@ begin
     -- terms' keys), so the read is the owner's rows holding a term, whatever the rest of
     -- the table holds (the text index would find every tenant's rows holding it, to be
     -- filtered by owner after); the text and the owner are tested on each row
-    if v_owners is null then
-        select array_agg(harbor.vector_owner_key(k.tenant_id, '', k.scope, k.user_id,
-                                                 k.project_id, k.session_id, k.run_id))
-          into v_owners
-          from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user, v_session, v_run) k;
-    end if;
     v_match := $m$
         select m.tenant_id, m.id, m.fts, m.scope, m.memory_type, m.importance,
                lower(m.valid) as valid_from, m.content_hash, m.entity_ids, m.context_hash
