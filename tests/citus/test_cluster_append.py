@@ -25,6 +25,7 @@ from harbor_pg.records import ConversationMessage
 from harbor_pg.tiers.short_term import PostgresShortTermStore
 from tests.citus.conftest import ClusterDatabase
 from tests.citus.test_cluster_routing import _facade_commands, _queries
+from tests.integration.test_turn_order import follow_concurrent_appends
 
 ANN = MemoryOwner(tenant_id="append-a", principal_id="ann", session_id="s1")
 BOB = MemoryOwner(tenant_id="append-b", principal_id="bob", session_id="s1")
@@ -214,40 +215,12 @@ def test_concurrent_appends_keep_their_commit_order_on_the_cluster(
     async def run() -> tuple[list[int], set[int]]:
         db = Database(cluster_db.app_url, cluster_db.admin_url, min_size=4, max_size=4)
         await db.open()
-        store = PostgresShortTermStore(db)
-        seen: list[int] = []
-        done = asyncio.Event()
-
-        async def follow() -> None:
-            cursor = 0
-            while True:
-                finishing = done.is_set()
-                page = await store.after(owner, cursor, 1000)
-                for m in page:
-                    assert m.id is not None
-                    seen.append(int(m.id))
-                    cursor = int(m.id)
-                if finishing and not page:
-                    return
-                await asyncio.sleep(0)
-
-        async def write(i: int) -> list[int]:
-            ids = []
-            for n in range(PER_WRITER):
-                stored = await store.append(
-                    owner, ConversationMessage(role="user", content=f"writer {i} turn {n}")
-                )
-                ids.append(int(stored.id or 0))
-            return ids
-
         try:
-            reader = asyncio.create_task(follow())
-            written = await asyncio.gather(*(write(i) for i in range(WRITERS)))
-            done.set()
-            await reader
+            return await follow_concurrent_appends(
+                PostgresShortTermStore(db), owner, WRITERS, PER_WRITER
+            )
         finally:
             await db.close()
-        return seen, {i for ids in written for i in ids}
 
     seen, appended = asyncio.run(run())
     assert len(appended) == WRITERS * PER_WRITER

@@ -110,12 +110,12 @@ def test_a_cursor_misses_no_turn_of_slow_committing_writers(fresh_db: PgDatabase
     assert set(seen) == set(appended), f"{len(set(appended) - set(seen))} turns skipped"
 
 
-async def test_concurrent_appends_through_the_store_are_followed_without_gaps(
-    fresh_db: PgDatabase,
-) -> None:
-    db = Database(fresh_db.app_url, min_size=4, max_size=4)
-    await db.open()
-    store = PostgresShortTermStore(db)
+async def follow_concurrent_appends(
+    store: PostgresShortTermStore, owner: MemoryOwner, writers: int, per_writer: int
+) -> tuple[list[int], set[int]]:
+    """``writers`` tasks each append ``per_writer`` turns to ``owner``'s session through
+    ``store`` while a reader follows the session by id > cursor; the ids the reader saw,
+    in its order, and the ids the appends returned."""
     seen: list[int] = []
     done = asyncio.Event()
 
@@ -123,7 +123,7 @@ async def test_concurrent_appends_through_the_store_are_followed_without_gaps(
         cursor = 0
         while True:
             finishing = done.is_set()
-            page = await store.after(OWNER, cursor, 1000)
+            page = await store.after(owner, cursor, 1000)
             for m in page:
                 assert m.id is not None
                 seen.append(int(m.id))
@@ -134,20 +134,30 @@ async def test_concurrent_appends_through_the_store_are_followed_without_gaps(
 
     async def write(i: int) -> list[int]:
         ids = []
-        for n in range(PER_WRITER):
+        for n in range(per_writer):
             stored = await store.append(
-                OWNER, ConversationMessage(role="user", content=f"writer {i} turn {n}")
+                owner, ConversationMessage(role="user", content=f"writer {i} turn {n}")
             )
             ids.append(int(stored.id or 0))
         return ids
 
+    reader = asyncio.create_task(follow())
+    written = await asyncio.gather(*(write(i) for i in range(writers)))
+    done.set()
+    await reader
+    return seen, {i for ids in written for i in ids}
+
+
+async def test_concurrent_appends_through_the_store_are_followed_without_gaps(
+    fresh_db: PgDatabase,
+) -> None:
+    db = Database(fresh_db.app_url, min_size=4, max_size=4)
+    await db.open()
     try:
-        reader = asyncio.create_task(follow())
-        written = await asyncio.gather(*(write(i) for i in range(WRITERS)))
-        done.set()
-        await reader
+        seen, appended = await follow_concurrent_appends(
+            PostgresShortTermStore(db), OWNER, WRITERS, PER_WRITER
+        )
     finally:
         await db.close()
-    appended = {i for ids in written for i in ids}
     assert len(appended) == WRITERS * PER_WRITER
     assert set(seen) == appended
