@@ -77,6 +77,12 @@ class MemoryManagerConfig(BaseModel):
     #: always on the same one. None: a session's jobs run one at a time, sessions in
     #: parallel up to the workers' concurrency
     job_model_concurrency: int | None = Field(default=None, ge=1, le=10_000)
+    #: a session's fact extraction starts this many seconds after the turn that queued it,
+    #: and reads every turn appended until then: a conversation's turns of that while
+    #: share one job (and the model's calls, one a window of the policy's
+    #: recent_max_messages turns). 0: at once (turns still share a job while it waits for
+    #: a worker). On a distributed database each turn queues its own job, without delay
+    extraction_delay_seconds: float = Field(default=0.0, ge=0, le=86_400)
     #: how often an idle job worker looks again for jobs it could not take before (a
     #: session's next job once the one running ends, a retry come due); a newly queued job
     #: wakes it at once

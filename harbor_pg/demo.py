@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
-from harbor_pg.jobs import EXTRACT_TASK
+from harbor_pg.jobs import EXTRACT_SESSION_TASK, EXTRACT_TASK
 from harbor_pg.manager import MemoryManager
 from harbor_pg.owner import MemoryOwner
 from harbor_pg.records import ConversationMessage
@@ -409,7 +409,7 @@ async def run_demo(args: argparse.Namespace) -> int:
         done = sum(
             int(r["jobs"])
             for r in counts
-            if r["status"] == "succeeded" and r["task_name"] == EXTRACT_TASK
+            if r["status"] == "succeeded" and r["task_name"] in (EXTRACT_TASK, EXTRACT_SESSION_TASK)
         )
         print(f"  queue      : {done} extraction jobs run (`harbor-pg jobs` lists the queue)")
         await extracting.close()

@@ -1,10 +1,11 @@
 """Background work on a PostgreSQL job queue (procrastinate, schema ``harbor_jobs``).
 
 A job is queued in the transaction of the write that causes it (an appended
-turn queues its fact extraction, and the summary fold of a session it makes
-due: query ``append_message_with_jobs``), so a rolled-back turn leaves no job
-and a committed one always has one. A job's arguments are ids only: its
-owner's identity and the turn's id. Upkeep (expired working state, expired memories) is a
+turn queues its session's fact extraction unless one is waiting already, which
+then reads it, and the summary fold of a session it makes due: query
+``append_message_with_jobs``), so a rolled-back turn leaves no job and a
+committed one is always read by one. A job's arguments are ids only: its
+owner's identity and a turn's id. Upkeep (expired working state, expired memories) is a
 periodic job with no owner, run as ``harbor_admin``. Failed runs are retried
 with exponential backoff and leave their error in ``harbor_jobs.job_errors``;
 the running jobs of a worker that went silent are run again. Whoever runs
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CONSOLIDATE_TASK",
     "CONSOLIDATION_SCAN_TASK",
+    "EXTRACT_SESSION_TASK",
     "EXTRACT_TASK",
     "FOLD_TASK",
     "PURGE_TASK",
@@ -58,8 +60,13 @@ log = logging.getLogger("harbor_pg")
 SCHEMA = "harbor_jobs"
 #: the queue harbor-pg's jobs are queued on
 QUEUE = "harbor"
-#: fact extraction after an appended turn (arguments: the owner's ids, message_id)
+#: fact extraction after an appended turn (arguments: the owner's ids, message_id): a
+#: turn's own, as a distributed database's appends queue it
 EXTRACT_TASK = "harbor.extract_turn"
+#: fact extraction of a session's turns from one on (arguments: the owner's ids,
+#: from_id): at most one waiting a session, queued by the turn that finds none and read
+#: with every turn appended until it starts (migration 0029)
+EXTRACT_SESSION_TASK = "harbor.extract_session"
 #: a session's rolling-summary fold, once it is due (arguments: the owner's ids)
 FOLD_TASK = "harbor.fold_summary"
 #: consolidation of an owner's memories after an extraction (arguments: the owner's ids,
@@ -102,6 +109,12 @@ class JobHandlers(Protocol):
 
     async def run_extraction_job(self, owner: MemoryOwner, message_id: int) -> None:
         """Extract facts from ``owner``'s session up to its turn ``message_id``."""
+
+    async def run_session_extraction_job(self, owner: MemoryOwner, from_id: int) -> None:
+        """Extract facts from ``owner``'s session's turns from ``from_id`` on."""
+
+    async def release_session_extraction(self, owner: MemoryOwner) -> None:
+        """Let ``owner``'s session's next turn queue its extraction (one was cancelled)."""
 
     async def run_summary_job(self, owner: MemoryOwner) -> None:
         """Fold ``owner``'s session's rolling summary, if it is still due."""
@@ -208,6 +221,15 @@ class JobRunner:
             owner = owner_from_args(ids)
             started = datetime.now(UTC)
             await self._run(context, backoff, handlers.run_extraction_job(owner, int(message_id)))
+            if self.consolidate_after_extraction:
+                await self._queue_consolidation(ids, started - CLOCK_MARGIN)
+
+        @app.task(name=EXTRACT_SESSION_TASK, queue=QUEUE, pass_context=True, retry=backoff)
+        async def extract_session(context: Any, /, *, from_id: int, **ids: Any) -> None:
+            owner = owner_from_args(ids)
+            started = datetime.now(UTC)
+            work = handlers.run_session_extraction_job(owner, int(from_id))
+            await self._run(context, backoff, work)
             if self.consolidate_after_extraction:
                 await self._queue_consolidation(ids, started - CLOCK_MARGIN)
 
@@ -476,16 +498,28 @@ class JobRunner:
         await self.app.job_manager.retry_job_by_id_async(job_id=job_id, retry_at=_now())
 
     async def cancel(self, job_id: int) -> bool:
-        """Cancel a job that has not started; whether it was queued and is cancelled now."""
+        """Cancel a job that has not started; whether it was queued and is cancelled now.
+        A session extraction cancelled lets its session's next turn queue a new one."""
         await self.open()
-        if not await self._ours(job_id, "todo"):
+        rows = await self._job(job_id)
+        if not any(r["status"] == "todo" for r in rows):
             return False
-        return await self.app.job_manager.cancel_job_by_id_async(job_id)
+        cancelled = await self.app.job_manager.cancel_job_by_id_async(job_id)
+        for row in rows:
+            if cancelled and row["task_name"] == EXTRACT_SESSION_TASK:
+                await self.handlers.release_session_extraction(owner_from_args(row["args"]))
+        return cancelled
+
+    async def _job(self, job_id: int) -> list[dict[str, Any]]:
+        """``job_id``'s row if it is a job of harbor-pg's queue (none otherwise)."""
+        rows: list[dict[str, Any]] = await self.app.connector.execute_query_all_async(
+            query("jobs_status"), id=job_id
+        )
+        return rows
 
     async def _ours(self, job_id: int, status: str) -> bool:
         """Whether ``job_id`` is a job of harbor-pg's queue in ``status``."""
-        rows = await self.app.connector.execute_query_all_async(query("jobs_status"), id=job_id)
-        return any(r["status"] == status for r in rows)
+        return any(r["status"] == status for r in await self._job(job_id))
 
     async def wait_for(self, job_ids: Iterable[int], *, poll_seconds: float = 0.05) -> None:
         """Wait until none of ``job_ids`` is queued or running any more."""

@@ -466,6 +466,7 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction, Reembed
             extract=self.extraction_model is not None,
             fold=fold,
             slots=self.config.job_model_concurrency,
+            delay_seconds=self.config.extraction_delay_seconds,
         )
         if self.config.jobs_in_process and job_ids:
             try:

@@ -449,12 +449,16 @@ create table harbor.owner_locks (
     -- a user's row (migration 0027): every append locks it before its session's, and an
     -- erasure of the user first (harbor.erase), so it waits for the appends in flight
     check ((scope = 'user') = (session_id = '')),
+    -- a session's row (migration 0029): an extraction of the session's turns is queued and
+    -- has not started; set by the append that queues it, cleared by that job as it reads
+    -- the turns (harbor_pg/jobs.py), both under the row's lock
+    extraction_queued boolean not null default false,
     primary key (tenant_id, user_id, session_id, scope, project_id, run_id)
 );
 alter table harbor.owner_locks enable row level security;
 alter table harbor.owner_locks force row level security;
 grant select, insert on harbor.owner_locks to harbor_app;
-grant update (scope) on harbor.owner_locks to harbor_app;
+grant update (scope, extraction_queued) on harbor.owner_locks to harbor_app;
 grant select, delete on harbor.owner_locks to harbor_admin;
 
 -- Bearer tokens of the MCP server (migration 0014): the SHA-256 of a token's

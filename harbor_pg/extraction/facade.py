@@ -132,6 +132,91 @@ class Extraction(FacadeBase):
         except MemoryNotFoundError:  # the turn went (erased) while the model answered
             log.info("extraction of turn %s: the turn is gone, nothing more is written", message_id)
 
+    async def run_session_extraction_job(self, owner: MemoryOwner, from_id: int) -> None:
+        """Run a queued session extraction (:data:`harbor_pg.jobs.EXTRACT_SESSION_TASK`):
+        the facts of ``owner``'s session's turns from its turn ``from_id`` on, with the
+        manager's ``extraction_model``, one model call a window of the policy's
+        ``recent_max_messages`` turns (the first window showing the turns before
+        ``from_id`` too, when the new ones are fewer).
+
+        It starts by clearing its session's waiting flag, after the appends in flight,
+        and reads the turns in that transaction: every turn appended before is read
+        here, and one appended after queues the next job. Each fact's write is fenced
+        by its window's newest turn, as :meth:`run_extraction_job`'s by its turn: a
+        session erased while the model answers gets nothing more written. Raises as
+        :meth:`run_extraction_job`; a re-run stores nothing twice.
+        """
+        from harbor_pg.extraction.extractor import MemoryExtractor
+        from harbor_pg.tiers.long_term import PostgresLongTermStore
+
+        self._check_caller(owner)
+        short: Any = self._short()
+        claim = getattr(short, "claim_extraction", None)
+        if claim is None:  # a store of one's own: the turn's own extraction
+            await self.run_extraction_job(owner, from_id)
+            return
+        count = self.policy.recent_max_messages
+        page = max(count, _EXTRACTION_PAGE)
+        # first, before anything that may fail: a job that failed for good must not leave
+        # its session waiting for it (a retry claims again, and reads the same turns)
+        turns = list(await claim(owner, from_id, context=count - 1, limit=page))
+        model = self.extraction_model
+        if model is None:
+            raise MemoryConfigurationError(
+                "this process has no extraction_model: give the manager that runs the "
+                "queue's jobs one (harbor-pg worker --manager module:function)"
+            )
+        long_term: Any = self._long()
+        while True:
+            fresh = [t for t in turns if t.id is not None and int(t.id) >= from_id]
+            if not fresh:
+                return
+            earlier = [t for t in turns if t.id is not None and int(t.id) < from_id]
+            for window in _windows(earlier, fresh, count):
+                store = long_term
+                if isinstance(store, PostgresLongTermStore):
+                    store = _ForTurn(store, int(window[-1].id or 0))
+                extractor = MemoryExtractor(
+                    memories=store, model=model, policy=self.policy, embedder=self.embedder
+                )
+                try:
+                    await extractor.extract(owner, window, strict=True)
+                except MemoryNotFoundError:  # the session's turns went while the model answered
+                    log.info(
+                        "extraction of turns %s to %s: the turn is gone, nothing more is written",
+                        window[0].id,
+                        window[-1].id,
+                    )
+                    return
+            if len(fresh) < page:
+                return
+            from_id = int(fresh[-1].id or 0) + 1
+            turns = list(await short.extraction_turns(owner, from_id, context=0, limit=page))
+
+    async def release_session_extraction(self, owner: MemoryOwner) -> None:
+        """Clear ``owner``'s session's waiting-extraction flag, as a cancelled session
+        extraction leaves it: the session's next turn queues a new one."""
+        self._check_caller(owner)
+        release = getattr(self._short(), "release_extraction", None)
+        if release is not None:
+            await release(owner)
+
+
+#: most turns a session extraction reads at once (it reads on in pages of this many)
+_EXTRACTION_PAGE = 500
+
+
+def _windows(earlier: list[Any], fresh: list[Any], count: int) -> list[list[Any]]:
+    """The model's windows over a session extraction's ``fresh`` turns: ``count`` turns
+    each, ending at every ``count``-th fresh turn and at the last; the first window is
+    filled from ``earlier`` (the turns before) when the fresh ones are fewer."""
+    ends = list(range(count - 1, len(fresh), count))
+    if not ends or ends[-1] != len(fresh) - 1:
+        ends.append(len(fresh) - 1)
+    turns = [*earlier, *fresh]
+    offset = len(earlier)
+    return [turns[max(0, offset + end - count + 1) : offset + end + 1] for end in ends]
+
 
 class _ForTurn:
     """The long-term store as a queued extraction writes to it: each fact's write is

@@ -149,13 +149,19 @@ class PostgresShortTermStore:
         extract: bool,
         fold: bool,
         slots: int | None = None,
+        delay_seconds: float = 0.0,
     ) -> tuple[ConversationMessage, bool, list[int]]:
         """:meth:`append_and_check_summary`, and the turn's jobs queued in the same
         statement (:mod:`harbor_pg.jobs`): its fact extraction (``extract``) and, when
         the session is now due one, its summary fold (``fold``). The stored turn,
         whether a summary is due, and the ids of the jobs queued with it. ``slots``: at
         most that many of these jobs run at once across every worker (None: a session's
-        jobs one at a time, sessions in parallel)."""
+        jobs one at a time, sessions in parallel).
+
+        On one server the extraction is the session's (:data:`harbor_pg.jobs.EXTRACT_SESSION_TASK`):
+        queued only when none is waiting for the session, it reads every turn appended
+        until it starts, ``delay_seconds`` after the turn that queued it. On a
+        distributed database each turn queues its own (:data:`harbor_pg.jobs.EXTRACT_TASK`)."""
         params = {
             **_append_params(owner, message),
             "min_turns": min_turns,
@@ -163,6 +169,7 @@ class PostgresShortTermStore:
             "extract": extract,
             "fold": fold,
             "slots": slots or 0,
+            "delay_seconds": delay_seconds,
         }
         if self.db.set_local:
             # (a distributed database: the turn through harbor.append_turn, as the delegated
@@ -257,6 +264,35 @@ class PostgresShortTermStore:
         after them)."""
         params = {**session_key(owner), "message_id": message_id, "limit": limit}
         rows = await self.db.fetch_in_one_round_trip(owner, query("turns_through"), params)
+        return [message_from_row(r) for r in rows]
+
+    async def claim_extraction(
+        self, owner: MemoryOwner, from_id: int, *, context: int, limit: int
+    ) -> list[ConversationMessage]:
+        """A queued session extraction starting: its session's waiting flag cleared
+        (after the appends in flight commit, as they hold the session's lock) and, in the
+        same transaction, its turns read: from ``from_id`` on (at most ``limit``), with
+        the ``context`` turns before, oldest first. Every turn appended before the flag
+        was cleared is among them (or in the pages after, :meth:`extraction_turns`); a
+        turn appended after it queues the next extraction."""
+        params = {**session_key(owner), "from_id": from_id, "context": context, "limit": limit}
+        _cleared, rows = await self.db.fetch_each_in_one_round_trip(
+            owner, [(query("extraction_claim"), params), (query("extraction_turns"), params)]
+        )
+        return [message_from_row(r) for r in rows]
+
+    async def release_extraction(self, owner: MemoryOwner) -> None:
+        """Clear ``owner``'s session's waiting-extraction flag (its extraction was
+        cancelled): the session's next turn queues a new one."""
+        await self.db.fetch_in_one_round_trip(owner, query("extraction_claim"), session_key(owner))
+
+    async def extraction_turns(
+        self, owner: MemoryOwner, from_id: int, *, context: int, limit: int
+    ) -> list[ConversationMessage]:
+        """The turns of ``owner``'s session from ``from_id`` on (at most ``limit``), with
+        the ``context`` turns before, oldest first: a session extraction's next page."""
+        params = {**session_key(owner), "from_id": from_id, "context": context, "limit": limit}
+        rows = await self.db.fetch_in_one_round_trip(owner, query("extraction_turns"), params)
         return [message_from_row(r) for r in rows]
 
     async def count(self, owner: MemoryOwner) -> int:

@@ -42,8 +42,9 @@ select j.id, j.task_name, j.attempts, e.error, e.raw_output is not null as has_o
  limit %(limit)s::integer
 
 -- name: jobs_status
--- One job of harbor-pg's queue and its state (none: not one of harbor-pg's jobs).
-select j.id, j.status::text as status
+-- One job of harbor-pg's queue, its state, task and arguments (none: not one of
+-- harbor-pg's jobs).
+select j.id, j.status::text as status, j.task_name, j.args
   from harbor_jobs.procrastinate_jobs j
  where j.id = %(id)s::bigint and j.queue_name = 'harbor'
 

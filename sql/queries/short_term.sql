@@ -83,16 +83,25 @@ select a.id, a.created_at, d.due as summary_due
 
 -- name: append_message_with_jobs
 -- append_message_check_summary, and in the same statement the turn's jobs on the queue
--- (harbor_jobs.queue_turn_jobs, sql/functions/jobs.sql): its fact extraction when %(extract)s,
--- and the session's summary fold when %(fold)s and the session is now due one. The jobs
--- commit with the turn or not at all. Their arguments are ids only: the caller's
--- identity, which that function reads itself, and, for extraction, the turn's id. Their
--- lock is the session's, so one session's jobs run one at a time, in the order they were
--- queued; with %(slots)s > 0 it is one of that many slots instead (the session's always
--- the same one), so at most that many run at once, on every worker together: what keeps
--- a rate-limited model from being flooded. A fold queued while an earlier one waits
--- finds nothing due when it runs (the summary lease decides) and writes nothing.
--- The session lock and the due check repeat append_message_check_summary's on purpose.
+-- (harbor_jobs.queue_session_jobs, sql/functions/jobs.sql): its session's fact extraction
+-- when %(extract)s, and the session's summary fold when %(fold)s and the session is now
+-- due one. The jobs commit with the turn or not at all. A session has at most one
+-- extraction waiting, from its first turn on: the append that locks the session's row of
+-- harbor.owner_locks sets that row's extraction_queued there when it was not set (the
+-- ON CONFLICT's WHERE and SET read the row as locked, not as the statement's snapshot
+-- saw it), and only that append queues the job; a turn appended while it waits is read
+-- by it, as the job clears the flag under the same lock when it starts (migration 0029).
+-- So a turn costs a job row only when its session has none waiting. The jobs' arguments
+-- are ids only: the caller's identity, which that function reads itself, and, for
+-- extraction, the turn's id. Their lock is the session's, so one session's jobs run one
+-- at a time, in the order they were queued; with %(slots)s > 0 it is one of that many
+-- slots instead (the session's always the same one), so at most that many run at once,
+-- on every worker together: what keeps a rate-limited model from being flooded. The
+-- extraction starts %(delay_seconds)s after the turn that queued it (when above 0), so
+-- that a conversation's turns of that while share it. A fold queued while an earlier one
+-- waits finds nothing due when it runs (the summary lease decides) and writes nothing.
+-- The user and session locks and the due check repeat append_message_check_summary's on
+-- purpose.
 with user_lock as (
     insert into harbor.owner_locks as l (tenant_id, user_id, session_id, scope)
     values (%(tenant_id)s::text, %(user_id)s::text, '', 'user')
@@ -100,11 +109,14 @@ with user_lock as (
     do update set scope = excluded.scope where false
     returning 1
 ), session_lock as (
-    insert into harbor.owner_locks as l (tenant_id, user_id, session_id, scope)
-    values (%(tenant_id)s::text, %(user_id)s::text, %(session_id)s::text, 'session')
+    insert into harbor.owner_locks as l (tenant_id, user_id, session_id, scope,
+                                         extraction_queued)
+    values (%(tenant_id)s::text, %(user_id)s::text, %(session_id)s::text, 'session',
+            %(extract)s::boolean)
     on conflict (tenant_id, user_id, session_id, scope, project_id, run_id)
-    do update set scope = excluded.scope where false
-    returning 1
+    do update set extraction_queued = true
+     where %(extract)s::boolean and not l.extraction_queued
+    returning l.extraction_queued as queue_extraction
 ), appended as (
     insert into harbor.messages (tenant_id, user_id, session_id, project_id, principal_id,
                                  role, content, name, tool_calls, tool_call_id, metadata,
@@ -116,11 +128,17 @@ with user_lock as (
       from (select count(*) as n from (select 1 from user_lock union all select 1 from session_lock) l) locked
  where locked.n >= 0
     returning id, created_at
+), extraction as (
+    select coalesce(pg_catalog.bool_or(s.queue_extraction), false) as due from session_lock s
 )
 select a.id, a.created_at, d.due as summary_due,
-       harbor_jobs.queue_turn_jobs(a.id, %(extract)s::boolean, %(fold)s::boolean and d.due,
-                                   %(slots)s::integer) as job_ids
+       case when e.due or (%(fold)s::boolean and d.due)
+            then harbor_jobs.queue_session_jobs(a.id, e.due, %(fold)s::boolean and d.due,
+                                                %(slots)s::integer,
+                                                %(delay_seconds)s::double precision)
+       end as job_ids
   from appended a
+ cross join extraction e
  cross join harbor.summary_due_rows(%(tenant_id)s::text, %(user_id)s::text,
                                     %(session_id)s::text, %(min_turns)s::bigint,
                                     %(cooldown_seconds)s::double precision, 1) d
@@ -153,6 +171,41 @@ select t.id, t.role, t.content, t.name, t.tool_calls, t.tool_call_id, t.metadata
          order by m.id desc
          limit %(limit)s::integer) t
  order by t.id
+
+-- name: extraction_claim
+-- A queued session extraction starting: its session's extraction_queued flag cleared,
+-- under the session row's lock, so that this waits for the appends in flight, each of
+-- which either saw the flag set (its turn is this job's) or set it and queued the next
+-- job (migration 0029). Run in the transaction of extraction_turns, ahead of it.
+update harbor.owner_locks l set extraction_queued = false
+ where l.tenant_id = %(tenant_id)s::text and l.user_id = %(user_id)s::text
+   and l.session_id = %(session_id)s::text and l.scope = 'session'
+   and l.project_id = '' and l.run_id = ''
+
+-- name: extraction_turns
+-- The turns a queued session extraction reads, oldest first: from its first turn on,
+-- and the %(context)s turns before that one (what a first window shows the model of the
+-- conversation so far), at most %(limit)s of the newer ones (the job reads on in pages).
+select t.id, t.role, t.content, t.name, t.tool_calls, t.tool_call_id, t.metadata,
+       t.created_at
+  from (select m.id, m.role::text as role, m.content, m.name, m.tool_calls,
+               m.tool_call_id, m.metadata, m.created_at
+          from harbor.messages m
+         where m.tenant_id = %(tenant_id)s::text and m.user_id = %(user_id)s::text
+           and m.session_id = %(session_id)s::text and m.id < %(from_id)s::bigint
+         order by m.id desc
+         limit %(context)s::integer) t
+union all
+select t.id, t.role, t.content, t.name, t.tool_calls, t.tool_call_id, t.metadata,
+       t.created_at
+  from (select m.id, m.role::text as role, m.content, m.name, m.tool_calls,
+               m.tool_call_id, m.metadata, m.created_at
+          from harbor.messages m
+         where m.tenant_id = %(tenant_id)s::text and m.user_id = %(user_id)s::text
+           and m.session_id = %(session_id)s::text and m.id >= %(from_id)s::bigint
+         order by m.id
+         limit %(limit)s::integer) t
+ order by id
 
 -- name: count_messages
 -- How many turns the caller's session holds.

@@ -12,7 +12,7 @@ from harbor_pg.db.connection import Database
 from harbor_pg.db.sqlfiles import query
 from harbor_pg.embedders.hashing import HashingEmbedder
 from harbor_pg.errors import MemoryConfigurationError, MemoryScopeError
-from harbor_pg.jobs import EXTRACT_TASK, FOLD_TASK, PURGE_TASK
+from harbor_pg.jobs import EXTRACT_SESSION_TASK, FOLD_TASK, PURGE_TASK
 from harbor_pg.manager import MemoryManager, MemoryManagerConfig
 from harbor_pg.owner import MemoryOwner
 from harbor_pg.records import ConversationMessage
@@ -47,7 +47,7 @@ class TeaModel:
         return schema.model_validate({"facts": [fact]})
 
 
-def jobs(db: PgDatabase, task: str = EXTRACT_TASK) -> list[tuple[str, dict[str, Any], str]]:
+def jobs(db: PgDatabase, task: str = EXTRACT_SESSION_TASK) -> list[tuple[str, dict[str, Any], str]]:
     """The queue's jobs of ``task`` (workers queue the periodic upkeep too)."""
     with psycopg.connect(db.admin_url) as conn:
         rows = conn.execute(
@@ -68,7 +68,7 @@ async def test_a_committed_turn_has_its_job_and_the_job_holds_ids_only(
     )
     turn = await manager.append(DANA, ConversationMessage(role="user", content="I drink tea"))
     [(task, args, status)] = jobs(fresh_db)
-    assert (task, status) == (EXTRACT_TASK, "todo")
+    assert (task, status) == (EXTRACT_SESSION_TASK, "todo")
     assert args == {
         "tenant_id": "acme",
         "project_id": "",
@@ -76,7 +76,7 @@ async def test_a_committed_turn_has_its_job_and_the_job_holds_ids_only(
         "user_id": "dana",
         "session_id": "s1",
         "run_id": "",
-        "message_id": turn.id,
+        "from_id": turn.id,
     }
     # without an extraction model, an append queues nothing
     plain = MemoryManager.from_database(database)
@@ -92,6 +92,7 @@ async def test_a_rolled_back_turn_leaves_no_job(database: Database, fresh_db: Pg
         "extract": True,
         "fold": True,
         "slots": 0,
+        "delay_seconds": 0.0,
     }
     with pytest.raises(RuntimeError):
         async with database.transaction(DANA) as conn:
@@ -275,3 +276,135 @@ async def test_running_jobs_in_process_needs_the_elevated_login(fresh_db: PgData
         assert [s for _t, _a, s in jobs(fresh_db)] == ["todo"]
     finally:
         await app_only.close()
+
+
+class PromptModel(TeaModel):
+    """TeaModel that keeps each extraction's prompt."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.prompts: list[str] = []
+
+    async def generate_structured(self, system: str, user: str, schema: type[Any]) -> Any:
+        self.prompts.append(user)
+        return await super().generate_structured(system, user, schema)
+
+
+def extraction_flag(db: PgDatabase, owner: MemoryOwner) -> Any:
+    with psycopg.connect(db.superuser_url) as conn:
+        row = conn.execute(
+            "select extraction_queued from harbor.owner_locks"
+            " where tenant_id = %s and user_id = %s and session_id = %s and scope = 'session'",
+            (owner.tenant_id, owner.principal_id, owner.session_id),
+        ).fetchone()
+    return None if row is None else row[0]
+
+
+async def test_turns_appended_while_the_sessions_extraction_waits_share_it(
+    database: Database, fresh_db: PgDatabase
+) -> None:
+    config = MemoryManagerConfig(jobs_in_process=False)
+    queueing = MemoryManager.from_database(database, extraction_model=TeaModel(), config=config)
+    first = await queueing.append(DANA, ConversationMessage(role="user", content="turn one"))
+    for text in ("turn two", "turn three"):
+        await queueing.append(DANA, ConversationMessage(role="user", content=text))
+    await queueing.append(ERIN, ConversationMessage(role="user", content="erin's turn"))
+    queued = jobs(fresh_db)
+    assert len(queued) == 2  # one waiting a session, however many turns
+    assert [(a["user_id"], a["from_id"], s) for _t, a, s in queued[:1]] == [
+        ("dana", first.id, "todo")
+    ]
+    assert extraction_flag(fresh_db, DANA) is True
+    model = PromptModel()
+    worker = MemoryManager.from_database(database, extraction_model=model, config=config)
+    try:
+        await asyncio.wait_for(worker.run_worker(wait=False), timeout=30)
+        [dana] = [p for p in model.prompts if "turn one" in p]
+        assert "turn two" in dana and "turn three" in dana  # one model call for the three
+        assert model.calls == 2
+        assert extraction_flag(fresh_db, DANA) is False
+        # the job started: the next turn queues the next job, from that turn on
+        fourth = await queueing.append(DANA, ConversationMessage(role="user", content="turn four"))
+        assert [a["from_id"] for _t, a, s in jobs(fresh_db) if s == "todo"] == [fourth.id]
+        await asyncio.wait_for(worker.run_worker(wait=False), timeout=30)
+        # its window shows the turns before as well (the policy's recent_max_messages)
+        assert "turn four" in model.prompts[-1] and "turn one" in model.prompts[-1]
+        assert [s for _t, _a, s in jobs(fresh_db)] == ["succeeded"] * 3
+    finally:
+        await worker.close()
+
+
+async def test_a_starting_extraction_waits_for_the_append_in_flight_and_reads_its_turn(
+    database: Database, fresh_db: PgDatabase
+) -> None:
+    manager = MemoryManager.from_database(
+        database, extraction_model=TeaModel(), config=MemoryManagerConfig(jobs_in_process=False)
+    )
+    first = await manager.append(DANA, ConversationMessage(role="user", content="turn one"))
+    params = {
+        **_append_params(DANA, ConversationMessage(role="user", content="in flight")),
+        "min_turns": 8,
+        "cooldown_seconds": 0,
+        "extract": True,
+        "fold": False,
+        "slots": 0,
+        "delay_seconds": 0.0,
+    }
+    append = psycopg.connect(fresh_db.app_url)
+    try:
+        append.execute(
+            "select harbor.set_identity('acme', principal_id => 'dana', session_id => 's1',"
+            " is_local => true)"
+        )
+        row = append.execute(query("append_message_with_jobs"), params).fetchone()
+        assert row is not None and row[3] is None  # the session's extraction waits already
+        store = PostgresShortTermStore(database)
+        assert first.id is not None
+        claim = asyncio.create_task(store.claim_extraction(DANA, first.id, context=0, limit=50))
+        await asyncio.sleep(1.0)
+        assert not claim.done(), "the extraction must wait for the append in flight"
+        append.commit()
+    finally:
+        append.close()
+    turns = await asyncio.wait_for(claim, timeout=30)
+    assert [t.content for t in turns] == ["turn one", "in flight"]
+    # claimed: the next turn is the next job's
+    later = await manager.append(DANA, ConversationMessage(role="user", content="later"))
+    assert [a["from_id"] for _t, a, _s in jobs(fresh_db)] == [first.id, later.id]
+
+
+async def test_an_extraction_delay_lets_a_conversations_turns_share_its_job(
+    database: Database, fresh_db: PgDatabase
+) -> None:
+    config = MemoryManagerConfig(jobs_in_process=False, extraction_delay_seconds=60)
+    manager = MemoryManager.from_database(database, extraction_model=TeaModel(), config=config)
+    try:
+        await manager.append(DANA, ConversationMessage(role="user", content="green tea"))
+        with psycopg.connect(fresh_db.admin_url) as conn:
+            [(delay,)] = conn.execute(
+                "select extract(epoch from scheduled_at - now())"
+                " from harbor_jobs.procrastinate_jobs where task_name = %s",
+                (EXTRACT_SESSION_TASK,),
+            ).fetchall()
+        assert 55 < delay <= 60
+        await asyncio.wait_for(manager.run_worker(wait=False), timeout=30)
+        assert [s for _t, _a, s in jobs(fresh_db)] == ["todo"]  # not before its time
+    finally:
+        await manager.close()
+
+
+async def test_a_cancelled_session_extraction_lets_the_next_turn_queue_one(
+    database: Database, fresh_db: PgDatabase
+) -> None:
+    config = MemoryManagerConfig(jobs_in_process=False)
+    manager = MemoryManager.from_database(database, extraction_model=TeaModel(), config=config)
+    try:
+        await manager.append(DANA, ConversationMessage(role="user", content="green tea"))
+        with psycopg.connect(fresh_db.admin_url) as conn:
+            [(job_id,)] = conn.execute("select id from harbor_jobs.procrastinate_jobs").fetchall()
+        assert await manager.job_runner().cancel(job_id)
+        assert extraction_flag(fresh_db, DANA) is False
+        await manager.append(DANA, ConversationMessage(role="user", content="more tea"))
+        assert [s for _t, _a, s in jobs(fresh_db)] == ["cancelled", "todo"]
+    finally:
+        await manager.close()

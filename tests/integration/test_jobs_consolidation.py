@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from harbor_pg.db.connection import Database
 from harbor_pg.embedders.hashing import HashingEmbedder
-from harbor_pg.jobs import CONSOLIDATE_TASK, EXTRACT_TASK
+from harbor_pg.jobs import CONSOLIDATE_TASK, EXTRACT_SESSION_TASK
 from harbor_pg.manager import MemoryManager, MemoryManagerConfig
 from harbor_pg.owner import MemoryOwner
 from harbor_pg.records import ConversationMessage, Memory
@@ -37,7 +37,7 @@ async def test_an_extraction_queues_a_consolidation_of_its_owner(
         await asyncio.wait_for(manager.drain(), timeout=60)
     finally:
         await manager.close()
-    assert [s for _t, _a, s in jobs(fresh_db, EXTRACT_TASK)] == ["succeeded"]
+    assert [s for _t, _a, s in jobs(fresh_db, EXTRACT_SESSION_TASK)] == ["succeeded"]
     [(_task, args, status)] = jobs(fresh_db, CONSOLIDATE_TASK)
     assert status == "succeeded"
     # the owner's ids and since: the extraction's start, less the clock margin
@@ -91,7 +91,7 @@ async def test_no_consolidation_is_queued_by_default(
         await asyncio.wait_for(manager.drain(), timeout=60)
     finally:
         await manager.close()
-    assert [s for _t, _a, s in jobs(fresh_db, EXTRACT_TASK)] == ["succeeded"]
+    assert [s for _t, _a, s in jobs(fresh_db, EXTRACT_SESSION_TASK)] == ["succeeded"]
     assert jobs(fresh_db, CONSOLIDATE_TASK) == []
 
 

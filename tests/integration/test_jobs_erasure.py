@@ -273,6 +273,7 @@ async def test_a_turn_appended_in_a_session_with_no_turn_during_the_erasure_is_e
         "extract": True,
         "fold": False,
         "slots": 0,
+        "delay_seconds": 0.0,
     }
     append = psycopg.connect(fresh_db.app_url)
     append.execute(

@@ -15,7 +15,7 @@ import psycopg
 
 from harbor_pg.db.connection import Database
 from harbor_pg.embedders.hashing import HashingEmbedder
-from harbor_pg.jobs import EXTRACT_TASK, RAW_OUTPUT_CHARS
+from harbor_pg.jobs import EXTRACT_SESSION_TASK, RAW_OUTPUT_CHARS
 from harbor_pg.llm.base import MemoryModelError, StructuredOutputUnsupportedError
 from harbor_pg.manager import MemoryManager, MemoryManagerConfig
 from harbor_pg.owner import MemoryOwner
@@ -72,7 +72,7 @@ def job_state(db: PgDatabase) -> tuple[str, int, list[tuple[int, str, str | None
         row: Any = conn.execute(
             "select id, status::text, attempts from harbor_jobs.procrastinate_jobs"
             " where task_name = %s",
-            (EXTRACT_TASK,),
+            (EXTRACT_SESSION_TASK,),
         ).fetchone()
         errors = conn.execute(
             "select attempt, error, raw_output from harbor_jobs.job_errors"
@@ -239,16 +239,16 @@ async def test_harbor_pg_jobs_shows_failures_and_retries_or_cancels(
         rows = conn.execute(
             "select id, status::text from harbor_jobs.procrastinate_jobs"
             " where task_name = %s order by id",
-            (EXTRACT_TASK,),
+            (EXTRACT_SESSION_TASK,),
         ).fetchall()
     [(failed_id, first), (queued_id, second)] = rows
     assert (first, second) == ("failed", "todo")
 
     shown = run_cli("jobs", url=fresh_db.superuser_url)
     assert shown.returncode == 0, shown.stderr[-2000:]
-    assert f"{EXTRACT_TASK:<28} failed     1" in shown.stdout
-    assert f"{EXTRACT_TASK:<28} todo       1" in shown.stdout
-    assert f"#{failed_id} {EXTRACT_TASK} after 1 run(s): MemoryModelError:" in shown.stdout
+    assert f"{EXTRACT_SESSION_TASK:<28} failed     1" in shown.stdout
+    assert f"{EXTRACT_SESSION_TASK:<28} todo       1" in shown.stdout
+    assert f"#{failed_id} {EXTRACT_SESSION_TASK} after 1 run(s): MemoryModelError:" in shown.stdout
     assert "(the model's answer is kept)" in shown.stdout
 
     assert run_cli("jobs", "retry", str(failed_id), url=fresh_db.superuser_url).returncode == 0
@@ -259,17 +259,18 @@ async def test_harbor_pg_jobs_shows_failures_and_retries_or_cancels(
         states = conn.execute(
             "select id, status::text from harbor_jobs.procrastinate_jobs"
             " where task_name = %s order by id",
-            (EXTRACT_TASK,),
+            (EXTRACT_SESSION_TASK,),
         ).fetchall()
     assert states == [(failed_id, "todo"), (queued_id, "cancelled")]
 
 
 class CountingModel:
-    """Records which turn each extraction was for (the newest turn in its prompt) and
-    proposes one fact naming it."""
+    """Records the turns of each extraction's prompt (``windows``: the first and the
+    newest) and proposes one fact naming each turn it shows."""
 
     def __init__(self) -> None:
         self.turns: list[int] = []
+        self.windows: list[tuple[int, int]] = []
 
     async def generate_text(self, system: str, user: str) -> str:
         raise NotImplementedError
@@ -277,16 +278,22 @@ class CountingModel:
     async def generate_structured(self, system: str, user: str, schema: type[Any]) -> Any:
         import re
 
-        turn = int(re.findall(r"turn-(\d+)", user)[-1])
-        self.turns.append(turn)
+        shown = [int(n) for n in re.findall(r"turn-(\d+)", user)]
+        self.turns.extend(shown)
+        self.windows.append((shown[0], shown[-1]))
         await asyncio.sleep(0)
-        fact = {**FACT, "content": f"The user said fact number {turn}", "scope": "session"}
-        return schema.model_validate({"facts": [fact]})
+        facts = [
+            {**FACT, "content": f"The user said fact number {turn}", "scope": "session"}
+            for turn in shown
+        ]
+        return schema.model_validate({"facts": facts})
 
 
 async def test_four_workers_extract_every_turn_exactly_once(
     database: Database, fresh_db: PgDatabase
 ) -> None:
+    """1,000 turns over 100 sessions queued before the workers start: a job a session
+    (its turns share the one waiting), each turn in one model call, none in two."""
     turns, sessions = 1000, 100
     queueing = MemoryManager.from_database(
         database, extraction_model=TeaModel(), config=MemoryManagerConfig(jobs_in_process=False)
@@ -307,9 +314,9 @@ async def test_four_workers_extract_every_turn_exactly_once(
         states = conn.execute(
             "select status::text, count(*) from harbor_jobs.procrastinate_jobs"
             " where task_name = %s group by 1",
-            (EXTRACT_TASK,),
+            (EXTRACT_SESSION_TASK,),
         ).fetchall()
-    assert states == [("succeeded", turns)]
+    assert states == [("succeeded", sessions)]
     with psycopg.connect(fresh_db.superuser_url) as conn:
         [(stored, distinct)] = conn.execute(
             "select count(*), count(distinct content) from harbor.memories"
@@ -351,7 +358,7 @@ async def work_off(db: PgDatabase, workers: list[MemoryManager], *, concurrency:
                 row: Any = conn.execute(
                     "select count(*) from harbor_jobs.procrastinate_jobs"
                     " where task_name = %s and status in ('todo', 'doing')",
-                    (EXTRACT_TASK,),
+                    (EXTRACT_SESSION_TASK,),
                 ).fetchone()
             if row[0] == 0:
                 break
@@ -371,7 +378,7 @@ async def most_at_once(database: Database, db: PgDatabase, limit: int | None) ->
     )
     queueing = MemoryManager.from_database(database, extraction_model=TeaModel(), config=config)
     for n in range(24):
-        owner = DANA.model_copy(update={"session_id": f"g{limit}-{n % 12}"})
+        owner = DANA.model_copy(update={"session_id": f"g{limit}-{n}"})  # a job each
         await queueing.append(owner, ConversationMessage(role="user", content=f"tea {n}"))
     model = GaugeModel()
     workers = [
@@ -425,8 +432,8 @@ def test_harbor_pg_worker_stops_cleanly_on_sigterm(fresh_db: PgDatabase) -> None
 async def test_a_backlog_longer_than_the_window_still_extracts_every_turn(
     database: Database, fresh_db: PgDatabase
 ) -> None:
-    """30 turns of one session queued before any worker runs: each job reads the turns
-    up to its own (the policy's window ends there), not the session's newest."""
+    """30 turns of one session queued before any worker runs: one job, whose model calls
+    read windows of the policy's 12 turns, the last one filled from the turns before."""
     queueing = MemoryManager.from_database(
         database, extraction_model=TeaModel(), config=MemoryManagerConfig(jobs_in_process=False)
     )
@@ -436,7 +443,13 @@ async def test_a_backlog_longer_than_the_window_still_extracts_every_turn(
     fast = MemoryManagerConfig(jobs_in_process=False, job_poll_seconds=0.02)
     worker = MemoryManager.from_database(database, extraction_model=model, config=fast)
     await work_off(fresh_db, [worker], concurrency=1)
-    assert model.turns == list(range(30))
+    assert model.windows == [(0, 11), (12, 23), (18, 29)]
+    with psycopg.connect(fresh_db.admin_url) as conn:
+        [(jobs,)] = conn.execute(
+            "select count(*) from harbor_jobs.procrastinate_jobs where task_name = %s",
+            (EXTRACT_SESSION_TASK,),
+        ).fetchall()
+    assert jobs == 1
 
 
 class FailingSummaryModel:

@@ -213,7 +213,7 @@ async def test_every_job_is_a_span_with_its_model_call_inside(
 ) -> None:
     import asyncio
 
-    from harbor_pg.jobs import EXTRACT_TASK
+    from harbor_pg.jobs import EXTRACT_SESSION_TASK
 
     owner = MemoryOwner(tenant_id="acme", principal_id="dana", session_id="s-job")
     manager = MemoryManager.from_database(
@@ -229,7 +229,8 @@ async def test_every_job_is_a_span_with_its_model_call_inside(
     [job] = [
         s
         for s in finished
-        if s.name == "harbor_pg.job" and (s.attributes or {}).get("harbor.job.task") == EXTRACT_TASK
+        if s.name == "harbor_pg.job"
+        and (s.attributes or {}).get("harbor.job.task") == EXTRACT_SESSION_TASK
     ]
     assert job.attributes is not None and job.attributes["harbor.job.attempt"] == 0
     inside = [

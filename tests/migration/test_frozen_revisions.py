@@ -48,6 +48,7 @@ FROZEN = {
     "0026_observation_type.py": "4ec5ccc83467e236",
     "0027_user_locks.py": "40dd094765b2f0bc",
     "0028_drop_fts_index.py": "50b3fab8c35e5c84",
+    "0029_session_extraction_flag.py": "9561349214f2a779",
 }
 
 

@@ -70,6 +70,7 @@ SAMPLES: dict[str, Any] = {
     "destination": io.StringIO(),  # export_memories
     "source": io.StringIO(""),  # import_memories: an empty export
     "message_id": 1,  # run_extraction_job
+    "from_id": 1,  # run_session_extraction_job
     "since": datetime(2026, 1, 1, tzinfo=UTC),  # run_consolidation_job
     "model": None,  # observe (the caller is checked first)
 }
