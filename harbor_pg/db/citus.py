@@ -520,6 +520,12 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
         "select create_distributed_function(%s, %s, colocate_with => %s, force_delegation => true)",
         (APPEND_FUNCTION, "p_tenant_id", "harbor.messages"),
     )
+    # and recall's, called in autocommit (sql/citus/recall.sql); in a transaction block
+    # it runs on the coordinator, as harbor.recall() does
+    conn.execute(
+        "select create_distributed_function(%s, %s, colocate_with => %s)",
+        (RECALL_FUNCTION, "p_tenant_id", "harbor.memories"),
+    )
     if conn.execute("select to_regprocedure('harbor.graph_min_vectors()')").fetchone()[0]:  # type: ignore[index]
         conn.execute(
             "create or replace function harbor.graph_min_vectors() returns integer"
@@ -534,6 +540,15 @@ _VOLATILITY = {"v": "volatile", "s": "stable", "i": "immutable"}
 APPEND_FUNCTION = (
     "harbor.append_turn(text, text, text, text, text, text, harbor.message_role, text, text,"
     " jsonb, text, jsonb, integer, bigint, double precision)"
+)
+
+#: recall in one call Citus delegates to the tenant's worker (sql/citus/recall.sql)
+RECALL_FUNCTION = (
+    "harbor.recall_delegated(text, text, text, text, text, text, text, public.vector, text,"
+    " harbor.memory_scope[], integer, text[], harbor.memory_type[], timestamptz,"
+    " double precision, double precision, double precision, integer, double precision,"
+    " integer, integer, double precision, double precision, text, harbor.sensitivity,"
+    " double precision, double precision, double precision, harbor.memory_type[])"
 )
 
 

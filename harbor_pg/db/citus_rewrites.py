@@ -236,12 +236,24 @@ REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     # the substring fallback reads the tenant's rows under the policies instead of its
     # per-key read: a LATERAL subquery per owner key that Citus cannot push down whole
     # (without its fence it was planned in steps, a recall on the cluster about 9 ms
-    # slower), where one statement over the tenant's two shards goes to its worker
+    # slower), where one statement over the tenant's shard (and the '' one with the
+    # global scope) goes to its worker. The tenant is recall's, passed as p_tenant: a
+    # value Citus prunes by (with harbor.caller_tenant() in the predicate the statement
+    # went to every shard, the other worker's too)
     (
         "_substring_matches",
         re.compile(r"from harbor\._caller_identity\(\) i\s.*?\boffset 0\) m\s+where ", re.DOTALL),
-        "from harbor.memories m\n     where m.tenant_id = any (array['', harbor.caller_tenant()])"
-        "\n       and m.scope = any (p_scopes)\n       and ",
+        "from harbor.memories m\n     where m.tenant_id = any "
+        + _TENANTS.format(scopes="p_scopes", tenant="p_tenant")
+        + "\n       and m.scope = any (p_scopes)\n       and ",
+    ),
+    (
+        "recall",
+        re.compile(
+            r"(harbor\._substring_matches\(v_query, recall\.scopes, v_as_of, v_n,\s+"
+            r"recall\.max_sensitivity)\)"
+        ),
+        "\\1, v_tenant)",
     ),
     ("_dense_candidates", re.compile(r"\boffset 0\) e\b"), ") e"),
     ("_dense_candidates", re.compile(r"\boffset 0\) m\b"), ") m"),

@@ -551,18 +551,26 @@ class Database:
         )
 
     async def fetch_delegated(self, statement: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """:meth:`fetch_rows_delegated` with its rows as dicts."""
+        return await self.fetch_rows_delegated(statement, params, dict_row)
+
+    async def fetch_rows_delegated(
+        self, statement: str, params: dict[str, Any], row_factory: AsyncRowFactory[Row]
+    ) -> list[Row]:
         """Run one statement in autocommit, without setting the identity; return its rows
-        as dicts (again when a shard moved under it, as the one-round-trip calls).
+        as ``row_factory`` builds them (again when a shard moved under it, as the
+        one-round-trip calls).
 
         For a call that Citus delegates whole to one worker, the distributed function that
         carries the identity as its arguments and checks them there against the caller's
-        (``sql/citus/append.sql``): outside a transaction block the coordinator sends the
-        call alone, with no BEGIN, SET LOCAL or COMMIT for the worker.
+        (``sql/citus/append.sql``, ``sql/citus/recall.sql``): outside a transaction
+        block the coordinator sends the call alone, with no BEGIN, SET LOCAL or COMMIT for
+        the worker.
         """
 
-        async def once() -> list[dict[str, Any]]:
+        async def once() -> list[Row]:
             async with wrap_db_errors(), self._connection(self._pool) as conn:
-                cur = conn.cursor(row_factory=dict_row)
+                cur = conn.cursor(row_factory=row_factory)
                 await cur.execute(statement, params)
                 return await cur.fetchall()
 

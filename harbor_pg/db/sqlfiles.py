@@ -42,7 +42,12 @@ IDEMPOTENT_FILES: tuple[str, ...] = (
 #: The Citus forms (harbor_pg.db.citus applies them on a distributed database, after the
 #: files above): part of the sha256 too, so that `harbor-pg migrate` re-applies them when
 #: they change.
-CITUS_FILES: tuple[str, ...] = ("citus/views.sql", "citus/successor.sql", "citus/append.sql")
+CITUS_FILES: tuple[str, ...] = (
+    "citus/views.sql",
+    "citus/successor.sql",
+    "citus/append.sql",
+    "citus/recall.sql",
+)
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z0-9_]+)\s*$", re.MULTILINE)
 

@@ -296,7 +296,21 @@ async def recall_in_one_round_trip(
     db: Database, owner: MemoryOwner, request: RecallRequest
 ) -> list[RecalledMemory]:
     """Run ``harbor.recall()`` as ``owner`` in a transaction of its own, in one
-    round trip (the identity and the call are sent together and share a transaction)."""
+    round trip (the identity and the call are sent together and share a transaction).
+    On a distributed database, one call that Citus delegates to the tenant's worker,
+    with the identity as its arguments (``harbor.recall_delegated``), unless it reads
+    global memories too (their tenant's shard may be another worker's)."""
+    if db.set_local and MemoryScope.GLOBAL not in request.scopes:
+        params = {
+            **recall_params(request),
+            "tenant_id": owner.tenant_id or "",
+            "project_id": owner.project_id or "",
+            "principal_id": owner.principal_id or "",
+            "user_id": owner.user_id or owner.principal_id or "",
+            "session_id": owner.session_id or "",
+            "run_id": owner.run_id or "",
+        }
+        return await db.fetch_rows_delegated(sql_query("recall_delegated"), params, recalled_rows)
     return await db.fetch_rows_in_one_round_trip(
         owner, sql_query("recall"), recall_params(request), recalled_rows
     )

@@ -194,3 +194,36 @@ select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, 
         or pg_catalog.strpos(pg_catalog.lower(m.content), pg_catalog.lower(%(query)s::text)) > 0)
  order by pg_catalog.ts_rank_cd(m.fts, q.tsq) desc, m.importance desc, lower(m.valid) desc
  limit %(limit)s::integer
+
+-- name: recall_delegated
+-- recall.sql's recall on a distributed database: one call of harbor.recall_delegated
+-- (sql/citus/recall.sql), which Citus sends whole to the tenant's worker. The identity is
+-- its first arguments (the worker checks them against the caller's); sent in autocommit,
+-- it needs no transaction block.
+select r.*
+  from harbor.recall_delegated(
+      %(tenant_id)s::text, %(project_id)s::text, %(principal_id)s::text, %(user_id)s::text,
+      %(session_id)s::text, %(run_id)s::text,
+      %(query)s::text,
+      query_embedding => %(embedding)s::public.vector,
+      model_id => %(model_id)s::text,
+      scopes => %(scopes)s::text[]::harbor.memory_scope[],
+      top_k => %(top_k)s::integer,
+      anchor_entity_ids => %(anchors)s::text[],
+      wanted_types => %(wanted)s::text[]::harbor.memory_type[],
+      as_of => %(as_of)s::timestamptz,
+      recency_half_life_hours => %(half_life)s::double precision,
+      entity_weight => %(entity_weight)s::double precision,
+      type_weight => %(type_weight)s::double precision,
+      rrf_k => %(rrf_k)s::integer,
+      min_similarity => %(min_similarity)s::double precision,
+      token_budget => %(token_budget)s::integer,
+      candidates => %(candidates)s::integer,
+      dense_weight => %(dense_weight)s::double precision,
+      lexical_weight => %(lexical_weight)s::double precision,
+      fusion => %(fusion)s::text,
+      max_sensitivity => %(max_sensitivity)s::harbor.sensitivity,
+      neighbour_weight => %(neighbour_weight)s::double precision,
+      date_weight => %(date_weight)s::double precision,
+      importance_half_life_hours => %(importance_half_life)s::double precision,
+      excluded_types => %(excluded)s::text[]::harbor.memory_type[]) r

@@ -24,11 +24,17 @@
 -- candidate legs): the policies' visibility test is a filter, not an index condition,
 -- so a read of the tenant's rows tested every user's memories of the tenant (a
 -- 100-memory owner's question that matched nothing: 30 ms beside a user of 100,000).
+-- p_tenant is read on a distributed database only, where this reads the tenant's rows
+-- in one statement instead (harbor_pg/db/citus_rewrites.py): the caller's tenant as
+-- recall() read it, a value Citus prunes the shards by (it cannot with a function call
+-- such as harbor.caller_tenant()); the policies still decide what is visible.
 drop function if exists harbor._substring_matches(text, harbor.memory_scope[], timestamptz,
                                                   integer);
+drop function if exists harbor._substring_matches(text, harbor.memory_scope[], timestamptz,
+                                                  integer, harbor.sensitivity);
 create or replace function harbor._substring_matches(
     p_query text, p_scopes harbor.memory_scope[], p_as_of timestamptz, p_limit integer,
-    p_max_sensitivity harbor.sensitivity default 'sensitive'
+    p_max_sensitivity harbor.sensitivity default 'sensitive', p_tenant text default null
 ) returns table (tenant_id text, memory_id text, scope harbor.memory_scope,
                  memory_type harbor.memory_type, importance real, valid_from timestamptz,
                  content_hash text, entity_ids text[])

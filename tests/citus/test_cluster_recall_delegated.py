@@ -1,0 +1,182 @@
+"""On the cluster, the facade's recall is one call that Citus delegates to the tenant's
+worker (harbor.recall_delegated, sql/citus/recall.sql): one command reaches the worker
+and no other node, with the answer harbor.recall() gives; the identity it carries as
+arguments is checked there against the caller's binding, so a bound role that names
+another tenant or user is refused before anything is read."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import errors, sql
+
+from harbor_pg.db.connection import Database
+from harbor_pg.db.sqlfiles import query
+from harbor_pg.manager import MemoryManager
+from harbor_pg.owner import MemoryOwner, MemoryScope
+from harbor_pg.ranking import RecallRequest
+from harbor_pg.tiers.rows import recall_in_one_round_trip, recall_params
+from tests.citus.conftest import ClusterDatabase
+from tests.citus.test_cluster_routing import _facade_commands, _queries, _save
+
+ANN = MemoryOwner(tenant_id="recall-a", principal_id="ann", session_id="s1")
+BOB = MemoryOwner(tenant_id="recall-b", principal_id="bob", session_id="s1")
+CARL = MemoryOwner(tenant_id="recall-a", principal_id="carl", session_id="s1")
+ROLE = "harbor_test_recall_bound"
+SCOPES = (MemoryScope.USER, MemoryScope.PROJECT, MemoryScope.SESSION)
+
+
+@pytest.fixture(scope="module")
+def stored(cluster_db: ClusterDatabase) -> ClusterDatabase:
+    _save(cluster_db.app_url, ANN, "ann: the delegated memo")
+    _save(cluster_db.app_url, BOB, "bob: the delegated memo")
+    _save(cluster_db.app_url, CARL, "carl: the delegated memo")
+    return cluster_db
+
+
+def _params(owner: MemoryOwner, **overrides: Any) -> dict[str, Any]:
+    """recall_delegated's parameters for ``owner`` (``overrides``: what an attacker
+    changes)."""
+    return {
+        **recall_params(RecallRequest(query="delegated memo", scopes=SCOPES, top_k=10)),
+        "tenant_id": owner.tenant_id,
+        "project_id": "",
+        "principal_id": owner.principal_id,
+        "user_id": owner.principal_id,
+        "session_id": owner.session_id,
+        "run_id": "",
+        **overrides,
+    }
+
+
+def test_the_facades_recall_is_one_call_on_the_tenants_worker(stored: ClusterDatabase) -> None:
+    async def run(manager: MemoryManager) -> None:
+        found = await manager.recall(ANN, "delegated memo")
+        assert [m.content for m in found] == ["ann: the delegated memo"]
+
+    sent = asyncio.run(_facade_commands(stored, run))
+    port = stored.node_of(ANN.tenant_id).port
+    assert len(sent) == 1, sent
+    [(to, command)] = sent
+    assert to == port
+    assert re.match(r"SELECT .* FROM harbor\.recall_delegated\('recall-a'::text", command), command
+    assert _queries(sent) == sent
+
+
+def test_the_delegated_recall_answers_as_harbor_recall(stored: ClusterDatabase) -> None:
+    # every column, for the same request, from the delegated call and from harbor.recall()
+    # with the identity set in the transaction (the statements planned on the coordinator)
+    request = RecallRequest(query="delegated memo", scopes=SCOPES, top_k=10)
+
+    async def run() -> tuple[list[Any], list[Any]]:
+        db = Database(stored.app_url, stored.admin_url, min_size=1, max_size=1)
+        await db.open()
+        try:
+            delegated = await recall_in_one_round_trip(db, ANN, request)
+            rows = await db.fetch_in_one_round_trip(ANN, query("recall"), recall_params(request))
+        finally:
+            await db.close()
+        return delegated, rows
+
+    delegated, rows = asyncio.run(run())
+    assert [(m.memory.id, m.memory.content) for m in delegated] == [
+        (r["id"], r["content"]) for r in rows
+    ]
+    assert [m.score for m in delegated] == pytest.approx([r["score"] for r in rows])
+    assert len(delegated) == 1
+
+
+def test_recall_with_global_memories_still_answers_on_the_cluster(stored: ClusterDatabase) -> None:
+    # the global memories' shard may be another worker's: such a recall is not delegated
+    with psycopg.connect(stored.superuser_url) as conn:
+        conn.execute(
+            "insert into harbor.memories (tenant_id, scope, user_id, principal_id, content,"
+            " content_hash) values ('', 'global', '', 'admin', 'global: delegated memo',"
+            " repeat('8', 64)) on conflict do nothing"
+        )
+
+    request = RecallRequest(
+        query="delegated memo", scopes=(MemoryScope.GLOBAL, MemoryScope.USER), top_k=10
+    )
+
+    async def run() -> list[str]:
+        db = Database(stored.app_url, stored.admin_url, min_size=1, max_size=1)
+        await db.open()
+        try:
+            return [m.memory.content for m in await recall_in_one_round_trip(db, ANN, request)]
+        finally:
+            await db.close()
+
+    try:
+        found = sorted(asyncio.run(run()))
+    finally:  # (the cluster's database is shared by the other tests)
+        with psycopg.connect(stored.superuser_url) as conn:
+            conn.execute("delete from harbor.memories where content = 'global: delegated memo'")
+    assert found == ["ann: the delegated memo", "global: delegated memo"]
+
+
+@pytest.fixture(scope="module")
+def bound_role(stored: ClusterDatabase) -> Iterator[str]:
+    """A login bound to tenant recall-a as user ann, with harbor_app's rights, without SET."""
+    with psycopg.connect(stored.superuser_url, autocommit=True) as su:
+        su.execute(f"drop role if exists {ROLE}")
+        su.execute(f"create role {ROLE} login")
+        su.execute(f"grant harbor_app to {ROLE} with inherit true, set false")
+    with psycopg.connect(stored.admin_url) as admin:
+        admin.execute("set local harbor.tenant_id = 'recall-a'")
+        admin.execute("select harbor.bind_role(%s, 'recall-a', user_id => 'ann')", (ROLE,))
+    yield ROLE
+    with psycopg.connect(stored.admin_url) as admin:
+        admin.execute("set local harbor.tenant_id = 'recall-a'")
+        admin.execute("select harbor.unbind_role(%s)", (ROLE,))
+    with psycopg.connect(stored.superuser_url, autocommit=True) as su:
+        su.execute(f"drop role {ROLE}")
+
+
+def test_a_bound_role_recalls_its_own_memories(stored: ClusterDatabase, bound_role: str) -> None:
+    with psycopg.connect(stored.url_for(bound_role), autocommit=True) as conn:
+        rows = conn.execute(query("recall_delegated"), _params(ANN)).fetchall()
+    assert [r[10] for r in rows] == ["ann: the delegated memo"]
+
+
+ATTACKS = {
+    # the distribution argument names bob's tenant: the call goes to its worker
+    "another tenant": {"tenant_id": "recall-b", "user_id": "bob", "principal_id": "bob"},
+    "another tenant, own user": {"tenant_id": "recall-b"},
+    "another user of its tenant": {"user_id": "carl", "principal_id": "carl"},
+    "no user": {"user_id": "", "principal_id": ""},
+}
+
+
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+@pytest.mark.parametrize("how", ["autocommit", "set local", "worker"])
+def test_a_bound_role_naming_another_owner_in_the_call_is_refused(
+    stored: ClusterDatabase, bound_role: str, attack: str, how: str
+) -> None:
+    # what the bound role can do: call the function with any arguments, in autocommit
+    # (delegated), in a transaction whose SET LOCALs name the same owner (run on the
+    # coordinator), or on the named tenant's worker directly: refused before any row is
+    # read, whatever the way
+    params = _params(ANN, **ATTACKS[attack])
+    victim = str(params["tenant_id"])
+    if how == "worker":
+        node = stored.node_of(victim)
+        index = [w.port for w in stored.cluster.workers].index(node.port)
+        url = stored.worker_url(index, bound_role)
+    else:
+        url = stored.url_for(bound_role)
+    with psycopg.connect(url, autocommit=how == "autocommit") as conn:
+        if how != "autocommit":
+            for name in ("tenant_id", "project_id", "principal_id", "user_id", "session_id"):
+                conn.execute(
+                    sql.SQL("set local {} = {}").format(
+                        sql.Identifier("harbor", name), sql.Literal(str(params[name]))
+                    )
+                )
+        with pytest.raises(errors.InsufficientPrivilege, match="not the caller's"):
+            conn.execute(query("recall_delegated"), params)
