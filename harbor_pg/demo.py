@@ -374,9 +374,10 @@ async def run_demo(args: argparse.Namespace) -> int:
         if context.degraded:
             print(f"  degraded : {', '.join(context.degraded)} (see the warnings above)")
 
-        _rule("extraction: queued with each turn, run in the background")
-        # a manager with an extraction model queues each turn's extraction in the turn's
-        # own transaction; with no worker configured it runs the jobs itself
+        _rule("extraction: queued with the turns, run in the background")
+        # a manager with an extraction model queues a session's extraction in the
+        # transaction of the turn that finds none waiting (the turns after it join it);
+        # with no worker configured it runs the jobs itself
         assert manager.database is not None
         extracting = MemoryManager.from_database(
             manager.database, embedder=manager.embedder, extraction_model=_ScriptedExtractionModel()

@@ -144,7 +144,7 @@ def test_cli_up_and_status_start_and_reuse_the_embedded_server(tmp_path: Path) -
         assert demo.returncode == 0, demo.stderr
         assert "saved twice, stored once" in demo.stdout
         assert "eve sees 0 of dana's turns" in demo.stdout
-        # extraction queued with each turn and run by the demo's own process
+        # extraction queued with the turns and run by the demo's own process
         assert "then       : [user] Dana lives in Lisbon, superseding 'Dana lives in Berlin'" in (
             demo.stdout
         )
