@@ -514,6 +514,8 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
         for statement in _statements(read_sql(file)):
             conn.execute(statement)
     conn.execute("select create_distributed_function('harbor._memory_history_citus()')")
+    # the delegated calls' hold on their tenant's shard, on every node (sql/citus/shard_hold.sql)
+    conn.execute("select create_distributed_function('harbor._hold_tenant_shard(regclass, text)')")
     # the append's call goes whole to the tenant's worker (sql/citus/append.sql), inside a
     # transaction block too (force_delegation)
     conn.execute(
@@ -525,6 +527,11 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
     conn.execute(
         "select create_distributed_function(%s, %s, colocate_with => %s)",
         (RECALL_FUNCTION, "p_tenant_id", "harbor.memories"),
+    )
+    # and a memory's save, called in autocommit too (sql/citus/save.sql)
+    conn.execute(
+        "select create_distributed_function(%s, %s, colocate_with => %s)",
+        (SAVE_FUNCTION, "p_tenant_id", "harbor.memories"),
     )
     if conn.execute("select to_regprocedure('harbor.graph_min_vectors()')").fetchone()[0]:  # type: ignore[index]
         conn.execute(
@@ -549,6 +556,14 @@ RECALL_FUNCTION = (
     " double precision, double precision, double precision, integer, double precision,"
     " integer, integer, double precision, double precision, text, harbor.sensitivity,"
     " double precision, double precision, double precision, harbor.memory_type[])"
+)
+
+#: a memory's save in one call Citus delegates to the tenant's worker (sql/citus/save.sql)
+SAVE_FUNCTION = (
+    "harbor.save_memory_delegated(text, text, text, text, text, text, text,"
+    " harbor.memory_scope, text, text, text, text, text, harbor.memory_type, real, text,"
+    " text, text, text[], text, harbor.sensitivity, text, text[], jsonb, timestamptz,"
+    " timestamptz, text, public.vector, public.vector)"
 )
 
 

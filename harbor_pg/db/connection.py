@@ -349,6 +349,13 @@ class Database:
         A connection left over from before a server restart is handed back
         (the pool drops it and connects anew) and the next one taken, so a
         restart costs no call. Waits at most :attr:`timeout` in all.
+
+        On a distributed database a connection whose work failed is closed, not
+        reused: an error Citus raises while planning inside a function (a statement it
+        cannot push down, say) can leave that backend unable to delegate a later call
+        to a worker, and then the call runs on the coordinator without the identity
+        it carries reaching the workers (its writes are refused there, its reads find
+        nothing). A new backend has no such state.
         """
         deadline = time.monotonic() + self.timeout
         while True:
@@ -359,6 +366,12 @@ class Database:
         try:
             async with conn:
                 yield conn
+        except BaseException:
+            if self.set_local:
+                # past its lifetime: the pool closes it on its return and connects anew
+                # (psycopg's attribute for the pool's max_lifetime)
+                conn._expire_at = 0.0
+            raise
         finally:
             await pool.putconn(conn)
 

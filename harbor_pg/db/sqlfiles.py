@@ -45,8 +45,10 @@ IDEMPOTENT_FILES: tuple[str, ...] = (
 CITUS_FILES: tuple[str, ...] = (
     "citus/views.sql",
     "citus/successor.sql",
+    "citus/shard_hold.sql",
     "citus/append.sql",
     "citus/recall.sql",
+    "citus/save.sql",
 )
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z0-9_]+)\s*$", re.MULTILINE)

@@ -234,6 +234,25 @@ def _one_params(
     }
 
 
+def _delegated_save_params(
+    owner: MemoryOwner,
+    params: dict[str, Any],
+    vectors: MemoryVectors | None,
+    model_id: str | None,
+) -> dict[str, Any]:
+    """The parameters of ``save_memory_delegated``: ``save_memory``'s, and the caller's
+    identity, which the call carries (the worker checks it against the caller's)."""
+    return {
+        **_one_params(params, vectors, model_id),
+        "caller_tenant_id": owner.tenant_id or "",
+        "caller_project_id": owner.project_id or "",
+        "caller_principal_id": owner.principal_id or "",
+        "caller_user_id": owner.user_id or owner.principal_id or "",
+        "caller_session_id": owner.session_id or "",
+        "caller_run_id": owner.run_id or "",
+    }
+
+
 def _dedup_key(owner: MemoryOwner, memory: Memory) -> tuple[str, ...]:
     """What the unique index on current duplicates compares (owner key and content
     hash): the order a batch locks its rows in."""
@@ -444,6 +463,14 @@ class PostgresLongTermStore:
         id repeats; then look up, in a transaction of its own, any duplicate the
         statement could not see."""
         params = [memory_params(owner, m) for m in memories]
+        if self.db.set_local and len(params) == 1 and not admin:
+            # one memory of the caller's own tenant: one call that Citus delegates to the
+            # tenant's worker, the identity its arguments (sql/citus/save.sql)
+            rows = await self.db.fetch_delegated(
+                query("save_memory_delegated"),
+                _delegated_save_params(owner, params[0], vectors[0], model_id),
+            )
+            return [SaveResult(memory=memory_from_row(r), created=bool(r["created"])) for r in rows]
         if self.db.set_local:
             # Citus refuses save_memories (a correlated subquery over a CTE): on a
             # distributed database each memory is saved by the per-row statements

@@ -7,8 +7,8 @@
 -- from the coordinator) paid the coordinator's and the worker's planning and a hop
 -- each, and the transaction's BEGIN and COMMIT on the worker two more.
 --
--- The identity travels as the call's arguments, so the function sets it (set_config,
--- local to the worker's transaction) and then checks it against what the policies
+-- The identity travels as the call's arguments, so the function sets it (SET LOCAL,
+-- for the worker's transaction) and then checks it against what the policies
 -- read: harbor.caller_tenant(), caller_user() and caller_session() give a bound role's
 -- binding (the reference table, read from the worker's own placement) whatever was set,
 -- and an unbound login the values just set. A caller that names another tenant (the
@@ -51,17 +51,26 @@ declare
     v_turns_at_summary bigint;
     v_turns bigint;
 begin
-    perform pg_catalog.set_config('harbor.tenant_id', coalesce(p_tenant_id, ''), true),
-            pg_catalog.set_config('harbor.project_id', coalesce(p_project_id, ''), true),
-            pg_catalog.set_config('harbor.principal_id', coalesce(p_principal_id, ''), true),
-            pg_catalog.set_config('harbor.user_id', coalesce(p_user_id, ''), true),
-            pg_catalog.set_config('harbor.session_id', coalesce(p_session_id, ''), true),
-            pg_catalog.set_config('harbor.run_id', coalesce(p_run_id, ''), true);
+    -- SET LOCAL, not set_config(): Citus sends it on to any other node this transaction
+    -- reaches (a statement whose shard moved away while the call was on its way)
+    execute pg_catalog.format(
+        'set local harbor.tenant_id = %L; set local harbor.project_id = %L;'
+        ' set local harbor.principal_id = %L; set local harbor.user_id = %L;'
+        ' set local harbor.session_id = %L; set local harbor.run_id = %L',
+        coalesce(p_tenant_id, ''), coalesce(p_project_id, ''), coalesce(p_principal_id, ''),
+        coalesce(p_user_id, ''), coalesce(p_session_id, ''), coalesce(p_run_id, ''));
     if p_tenant_id is distinct from harbor.caller_tenant()
        or p_user_id is distinct from harbor.caller_user()
        or p_session_id is distinct from harbor.caller_session() then
         raise exception 'harbor.append_turn: the turn''s tenant, user or session is not the caller''s'
             using errcode = '42501';
+    end if;
+    -- the tenant's shard held where this call runs (sql/citus/shard_hold.sql): gone from
+    -- this node, the call fails as a statement planned against a replaced shard does
+    if not harbor._hold_tenant_shard('harbor.messages', p_tenant_id) then
+        raise exception 'could not find valid entry for shard % on this node',
+            get_shard_id_for_distribution_column('harbor.messages', p_tenant_id)
+            using errcode = 'XX000';
     end if;
     perform 1 from harbor.owner_locks l
      where l.tenant_id = p_tenant_id and l.user_id = p_user_id and l.session_id = ''

@@ -227,3 +227,22 @@ select r.*
       date_weight => %(date_weight)s::double precision,
       importance_half_life_hours => %(importance_half_life)s::double precision,
       excluded_types => %(excluded)s::text[]::harbor.memory_type[]) r
+
+-- name: save_memory_delegated
+-- One memory's save on a distributed database (insert_memory_citus and the statements
+-- around it): one call of harbor.save_memory_delegated (sql/citus/save.sql), which Citus
+-- sends whole to the tenant's worker. The caller's identity is its first arguments (the
+-- worker checks them against the caller's), then the memory's owner key and fields, then
+-- its vectors; sent in autocommit, it needs no transaction block.
+select s.*
+  from harbor.save_memory_delegated(
+      %(caller_tenant_id)s::text, %(caller_project_id)s::text, %(caller_principal_id)s::text,
+      %(caller_user_id)s::text, %(caller_session_id)s::text, %(caller_run_id)s::text,
+      %(id)s::text, %(scope)s::harbor.memory_scope, %(project_id)s::text,
+      %(user_id)s::text, %(session_id)s::text, %(run_id)s::text, %(principal_id)s::text,
+      %(memory_type)s::harbor.memory_type, %(importance)s::real, %(content)s::text,
+      %(content_hash)s::text, %(context)s::text, %(entity_ids)s::text[], %(source)s::text,
+      %(sensitivity)s::harbor.sensitivity, %(source_session_id)s::text,
+      %(source_message_ids)s::text[], %(metadata)s::jsonb, %(valid_from)s::timestamptz,
+      %(expires_at)s::timestamptz, %(model_id)s::text, %(embedding)s::public.vector,
+      %(context_embedding)s::public.vector) s

@@ -17,9 +17,12 @@ from psycopg import errors, sql
 
 from harbor_pg.db.connection import Database
 from harbor_pg.db.sqlfiles import query
+from harbor_pg.embedders.hashing import HashingEmbedder
+from harbor_pg.errors import MemoryDatabaseError
 from harbor_pg.manager import MemoryManager
 from harbor_pg.owner import MemoryOwner, MemoryScope
 from harbor_pg.ranking import RecallRequest
+from harbor_pg.records import Memory
 from harbor_pg.tiers.rows import recall_in_one_round_trip, recall_params
 from tests.citus.conftest import ClusterDatabase
 from tests.citus.test_cluster_routing import _facade_commands, _queries, _save
@@ -180,3 +183,44 @@ def test_a_bound_role_naming_another_owner_in_the_call_is_refused(
                 )
         with pytest.raises(errors.InsufficientPrivilege, match="not the caller's"):
             conn.execute(query("recall_delegated"), params)
+
+
+def test_a_caller_cannot_hold_another_tenants_shard(stored: ClusterDatabase) -> None:
+    # the delegated calls' hold on their shard (sql/citus/shard_hold.sql) is for the
+    # caller's own tenant: a lock on another tenant's shard could delay its moves
+    node = stored.node_of(BOB.tenant_id)
+    index = [w.port for w in stored.cluster.workers].index(node.port)
+    with psycopg.connect(stored.worker_url(index, "harbor_app")) as conn:
+        conn.execute("set local harbor.tenant_id = 'recall-a'")
+        with pytest.raises(errors.InsufficientPrivilege, match="not the caller's tenant"):
+            conn.execute("select harbor._hold_tenant_shard('harbor.memories', 'recall-b')")
+    with psycopg.connect(stored.worker_url(index, "harbor_app")) as conn:
+        conn.execute("set local harbor.tenant_id = 'recall-b'")
+        held = conn.execute("select harbor._hold_tenant_shard('harbor.memories', 'recall-b')")
+        assert held.fetchone() == (True,)  # its own, on the node that holds it
+
+
+def test_calls_after_a_failed_one_are_still_delegated(stored: ClusterDatabase) -> None:
+    # an error Citus raises planning inside a function (consolidation's "cannot push down
+    # this subquery" on the cluster) can leave that backend unable to delegate later calls,
+    # which then ran on the coordinator without their identity reaching the worker (the
+    # save refused, the recall empty): the facade replaces a connection whose work failed
+    # (the pool here holds one connection)
+    owner = MemoryOwner(tenant_id="recall-a", principal_id="dora", session_id="s1")
+
+    async def run() -> list[str]:
+        db = Database(stored.app_url, stored.admin_url, min_size=1, max_size=1)
+        await db.open()
+        manager = MemoryManager.from_database(db, embedder=HashingEmbedder())
+        try:
+            await manager.save(owner, Memory(content="dora: the delegated memo"))
+            await manager.save(owner, Memory(content="dora: the delegated memo!"))
+            with pytest.raises(MemoryDatabaseError, match="cannot push down"):
+                await manager.consolidate(owner)
+            await manager.save(owner, Memory(content="dora: saved after a failure"))
+            return [m.content for m in await manager.recall(owner, "saved after a failure")]
+        finally:
+            await manager.close()
+            await db.close()
+
+    assert "dora: saved after a failure" in asyncio.run(run())

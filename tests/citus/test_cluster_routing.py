@@ -430,14 +430,17 @@ async def _facade_commands(
     return sent
 
 
-def test_the_facades_save_commits_on_the_tenants_worker_in_one_phase(
+def test_the_facades_save_is_one_call_and_a_batch_commits_on_the_worker_in_one_phase(
     routed: ClusterDatabase,
 ) -> None:
-    # as statements of their own (sql/queries/citus.sql), each naming the tenant, the
-    # parts of a save go whole to the tenant's worker: no intermediate result copied to
-    # the other worker, and a one-phase commit there (a statement with a writing CTE was
-    # planned in steps that reached both workers and committed in two phases). (The
-    # append, one delegated call: tests/citus/test_cluster_append.py.)
+    # a save of one memory is one call that Citus delegates to the tenant's worker
+    # (harbor.save_memory_delegated, sql/citus/save.sql): one command, to that worker,
+    # with no BEGIN, SET LOCAL or COMMIT. A batch's parts, as statements of their own
+    # (sql/queries/citus.sql), each naming the tenant, go whole to the tenant's worker:
+    # no intermediate result copied to the other worker, and a one-phase commit there (a
+    # statement with a writing CTE was planned in steps that reached both workers and
+    # committed in two phases). (The append, one delegated call too:
+    # tests/citus/test_cluster_append.py.)
     owner = MemoryOwner(tenant_id="route-a", principal_id="ann", session_id="s-facade")
 
     async def run(manager: MemoryManager) -> None:
@@ -452,6 +455,17 @@ def test_the_facades_save_commits_on_the_tenants_worker_in_one_phase(
 
     sent = asyncio.run(_facade_commands(routed, run_save))
     port = routed.node_of(owner.tenant_id).port
+    assert len(sent) == 1, sent
+    [(to, command)] = sent
+    assert to == port
+    assert re.match(r"SELECT .* FROM harbor\.save_memory_delegated\('route-a'::text", command)
+
+    async def run_batch(manager: MemoryManager) -> None:
+        await manager.save_many(
+            owner, [Memory(content="ann: a batch fact"), Memory(content="ann: a second one")]
+        )
+
+    sent = asyncio.run(_facade_commands(routed, run_batch))
     assert _queries(sent), sent
     assert {p for p, _command in sent} == {port}, sent
     assert not [c for _p, c in sent if c.upper().startswith("PREPARE")], sent

@@ -75,7 +75,7 @@ def _shard_of(cluster_db: ClusterDatabase, tenant: str) -> tuple[int, str, str]:
 def test_a_tenant_moves_or_is_isolated_losing_and_duplicating_nothing(
     cluster_db: ClusterDatabase, operation: str
 ) -> None:
-    # a writer and a reader keep calling the facade (save, search) while the tenant's
+    # a writer and a reader keep calling the facade (save, search, recall) while the tenant's
     # shard moves to the other worker, or the tenant is isolated to a shard of its own;
     # a statement planned against the replaced shard fails in Citus ("could not find
     # valid entry for shard") and the facade runs it again: no call fails
@@ -133,6 +133,10 @@ def test_a_tenant_moves_or_is_isolated_losing_and_duplicating_nothing(
                     seen = [m.content for m in await manager.search(owner, "mia", limit=5000)]
                     assert len(seen) == len(set(seen))
                     reads.append(len(seen))
+                    # recall, one call delegated to the tenant's worker: never empty (a
+                    # call that reached the shard's old node is sent again)
+                    recalled = await manager.recall(owner, "mia note")
+                    assert recalled and all(m.content.startswith("mia") for m in recalled)
                 except MemoryError as exc:
                     errors.append(exc)
 

@@ -97,8 +97,12 @@ def test_only_candidate_functions_are_security_definers(attacker: Conn) -> None:
     # SET NULL, run as the table's owner as the referential action is: no role may
     # execute it, so no caller can attach it to a table of its own, below and
     # test_an_admin_cannot_run_the_owners_unlink_on_a_table_of_its_own;
-    # consolidation_owners lists owner ids, for an unbound harbor_admin only, below)
+    # consolidation_owners lists owner ids, for an unbound harbor_admin only, below;
+    # _hold_tenant_shard, on Citus only, takes a shared lock on the caller's own
+    # tenant's shard and says whether this node holds it, and refuses another tenant:
+    # tests/citus/test_cluster_recall_delegated.py)
     assert definers <= {
+        "_hold_tenant_shard",
         "consolidation_owners",
         "_dense_candidates",
         "_lexical_candidates",

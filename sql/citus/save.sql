@@ -1,0 +1,165 @@
+-- A memory's save on a distributed database, in one call that Citus delegates whole to
+-- the tenant's worker (harbor-pg distribute registers it with create_distributed_function,
+-- distribution argument p_tenant_id, co-located with harbor.memories; harbor_pg.db.citus).
+-- The coordinator sends the one call, in autocommit: no transaction block, no SET LOCAL,
+-- no commit round trip; the worker runs the save's steps on its own shards and commits.
+-- The statements it replaces (sql/queries/citus.sql: insert_memory_citus, and when a
+-- duplicate is in the way close_expired_duplicate_citus and find_current_duplicate,
+-- insert_embedding for each vector, get_memory_citus) were each sent from the
+-- coordinator inside a transaction, a hop and two plannings each.
+--
+-- The identity travels as the call's first arguments, as harbor.append_turn's does
+-- (sql/citus/append.sql): the function sets it (SET LOCAL, for the worker's
+-- transaction) and checks it against what the policies read, harbor.caller_tenant(),
+-- caller_user() and caller_session(), which give a bound role's binding whatever was set.
+-- A caller that names another tenant (the distribution argument), user or session than
+-- its own is refused before any row is read or written. The statements then run as the
+-- caller (security invoker), under the same policies as every other write: the memory's
+-- owner key (p_key_*) must be one the caller may write, as on one server.
+--
+-- Returns the saved memory as get_memory_citus reads it back, and whether this call
+-- created it (false: a current duplicate was there, and is returned).
+create or replace function harbor.save_memory_delegated(
+    p_tenant_id text, p_project_id text, p_principal_id text, p_user_id text,
+    p_session_id text, p_run_id text,
+    p_id text, p_scope harbor.memory_scope, p_key_project_id text, p_key_user_id text,
+    p_key_session_id text, p_key_run_id text, p_writer_id text,
+    p_memory_type harbor.memory_type, p_importance real, p_content text,
+    p_content_hash text, p_context text, p_entity_ids text[], p_source text,
+    p_sensitivity harbor.sensitivity, p_source_session_id text,
+    p_source_message_ids text[], p_metadata jsonb, p_valid_from timestamptz,
+    p_expires_at timestamptz,
+    p_model_id text default null, p_embedding public.vector default null,
+    p_context_embedding public.vector default null)
+    returns table (
+        id text, tenant_id text, scope text, project_id text, principal_id text,
+        user_id text, session_id text, run_id text, memory_type text, content text,
+        content_hash text, importance real, entity_ids text[], source text,
+        sensitivity text, valid_from timestamptz, invalid_at timestamptz,
+        superseded_by text, source_session_id text, source_message_ids text[],
+        metadata jsonb, context text, created_at timestamptz, updated_at timestamptz,
+        expires_at timestamptz, created boolean)
+    language plpgsql volatile security invoker
+    set search_path to pg_catalog, pg_temp
+as $$
+declare
+    v_id text;
+    v_created boolean := false;
+    v_closed bigint;
+begin
+    -- SET LOCAL, not set_config(): Citus sends it on to any other node this transaction
+    -- reaches (a statement whose shard moved away while the call was on its way)
+    execute pg_catalog.format(
+        'set local harbor.tenant_id = %L; set local harbor.project_id = %L;'
+        ' set local harbor.principal_id = %L; set local harbor.user_id = %L;'
+        ' set local harbor.session_id = %L; set local harbor.run_id = %L',
+        coalesce(p_tenant_id, ''), coalesce(p_project_id, ''), coalesce(p_principal_id, ''),
+        coalesce(p_user_id, ''), coalesce(p_session_id, ''), coalesce(p_run_id, ''));
+    if nullif(p_tenant_id, '') is distinct from harbor.caller_tenant()
+       or nullif(p_user_id, '') is distinct from harbor.caller_user()
+       or nullif(p_session_id, '') is distinct from harbor.caller_session() then
+        raise exception 'harbor.save_memory_delegated: the tenant, user or session named is not the caller''s'
+            using errcode = '42501';
+    end if;
+    -- the tenant's shard held where this call runs (sql/citus/shard_hold.sql): gone from
+    -- this node, the call fails as a statement planned against a replaced shard does
+    if not harbor._hold_tenant_shard('harbor.memories', p_tenant_id) then
+        raise exception 'could not find valid entry for shard % on this node',
+            get_shard_id_for_distribution_column('harbor.memories', p_tenant_id)
+            using errcode = 'XX000';
+    end if;
+    for attempt in 1..2 loop
+        insert into harbor.memories as m (tenant_id, id, scope, project_id, user_id,
+                                          session_id, run_id, principal_id, memory_type,
+                                          importance, content, content_hash, context,
+                                          entity_ids, source, sensitivity,
+                                          source_session_id, source_message_ids, metadata,
+                                          valid, expires_at)
+        values (p_tenant_id, coalesce(p_id, (pg_catalog.gen_random_uuid())::text), p_scope,
+                p_key_project_id, p_key_user_id, p_key_session_id, p_key_run_id,
+                p_writer_id, p_memory_type, p_importance, p_content, p_content_hash,
+                p_context, p_entity_ids, p_source, p_sensitivity, p_source_session_id,
+                p_source_message_ids, p_metadata,
+                pg_catalog.tstzrange(coalesce(p_valid_from, pg_catalog.now()), null, '[)'),
+                p_expires_at)
+        on conflict do nothing
+        returning m.id into v_id;
+        if v_id is not null then
+            v_created := true;
+            exit;
+        end if;
+        exit when attempt = 2;
+        -- a current duplicate past its expiry is closed at its expiry, then the memory
+        -- is inserted again (close_expired_duplicate_citus)
+        update harbor.memories d
+           set valid = case when d.expires_at > pg_catalog.lower(d.valid)
+                            then pg_catalog.tstzrange(pg_catalog.lower(d.valid), d.expires_at,
+                                                      '[)')
+                            else pg_catalog.tstzrange(pg_catalog.lower(d.valid),
+                                                      pg_catalog.lower(d.valid), '[]') end
+         where d.tenant_id = p_tenant_id
+           and d.expires_at is not null and d.expires_at <= pg_catalog.now()
+           and pg_catalog.upper_inf(d.valid)
+           and d.user_id = p_key_user_id and d.project_id = p_key_project_id
+           and d.session_id = p_key_session_id and d.run_id = p_key_run_id
+           and d.content_hash = p_content_hash and d.scope = p_scope;
+        get diagnostics v_closed = row_count;
+        exit when v_closed = 0;
+    end loop;
+    if v_id is null then
+        -- the memory that blocked the insert (find_current_duplicate)
+        select m.id into v_id from harbor.memories m
+         where m.tenant_id = p_tenant_id and m.scope = p_scope
+           and m.project_id = p_key_project_id and m.user_id = p_key_user_id
+           and m.session_id = p_key_session_id and m.run_id = p_key_run_id
+           and m.content_hash = p_content_hash
+           and pg_catalog.upper_inf(m.valid);
+        if v_id is null then
+            raise exception 'a conflicting memory exists that this caller cannot see'
+                using errcode = '23505';
+        end if;
+    elsif p_embedding is not null then
+        -- its vectors (insert_embedding): of the content, and of the context line
+        -- followed by the content; in the graph as insert_embedding decides (at once
+        -- on a distributed database, where graph_min_vectors() is 0)
+        insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims,
+                                              embedding, scope, project_id, user_id,
+                                              session_id, run_id, with_context, in_graph)
+        select m.tenant_id, m.id, coalesce(p_model_id, ''), public.vector_dims(v.e), v.e,
+               m.scope, m.project_id, m.user_id, m.session_id, m.run_id, v.with_context,
+               harbor.graph_min_vectors() <= 0
+               or exists (select 1 from harbor.memory_embeddings e
+                           where e.tenant_id = m.tenant_id
+                             and e.model_id = coalesce(p_model_id, '')
+                             and e.scope = m.scope and e.user_id = m.user_id
+                             and e.project_id = m.project_id
+                             and e.session_id = m.session_id and e.run_id = m.run_id
+                             and e.in_graph)
+          from harbor.memories m
+         cross join (values (p_embedding, false), (p_context_embedding, true))
+                    v(e, with_context)
+         where m.tenant_id = p_tenant_id and m.id = v_id and v.e is not null;
+    end if;
+    return query
+    select m.id, m.tenant_id, m.scope::text, m.project_id, m.principal_id, m.user_id,
+           m.session_id, m.run_id, m.memory_type::text, m.content, m.content_hash,
+           m.importance, m.entity_ids, m.source, m.sensitivity::text,
+           pg_catalog.lower(m.valid), pg_catalog.upper(m.valid), m.superseded_by,
+           m.source_session_id, m.source_message_ids, m.metadata, m.context, m.created_at,
+           m.updated_at, m.expires_at, v_created
+      from harbor.memories m
+     where m.tenant_id = p_tenant_id and m.id = v_id;
+end
+$$;
+alter function harbor.save_memory_delegated(text, text, text, text, text, text, text, harbor.memory_scope, text, text, text, text,
+    text, harbor.memory_type, real, text, text, text, text[], text, harbor.sensitivity, text,
+    text[], jsonb, timestamptz, timestamptz, text, public.vector, public.vector)
+    owner to harbor_owner;
+revoke all on function harbor.save_memory_delegated(text, text, text, text, text, text, text, harbor.memory_scope, text, text, text, text,
+    text, harbor.memory_type, real, text, text, text, text[], text, harbor.sensitivity, text,
+    text[], jsonb, timestamptz, timestamptz, text, public.vector, public.vector)
+    from public, harbor_admin, harbor_search;
+grant execute on function harbor.save_memory_delegated(text, text, text, text, text, text, text, harbor.memory_scope, text, text, text, text,
+    text, harbor.memory_type, real, text, text, text, text[], text, harbor.sensitivity, text,
+    text[], jsonb, timestamptz, timestamptz, text, public.vector, public.vector)
+    to harbor_app;
