@@ -16,11 +16,13 @@ milliseconds a vector and would drown the others in its noise, so it is
 measured first and then left out of both sides of every other pair. Then each
 kind of call the facade makes (recall, search, save, the current memories, a profile,
 a history, a consolidation's dry run, the expiry sweep, erasure, and recall for one
-owner of 5,200 turns that share a speaker's name, whose lexical leg reads the owner's
-rows, through the text index above 2,000 of them, and whose dense leg walks the
-graph) runs, and ``pg_stat_user_indexes`` says which indexes each read. The calls
-that write do it for users of their own, erased at the end: the kept store is the
-same after the run.
+owner of 5,200 turns that share a speaker's name, whose lexical leg matches through the
+owner-term index above 2,000 rows and whose dense leg walks the graph, and for one of
+1,500, whose lexical leg reads the owner's rows from the covering index when a
+question's word is in many of them but not in nearly all) runs, and
+``pg_stat_user_indexes`` says which indexes each read. The calls that write do it for
+users of their own, erased at the end: the kept store is the same after the run.
+``--record``: the costs and the reads, as the section of RESULTS.md.
 """
 
 from __future__ import annotations
@@ -127,6 +129,7 @@ def index_costs(su: str, db_url: str, args: Any) -> None:
             wanted = args.parts.split(",")
             parts = {k: v for k, v in parts.items() if k == graph or any(w in k for w in wanted)}
         n = args.batch_size
+        costs: list[tuple[str, str]] = []
         print(f"backend CPU per memory ({n} a statement, {args.rounds} pairs):", flush=True)
         for name in [graph, *(x for x in parts if x != graph)]:
             # the graph's insert (milliseconds a vector here) would drown the others'
@@ -149,15 +152,60 @@ def index_costs(su: str, db_url: str, args: Any) -> None:
                 ).fetchone()
                 assert row is not None
                 size = f"; {row['s']}"
-            print(
-                f"  {name}: {statistics.median(diffs) * 1e6:.0f} us a memory"
-                f" (paired differences {min(diffs) * 1e6:.0f} to {max(diffs) * 1e6:.0f}){size}",
-                flush=True,
+            cost = (
+                f"{statistics.median(diffs) * 1e6:.0f} us"
+                f" ({min(diffs) * 1e6:.0f} to {max(diffs) * 1e6:.0f}){size}"
             )
-    asyncio.run(_recall_scans(su, db_url))
+            costs.append((name, cost))
+            print(f"  {name}: {cost}", flush=True)
+    read = asyncio.run(_recall_scans(su, db_url))
+    if args.record:
+        _record(args, costs, read)
 
 
-async def _recall_scans(su: str, db_url: str) -> None:
+def _record(args: Any, costs: list[tuple[str, str]], read: dict[str, dict[str, int]]) -> None:
+    """The section of RESULTS.md: each part's cost a memory and the calls that read it
+    (an index's scans; a constraint or trigger is paid by every write, read by none)."""
+    from _common import record
+    from ingest import OWNERS
+
+    rows = []
+    unread = []
+    for name, cost in costs:
+        kind, _, part = name.partition(" ")
+        by = "(every write)"
+        if kind == "index":
+            scans = [f"{label} {count[part]:,}" for label, count in read.items() if count.get(part)]
+            by = ", ".join(scans) or "none"
+            if not scans:
+                unread.append(part.removeprefix("harbor."))
+        rows.append([f"{kind} `{part.removeprefix('harbor.')}`", cost, by])
+    graph = "the HNSW graph measured alone, then left out of both sides of every other pair"
+    record(
+        "ingest",
+        title="Ingest (`ingest`), and what each part of a write costs (`ingest --mode indexes`)",
+        data=(
+            f"{args.preload:,} memories preloaded over {OWNERS:,} owners, 384-d,"
+            f" {args.context:.0%} with a context (two vectors); one {args.batch_size}-memory"
+            " `save_memories` as `harbor_app` in a rolled-back transaction, with and without"
+            " each part (dropped or disabled in that transaction), backend CPU of the statement"
+            f" (`/proc` schedstat), median of {args.rounds} paired rounds, {graph}; then the"
+            " index scans (`pg_stat_user_indexes`) of each kind of facade call, with an owner"
+            " of 1,500 and one of 5,200 turns that name one speaker"
+        ),
+        header=[
+            "part",
+            "a memory (paired range); size",
+            "read by (index scans, calls in brackets)",
+        ],
+        rows=rows,
+        notes="Not read by any call of this run: "
+        + (", ".join(f"`{u}`" for u in unread) or "none")
+        + ".",
+    )
+
+
+async def _recall_scans(su: str, db_url: str) -> dict[str, dict[str, int]]:
     """Which indexes each kind of call reads: the index scans (``pg_stat_user_indexes``)
     during a run of each, through the facade, on owners of the store. An index that no
     kind reads (nor a constraint: the unique ones are read by every insert) is one a
@@ -255,7 +303,8 @@ async def _recall_scans(su: str, db_url: str) -> None:
         )
 
     # and one of a conversation's size: 1,500 turns (its lexical leg reads the owner's
-    # rows from the covering index when a question's word is in many of them)
+    # rows from the covering index when a question's word is in many of them but not
+    # in nearly all)
     chatter = MemoryOwner(tenant_id=tenant_name(0), principal_id="u-chatter")
     await manager.save_many(
         chatter,
@@ -273,7 +322,12 @@ async def _recall_scans(su: str, db_url: str) -> None:
 
     async def chat() -> None:
         for k in range(20):
-            await manager.recall(chatter, f"what did Melanie say about the {topics[k % 8]}?")
+            # with the speaker's name (in every row: only the rows holding the topic are
+            # read, from the owner-term index) and without it (the topic is in an eighth
+            # of the rows, more than the term lookup reads: the owner's rows are read
+            # from the covering index)
+            name = "Melanie " if k % 2 else ""
+            await manager.recall(chatter, f"what did {name}say about the {topics[k % 8]}?")
 
     kinds = [
         (f"recall ({len(qs)})", recall),
@@ -317,3 +371,4 @@ async def _recall_scans(su: str, db_url: str) -> None:
     for name in sorted(read[kinds[0][0]]):
         by = [f"{label} {read[label][name]}" for label, _ in kinds if read[label].get(name)]
         print(f"  {name}: {', '.join(by) or 'none'}", flush=True)
+    return read
