@@ -128,6 +128,12 @@ def index_costs(su: str, db_url: str, args: Any) -> None:
         if args.parts:
             wanted = args.parts.split(",")
             parts = {k: v for k, v in parts.items() if k == graph or any(w in k for w in wanted)}
+        # (the sizes before this run's rolled-back writes, which leave dead entries)
+        sizes = {
+            name: _size(conn, name.removeprefix("index "))
+            for name in parts
+            if name.startswith("index ")
+        }
         n = args.batch_size
         costs: list[tuple[str, str]] = []
         print(f"backend CPU per memory ({n} a statement, {args.rounds} pairs):", flush=True)
@@ -144,26 +150,50 @@ def index_costs(su: str, db_url: str, args: Any) -> None:
                 b = _write_once(conn, tenant, n, args.context, without if with_first else base)
                 with_it, without_it = (a, b) if with_first else (b, a)
                 diffs.append((with_it - without_it) / n)
-            size = ""
-            if name.startswith("index "):
-                row = conn.execute(
-                    "select pg_size_pretty(pg_relation_size(%s::regclass)) as s",
-                    (name.removeprefix("index "),),
-                ).fetchone()
-                assert row is not None
-                size = f"; {row['s']}"
-            cost = (
-                f"{statistics.median(diffs) * 1e6:.0f} us"
-                f" ({min(diffs) * 1e6:.0f} to {max(diffs) * 1e6:.0f}){size}"
-            )
+            cost = f"{_us(statistics.median(diffs))} us ({_us(min(diffs))} to {_us(max(diffs))})"
             costs.append((name, cost))
-            print(f"  {name}: {cost}", flush=True)
+            print(f"  {name}: {cost}; {sizes.get(name, '')}", flush=True)
     read = asyncio.run(_recall_scans(su, db_url))
     if args.record:
-        _record(args, costs, read)
+        _record(args, costs, sizes, read)
 
 
-def _record(args: Any, costs: list[tuple[str, str]], read: dict[str, dict[str, int]]) -> None:
+def _us(seconds: float) -> str:
+    """Seconds as whole microseconds (never "-0")."""
+    return str(round(seconds * 1e6))
+
+
+def _size(conn: psycopg.Connection[Any], index: str) -> str:
+    row = conn.execute(
+        "select pg_size_pretty(pg_relation_size(%s::regclass)) as s", (index,)
+    ).fetchone()
+    assert row is not None
+    return str(row["s"])
+
+
+# what each constraint and trigger is for (no index scan reads them: every write they
+# fire on pays for them)
+PURPOSE = {
+    "memories_superseded_by_fkey": "supersession's link to the successor",
+    "memory_embeddings_memory_fkey": "a vector's memory; erasure's cascade to the vectors",
+    "memories_add_only": "the add-only rule (a write may only close a row)",
+    "memories_announce_insert": "change notifications (once a statement)",
+    "memories_announce_update": "change notifications (fires on an update, not here)",
+    "memories_announce_delete": "change notifications (fires on a delete, not here)",
+    "memories_context_hash": "the context's hash, which recall's context grouping reads",
+    "memories_provenance": "provenance names the writer (erasure of a user's sessions)",
+    "memories_summary_id": "a rolling summary's id is its owner's",
+    "memories_superseded_by_visible": "a successor is a memory the writer can see",
+    "memory_embeddings_owner": "a vector's owner is its memory's (the dense leg's filter)",
+}
+
+
+def _record(
+    args: Any,
+    costs: list[tuple[str, str]],
+    sizes: dict[str, str],
+    read: dict[str, dict[str, int]],
+) -> None:
     """The section of RESULTS.md: each part's cost a memory and the calls that read it
     (an index's scans; a constraint or trigger is paid by every write, read by none)."""
     from _common import record
@@ -173,13 +203,13 @@ def _record(args: Any, costs: list[tuple[str, str]], read: dict[str, dict[str, i
     unread = []
     for name, cost in costs:
         kind, _, part = name.partition(" ")
-        by = "(every write)"
+        by = PURPOSE.get(part, "")
         if kind == "index":
             scans = [f"{label} {count[part]:,}" for label, count in read.items() if count.get(part)]
             by = ", ".join(scans) or "none"
             if not scans:
                 unread.append(part.removeprefix("harbor."))
-        rows.append([f"{kind} `{part.removeprefix('harbor.')}`", cost, by])
+        rows.append([f"{kind} `{part.removeprefix('harbor.')}`", cost, sizes.get(name, ""), by])
     graph = "the HNSW graph measured alone, then left out of both sides of every other pair"
     record(
         "ingest",
@@ -195,8 +225,9 @@ def _record(args: Any, costs: list[tuple[str, str]], read: dict[str, dict[str, i
         ),
         header=[
             "part",
-            "a memory (paired range); size",
-            "read by (index scans, calls in brackets)",
+            "a memory (paired range)",
+            "size",
+            "read by (index scans; the calls in brackets) or what it keeps",
         ],
         rows=rows,
         notes="Not read by any call of this run: "
