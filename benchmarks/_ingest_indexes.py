@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 import statistics
 import time
 from typing import Any
@@ -180,7 +181,7 @@ PURPOSE = {
     "memories_announce_insert": "change notifications (once a statement)",
     "memories_announce_update": "change notifications (fires on an update, not here)",
     "memories_announce_delete": "change notifications (fires on a delete, not here)",
-    "memories_context_hash": "the context's hash, which recall's context grouping reads",
+    "memories_context_hash": "the context's key, which recall's neighbour signal reads",
     "memories_provenance": "provenance names the writer (erasure of a user's sessions)",
     "memories_summary_id": "a rolling summary's id is its owner's",
     "memories_superseded_by_visible": "a successor is a memory the writer can see",
@@ -230,9 +231,7 @@ def _record(
             "read by (index scans; the calls in brackets) or what it keeps",
         ],
         rows=rows,
-        notes="Not read by any call of this run: "
-        + (", ".join(f"`{u}`" for u in unread) or "none")
-        + ".",
+        notes=_unread_note(unread),
     )
 
 
@@ -403,3 +402,26 @@ async def _recall_scans(su: str, db_url: str) -> dict[str, dict[str, int]]:
         by = [f"{label} {read[label][name]}" for label, _ in kinds if read[label].get(name)]
         print(f"  {name}: {', '.join(by) or 'none'}", flush=True)
     return read
+
+
+def _unread_note(unread: list[str]) -> str:
+    """Which indexes no call of the run read, and why each stays."""
+    graphs = [u for u in unread if re.fullmatch(r"memory_embeddings_hnsw_\d+", u)]
+    others = [u for u in unread if u not in graphs]
+    lines = [
+        "`memories_lexical_idx` (+ `_rest_idx`) are read by one path: the lexical leg's"
+        " pass over an owner's rows (up to 2,000 of them), taken when a question's term is"
+        " in more rows than the term lookup reads and none is in 90% of them (here the"
+        " 1,500-turn owner's questions without the speaker's name)."
+    ]
+    if graphs:
+        lines.append(
+            "Not read by any call of this run: "
+            + ", ".join(f"`{u}`" for u in graphs)
+            + ", the graph of another dimension's vectors (the dense leg walks it for an"
+            " owner above `graph_min_vectors()` of an embedder of that dimension; this"
+            " store's are 384-d): it stays."
+        )
+    if others:
+        lines.append("Read by no call of this run: " + ", ".join(f"`{u}`" for u in others) + ".")
+    return " ".join(lines)
