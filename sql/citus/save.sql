@@ -5,7 +5,7 @@
 -- no commit round trip; the worker runs the save's steps on its own shards and commits.
 -- The statements it replaces (sql/queries/citus.sql: insert_memory_citus, and when a
 -- duplicate is in the way close_expired_duplicate_citus and find_current_duplicate,
--- insert_embedding for each vector, get_memory_citus) were each sent from the
+-- insert_embedding for each vector, get_memory_citus's read-back) were each sent from the
 -- coordinator inside a transaction, a hop and two plannings each.
 --
 -- The identity travels as the call's first arguments, as harbor.append_turn's does
@@ -43,7 +43,7 @@ create or replace function harbor.save_memory_delegated(
     set search_path to pg_catalog, pg_temp
 as $$
 declare
-    v_id text;
+    v_row harbor.memories%rowtype;
     v_created boolean := false;
     v_closed bigint;
 begin
@@ -83,8 +83,8 @@ begin
                 pg_catalog.tstzrange(coalesce(p_valid_from, pg_catalog.now()), null, '[)'),
                 p_expires_at)
         on conflict do nothing
-        returning m.id into v_id;
-        if v_id is not null then
+        returning m.* into v_row;
+        if v_row.id is not null then
             v_created := true;
             exit;
         end if;
@@ -106,15 +106,15 @@ begin
         get diagnostics v_closed = row_count;
         exit when v_closed = 0;
     end loop;
-    if v_id is null then
+    if v_row.id is null then
         -- the memory that blocked the insert (find_current_duplicate)
-        select m.id into v_id from harbor.memories m
+        select m.* into v_row from harbor.memories m
          where m.tenant_id = p_tenant_id and m.scope = p_scope
            and m.project_id = p_key_project_id and m.user_id = p_key_user_id
            and m.session_id = p_key_session_id and m.run_id = p_key_run_id
            and m.content_hash = p_content_hash
            and pg_catalog.upper_inf(m.valid);
-        if v_id is null then
+        if v_row.id is null then
             raise exception 'a conflicting memory exists that this caller cannot see'
                 using errcode = '23505';
         end if;
@@ -125,30 +125,29 @@ begin
         insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims,
                                               embedding, scope, project_id, user_id,
                                               session_id, run_id, with_context, in_graph)
-        select m.tenant_id, m.id, coalesce(p_model_id, ''), public.vector_dims(v.e), v.e,
-               m.scope, m.project_id, m.user_id, m.session_id, m.run_id, v.with_context,
+        select v_row.tenant_id, v_row.id, coalesce(p_model_id, ''), public.vector_dims(v.e),
+               v.e, v_row.scope, v_row.project_id, v_row.user_id, v_row.session_id,
+               v_row.run_id, v.with_context,
                harbor.graph_min_vectors() <= 0
                or exists (select 1 from harbor.memory_embeddings e
-                           where e.tenant_id = m.tenant_id
+                           where e.tenant_id = v_row.tenant_id
                              and e.model_id = coalesce(p_model_id, '')
-                             and e.scope = m.scope and e.user_id = m.user_id
-                             and e.project_id = m.project_id
-                             and e.session_id = m.session_id and e.run_id = m.run_id
-                             and e.in_graph)
-          from harbor.memories m
-         cross join (values (p_embedding, false), (p_context_embedding, true))
-                    v(e, with_context)
-         where m.tenant_id = p_tenant_id and m.id = v_id and v.e is not null;
+                             and e.scope = v_row.scope and e.user_id = v_row.user_id
+                             and e.project_id = v_row.project_id
+                             and e.session_id = v_row.session_id
+                             and e.run_id = v_row.run_id and e.in_graph)
+          from (values (p_embedding, false), (p_context_embedding, true)) v(e, with_context)
+         where v.e is not null;
     end if;
+    -- the row as the insert returned it (or the duplicate as read): no read-back
     return query
-    select m.id, m.tenant_id, m.scope::text, m.project_id, m.principal_id, m.user_id,
-           m.session_id, m.run_id, m.memory_type::text, m.content, m.content_hash,
-           m.importance, m.entity_ids, m.source, m.sensitivity::text,
-           pg_catalog.lower(m.valid), pg_catalog.upper(m.valid), m.superseded_by,
-           m.source_session_id, m.source_message_ids, m.metadata, m.context, m.created_at,
-           m.updated_at, m.expires_at, v_created
-      from harbor.memories m
-     where m.tenant_id = p_tenant_id and m.id = v_id;
+    select v_row.id, v_row.tenant_id, v_row.scope::text, v_row.project_id,
+           v_row.principal_id, v_row.user_id, v_row.session_id, v_row.run_id,
+           v_row.memory_type::text, v_row.content, v_row.content_hash, v_row.importance,
+           v_row.entity_ids, v_row.source, v_row.sensitivity::text,
+           pg_catalog.lower(v_row.valid), pg_catalog.upper(v_row.valid), v_row.superseded_by,
+           v_row.source_session_id, v_row.source_message_ids, v_row.metadata, v_row.context,
+           v_row.created_at, v_row.updated_at, v_row.expires_at, v_created;
 end
 $$;
 alter function harbor.save_memory_delegated(text, text, text, text, text, text, text, harbor.memory_scope, text, text, text, text,
