@@ -1,0 +1,121 @@
+"""On the cluster, a save of one memory is one call that Citus delegates to the tenant's
+worker (harbor.save_memory_delegated, sql/citus/save.sql). A bound role that names
+another tenant, user or session in the call, or a memory owned by someone else, is
+refused, and nothing of theirs is read or written."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import errors, sql
+
+from harbor_pg.db.sqlfiles import query
+from harbor_pg.owner import MemoryOwner
+from harbor_pg.records import Memory
+from harbor_pg.tiers.long_term import _delegated_save_params
+from harbor_pg.tiers.rows import memory_params
+from tests.citus.conftest import ClusterDatabase
+
+ANN = MemoryOwner(tenant_id="save-a", principal_id="ann", session_id="s1")
+BOB = MemoryOwner(tenant_id="save-b", principal_id="bob", session_id="s1")
+CARL = MemoryOwner(tenant_id="save-a", principal_id="carl", session_id="s1")
+ROLE = "harbor_test_save_bound"
+
+
+def _params(owner: MemoryOwner, content: str, **overrides: Any) -> dict[str, Any]:
+    """save_memory_delegated's parameters for a user memory of ``owner``."""
+    memory = Memory(content=content)
+    return {**_delegated_save_params(owner, memory_params(owner, memory), None, None), **overrides}
+
+
+def _contents(url: str, tenant: str) -> list[str]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "select content from harbor.memories where tenant_id = %s order by content", (tenant,)
+        ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+@pytest.fixture(scope="module")
+def bound_role(cluster_db: ClusterDatabase) -> Iterator[str]:
+    """A login bound to tenant save-a as user ann, with harbor_app's rights, without SET."""
+    with psycopg.connect(cluster_db.superuser_url, autocommit=True) as su:
+        su.execute(f"drop role if exists {ROLE}")
+        su.execute(f"create role {ROLE} login")
+        su.execute(f"grant harbor_app to {ROLE} with inherit true, set false")
+    with psycopg.connect(cluster_db.admin_url) as admin:
+        admin.execute("set local harbor.tenant_id = 'save-a'")
+        admin.execute("select harbor.bind_role(%s, 'save-a', user_id => 'ann')", (ROLE,))
+    with psycopg.connect(cluster_db.app_url, autocommit=True) as app:
+        app.execute(query("save_memory_delegated"), _params(BOB, "bob: his own fact"))
+        app.execute(query("save_memory_delegated"), _params(CARL, "carl: his own fact"))
+    yield ROLE
+    with psycopg.connect(cluster_db.admin_url) as admin:
+        admin.execute("set local harbor.tenant_id = 'save-a'")
+        admin.execute("select harbor.unbind_role(%s)", (ROLE,))
+    with psycopg.connect(cluster_db.superuser_url, autocommit=True) as su:
+        su.execute(f"drop role {ROLE}")
+
+
+def test_a_bound_role_saves_its_own_memory_once(
+    cluster_db: ClusterDatabase, bound_role: str
+) -> None:
+    with psycopg.connect(cluster_db.url_for(bound_role), autocommit=True) as conn:
+        first = conn.execute(query("save_memory_delegated"), _params(ANN, "ann: bound")).fetchone()
+        again = conn.execute(query("save_memory_delegated"), _params(ANN, "ann: bound")).fetchone()
+    assert first is not None and again is not None
+    assert first[-1] is True and again[-1] is False and first[0] == again[0]  # deduplicated
+    assert _contents(cluster_db.superuser_url, "save-a").count("ann: bound") == 1
+
+
+ATTACKS = {
+    # the distribution argument names bob's tenant: the call goes to its worker
+    "another tenant": {
+        "caller_tenant_id": "save-b",
+        "tenant_id": "save-b",
+        "caller_user_id": "bob",
+        "caller_principal_id": "bob",
+        "user_id": "bob",
+        "principal_id": "bob",
+    },
+    "another tenant, own user": {"caller_tenant_id": "save-b", "tenant_id": "save-b"},
+    "another user of its tenant": {
+        "caller_user_id": "carl",
+        "caller_principal_id": "carl",
+        "user_id": "carl",
+        "principal_id": "carl",
+    },
+    # its own identity, a memory keyed to carl: the policies refuse the row
+    "a memory of another user": {"user_id": "carl", "principal_id": "carl"},
+}
+
+
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+@pytest.mark.parametrize("how", ["autocommit", "set local", "worker"])
+def test_a_bound_role_naming_another_owner_in_the_call_is_refused(
+    cluster_db: ClusterDatabase, bound_role: str, attack: str, how: str
+) -> None:
+    params = _params(ANN, "forged fact", **ATTACKS[attack])
+    victim = str(params["tenant_id"])
+    before = {t: _contents(cluster_db.superuser_url, t) for t in ("save-a", "save-b")}
+    if how == "worker":
+        node = cluster_db.node_of(victim)
+        index = [w.port for w in cluster_db.cluster.workers].index(node.port)
+        url = cluster_db.worker_url(index, bound_role)
+    else:
+        url = cluster_db.url_for(bound_role)
+    with psycopg.connect(url, autocommit=how == "autocommit") as conn:
+        if how != "autocommit":
+            for name in ("tenant_id", "project_id", "principal_id", "user_id", "session_id"):
+                conn.execute(
+                    sql.SQL("set local {} = {}").format(
+                        sql.Identifier("harbor", name), sql.Literal(str(params[f"caller_{name}"]))
+                    )
+                )
+        with pytest.raises(errors.InsufficientPrivilege):
+            conn.execute(query("save_memory_delegated"), params)
+    after = {t: _contents(cluster_db.superuser_url, t) for t in ("save-a", "save-b")}
+    assert after == before
