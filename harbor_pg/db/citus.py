@@ -514,8 +514,12 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
         for statement in _statements(read_sql(file)):
             conn.execute(statement)
     conn.execute("select create_distributed_function('harbor._memory_history_citus()')")
-    # the delegated calls' hold on their tenant's shard, on every node (sql/citus/shard_hold.sql)
+    # what the delegated calls do first, on every node (sql/citus/delegated.sql)
     conn.execute("select create_distributed_function('harbor._hold_tenant_shard(regclass, text)')")
+    conn.execute(
+        "select create_distributed_function("
+        "'harbor._delegated_caller(text, regclass, text, text, text, text, text, text)')"
+    )
     # the append's call goes whole to the tenant's worker (sql/citus/append.sql), inside a
     # transaction block too (force_delegation)
     conn.execute(

@@ -51,27 +51,10 @@ declare
     v_turns_at_summary bigint;
     v_turns bigint;
 begin
-    -- SET LOCAL, not set_config(): Citus sends it on to any other node this transaction
-    -- reaches (a statement whose shard moved away while the call was on its way)
-    execute pg_catalog.format(
-        'set local harbor.tenant_id = %L; set local harbor.project_id = %L;'
-        ' set local harbor.principal_id = %L; set local harbor.user_id = %L;'
-        ' set local harbor.session_id = %L; set local harbor.run_id = %L',
-        coalesce(p_tenant_id, ''), coalesce(p_project_id, ''), coalesce(p_principal_id, ''),
-        coalesce(p_user_id, ''), coalesce(p_session_id, ''), coalesce(p_run_id, ''));
-    if p_tenant_id is distinct from harbor.caller_tenant()
-       or p_user_id is distinct from harbor.caller_user()
-       or p_session_id is distinct from harbor.caller_session() then
-        raise exception 'harbor.append_turn: the turn''s tenant, user or session is not the caller''s'
-            using errcode = '42501';
-    end if;
-    -- the tenant's shard held where this call runs (sql/citus/shard_hold.sql): gone from
-    -- this node, the call fails as a statement planned against a replaced shard does
-    if not harbor._hold_tenant_shard('harbor.messages', p_tenant_id) then
-        raise exception 'could not find valid entry for shard % on this node',
-            get_shard_id_for_distribution_column('harbor.messages', p_tenant_id)
-            using errcode = 'XX000';
-    end if;
+    -- the identity set and checked, the shard held (sql/citus/delegated.sql)
+    perform harbor._delegated_caller(
+        'harbor.append_turn', 'harbor.messages', p_tenant_id, p_project_id, p_principal_id,
+        p_user_id, p_session_id, p_run_id);
     perform 1 from harbor.owner_locks l
      where l.tenant_id = p_tenant_id and l.user_id = p_user_id and l.session_id = ''
        and l.scope = 'user' and l.project_id = '' and l.run_id = ''

@@ -57,27 +57,10 @@ create or replace function harbor.recall_delegated(
     set search_path to pg_catalog, pg_temp
 as $$
 begin
-    -- SET LOCAL, not set_config(): Citus sends it on to any other node this transaction
-    -- reaches (a statement whose shard moved away while the call was on its way)
-    execute pg_catalog.format(
-        'set local harbor.tenant_id = %L; set local harbor.project_id = %L;'
-        ' set local harbor.principal_id = %L; set local harbor.user_id = %L;'
-        ' set local harbor.session_id = %L; set local harbor.run_id = %L',
-        coalesce(p_tenant_id, ''), coalesce(p_project_id, ''), coalesce(p_principal_id, ''),
-        coalesce(p_user_id, ''), coalesce(p_session_id, ''), coalesce(p_run_id, ''));
-    if nullif(p_tenant_id, '') is distinct from harbor.caller_tenant()
-       or nullif(p_user_id, '') is distinct from harbor.caller_user()
-       or nullif(p_session_id, '') is distinct from harbor.caller_session() then
-        raise exception 'harbor.recall_delegated: the tenant, user or session named is not the caller''s'
-            using errcode = '42501';
-    end if;
-    -- the tenant's shard held where this call runs (sql/citus/shard_hold.sql): gone from
-    -- this node, the call fails as a statement planned against a replaced shard does
-    if not harbor._hold_tenant_shard('harbor.memories', p_tenant_id) then
-        raise exception 'could not find valid entry for shard % on this node',
-            get_shard_id_for_distribution_column('harbor.memories', p_tenant_id)
-            using errcode = 'XX000';
-    end if;
+    -- the identity set and checked, the shard held (sql/citus/delegated.sql)
+    perform harbor._delegated_caller(
+        'harbor.recall_delegated', 'harbor.memories', p_tenant_id, p_project_id, p_principal_id,
+        p_user_id, p_session_id, p_run_id);
     return query
     select r.* from harbor.recall(
         recall_delegated.query, recall_delegated.query_embedding, recall_delegated.model_id,

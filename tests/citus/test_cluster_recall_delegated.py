@@ -186,7 +186,7 @@ def test_a_bound_role_naming_another_owner_in_the_call_is_refused(
 
 
 def test_a_caller_cannot_hold_another_tenants_shard(stored: ClusterDatabase) -> None:
-    # the delegated calls' hold on their shard (sql/citus/shard_hold.sql) is for the
+    # the delegated calls' hold on their shard (sql/citus/delegated.sql) is for the
     # caller's own tenant: a lock on another tenant's shard could delay its moves
     node = stored.node_of(BOB.tenant_id)
     index = [w.port for w in stored.cluster.workers].index(node.port)

@@ -1,0 +1,86 @@
+-- What the delegated calls (sql/citus/append.sql, recall.sql, save.sql) do first.
+--
+-- harbor._hold_tenant_shard: their hold on their tenant's shard. Citus sends a delegated call to the node that holds the tenant's shard when
+-- the coordinator plans it; a shard move or a tenant's isolation committed while the call
+-- waits on that node would make Citus send the call's statements on to the shard's new
+-- node, without the identity the call set (a write then fails that node's policies, a
+-- read finds nothing). So a call first takes the shard's metadata lock, shared (a move
+-- takes it exclusively on every node before it switches the shard over, and waits for the
+-- calls that hold it), and then checks that the shard is still this node's: false when a
+-- move got there first, and the call fails as a statement planned against a replaced shard
+-- does, for the caller to send it again (harbor_pg.db.errors.ShardMovedError).
+--
+-- On the coordinator (a call that was not delegated) there is nothing to hold: true.
+-- SECURITY DEFINER, owned by harbor_owner (Citus's lock_shard_metadata wants the table's
+-- owner), for the caller's own tenant only: a caller cannot hold another tenant's shard.
+create or replace function harbor._hold_tenant_shard(p_table regclass, p_tenant_id text)
+    returns boolean
+    language plpgsql volatile security definer
+    set search_path to pg_catalog, pg_temp
+as $$
+declare
+    v_shard bigint;
+begin
+    if p_tenant_id is distinct from harbor.caller_tenant() then
+        raise exception 'harbor._hold_tenant_shard: not the caller''s tenant'
+            using errcode = '42501';
+    end if;
+    if (select g.groupid from pg_dist_local_group g) = 0 then
+        -- on the coordinator (a call in a transaction block, not delegated): its
+        -- statements go out planned against the current shards, the identity with them
+        return true;
+    end if;
+    v_shard := get_shard_id_for_distribution_column(p_table, p_tenant_id);
+    perform lock_shard_metadata(5, array[v_shard]);  -- 5: ShareLock
+    return exists (select 1 from pg_dist_placement pl
+                    where pl.shardid = v_shard
+                      and pl.groupid = (select g.groupid from pg_dist_local_group g));
+end
+$$;
+alter function harbor._hold_tenant_shard(regclass, text) owner to harbor_owner;
+revoke all on function harbor._hold_tenant_shard(regclass, text) from public;
+grant execute on function harbor._hold_tenant_shard(regclass, text) to harbor_app, harbor_search;
+
+-- harbor._delegated_caller: a delegated call's identity, which travels as the call's
+-- arguments, set and checked, and its tenant's shard held, before the call reads or
+-- writes anything. The identity is set with SET LOCAL, not set_config(): Citus sends it
+-- on to any other node the transaction reaches. It is then compared with what the
+-- policies read, harbor.caller_tenant(), caller_user() and caller_session(), which give a
+-- bound role's binding (the reference table, read from this node's placement) whatever
+-- was set: a caller that names another tenant (the call's distribution argument: it was
+-- sent to that tenant's node), user or session than its own is refused (p_call names the
+-- call in the error). Then the shard is held (above); gone from this node, the call
+-- fails as a statement planned against a replaced shard does.
+create or replace function harbor._delegated_caller(
+    p_call text, p_table regclass, p_tenant_id text, p_project_id text,
+    p_principal_id text, p_user_id text, p_session_id text, p_run_id text)
+    returns void
+    language plpgsql volatile security invoker
+    set search_path to pg_catalog, pg_temp
+as $$
+begin
+    execute pg_catalog.format(
+        'set local harbor.tenant_id = %L; set local harbor.project_id = %L;'
+        ' set local harbor.principal_id = %L; set local harbor.user_id = %L;'
+        ' set local harbor.session_id = %L; set local harbor.run_id = %L',
+        coalesce(p_tenant_id, ''), coalesce(p_project_id, ''), coalesce(p_principal_id, ''),
+        coalesce(p_user_id, ''), coalesce(p_session_id, ''), coalesce(p_run_id, ''));
+    if nullif(p_tenant_id, '') is distinct from harbor.caller_tenant()
+       or nullif(p_user_id, '') is distinct from harbor.caller_user()
+       or nullif(p_session_id, '') is distinct from harbor.caller_session() then
+        raise exception '%: the tenant, user or session named is not the caller''s', p_call
+            using errcode = '42501';
+    end if;
+    if not harbor._hold_tenant_shard(p_table, p_tenant_id) then
+        raise exception 'could not find valid entry for shard % on this node',
+            get_shard_id_for_distribution_column(p_table, p_tenant_id)
+            using errcode = 'XX000';
+    end if;
+end
+$$;
+alter function harbor._delegated_caller(text, regclass, text, text, text, text, text, text)
+    owner to harbor_owner;
+revoke all on function harbor._delegated_caller(text, regclass, text, text, text, text, text,
+                                                text) from public;
+grant execute on function harbor._delegated_caller(text, regclass, text, text, text, text,
+                                                   text, text) to harbor_app, harbor_search;
