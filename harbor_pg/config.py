@@ -81,7 +81,8 @@ class MemoryManagerConfig(BaseModel):
     #: and reads every turn appended until then: a conversation's turns of that while
     #: share one job (and the model's calls, one a window of the policy's
     #: recent_max_messages turns). 0: at once (turns still share a job while it waits for
-    #: a worker). On a distributed database each turn queues its own job, without delay
+    #: a worker). MemoryManager.drain waits for the extractions this manager runs itself,
+    #: their delay included. On a distributed database each turn queues its own job, at once
     extraction_delay_seconds: float = Field(default=0.0, ge=0, le=86_400)
     #: how often an idle job worker looks again for jobs it could not take before (a
     #: session's next job once the one running ends, a retry come due); a newly queued job
