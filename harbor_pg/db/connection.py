@@ -43,6 +43,7 @@ __all__ = [
     "RETRY_ATTEMPTS",
     "Connection",
     "Database",
+    "carried_identity",
     "default_pool_size",
     "elevated_role_setup",
     "harbor_error",
@@ -638,13 +639,19 @@ def identity_params(owner: MemoryOwner) -> dict[str, str | None]:
     }
 
 
+def carried_identity(owner: MemoryOwner, prefix: str = "") -> dict[str, str]:
+    """``owner``'s identity as a distributed database's calls carry it: in SET LOCAL
+    commands (:func:`local_identity`) and as a delegated call's arguments (each named
+    ``prefix`` + the field): '' for a field it lacks, its principal as the user when it
+    names none (what ``harbor.set_identity`` would make of it)."""
+    values = identity_params(owner)
+    values["user_id"] = values["user_id"] or values["principal_id"]
+    return {prefix + name: value or "" for name, value in values.items()}
+
+
 def local_identity(owner: MemoryOwner) -> list[pgsql.Composed]:
     """``owner``'s identity as SET LOCAL commands (``set_identity_local``), for Citus."""
-    values = identity_params(owner)
-    literals = {
-        name: pgsql.Literal(value or "") for name, value in values.items() if name != "user_id"
-    }
-    literals["user_id"] = pgsql.Literal(values["user_id"] or values["principal_id"] or "")
+    literals = {name: pgsql.Literal(value) for name, value in carried_identity(owner).items()}
     text = "\n".join(
         line for line in query("set_identity_local").splitlines() if not line.startswith("--")
     )

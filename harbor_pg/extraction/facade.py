@@ -103,12 +103,7 @@ class Extraction(FacadeBase):
         from harbor_pg.tiers.long_term import PostgresLongTermStore
 
         self._check_caller(owner)
-        model = self.extraction_model
-        if model is None:
-            raise MemoryConfigurationError(
-                "this process has no extraction_model: give the manager that runs the "
-                "queue's jobs one (harbor-pg worker --manager module:function)"
-            )
+        model = self._job_model()
         store: Any = self._long()
         if isinstance(store, PostgresLongTermStore):
             store = _ForTurn(store, message_id)
@@ -131,6 +126,15 @@ class Extraction(FacadeBase):
             await extractor.extract(owner, turns, strict=True)
         except MemoryNotFoundError:  # the turn went (erased) while the model answered
             log.info("extraction of turn %s: the turn is gone, nothing more is written", message_id)
+
+    def _job_model(self) -> Any:
+        """The model a queued extraction calls: the manager's ``extraction_model``."""
+        if self.extraction_model is None:
+            raise MemoryConfigurationError(
+                "this process has no extraction_model: give the manager that runs the "
+                "queue's jobs one (harbor-pg worker --manager module:function)"
+            )
+        return self.extraction_model
 
     async def run_session_extraction_job(self, owner: MemoryOwner, from_id: int) -> None:
         """Run a queued session extraction (:data:`harbor_pg.jobs.EXTRACT_SESSION_TASK`):
@@ -160,12 +164,7 @@ class Extraction(FacadeBase):
         # first, before anything that may fail: a job that failed for good must not leave
         # its session waiting for it (a retry claims again, and reads the same turns)
         turns = list(await claim(owner, from_id, context=count - 1, limit=page))
-        model = self.extraction_model
-        if model is None:
-            raise MemoryConfigurationError(
-                "this process has no extraction_model: give the manager that runs the "
-                "queue's jobs one (harbor-pg worker --manager module:function)"
-            )
+        model = self._job_model()
         long_term: Any = self._long()
         while True:
             fresh = [t for t in turns if t.id is not None and int(t.id) >= from_id]
@@ -191,7 +190,9 @@ class Extraction(FacadeBase):
             if len(fresh) < page:
                 return
             from_id = int(fresh[-1].id or 0) + 1
-            turns = list(await short.extraction_turns(owner, from_id, context=0, limit=page))
+            turns = list(
+                await short.extraction_turns(owner, from_id, context=count - 1, limit=page)
+            )
 
     async def release_session_extraction(self, owner: MemoryOwner) -> None:
         """Clear ``owner``'s session's waiting-extraction flag, as a cancelled session

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 from psycopg.types.json import Jsonb
 
 from harbor_pg.consolidation import ConsolidationReport, ConsolidationRequest, Merge
-from harbor_pg.db.connection import Connection, Database
+from harbor_pg.db.connection import Connection, Database, carried_identity
 from harbor_pg.db.sqlfiles import query
 from harbor_pg.db.vectors import PgVector, PgVectorArray
 from harbor_pg.errors import MemoryScopeError, MemoryValidationError
@@ -242,15 +242,7 @@ def _delegated_save_params(
 ) -> dict[str, Any]:
     """The parameters of ``save_memory_delegated``: ``save_memory``'s, and the caller's
     identity, which the call carries (the worker checks it against the caller's)."""
-    return {
-        **_one_params(params, vectors, model_id),
-        "caller_tenant_id": owner.tenant_id or "",
-        "caller_project_id": owner.project_id or "",
-        "caller_principal_id": owner.principal_id or "",
-        "caller_user_id": owner.user_id or owner.principal_id or "",
-        "caller_session_id": owner.session_id or "",
-        "caller_run_id": owner.run_id or "",
-    }
+    return {**_one_params(params, vectors, model_id), **carried_identity(owner, "caller_")}
 
 
 def _dedup_key(owner: MemoryOwner, memory: Memory) -> tuple[str, ...]:

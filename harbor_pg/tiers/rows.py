@@ -18,7 +18,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from harbor_pg.db.connection import Database
+from harbor_pg.db.connection import Database, carried_identity
 from harbor_pg.db.sqlfiles import query as sql_query
 from harbor_pg.db.vectors import PgVector
 from harbor_pg.errors import MemoryConfigurationError
@@ -301,15 +301,7 @@ async def recall_in_one_round_trip(
     with the identity as its arguments (``harbor.recall_delegated``), unless it reads
     global memories too (their tenant's shard may be another worker's)."""
     if db.set_local and MemoryScope.GLOBAL not in request.scopes:
-        params = {
-            **recall_params(request),
-            "tenant_id": owner.tenant_id or "",
-            "project_id": owner.project_id or "",
-            "principal_id": owner.principal_id or "",
-            "user_id": owner.user_id or owner.principal_id or "",
-            "session_id": owner.session_id or "",
-            "run_id": owner.run_id or "",
-        }
+        params = {**recall_params(request), **carried_identity(owner)}
         return await db.fetch_rows_delegated(sql_query("recall_delegated"), params, recalled_rows)
     return await db.fetch_rows_in_one_round_trip(
         owner, sql_query("recall"), recall_params(request), recalled_rows
