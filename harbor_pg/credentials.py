@@ -443,6 +443,14 @@ _NEEDLES: dict[re.Pattern[str], tuple[str, ...]] = {
     _ASSIGNMENT: ("key", "secret", "token"),
 }
 
+# every word once, and each detector with its words as a set: a text's words are found
+# in one pass over the list (45 substring tests, about 3 us), then each detector is
+# skipped by a set test (one any() a detector cost about 15 us a sentence)
+_WORDS: tuple[str, ...] = tuple(dict.fromkeys(w for ws in _NEEDLES.values() for w in ws))
+_SCREENED: tuple[tuple[str, re.Pattern[str], _Check | None, frozenset[str]], ...] = tuple(
+    (kind, pattern, check, frozenset(_NEEDLES[pattern])) for kind, pattern, check in _DETECTORS
+)
+
 #: Every kind :func:`secret_kind` may return.
 SECRET_KINDS: tuple[str, ...] = (
     *dict.fromkeys(kind for kind, _, _ in _DETECTORS),
@@ -465,8 +473,9 @@ def secret_kind(text: str) -> str | None:
     if not text:
         return None
     lowered = text.lower() if text.isascii() else None
-    for kind, pattern, check in _DETECTORS:
-        if lowered is not None and not any(w in lowered for w in _NEEDLES[pattern]):
+    present = None if lowered is None else {w for w in _WORDS if w in lowered}
+    for kind, pattern, check, words in _SCREENED:
+        if present is not None and present.isdisjoint(words):
             continue
         for match in pattern.finditer(text):
             if check is None or check(match):
