@@ -73,6 +73,26 @@ def test_cannot_read_other_sessions_messages(attacker: Conn) -> None:
     assert contents(attacker, "select content from harbor.messages") == ["mine: hello"]
 
 
+@pytest.mark.parametrize(
+    ("tenant", "user", "session"),
+    [("t1", "u1", "s2"), ("t1", "u2", "s1"), ("t2", "u1", "s1")],
+    ids=["session", "user", "tenant"],
+)
+def test_cannot_count_other_sessions_turns(
+    attacker: Conn, tenant: str, user: str, session: str
+) -> None:
+    # the summary rule's turn count (a definer on one server) answers for the caller's
+    # own session as its policies do, and 0 for a session holding another's turns
+    own = attacker.execute("select harbor._session_turns('t1', 'u1', 's1', null)").fetchone()
+    assert own == (1,)
+    assert own == attacker.execute("select count(*) from harbor.messages").fetchone()
+    for limit in (None, 10):
+        row = attacker.execute(
+            "select harbor._session_turns(%s, %s, %s, %s)", (tenant, user, session, limit)
+        ).fetchone()
+        assert row == (0,)
+
+
 def test_cannot_read_other_runs_working_state(attacker: Conn) -> None:
     assert contents(attacker, "select state->>'tag' from harbor.working_state") == ["mine"]
 
@@ -100,9 +120,12 @@ def test_only_candidate_functions_are_security_definers(attacker: Conn) -> None:
     # consolidation_owners lists owner ids, for an unbound harbor_admin only, below;
     # _hold_tenant_shard, on Citus only, takes a shared lock on the caller's own
     # tenant's shard and says whether this node holds it, and refuses another tenant:
-    # tests/citus/test_cluster_recall_delegated.py)
+    # tests/citus/test_cluster_recall_delegated.py;
+    # _session_turns counts the turns of the caller's own session only, 0 for any other:
+    # test_cannot_count_other_sessions_turns)
     assert definers <= {
         "_hold_tenant_shard",
+        "_session_turns",
         "consolidation_owners",
         "_dense_candidates",
         "_lexical_candidates",
