@@ -56,10 +56,11 @@ returning m.id
 -- Take the session's background-summary lease in one atomic statement: only when no live
 -- lease exists, the cooldown has passed and enough turns arrived since the last summary.
 -- Concurrent callers serialise on the primary key; exactly one gets a row back.
+-- The session's turns are counted as the due rule counts them (harbor._session_turns:
+-- the session tested once against the caller's identity, not each turn).
 with turns as (
-    select count(*) as n from harbor.messages m
-     where m.tenant_id = %(tenant_id)s::text and m.user_id = %(user_id)s::text
-       and m.session_id = %(session_id)s::text
+    select harbor._session_turns(%(tenant_id)s::text, %(user_id)s::text,
+                                 %(session_id)s::text, null) as n
 )
 insert into harbor.session_state as s (tenant_id, user_id, session_id, summary_lease_until,
                                        turns_at_summary)
