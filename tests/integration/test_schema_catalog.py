@@ -91,10 +91,12 @@ def test_functions_are_pinned(module_db: PgDatabase) -> None:
     # (promote_vector_owner: a visible key's in_graph; vector_owner_graph: where a visible
     # key's new vectors go; tests/security/test_graph_promotion.py; consolidation_owners:
     # owner ids, for the unbound administrator only,
-    # tests/integration/test_jobs_periodic_consolidation.py)
+    # tests/integration/test_jobs_periodic_consolidation.py; _session_turns: the turn
+    # count of the caller's own session, 0 for any other, tests/security/test_isolation.py)
     assert definers <= {
         "_dense_candidates",
         "_lexical_candidates",
+        "_session_turns",
         "promote_vector_owner",
         "vector_owner_graph",
         "consolidation_owners",
