@@ -301,6 +301,19 @@ REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
         re.compile(r"where s\.id = new\.superseded_by offset 0"),
         "where s.tenant_id = new.tenant_id and s.id = new.superseded_by offset 0",
     ),
+    # the summary rule's turn count: on one server harbor._session_turns, a definer that
+    # tests the session once against the caller's identity; Citus sends the rule's
+    # statement whole to the session's worker, where a function may not query a
+    # distributed table ("cannot execute a distributed query from a query on a shard"),
+    # so the count is the statement's own again, under the shard's policies (the same
+    # turns)
+    (
+        "summary_due_rows",
+        re.compile(r"harbor\._session_turns\(([^,()]+), ([^,()]+), ([^,()]+), ([^()]+?)\)"),
+        "(select pg_catalog.count(*) from (select 1 from harbor.messages m"
+        " where m.tenant_id = \\1 and m.user_id = \\2 and m.session_id = \\3"
+        " limit \\4) x)",
+    ),
 )
 
 

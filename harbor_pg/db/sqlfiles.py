@@ -49,7 +49,6 @@ CITUS_FILES: tuple[str, ...] = (
     "citus/append.sql",
     "citus/recall.sql",
     "citus/save.sql",
-    "citus/summary.sql",
 )
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z0-9_]+)\s*$", re.MULTILINE)

@@ -42,7 +42,7 @@ $$;
 -- test, which cost a summarised session's append about 0.5 us a turn (0.4 ms at 1,000
 -- turns, 9.9 ms at 21,000). Another session's count is 0. SECURITY DEFINER, owned by
 -- harbor_search (BYPASSRLS, NOLOGIN), which may read harbor.messages for this alone.
--- (On Citus harbor.summary_due_rows counts in its own statement: sql/citus/summary.sql.)
+-- (On Citus harbor.summary_due_rows counts in its own statement: harbor_pg.db.citus_rewrites.)
 create or replace function harbor._session_turns(
     p_tenant text, p_user text, p_session text, p_limit bigint
 ) returns bigint
@@ -80,8 +80,8 @@ revoke create on schema harbor from harbor_search;
 -- SQL-standard body and no SET clause, so the planner inlines it into the
 -- statement that calls it from FROM (the append statement does): a function
 -- called through the executor cost the append about 0.6 ms. The read-only due
--- check (short_term.sql, summary_due) calls it the same way. Its Citus form (the same
--- rule, counting under the shard's policies): sql/citus/summary.sql.
+-- check (short_term.sql, summary_due) calls it the same way. On Citus it counts the turns
+-- in its own statement, under the shard's policies (harbor_pg.db.citus_rewrites).
 create or replace function harbor.summary_due_rows(
     p_tenant text, p_user text, p_session text, p_min_turns bigint,
     p_cooldown_seconds double precision, p_unseen integer default 0
