@@ -80,3 +80,17 @@ def test_the_identity_of_a_generic_plan_save_is_set_identitys() -> None:
     assert both[both.index("select ") :] == (
         body + ", pg_catalog.set_config('plan_cache_mode', %(mode)s::text, true)"
     )
+
+
+def _recall_arguments(name: str) -> str:
+    """The recall arguments of a statement, from the query on (a delegated call carries
+    the caller's identity before them)."""
+    text = query(name)
+    start = text.index("%(query)s::text,")
+    end = re.compile(r"\) r(\n|$)").search(text, start).start()  # type: ignore[union-attr]
+    return " ".join(text[start:end].split())
+
+
+def test_the_delegated_recall_passes_what_recall_takes() -> None:
+    # (on a distributed database recall is harbor.recall_delegated's call, sql/citus/recall.sql)
+    assert _recall_arguments("recall_delegated") == _recall_arguments("recall")
