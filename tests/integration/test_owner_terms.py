@@ -81,6 +81,13 @@ def _insert(
     return str(row[0])
 
 
+def _filler(su: Conn, n: int = 40, **owner: str) -> None:
+    """``n`` rows of the owner that match none of the tests' queries: an owner of
+    at most p_term_limit rows is read whole, without the lookup."""
+    for i in range(n):
+        _insert(su, f"quiet filler {'z' * (i + 5)}", **owner)
+
+
 def _crowd(su: Conn) -> None:
     """Other tenants' rows, so that the plans are those of a table of many owners."""
     su.execute(
@@ -140,6 +147,8 @@ def _seed(su: Conn) -> None:
     _insert(su, "superseded harbor crane", valid="[2020-01-01,2021-01-01)")
     _insert(su, "summary of the harbor crane", memory_type="summary")
     _insert(su, "another session's harbor crane", scope="session", session="s2")
+    _filler(su)
+    _filler(su, scope="session", session="s1")
     su.execute("vacuum analyze harbor.memories")
 
 
@@ -153,7 +162,8 @@ def test_the_lookup_finds_what_the_owner_scan_finds(conns: tuple[Conn, Conn]) ->
     for scopes in ("{user}", "{user,session}", "{session}"):
         for query in QUERIES:
             scan, scan_stats = _lexical(app, query, scopes, 0)
-            lookup, lookup_stats = _lexical(app, query, scopes, 1000)
+            # (each scope's owner holds more rows than 32, and the query's matches fewer)
+            lookup, lookup_stats = _lexical(app, query, scopes, 32)
             assert lookup == scan, (query, scopes)
             matched += bool(scan)
             assert scan_stats["memories_owner_terms_idx"] == 0
@@ -179,12 +189,13 @@ def test_more_matches_than_the_limit_fall_back_to_the_owner_scan(
     for n in range(12):
         _insert(su, f"harbor crane number {n}")
     _insert(su, "unrelated text")
+    _filler(su)
     su.execute("vacuum analyze harbor.memories")
     few, few_stats = _lexical(app, "harbor crane", "{user}", 5)
-    room, room_stats = _lexical(app, "harbor crane", "{user}", 100)
+    room, room_stats = _lexical(app, "harbor crane", "{user}", 32)
     assert few == room
     assert len(few) == 12
-    assert {r[-1] for r in few} == {13}  # owner_rows: every row of the owner
+    assert {r[-1] for r in few} == {53}  # owner_rows: every row of the owner
     assert few_stats["memories_owner_terms_idx"] >= 1 and few_stats["memories_lexical_idx"] >= 1
     assert room_stats["memories_lexical_idx"] == 0
 
@@ -258,7 +269,7 @@ def test_no_match_reads_no_owner_rows(conns: tuple[Conn, Conn]) -> None:
     descent of the narrow owner index, bounded by the scan limit) and one lookup:
     the owner's rows are not read."""
     su, app = conns
-    for n in range(20):
+    for n in range(40):
         _insert(su, f"harbor crane number {n}")
     su.execute("vacuum analyze harbor.memories")
     rows, stats = _lexical(app, "zzqx unknown", "{user}", 32)
@@ -266,6 +277,27 @@ def test_no_match_reads_no_owner_rows(conns: tuple[Conn, Conn]) -> None:
     assert stats["memories_owner_terms_idx"] >= 1
     assert stats["memories_lexical_idx"] == 0
     assert stats["memories_owner_idx"] == 1
+
+
+def test_an_owner_of_at_most_the_limit_is_read_whole(conns: tuple[Conn, Conn]) -> None:
+    """An owner holding no more rows than p_term_limit is read in one pass over its
+    rows (the lookup could not read fewer), with the answers of the owner scan; one
+    row more and the lookup is back."""
+    su, app = conns
+    for n in range(32):
+        _insert(su, f"harbor crane number {n}" if n % 4 == 0 else f"harbor note {n}")
+    _insert(su, "a crane of another user", user="u2")
+    su.execute("vacuum analyze harbor.memories")
+    for rows_held, looked_up in ((32, False), (33, True)):
+        if rows_held == 33:
+            _insert(su, "one more note")
+            su.execute("vacuum analyze harbor.memories")
+        rows, stats = _lexical(app, "crane", "{user}", 32)
+        scan, _ = _lexical(app, "crane", "{user}", 0)
+        assert rows == scan and len(rows) == 8
+        assert {r[-1] for r in rows} == {rows_held}
+        assert (stats["memories_owner_terms_idx"] >= 1) is looked_up, (rows_held, stats)
+        assert (stats["memories_lexical_idx"] >= 1) is not looked_up, (rows_held, stats)
 
 
 def _owner_key(tenant: str, user: str) -> str:
@@ -310,6 +342,8 @@ def test_owners_sharing_a_hash_never_see_each_others_rows(fresh_db: PgDatabase) 
         _crowd(su)
         mine = _insert(su, "the shared harbor secret", user=a)
         theirs = _insert(su, "the shared harbor secret of another", user=b)
+        _filler(su, user=a)
+        _filler(su, user=b)
         su.execute("vacuum analyze harbor.memories")
     with psycopg.connect(fresh_db.app_url, autocommit=True, row_factory=dict_row) as app:
         for me, own, other in ((a, mine, theirs), (b, theirs, mine)):
@@ -355,6 +389,7 @@ def test_a_long_question_skips_the_lookup(conns: tuple[Conn, Conn]) -> None:
     words = [f"word{i}x" for i in range(17)]
     for n, word in enumerate(words):
         _insert(su, f"note {n} about {word}")
+    _filler(su)
     su.execute("vacuum analyze harbor.memories")
     for count, looked_up in ((16, True), (17, False)):
         query = " ".join(words[:count])

@@ -241,7 +241,9 @@ def _lexical_both_ways(db: PgDatabase, query: str) -> tuple[list[Any], list[Any]
                 "select memory_id, lexical_score from harbor._lexical_candidates("
                 "%s, '{user}', now(), 10, 2000, %s) order by 1"
             )
-            lookup = app.execute(sql, (query, 32)).fetchall()
+            # (a term limit below the owner's three rows: an owner of at most the
+            # limit is read whole, without the lookup)
+            lookup = app.execute(sql, (query, 2)).fetchall()
             after: Any = app.execute(scans).fetchone()
             scan = app.execute(sql, (query, 0)).fetchall()
     return lookup, scan, after[0] - before[0]
