@@ -202,8 +202,8 @@ REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ),
     (
         "_dense_candidates",
-        re.compile(r"where m\.tenant_id = win\.tenant_id"),
-        "where m.tenant_id = win.tenant_id and m.tenant_id = any " + _LEG,
+        re.compile(r"where m\.tenant_id = n\.tenant_id"),
+        "where m.tenant_id = n.tenant_id and m.tenant_id = any " + _LEG,
     ),
     (
         "_dense_candidates",
@@ -233,6 +233,15 @@ REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     # plans are used here anyway, so the subqueries become plain joins again (the
     # same rows: the window's own ORDER BY and LIMIT still keep the nearest)
     ("_lexical_candidates", re.compile(r"\boffset 0\) m\b"), ") m"),
+    # an owner of at most p_term_limit rows is read by the owner pass on one server;
+    # on the cluster that pass (a UNION ALL of two reads of the owner's rows) is sent
+    # to every worker, where the lookup's statements go to the tenant's alone: the
+    # lookup stays for every owner there
+    (
+        "_lexical_candidates",
+        re.compile(r"\n(\s*)and \(v_seen > p_term_limit or v_seen > p_scan_limit\) then"),
+        " then",
+    ),
     # the substring fallback reads the tenant's rows under the policies instead of its
     # per-key read: a LATERAL subquery per owner key that Citus cannot push down whole
     # (without its fence it was planned in steps, a recall on the cluster about 9 ms
@@ -262,17 +271,17 @@ REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
         re.compile(r"\s+order by dist, e\.memory_id\s+limit v_window\) e\b"),
         ") e",
     ),
-    # the dense leg's probe of the window's memories stops at the count it needs
-    # (`limit (select wanted.n from wanted)`), which Citus refuses once the global
-    # scope adds the '' shard ("subquery in LIMIT is not supported in multi-shard
-    # queries"): the probe reads every memory of the window instead (at most
-    # 2 * p_limit + 64 primary-key lookups), the same answer: the final selection
-    # still keeps the p_limit nearest, and the window test `count(near) >= wanted.n`
-    # holds exactly when it held with the limit
+    # the dense leg's probe of the window's memories stops at the p_limit it needs,
+    # a LIMIT over a join of the window to the memories, which Citus refuses once
+    # the global scope adds the '' shard ("subquery in LIMIT is not supported in
+    # multi-shard queries", in the form it had): the probe reads every memory of
+    # the window instead (at most 2 * p_limit + 64 primary-key lookups), the same
+    # answer: the final selection still keeps the p_limit nearest, and the window
+    # test `count(near) >= p_limit` holds exactly when it held with the limit
     (
         "_dense_candidates",
-        re.compile(r"\n(\s*)limit \(select wanted\.n from wanted\)"),
-        "\n\\1-- (no limit: Citus)",
+        re.compile(r"(order by n\.dist, n\.memory_id)\n(\s*)limit p_limit\n"),
+        "\\1\n\\2-- (no limit: Citus)\n",
     ),
     # promote_vector_owner is a definer owned by harbor_search (NOLOGIN), made SECURITY
     # INVOKER here, so its UPDATE of in_graph, which no caller may make, is refused

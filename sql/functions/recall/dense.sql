@@ -101,17 +101,17 @@ begin
     if v_seen is null or v_seen <= v_limit or v_dims not in (384, 1536) then
         -- The caller's vectors by distance (owner-keyed indexes; the owner-key join
         -- is the visibility test), first only the nearest v_window of them (a
-        -- bounded sort), then each one's memory by primary key in that order
-        -- until enough valid ones are found: never the other way round, which
-        -- a generic plan would otherwise pick, re-reading the owner's vectors
-        -- per memory. A memory with a context has two vectors and the nearer
-        -- counts: the nearest p_limit + C valid vectors, C the context vectors
-        -- in the window (at most p_limit), hold the nearer vector of each of
-        -- the nearest p_limit valid memories (at most C of those vectors are
-        -- a second vector of a memory already counted). When the window holds
-        -- fewer valid vectors than that (superseded memories crowd it) and not
-        -- every vector of the caller (it is full), the statement returns nothing
-        -- and runs again over all of them (v_window null: no limit).
+        -- bounded sort), then the window's memories by primary key, nearest
+        -- first, until p_limit valid ones are found: never the other way round,
+        -- which a generic plan would otherwise pick, re-reading the owner's
+        -- vectors per memory. A memory with a context has two vectors and the
+        -- nearer counts: the window holds a memory's nearer vector whenever it
+        -- holds its other one, so each memory of the window is looked up once,
+        -- at that distance (one lookup a vector read a contextual memory
+        -- twice: LoCoMo, 100 lookups for 76 memories). When the window holds
+        -- fewer valid memories than p_limit (superseded memories crowd it) and
+        -- not every vector of the caller (it is full), the statement returns
+        -- nothing and runs again over all of them (v_window null: no limit).
         -- Both reads are LATERAL subqueries (as the count above), so that whatever the
         -- statistics say they are an index range scan per owner key (its nearest v_window
         -- vectors, a bounded sort each, merged) and a primary-key lookup per vector. The
@@ -183,23 +183,28 @@ begin
                                   offset 0) e) w
                      order by w.dist, w.memory_id
                      limit v_window
-                ), wanted as (
-                    select p_limit + least(p_limit, count(*) filter (where win.with_context))::integer
-                           as n
+                ), nearest as materialized (
+                    -- each memory of the window once, at its nearer vector's distance
+                    -- (whenever a memory's farther vector is in the window, so is its
+                    -- nearer one), nearest first
+                    select win.tenant_id, win.memory_id, min(win.dist) as dist
                       from win
+                     group by win.tenant_id, win.memory_id
+                     order by dist, win.memory_id
                 ), near as materialized (
-                    select win.tenant_id, win.memory_id, win.dist, m.scope, m.memory_type,
+                    select n.tenant_id, n.memory_id, n.dist, m.scope, m.memory_type,
                            m.importance, m.valid_from, m.content_hash, m.entity_ids,
                            m.context_hash
-                      from win
+                      from nearest n
                       -- only the primary key may find the row (one lookup per
-                      -- vector, in the window's order, whatever the estimates)
+                      -- memory, nearest first, until p_limit are found, whatever
+                      -- the estimates)
                       cross join lateral (
                           select m.scope, m.memory_type, m.importance,
                                  lower(m.valid) as valid_from, m.content_hash, m.entity_ids,
                                  m.context_hash
                             from harbor.memories m
-                           where m.tenant_id = win.tenant_id and m.id = win.memory_id
+                           where m.tenant_id = n.tenant_id and m.id = n.memory_id
                              and coalesce(m.valid operator(pg_catalog.@>) p_as_of, false)
                              and not coalesce(m.expires_at operator(pg_catalog.<=) p_as_of, false)
                              -- the memory's own owner, not only its vector's copy (a
@@ -214,27 +219,19 @@ begin
                              and m.sensitivity <= p_max_sensitivity
                              and coalesce(m.scope = any (p_scopes), false)
                           offset 0) m
-                     order by win.dist, win.memory_id
-                     limit (select wanted.n from wanted)
+                     order by n.dist, n.memory_id
+                     limit p_limit
                 )
                 select c.tenant_id, c.memory_id, (rank() over (order by c.dist))::integer,
                        1 - c.dist, c.scope, c.memory_type, c.importance, c.valid_from,
                        c.content_hash, c.entity_ids, c.context_hash
-                  from (select w.tenant_id, w.memory_id, min(w.dist) as dist,
-                               any_value(w.scope) as scope,
-                               any_value(w.memory_type) as memory_type,
-                               any_value(w.importance) as importance,
-                               any_value(w.valid_from) as valid_from,
-                               any_value(w.content_hash) as content_hash,
-                               any_value(w.entity_ids) as entity_ids,
-                               any_value(w.context_hash) as context_hash
+                  from (select w.*
                           from near w
-                         -- every vector was in the window, or it held enough valid ones
+                         -- every vector was in the window, or it held enough valid memories
                          where v_window is null
                             or (select count(*) from win) < v_window
-                            or (select count(*) from near) >= (select wanted.n from wanted)
-                         group by w.tenant_id, w.memory_id
-                         order by dist, w.memory_id
+                            or (select count(*) from near) >= p_limit
+                         order by w.dist, w.memory_id
                          limit p_limit) c;
             get diagnostics v_rows = row_count;
             exit when v_rows > 0 or v_window is null;
