@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import AsyncConnection, AsyncRawCursor
 from psycopg import sql as pgsql
-from psycopg.rows import AsyncRowFactory, dict_row
+from psycopg.rows import AsyncRowFactory, dict_row, tuple_row
 from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool
 from psycopg_pool.base import AttemptWithBackoff
@@ -57,6 +57,7 @@ log = logging.getLogger("harbor_pg")
 Connection = AsyncConnection[dict[str, Any]]
 SyncConnection = psycopg.Connection[dict[str, Any]]
 
+_IDLE = psycopg.pq.TransactionStatus.IDLE
 _PLACEHOLDER = re.compile(r"%(?:\((\w+)\)s|%)|%")
 
 
@@ -398,8 +399,22 @@ class Database:
                 break
             await pool.putconn(conn)
         try:
-            async with conn:
+            try:
                 yield conn
+            except BaseException:
+                if not conn.closed:
+                    # (as the connection's own context would: a failed rollback is
+                    # logged, not raised over the error that got here)
+                    try:
+                        await conn.rollback()
+                    except Exception as exc:
+                        log.warning("error ignored in rollback on %s: %s", conn, exc)
+                raise
+            # the connection's own context commits on the way out; a pooled connection
+            # is in autocommit and nearly always idle here, where a commit would only
+            # take the connection's lock to find nothing to do
+            if not conn.closed and conn.pgconn.transaction_status != _IDLE:
+                await conn.commit()
         except BaseException:
             if self.set_local:
                 # past its lifetime: the pool closes it on its return and connects anew
@@ -558,12 +573,17 @@ class Database:
                     elif plan_cache_mode is not None:
                         # (one statement for both: each statement of the pipeline costs
                         # client and server work of its own)
-                        await conn.execute(
+                        await _execute(
+                            conn,
                             query("set_identity_and_plan_cache_mode"),
                             {**identity_params(owner), "mode": plan_cache_mode},
+                            tuple_row,
+                            None,
                         )
                     else:
-                        await conn.execute(query("set_identity"), identity_params(owner))
+                        await _execute(
+                            conn, query("set_identity"), identity_params(owner), tuple_row, None
+                        )
                     # a generic plan is a prepared statement's: prepared from its first run
                     # on the connection (psycopg would wait for its sixth, and plan each of
                     # the five before it for their parameters)
