@@ -226,9 +226,12 @@ def _alive(conn: Connection) -> bool:
 
 
 def _json_loads(data: str | bytes) -> Any:
-    # most metadata is empty: skip the parser for it (a new dict each time)
+    # most metadata is empty, and most turns' tool calls: skip the parser for them
+    # (a new dict or list each time)
     if data == b"{}" or data == "{}":
         return {}
+    if data == b"[]" or data == "[]":
+        return []
     return json.loads(data)
 
 

@@ -23,18 +23,40 @@ def session_key(owner: MemoryOwner) -> dict[str, Any]:
     return {"tenant_id": owner.tenant_id, "user_id": owner.user_id, "session_id": owner.session_id}
 
 
+#: ConversationMessage's fields, in its order (what model_construct keeps them in)
+_MESSAGE_FIELDS = tuple(ConversationMessage.model_fields)
+_PLAIN_MESSAGE = (
+    ConversationMessage.__pydantic_post_init__ is None
+    and not ConversationMessage.__private_attributes__
+    and _MESSAGE_FIELDS
+    == ("role", "content", "name", "tool_calls", "tool_call_id", "metadata", "id", "created_at")
+)
+_set_attribute = object.__setattr__
+
+
 def message_from_row(row: dict[str, Any]) -> ConversationMessage:
     """A stored turn; rows were validated on the way in, so skip re-validation."""
-    return ConversationMessage.model_construct(
-        id=row["id"],
-        role=row["role"],
-        content=row["content"],
-        name=row["name"],
-        tool_calls=row["tool_calls"] or [],
-        tool_call_id=row["tool_call_id"],
-        metadata=row["metadata"] or {},
-        created_at=_timestamp(row["created_at"]),
-    )
+    values = {  # in _MESSAGE_FIELDS' order
+        "role": row["role"],
+        "content": row["content"],
+        "name": row["name"],
+        "tool_calls": row["tool_calls"] or [],
+        "tool_call_id": row["tool_call_id"],
+        "metadata": row["metadata"] or {},
+        "id": row["id"],
+        "created_at": _timestamp(row["created_at"]),
+    }
+    if not _PLAIN_MESSAGE:
+        return ConversationMessage.model_construct(**values)
+    # every field given: what model_construct does then, without its per-field
+    # alias and default lookups (a recent() reads a dozen turns);
+    # tests/unit/test_message_rows.py holds the two equal
+    message = ConversationMessage.__new__(ConversationMessage)
+    _set_attribute(message, "__dict__", values)
+    _set_attribute(message, "__pydantic_fields_set__", set(_MESSAGE_FIELDS))
+    _set_attribute(message, "__pydantic_extra__", None)
+    _set_attribute(message, "__pydantic_private__", None)
+    return message
 
 
 def _timestamp(value: Any) -> Any:

@@ -16,3 +16,11 @@ def test_everything_else_is_parsed() -> None:
     assert _json_loads(b'{"a": [1, 2.5, null]}') == {"a": [1, 2.5, None]}
     assert _json_loads(b"[]") == [] and _json_loads(b'"{}"') == "{}"
     assert _json_loads(b" {} ") == {} and _json_loads("{}") == {}
+
+
+def test_empty_lists_are_new_lists_each_time() -> None:
+    first, second = _json_loads(b"[]"), _json_loads("[]")
+    assert first == [] and second == [] and type(first) is list
+    first.append(1)
+    assert second == [] and _json_loads(b"[]") == []
+    assert _json_loads(b"[ ]") == [] and _json_loads(b"[[]]") == [[]]
