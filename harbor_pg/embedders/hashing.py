@@ -108,19 +108,25 @@ class HashingEmbedder:
             # an empty or symbol-only text still gets a valid unit vector
             self._add(vector, "e:", 1.0)
             return vector
+        dimensions = self._dimensions
         for word, count in counts.items():
             weight = 1.0 + math.log(count)
+            # each feature's slot and sign, worked out once a word (the same additions,
+            # in the same order, as one _add call a feature)
+            slots = _word_slots(word, dimensions)
             if word in _STOPWORDS:
-                self._add(vector, "w:" + word, _STOPWORD_WEIGHT * weight)
+                part = _STOPWORD_WEIGHT * weight
+                index, positive = slots[0]
+                vector[index] += part if positive else -part
                 continue
-            self._add(vector, "w:" + word, _WORD_WEIGHT * weight)
-            stem = _stem(word)
-            self._add(vector, "s:" + stem, _STEM_WEIGHT * weight)
-            padded = f"<{word}>"
-            grams = [padded[i : i + 3] for i in range(len(padded) - 2)]
+            (word_index, word_positive), (stem_index, stem_positive), *grams = slots
+            part = _WORD_WEIGHT * weight
+            vector[word_index] += part if word_positive else -part
+            part = _STEM_WEIGHT * weight
+            vector[stem_index] += part if stem_positive else -part
             share = _TRIGRAM_WEIGHT * weight / math.sqrt(len(grams))
-            for gram in grams:
-                self._add(vector, "t:" + gram, share)
+            for index, positive in grams:
+                vector[index] += share if positive else -share
         norm = math.hypot(*vector)  # in C: 0.1 ms less a text than a generator's sum
         if norm == 0.0:  # every feature cancelled out: astronomically unlikely
             self._add(vector, "e:", 1.0)
@@ -131,6 +137,19 @@ class HashingEmbedder:
         bits = _feature_bits(feature)
         index = bits % self._dimensions
         vector[index] += weight if bits >> 63 else -weight
+
+
+@functools.lru_cache(maxsize=16384)
+def _word_slots(word: str, dimensions: int) -> tuple[tuple[int, bool], ...]:
+    """The (slot, sign) of each of ``word``'s features, in the order embed_sync adds
+    them: a function word's one; a content word's word, stem and each trigram."""
+    if word in _STOPWORDS:
+        features = ["w:" + word]
+    else:
+        padded = f"<{word}>"
+        features = ["w:" + word, "s:" + _stem(word)]
+        features += ["t:" + padded[i : i + 3] for i in range(len(padded) - 2)]
+    return tuple((bits % dimensions, bool(bits >> 63)) for bits in map(_feature_bits, features))
 
 
 @functools.lru_cache(maxsize=65536)
