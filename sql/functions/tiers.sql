@@ -185,9 +185,22 @@ return 4096;
 -- as promote_vector_owner): for any other, (false, false), which leaves nothing in
 -- the graph and tells nothing about the key. SECURITY DEFINER, owned by
 -- harbor_search, reads in_graph flags and a bounded count, writes nothing.
+-- The count reads up to graph_min_vectors() entries of the key: a write of a key of
+-- 1,500 memories read 3,000 of them, a millisecond of a save's server CPU, every save.
+-- So with p_count false a key outside the graph is not counted (its new vectors stay
+-- outside it, in_graph and promote false): the writes of one or two vectors count one
+-- time in sixteen (save_memory, save_memories: by the memory id's hash, so a key that
+-- reaches the size is promoted by one of its next writes, about sixteen later, long
+-- before the dense leg walks the graph for it at 5,000; until then it scans the key
+-- exactly, the same answer); a batch of at least sixteen of the key's vectors always
+-- counts. A key in the graph is asked in one descent of the index, whatever p_count.
+-- (the signature without p_count: an overload left in place would make calls ambiguous)
+drop function if exists harbor.vector_owner_graph(text, text, harbor.memory_scope, text, text,
+                                                  text, text, integer);
 create or replace function harbor.vector_owner_graph(
     p_tenant text, p_model_id text, p_scope harbor.memory_scope, p_user text, p_project text,
-    p_session text, p_run text, p_new integer, out in_graph boolean, out promote boolean
+    p_session text, p_run text, p_new integer, p_count boolean default true,
+    out in_graph boolean, out promote boolean
 ) returns record
     language plpgsql stable security definer
     set search_path to pg_catalog, pg_temp
@@ -217,7 +230,7 @@ begin
         return;
     end if;
     in_graph := greatest(p_new, 0) >= v_min
-                or greatest(p_new, 0)
+                or coalesce(p_count, true) and greatest(p_new, 0)
                    + (select count(*) from (select 1 from harbor.memory_embeddings e
                                              where e.tenant_id = p_tenant
                                                and e.model_id = p_model_id
@@ -231,7 +244,7 @@ end
 $$;
 grant create on schema harbor to harbor_search;
 alter function harbor.vector_owner_graph(text, text, harbor.memory_scope, text, text, text,
-                                         text, integer)
+                                         text, integer, boolean)
     owner to harbor_search;
 revoke create on schema harbor from harbor_search;
 

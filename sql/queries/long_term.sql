@@ -248,17 +248,21 @@ with input as materialized (
     -- graph (memory_embeddings.in_graph) and whether its older rows are to be promoted
     -- (harbor.promote_vector_owner): harbor.vector_owner_graph decides, once a key (a
     -- count that comes out short only leaves a key out of the graph, where the dense
-    -- leg scans it exactly).
+    -- leg scans it exactly). A key outside the graph is counted when the batch gives it
+    -- at least sixteen vectors or one of its memory ids is sampled (one in sixteen, by
+    -- hash): the count reads up to the graph's size of the key's entries.
     select k.*, s.in_graph, s.promote
       from (select i.tenant_id, i.scope, i.user_id, i.project_id, i.session_id, i.run_id,
-                   count(i.embedding) + count(i.context_embedding) as vectors
+                   count(i.embedding) + count(i.context_embedding) as vectors,
+                   bool_or((pg_catalog.hashtext(i.id) & 15) = 0) as sampled
               from input i
              where i.embedding is not null or i.context_embedding is not null
              group by i.tenant_id, i.scope, i.user_id, i.project_id, i.session_id,
                       i.run_id) k
      cross join lateral harbor.vector_owner_graph(k.tenant_id, %(model_id)s::text, k.scope,
                                                   k.user_id, k.project_id, k.session_id,
-                                                  k.run_id, k.vectors::integer) s
+                                                  k.run_id, k.vectors::integer,
+                                                  k.vectors >= 16 or k.sampled) s
 ), embedded as (
     insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims, embedding,
                                           scope, project_id, user_id, session_id, run_id,
@@ -377,16 +381,19 @@ with input as materialized (
     on conflict do nothing
     returning m
 ), owners as materialized (
-    -- the owner key's graph decision, as in save_memories (only with a vector)
+    -- the owner key's graph decision, as in save_memories (only with a vector; a key
+    -- outside the graph counted when the memory id is sampled)
     select k.*, s.in_graph, s.promote
       from (select i.tenant_id, i.scope, i.user_id, i.project_id, i.session_id, i.run_id,
                    (i.embedding is not null)::integer
-                   + (i.context_embedding is not null)::integer as vectors
+                   + (i.context_embedding is not null)::integer as vectors,
+                   (pg_catalog.hashtext(i.id) & 15) = 0 as sampled
               from input i
              where i.embedding is not null or i.context_embedding is not null) k
      cross join lateral harbor.vector_owner_graph(k.tenant_id, %(model_id)s::text, k.scope,
                                                   k.user_id, k.project_id, k.session_id,
-                                                  k.run_id, k.vectors) s
+                                                  k.run_id, k.vectors,
+                                                  k.vectors >= 16 or k.sampled) s
 ), embedded as (
     insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims, embedding,
                                           scope, project_id, user_id, session_id, run_id,

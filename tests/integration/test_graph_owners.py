@@ -226,15 +226,34 @@ async def test_a_row_left_outside_the_graph_is_scanned_and_the_next_write_promot
 async def test_one_at_a_time_and_the_per_row_path_follow_the_key(
     database: Database, low_threshold: PgDatabase
 ) -> None:
-    """save (one memory a call) promotes as save_many does; insert_embedding (the
-    per-row statement of a distributed database and of imports) puts a vector in the
-    graph when its key is."""
+    """save (one memory a call) promotes as save_many does, but counts the key's
+    vectors only when the memory id is sampled (one in sixteen, by its hash): the first
+    sampled save at or past the threshold puts the whole key in the graph, an unsampled
+    one past it leaves the key out; insert_embedding (the per-row statement of a
+    distributed database and of imports) puts a vector in the graph when its key is."""
     rng = random.Random(6)
     store = PostgresLongTermStore(database)
-    for i in range(MIN_VECTORS + 1):
-        r = await store.save(BOB, Memory(content=f"bob fact {i}"), _unit(rng), "m384")
+    ids = [f"{i:04d}-bob" for i in range(MIN_VECTORS + 200)]
+    with psycopg.connect(low_threshold.superuser_url) as su:
+        sampled = [
+            bool(su.execute("select (hashtext(%s) & 15) = 0", (memory_id,)).fetchone()[0])  # type: ignore[index]
+            for memory_id in ids
+        ]
+    # the save whose vector is the key's MIN_VECTORS-th, and the first sampled from it on
+    crossing = MIN_VECTORS - 1
+    first = next(i for i in range(crossing, len(ids)) if sampled[i])
+    assert first > crossing  # (the ids are chosen so that unsampled saves come first)
+    for i in range(first):
+        r = await store.save(BOB, Memory(id=ids[i], content=f"bob fact {i}"), _unit(rng), "m384")
         assert r.created
-    assert _graph_state(low_threshold, "bob", "user") == (MIN_VECTORS + 1, 0)
+    assert _graph_state(low_threshold, "bob", "user") == (0, first)
+    r = await store.save(BOB, Memory(id=ids[first], content="bob fact"), _unit(rng), "m384")
+    assert r.created
+    assert _graph_state(low_threshold, "bob", "user") == (first + 1, 0)
+    # past the threshold, in the graph: every write goes in, sampled or not
+    unsampled = next(i for i in range(first + 1, len(ids)) if not sampled[i])
+    r = await store.save(BOB, Memory(id=ids[unsampled], content="bob later"), _unit(rng), "m384")
+    assert _graph_state(low_threshold, "bob", "user") == (first + 2, 0)
     r = await store.save(CARA, Memory(content="cara fact"), _unit(rng), "m384")
     assert _graph_state(low_threshold, "cara", "user") == (0, 1)
     async with database.transaction(BOB) as conn:
@@ -244,7 +263,7 @@ async def test_one_at_a_time_and_the_per_row_path_follow_the_key(
             )
             assert created
             await store.insert_embedding(conn, "t1", memory_id, _unit(rng), "m384")
-    assert _graph_state(low_threshold, "bob", "user") == (MIN_VECTORS + 3, 0)
+    assert _graph_state(low_threshold, "bob", "user") == (first + 4, 0)
     async with database.transaction(CARA) as conn:
         memory_id, created = await store.save_in(
             conn, memory_params(CARA, Memory(content="cara imported"))
