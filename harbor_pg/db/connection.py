@@ -13,10 +13,13 @@ import random
 import re
 import select
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Sequence
 from typing import Any, TypeVar
 
 import psycopg
+import psycopg.adapt
+import psycopg.errors
+import psycopg.waiting
 from psycopg import AsyncConnection, AsyncRawCursor
 from psycopg import sql as pgsql
 from psycopg.rows import AsyncRowFactory, dict_row, tuple_row
@@ -555,6 +558,11 @@ class Database:
     ) -> list[list[Row]]:
         """``statements`` in one transaction with ``owner``'s identity, in one round
         trip: each one's rows (none for a statement that returns none)."""
+        if not self.set_local and _EXCHANGE:
+            sent = _server_statements(owner, statements, plan_cache_mode)
+            if sent is not None:
+                async with wrap_db_errors(), self._connection(self._pool) as conn:
+                    return await _exchange_retried(conn, sent, row_factory)
         async with wrap_db_errors(), self._connection(self._pool) as conn:
             # autocommit (as every pooled connection is): psycopg adds no BEGIN (and no
             # sync after it); the pipeline's implicit transaction holds the identity and
@@ -704,6 +712,193 @@ async def _execute(
     raw = AsyncRawCursor(conn, row_factory=row_factory)
     await raw.execute(text, values, prepare=prepare)
     return raw
+
+
+def _server_statements(
+    owner: MemoryOwner,
+    statements: Sequence[tuple[str, dict[str, Any] | None]],
+    plan_cache_mode: str | None,
+) -> list[tuple[str, list[Any]]] | None:
+    """The identity statement and ``statements`` in the server's placeholders with their
+    values in order (:func:`_server_form`), for :func:`_exchange`; None when one of them
+    has no parameters or placeholders of another kind (psycopg's pipeline sends those)."""
+    if plan_cache_mode is not None:
+        first: tuple[str, dict[str, Any] | None] = (
+            query("set_identity_and_plan_cache_mode"),
+            {**identity_params(owner), "mode": plan_cache_mode},
+        )
+    else:
+        first = (query("set_identity"), identity_params(owner))
+    sent = []
+    for statement, params in (first, *statements):
+        form = _server_form(statement) if params is not None else None
+        if form is None:
+            return None
+        assert params is not None
+        text, names = form
+        try:
+            sent.append((text, [params[name] for name in names]))
+        except KeyError as exc:
+            raise psycopg.ProgrammingError(f"query parameter missing: {exc.args[0]}") from None
+    return sent
+
+
+class _Prepared:
+    """The statements :func:`_exchange` prepared on one connection: name by statement
+    text and parameter types (a name is never used twice on a connection)."""
+
+    __slots__ = ("count", "names")
+
+    def __init__(self) -> None:
+        self.names: dict[tuple[str, tuple[int, ...]], bytes] = {}
+        self.count = 0
+
+
+#: psycopg's cursor keeps the parts :func:`_exchange` hands a result to (its transformer
+#: and the method execute() stores results with); without them, psycopg's pipeline runs
+_EXCHANGE = hasattr(AsyncRawCursor, "_set_results") and any(
+    "_tx" in vars(cls).get("__annotations__", {}) for cls in AsyncRawCursor.__mro__
+)
+#: past this many statements prepared on one connection, further ones run unprepared
+_PREPARED_MAX = 256
+_PIPELINE_SYNC = psycopg.pq.ExecStatus.PIPELINE_SYNC
+_FATAL_ERROR = psycopg.pq.ExecStatus.FATAL_ERROR
+_PIPELINE_ABORTED = psycopg.pq.ExecStatus.PIPELINE_ABORTED
+_COMMAND_OK = psycopg.pq.ExecStatus.COMMAND_OK
+
+
+async def _exchange_retried(
+    conn: Connection, statements: list[tuple[str, list[Any]]], row_factory: AsyncRowFactory[Row]
+) -> list[list[Row]]:
+    """:func:`_exchange`, once more after the connection's prepared statements were
+    dropped under it (psycopg deallocates every statement of a connection when it rolls
+    a transaction back): the failed exchange ran nothing (its transaction was rolled
+    back), and the next prepares them anew."""
+    try:
+        return await _exchange(conn, statements, row_factory)
+    except psycopg.errors.InvalidSqlStatementName:
+        prepared: _Prepared | None = getattr(conn, "_harbor_prepared", None)
+        if prepared is None or not prepared.names:
+            raise
+        prepared.names.clear()
+        return await _exchange(conn, statements, row_factory)
+
+
+async def _exchange(
+    conn: Connection, statements: list[tuple[str, list[Any]]], row_factory: AsyncRowFactory[Row]
+) -> list[list[Row]]:
+    """``statements`` (the server's placeholders, their values in order; the first one
+    sets the identity) in one implicit transaction and one round trip, in libpq's
+    pipeline mode: the rows of each after the first (none for a statement that returns
+    none); the first error among them raised.
+
+    What psycopg's pipeline sends, without its work per statement: psycopg writes each
+    statement to the socket as it is queued and polls the socket before and after, and
+    gives each a cursor; here every message goes out in one write at the sync, each
+    statement is prepared on its first run on the connection (psycopg's, on its sixth),
+    and only a result with rows gets a cursor.
+    """
+    prepared: _Prepared | None = getattr(conn, "_harbor_prepared", None)
+    if prepared is None:
+        prepared = _Prepared()
+        conn._harbor_prepared = prepared  # type: ignore[attr-defined]
+    encoding = conn.info.encoding
+    tx = psycopg.adapt.Transformer.from_context(conn)
+    # what each command's results are: a statement's (its index), or a PREPARE's (its key)
+    expected: list[int | tuple[str, tuple[int, ...]]] = []
+    async with conn.lock:
+        pgconn = conn.pgconn
+        pgconn.enter_pipeline_mode()
+        try:
+            for index, (text, values) in enumerate(statements):
+                dumped = tx.dump_sequence(values, [psycopg.adapt.PyFormat.AUTO] * len(values))
+                types = tx.types or ()
+                key = (text, types)
+                name = prepared.names.get(key)
+                if name is None and len(prepared.names) < _PREPARED_MAX:
+                    prepared.count += 1
+                    name = prepared.names[key] = b"_harbor_%d" % prepared.count
+                    pgconn.send_prepare(name, text.encode(encoding), param_types=types)
+                    expected.append(key)
+                if name is None:
+                    pgconn.send_query_params(
+                        text.encode(encoding),
+                        dumped,
+                        param_types=types,
+                        param_formats=tx.formats,
+                    )
+                else:
+                    pgconn.send_query_prepared(name, dumped, param_formats=tx.formats)
+                expected.append(index)
+            pgconn.pipeline_sync()
+            results = await conn.wait(_exchange_gen(pgconn))
+            pgconn.exit_pipeline_mode()
+        except BaseException:
+            # cancelled or cut off with results unread: the connection cannot be used
+            # again; closed, the pool replaces it
+            for sent in expected:
+                if isinstance(sent, tuple):
+                    prepared.names.pop(sent, None)
+            pgconn.finish()
+            raise
+    error: psycopg.Error | None = None
+    found: list[psycopg.pq.abc.PGresult | None] = [None] * len(statements)
+    for sent, command in zip(expected, results, strict=True):
+        result = command[-1] if command else None
+        if isinstance(sent, tuple):
+            if result is None or result.status != _COMMAND_OK:
+                prepared.names.pop(sent, None)  # not prepared: the next run prepares it
+        else:
+            found[sent] = result
+        if error is None and result is not None:
+            if result.status == _FATAL_ERROR:
+                error = psycopg.errors.error_from_result(result, encoding=encoding)
+            elif result.status == _PIPELINE_ABORTED and not isinstance(sent, tuple):
+                error = psycopg.errors.PipelineAborted("pipeline aborted")
+    if error is not None:
+        raise error
+    rows: list[list[Row]] = []
+    for result in found[1:]:  # (the identity's row is not read)
+        if not _has_rows(result):
+            rows.append([])
+            continue
+        # a cursor holding the result, as psycopg's execute leaves one (its transformer
+        # loads the values, its row factory makes the rows)
+        cur = AsyncRawCursor(conn, row_factory=row_factory)
+        cur._tx = psycopg.adapt.Transformer(cur)
+        cur._set_results([result])  # type: ignore[list-item]
+        rows.append(await cur.fetchall())
+    return rows
+
+
+def _exchange_gen(
+    pgconn: psycopg.pq.abc.PGconn,
+) -> Generator[psycopg.waiting.Wait, int, list[list[psycopg.pq.abc.PGresult]]]:
+    """Flush what was queued, then read every command's results up to the sync's (a
+    psycopg wait generator: it yields what it waits for, is sent what is ready)."""
+    wait_r, wait_rw = psycopg.waiting.Wait.R, psycopg.waiting.Wait.RW
+    while pgconn.flush():
+        ready = yield wait_rw
+        if ready & psycopg.waiting.Ready.R:
+            pgconn.consume_input()
+    results: list[list[psycopg.pq.abc.PGresult]] = []
+    command: list[psycopg.pq.abc.PGresult] = []
+    while True:
+        if pgconn.is_busy():
+            yield wait_r
+            pgconn.consume_input()
+            while notify := pgconn.notifies():
+                if pgconn.notify_handler:
+                    pgconn.notify_handler(notify)
+            continue
+        result = pgconn.get_result()
+        if result is None:
+            results.append(command)
+            command = []
+        elif result.status == _PIPELINE_SYNC:
+            return results
+        else:
+            command.append(result)
 
 
 def _has_rows(result: psycopg.pq.abc.PGresult | None) -> bool:

@@ -4,6 +4,7 @@ context does; the connection comes back idle and usable either way."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import psycopg
@@ -12,6 +13,7 @@ import pytest_asyncio
 
 from harbor_pg import MemoryOwner
 from harbor_pg.db.connection import Database
+from harbor_pg.errors import MemoryError
 from tests.conftest import PgDatabase
 
 OWNER = MemoryOwner(tenant_id="t1", principal_id="u1", session_id="s1")
@@ -66,3 +68,103 @@ async def test_an_idle_connection_goes_back_as_it_was(single: Database) -> None:
     )
     assert rows == [{"t": "t1"}]
     assert await _probe(single) == "session"
+
+
+# -- one round trip: the identity and the call's statements, sent in one write ---------
+
+
+async def _prepared_here(db: Database) -> list[str]:
+    async with db.autocommit() as conn:
+        cur = await conn.execute(
+            "select statement from pg_prepared_statements where name like '\\_harbor\\_%%'"
+            " order by statement",
+            prepare=False,
+        )
+        return [row["statement"] for row in await cur.fetchall()]
+
+
+async def test_each_statement_returns_its_own_rows(single: Database) -> None:
+    rows = await single.fetch_each_in_one_round_trip(
+        OWNER,
+        [
+            ("select %(a)s::int as a", {"a": 1}),
+            ("select current_setting('harbor.user_id') as u where %(x)s::int = 1", {"x": 1}),
+            ("select g as n from generate_series(1, %(n)s::int) g", {"n": 3}),
+        ],
+    )
+    assert rows == [[{"a": 1}], [{"u": "u1"}], [{"n": 1}, {"n": 2}, {"n": 3}]]
+    # a statement with no parameters goes through psycopg's own pipeline, as before
+    assert await single.fetch_in_one_round_trip(OWNER, "select 2 as b") == [{"b": 2}]
+
+
+async def test_statements_are_prepared_from_their_first_run(single: Database) -> None:
+    text = "select %(a)s::int + 1 as b"
+    assert await single.fetch_in_one_round_trip(OWNER, text, {"a": 1}) == [{"b": 2}]
+    prepared = await _prepared_here(single)
+    assert "select $1::int + 1 as b" in prepared
+    assert any("harbor.tenant_id" in statement for statement in prepared)  # the identity's
+
+
+async def test_statements_dropped_under_the_connection_are_prepared_again(
+    single: Database,
+) -> None:
+    text = "select %(a)s::int * 2 as b"
+    assert await single.fetch_in_one_round_trip(OWNER, text, {"a": 2}) == [{"b": 4}]
+    async with single.autocommit() as conn:
+        await conn.execute("deallocate all")
+    assert await _prepared_here(single) == []
+    assert await single.fetch_in_one_round_trip(OWNER, text, {"a": 3}) == [{"b": 6}]
+    assert "select $1::int * 2 as b" in await _prepared_here(single)
+
+
+async def test_an_error_rolls_back_the_whole_trip_and_leaves_the_connection_usable(
+    single: Database,
+) -> None:
+    with pytest.raises(MemoryError) as failed:
+        await single.fetch_each_in_one_round_trip(
+            OWNER,
+            [
+                ("select set_config('harbor.probe', %(v)s::text, false)", {"v": "written"}),
+                ("select 1 / %(z)s::int as boom", {"z": 0}),
+                ("select set_config('harbor.probe', %(v)s::text, false)", {"v": "after"}),
+            ],
+        )
+    assert "division by zero" in str(failed.value)
+    # nothing of the trip stayed: not the identity, not the statement before the error
+    async with single.autocommit() as conn:
+        assert conn.info.transaction_status == IDLE
+        row = await (
+            await conn.execute(
+                "select current_setting('harbor.probe', true) as p,"
+                " current_setting('harbor.tenant_id', true) as t"
+            )
+        ).fetchone()
+    assert row is not None and row["p"] in (None, "") and row["t"] in (None, "")
+    # a guard that fails stops the statement after it, in the same trip
+    with pytest.raises(MemoryError):
+        await single.fetch_in_one_round_trip(
+            OWNER,
+            "select set_config('harbor.probe', %(v)s::text, false)",
+            {"v": "guarded"},
+            guards=[("select 1 / %(z)s::int", {"z": 0})],
+        )
+    assert await _probe(single) in (None, "")
+    assert await single.fetch_in_one_round_trip(OWNER, "select %(a)s::int as a", {"a": 5}) == [
+        {"a": 5}
+    ]
+
+
+async def test_a_call_cancelled_in_flight_costs_its_connection_not_the_next_call(
+    single: Database,
+) -> None:
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(
+            single.fetch_in_one_round_trip(
+                OWNER, "select pg_sleep(%(s)s::float8) as slept", {"s": 2.0}
+            ),
+            0.3,
+        )
+    # the cut-off connection was closed and replaced: the next call runs normally
+    rows = await single.fetch_in_one_round_trip(OWNER, "select %(a)s::int as a", {"a": 7})
+    assert rows == [{"a": 7}]
+    assert await _probe(single) in (None, "")

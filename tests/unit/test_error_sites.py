@@ -34,6 +34,11 @@ CONTROL_FLOW: dict[tuple[str, str], tuple[int, str]] = {
         1,
         "the rollback after a failed statement; the statement's own error is reported",
     ),
+    ("db/connection.py", "_exchange_retried"): (
+        1,
+        "prepared statements dropped under the connection: prepared anew and run once "
+        "more; an error the second run meets is reported",
+    ),
     ("db/migrate.py", "is_current"): (
         1,
         "any failure answers 'not current'; upgrade then migrates or reports why not",
