@@ -518,15 +518,14 @@ class Database:
         in one round trip; return its rows as ``row_factory`` builds them.
 
         ``plan_cache_mode`` (``force_generic_plan``, ``force_custom_plan``) is set for
-        that transaction alone, in the same round trip: psycopg prepares a statement
-        run often on a connection, and then the server plans it again on every run
-        unless its generic plan looks cheaper than the custom ones (for save_memories,
-        a statement of many CTEs, planning was half of a one-memory save's time). With
-        ``force_generic_plan`` the statements are prepared from their first run on the
-        connection (a generic plan is a prepared statement's).
+        that transaction alone, in the same round trip: a statement prepared on a
+        connection (each is, from its first run there: :func:`_exchange`) is planned
+        again on every run unless its generic plan looks cheaper than the custom ones
+        (for save_memories, a statement of many CTEs, planning was half of a one-memory
+        save's time); ``force_generic_plan`` runs the generic plan.
 
-        The identity, the statement and the pipeline sync are all written before
-        the first wait for the server. In the extended protocol, statements sent
+        The identity, the statement and the pipeline sync are all written at once,
+        before the first wait for the server. In the extended protocol, statements sent
         outside a transaction block run in one implicit transaction that the
         sync ends: committed if both succeed, rolled back otherwise, and the
         transaction-local identity goes with it. So no BEGIN or COMMIT is sent
