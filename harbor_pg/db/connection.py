@@ -561,7 +561,7 @@ class Database:
             sent = _server_statements(owner, statements, plan_cache_mode)
             if sent is not None:
                 async with wrap_db_errors(), self._connection(self._pool) as conn:
-                    return await _exchange_retried(conn, sent, row_factory)
+                    return await _exchange_retried(conn, sent, row_factory, identity=True)
         async with wrap_db_errors(), self._connection(self._pool) as conn:
             # autocommit (as every pooled connection is): psycopg adds no BEGIN (and no
             # sync after it); the pipeline's implicit transaction holds the identity and
@@ -687,6 +687,26 @@ class Database:
         async with wrap_db_errors(), self._connection(self._pool) as conn:
             yield conn
 
+    async def fetch_self_identified(
+        self, statement: str, params: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """Run one statement that sets the identity itself (a harbor function that takes
+        it as arguments, as ``harbor.recent_turns``) in autocommit, in one round trip;
+        return its rows as dicts. As :meth:`autocommit` and ``execute``, with the
+        statement sent as :func:`_exchange` sends a one-round-trip call's."""
+        form = _server_form(statement) if _EXCHANGE else None
+        async with wrap_db_errors(), self._connection(self._pool) as conn:
+            if form is None:
+                cur = await conn.execute(statement, params)
+                return await cur.fetchall()
+            text, names = form
+            try:
+                values = [params[name] for name in names]
+            except KeyError as exc:
+                raise psycopg.ProgrammingError(f"query parameter missing: {exc.args[0]}") from None
+            (rows,) = await _exchange_retried(conn, [(text, values)], dict_row, identity=False)
+            return rows
+
 
 async def _execute(
     conn: Connection,
@@ -767,29 +787,37 @@ _COMMAND_OK = psycopg.pq.ExecStatus.COMMAND_OK
 
 
 async def _exchange_retried(
-    conn: Connection, statements: list[tuple[str, list[Any]]], row_factory: AsyncRowFactory[Row]
+    conn: Connection,
+    statements: list[tuple[str, list[Any]]],
+    row_factory: AsyncRowFactory[Row],
+    *,
+    identity: bool,
 ) -> list[list[Row]]:
     """:func:`_exchange`, once more after the connection's prepared statements were
     dropped under it (psycopg deallocates every statement of a connection when it rolls
     a transaction back): the failed exchange ran nothing (its transaction was rolled
     back), and the next prepares them anew."""
     try:
-        return await _exchange(conn, statements, row_factory)
+        return await _exchange(conn, statements, row_factory, identity=identity)
     except psycopg.errors.InvalidSqlStatementName:
         prepared: _Prepared | None = getattr(conn, "_harbor_prepared", None)
         if prepared is None or not prepared.names:
             raise
         prepared.names.clear()
-        return await _exchange(conn, statements, row_factory)
+        return await _exchange(conn, statements, row_factory, identity=identity)
 
 
 async def _exchange(
-    conn: Connection, statements: list[tuple[str, list[Any]]], row_factory: AsyncRowFactory[Row]
+    conn: Connection,
+    statements: list[tuple[str, list[Any]]],
+    row_factory: AsyncRowFactory[Row],
+    *,
+    identity: bool,
 ) -> list[list[Row]]:
-    """``statements`` (the server's placeholders, their values in order; the first one
-    sets the identity) in one implicit transaction and one round trip, in libpq's
-    pipeline mode: the rows of each after the first (none for a statement that returns
-    none); the first error among them raised.
+    """``statements`` (the server's placeholders, their values in order) in one implicit
+    transaction and one round trip, in libpq's pipeline mode: the rows of each (none for
+    a statement that returns none; ``identity``: the first one sets the identity, and
+    its row is not read); the first error among them raised.
 
     What psycopg's pipeline sends, without its work per statement: psycopg writes each
     statement to the socket as it is queued and polls the socket before and after, and
@@ -857,7 +885,7 @@ async def _exchange(
     if error is not None:
         raise error
     rows: list[list[Row]] = []
-    for result in found[1:]:  # (the identity's row is not read)
+    for result in found[1:] if identity else found:
         if not _has_rows(result):
             rows.append([])
             continue

@@ -261,9 +261,7 @@ class PostgresShortTermStore:
             found = await self.db.fetch_in_one_round_trip(owner, query(name), params)
             return [message_from_row(r) for r in found]
         # one statement that sets the identity itself: one round trip
-        async with self.db.autocommit() as conn:
-            cur = await conn.execute(query(name), params)
-            rows = await cur.fetchall()
+        rows = await self.db.fetch_self_identified(query(name), params)
         return [message_from_row(r) for r in rows]
 
     async def after(

@@ -168,3 +168,20 @@ async def test_a_call_cancelled_in_flight_costs_its_connection_not_the_next_call
     rows = await single.fetch_in_one_round_trip(OWNER, "select %(a)s::int as a", {"a": 7})
     assert rows == [{"a": 7}]
     assert await _probe(single) in (None, "")
+
+
+async def test_a_statement_that_sets_its_own_identity_runs_alone(single: Database) -> None:
+    rows = await single.fetch_self_identified(
+        "select %(a)s::int as a, %(a)s::int + %(b)s::int as b,"
+        " current_setting('harbor.tenant_id', true) as t",
+        {"a": 1, "b": 2},
+    )
+    # no identity was set for it: it is the statement's own business
+    assert rows == [{"a": 1, "b": 3, "t": None}] or rows == [{"a": 1, "b": 3, "t": ""}]
+    assert await single.fetch_self_identified(
+        "select x from (values (1), (2)) v(x) where x > %(n)s::int order by x", {"n": 0}
+    ) == [{"x": 1}, {"x": 2}]
+    assert await single.fetch_self_identified("select 1 as x where %(n)s::int < 0", {"n": 0}) == []
+    with pytest.raises(MemoryError, match="division by zero"):
+        await single.fetch_self_identified("select 1 / %(z)s::int", {"z": 0})
+    assert await _probe(single) in (None, "")
