@@ -12,6 +12,7 @@ from harbor_pg.db.sqlfiles import query
 from harbor_pg.owner import MemoryOwner
 from harbor_pg.records import ConversationMessage
 from harbor_pg.tiers.base import SummaryLease
+from harbor_pg.tiers.rows import constructed
 from harbor_pg.tokens import approximate_tokens
 
 __all__ = ["PostgresShortTermStore", "message_from_row", "session_key"]
@@ -31,7 +32,6 @@ _PLAIN_MESSAGE = (
     and _MESSAGE_FIELDS
     == ("role", "content", "name", "tool_calls", "tool_call_id", "metadata", "id", "created_at")
 )
-_set_attribute = object.__setattr__
 
 
 def message_from_row(row: dict[str, Any]) -> ConversationMessage:
@@ -51,12 +51,7 @@ def message_from_row(row: dict[str, Any]) -> ConversationMessage:
     # every field given: what model_construct does then, without its per-field
     # alias and default lookups (a recent() reads a dozen turns);
     # tests/unit/test_message_rows.py holds the two equal
-    message = ConversationMessage.__new__(ConversationMessage)
-    _set_attribute(message, "__dict__", values)
-    _set_attribute(message, "__pydantic_fields_set__", set(_MESSAGE_FIELDS))
-    _set_attribute(message, "__pydantic_extra__", None)
-    _set_attribute(message, "__pydantic_private__", None)
-    return message
+    return constructed(ConversationMessage, values)
 
 
 def _timestamp(value: Any) -> Any:
