@@ -91,6 +91,19 @@ def _server_form(statement: str) -> tuple[str, tuple[str, ...]] | None:
     return None if unsupported else (converted, tuple(names))
 
 
+def _server_call(statement: str, params: dict[str, Any]) -> tuple[str, list[Any]] | None:
+    """``statement`` in the server's placeholders with ``params``' values in their order
+    (:func:`_server_form`); None for a statement that form does not convert."""
+    form = _server_form(statement)
+    if form is None:
+        return None
+    text, names = form
+    try:
+        return text, [params[name] for name in names]
+    except KeyError as exc:
+        raise psycopg.ProgrammingError(f"query parameter missing: {exc.args[0]}") from None
+
+
 def _set_role(row: dict[str, Any] | None, target: str) -> psycopg.sql.Composed | None:
     """The SET ROLE a login needs to act as ``target`` (None: none needed).
 
@@ -694,17 +707,12 @@ class Database:
         it as arguments, as ``harbor.recent_turns``) in autocommit, in one round trip;
         return its rows as dicts. As :meth:`autocommit` and ``execute``, with the
         statement sent as :func:`_exchange` sends a one-round-trip call's."""
-        form = _server_form(statement) if _EXCHANGE else None
+        call = _server_call(statement, params) if _EXCHANGE else None
         async with wrap_db_errors(), self._connection(self._pool) as conn:
-            if form is None:
+            if call is None:
                 cur = await conn.execute(statement, params)
                 return await cur.fetchall()
-            text, names = form
-            try:
-                values = [params[name] for name in names]
-            except KeyError as exc:
-                raise psycopg.ProgrammingError(f"query parameter missing: {exc.args[0]}") from None
-            (rows,) = await _exchange_retried(conn, [(text, values)], dict_row, identity=False)
+            (rows,) = await _exchange_retried(conn, [call], dict_row, identity=False)
             return rows
 
 
@@ -717,19 +725,13 @@ async def _execute(
 ) -> psycopg.AsyncCursor[Row] | AsyncRawCursor[Row]:
     """A cursor that has sent ``statement`` with ``params`` (in a pipeline: queued),
     converted to the server's placeholders once (:func:`_server_form`)."""
-    form = _server_form(statement) if params is not None else None
-    if form is None:
+    call = _server_call(statement, params) if params is not None else None
+    if call is None:
         cur = conn.cursor(row_factory=row_factory)
         await cur.execute(statement, params, prepare=prepare)
         return cur
-    text, names = form
-    assert params is not None
-    try:
-        values = [params[name] for name in names]
-    except KeyError as exc:
-        raise psycopg.ProgrammingError(f"query parameter missing: {exc.args[0]}") from None
     raw = AsyncRawCursor(conn, row_factory=row_factory)
-    await raw.execute(text, values, prepare=prepare)
+    await raw.execute(*call, prepare=prepare)
     return raw
 
 
@@ -750,15 +752,10 @@ def _server_statements(
         first = (query("set_identity"), identity_params(owner))
     sent = []
     for statement, params in (first, *statements):
-        form = _server_form(statement) if params is not None else None
-        if form is None:
+        call = _server_call(statement, params) if params is not None else None
+        if call is None:
             return None
-        assert params is not None
-        text, names = form
-        try:
-            sent.append((text, [params[name] for name in names]))
-        except KeyError as exc:
-            raise psycopg.ProgrammingError(f"query parameter missing: {exc.args[0]}") from None
+        sent.append(call)
     return sent
 
 
