@@ -242,6 +242,13 @@ REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
         re.compile(r"\n(\s*)and \(v_seen > p_term_limit or v_seen > p_scan_limit\) then"),
         " then",
     ),
+    # and a small owner's both legs at once (the same read of its rows): the legs run
+    # apart there
+    (
+        "_lexical_candidates",
+        re.compile(r"\bif v_dense and v_seen <= p_term_limit then"),
+        "if false then",
+    ),
     # the substring fallback reads the tenant's rows under the policies instead of its
     # per-key read: a LATERAL subquery per owner key that Citus cannot push down whole
     # (without its fence it was planned in steps, a recall on the cluster about 9 ms

@@ -238,8 +238,8 @@ def test_cli_status_names_functions_with_another_owner(fresh_db: PgDatabase) -> 
         su.execute("alter function harbor.approximate_tokens(text) owner to current_user")
         su.execute(
             "alter function harbor._lexical_candidates(text, harbor.memory_scope[],"
-            " timestamptz, integer, integer, integer, harbor.sensitivity, harbor.memory_type[])"
-            " owner to current_user"
+            " timestamptz, integer, integer, integer, harbor.sensitivity, harbor.memory_type[],"
+            " public.vector, text) owner to current_user"
         )
         try:
             bad = status()
@@ -249,14 +249,15 @@ def test_cli_status_names_functions_with_another_owner(fresh_db: PgDatabase) -> 
             su.execute(
                 "alter function harbor._lexical_candidates(text, harbor.memory_scope[],"
                 " timestamptz, integer, integer, integer, harbor.sensitivity,"
-                " harbor.memory_type[]) owner to harbor_search"
+                " harbor.memory_type[], public.vector, text) owner to harbor_search"
             )
             su.execute("revoke create on schema harbor from harbor_search")
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert "owners:   2 harbor function(s) not owned as a migration leaves them" in bad.stdout
     assert (
         f"harbor._lexical_candidates(text,harbor.memory_scope[],timestamp with time zone,"
-        f"integer,integer,integer,harbor.sensitivity,harbor.memory_type[]) is owned by {me}:"
+        f"integer,integer,integer,harbor.sensitivity,harbor.memory_type[],vector,text)"
+        f" is owned by {me}:"
         " alter function"
         " harbor._lexical_candidates("
     ) in bad.stdout

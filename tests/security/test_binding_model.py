@@ -125,8 +125,18 @@ def test_the_candidate_functions_follow_the_binding(seeded: PgDatabase, role: st
             "select memory_id from harbor._dense_candidates('[1,0,0]', 'm', %s, now(), 100)",
             ("{global,tenant,project,user,session,run}",),
         ).fetchall()
+        # (both legs at once, for a small owner: on the cluster the legs run apart)
+        both = conn.execute(
+            "select memory_id, lexical_rank, dense_rank from harbor._lexical_candidates("
+            " 'fact', %s, now(), 100, p_embedding => '[1,0,0]', p_model_id => 'm')"
+            " where memory_id is not null",
+            ("{global,tenant,project,user,session,run}",),
+        ).fetchall()
     assert {r[0] for r in lexical} == expected
     assert {r[0] for r in dense} == expected
+    assert {r[0] for r in both if r[1] is not None} == expected
+    if not on_cluster(seeded.superuser_url):
+        assert {r[0] for r in both if r[2] is not None} == expected
 
 
 def test_a_project_bound_role_writes_project_rows_only(seeded: PgDatabase) -> None:

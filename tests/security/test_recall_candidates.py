@@ -132,6 +132,29 @@ def _dense_ids(conn: Conn, exact_limit: int) -> set[str]:
     return {r[0] for r in rows}
 
 
+_SMALL = (
+    "harbor._lexical_candidates(%s, %s, now(), 1000, 5000, 100000,"
+    " p_embedding => %s::vector, p_model_id => 'm384')"
+)
+
+
+def _small_ids(conn: Conn, leg: str) -> set[str]:
+    """The candidates of one leg (lexical or dense) when the lexical leg ranks both over
+    a small owner's rows (a term limit that makes every owner small)."""
+    rows = conn.execute(
+        f"select memory_id, {leg}_rank from {_SMALL}",
+        ("shared words", ALL_SCOPES, _vector(random.Random(11))),
+    ).fetchall()
+    if on_cluster(conn.info.dsn):
+        # the legs run apart on the cluster (harbor_pg.db.citus_rewrites): the lexical
+        # leg's rows only, and no row saying it ranked the dense leg's
+        assert all(r[0] is not None for r in rows)
+        assert leg == "lexical" or all(r[1] is None for r in rows)
+        return _visible_ids(conn) if leg == "dense" else {r[0] for r in rows}
+    assert sum(1 for r in rows if r[0] is None) == 1  # (it ranked the dense leg's)
+    return {r[0] for r in rows if r[0] is not None and r[1] is not None}
+
+
 # each code path of each SECURITY DEFINER function is its own test
 PATHS: dict[str, Callable[[Conn], set[str]]] = {
     # the three ways of the lexical leg: the owner scan, the tenant-wide GIN
@@ -142,6 +165,9 @@ PATHS: dict[str, Callable[[Conn], set[str]]] = {
     "lexical-lookup": lambda conn: _lexical_ids(conn, 0, 100000),
     "dense-exact": lambda conn: _dense_ids(conn, 5000),
     "dense-hnsw": lambda conn: _dense_ids(conn, 0),
+    # a small owner's both legs at once, in the lexical leg
+    "small-lexical": lambda conn: _small_ids(conn, "lexical"),
+    "small-dense": lambda conn: _small_ids(conn, "dense"),
 }
 
 
@@ -175,6 +201,12 @@ _CARRYING = {
         "harbor._lexical_candidates(%s, %s, now(), 1000, 5000, 100000)",
         lambda: "shared",
     ),
+    "small": (
+        "(select %s::vector as v, %s::harbor.memory_scope[] as sc) a,"
+        " harbor._lexical_candidates('shared', a.sc, now(), 1000, 5000, 100000,"
+        " p_embedding => a.v, p_model_id => 'm384') where memory_id is not null",
+        lambda: _vector(random.Random(11)),
+    ),
 }
 
 
@@ -202,7 +234,8 @@ def test_ranking_columns_are_the_policy_rows_columns(
                 (probe(), ALL_SCOPES),
             ).fetchall()
         }
-    # every visible memory holds "shared": both legs return all of them
+    # every visible memory holds "shared": both legs return all of them (and the
+    # lexical leg ranking both for a small owner returns each once)
     assert got == expected
 
 

@@ -66,8 +66,9 @@ return array(
 do $$
 begin
     -- Older versions, dropped first: their signatures grew (by p_term_limit, then
-    -- by p_max_sensitivity, the recall ceiling, then by p_excluded_types), and an old
-    -- overload left in place would make calls ambiguous.
+    -- by p_max_sensitivity, the recall ceiling, then by p_excluded_types, then by
+    -- p_embedding and p_model_id, with the dense columns), and an old overload left
+    -- in place would make calls ambiguous.
     drop function if exists harbor._lexical_candidates(text, harbor.memory_scope[],
                                                        timestamptz, integer, integer);
     drop function if exists harbor._lexical_candidates(text, harbor.memory_scope[],
@@ -75,18 +76,24 @@ begin
     drop function if exists harbor._lexical_candidates(text, harbor.memory_scope[],
                                                        timestamptz, integer, integer, integer,
                                                        harbor.sensitivity);
+    drop function if exists harbor._lexical_candidates(text, harbor.memory_scope[],
+                                                       timestamptz, integer, integer, integer,
+                                                       harbor.sensitivity,
+                                                       harbor.memory_type[]);
 end
 $$;
 create or replace function harbor._lexical_candidates(
     p_query text, p_scopes harbor.memory_scope[], p_as_of timestamptz, p_limit integer,
     p_scan_limit integer default 2000, p_term_limit integer default 32,
     p_max_sensitivity harbor.sensitivity default 'sensitive',
-    p_excluded_types harbor.memory_type[] default '{}'
+    p_excluded_types harbor.memory_type[] default '{}',
+    p_embedding public.vector default null, p_model_id text default null
 ) returns table (tenant_id text, memory_id text, lexical_rank integer,
                  lexical_score double precision,
                  scope harbor.memory_scope, memory_type harbor.memory_type, importance real,
                  valid_from timestamptz, content_hash text, entity_ids text[],
-                 owner_rows integer, context_hash text)
+                 owner_rows integer, context_hash text, dense_rank integer,
+                 similarity double precision)
     language plpgsql stable security definer
     set search_path to pg_catalog, pg_temp
     set plan_cache_mode to force_generic_plan
@@ -119,6 +126,8 @@ declare
     v_rare_tsq tsquery;              -- (a large owner) the query of the rarer terms
     v_match   text;                  -- (a large owner) the matching statement
     v_match_keys text[];             -- (a large owner) its owner-term keys
+    v_dense   boolean := p_embedding is not null and p_model_id is not null;
+    v_dims    integer := public.vector_dims(p_embedding);
 begin
     if p_query is null or coalesce(p_limit, 0) < 1 then
         return;
@@ -127,10 +136,12 @@ begin
     -- list; BM25's statistics still count them, as rows of the owner's collection)
     p_excluded_types := coalesce(p_excluded_types, '{}');
     v_terms := tsvector_to_array(to_tsvector('english'::regconfig, left(p_query, 20000)));
-    if cardinality(v_terms) = 0 then
+    if cardinality(v_terms) = 0 and not v_dense then
         return;
     end if;
-    v_tsq := harbor.or_tsquery(p_query);
+    if cardinality(v_terms) > 0 then
+        v_tsq := harbor.or_tsquery(p_query);
+    end if;
     -- how many rows the caller's owner keys hold, of every type and validity (at
     -- most p_scan_limit + 1 counted, from the narrow owner index): BM25's
     -- collection size, and whether the pass below reads them all. One count for
@@ -149,6 +160,153 @@ begin
              limit p_scan_limit + 1) c;
     if v_seen = 0 then
         return;
+    end if;
+    if v_dense and v_seen <= p_term_limit then
+        -- ---- a small owner, both legs at once. Given the query's vector and its
+        -- model (harbor.recall() gives them), an owner of at most p_term_limit rows
+        -- is read once and both legs are ranked over its rows in this statement:
+        -- BM25 exactly as the owner pass below scores (every match; the collection
+        -- the owner's rows of every type and validity), the distances as the dense
+        -- leg's exact scan measures them (harbor._dense_candidates: a memory's
+        -- nearer vector counts). One row a memory that either leg ranks (the other
+        -- leg's columns null), and one row whose memory_id is null, carrying
+        -- owner_rows: the dense leg's candidates are among these rows, recall need
+        -- not ask it. For a small owner most of a recall was fixed cost: the two
+        -- legs each looked the caller up, counted its rows and ran statements of
+        -- their own (tests/integration/test_small_owner.py holds the answers to the
+        -- legs' own, rank for rank and score for score).
+        return query
+            with owned as materialized (
+                select m.tenant_id, m.id, m.fts, m.scope, m.memory_type, m.importance,
+                       m.valid, m.expires_at, m.sensitivity, m.content_hash, m.entity_ids,
+                       m.context_hash
+                  from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user,
+                                           v_session, v_run) k
+                  cross join lateral (
+                      select m.tenant_id, m.id, m.fts, m.scope, m.memory_type,
+                             m.importance, m.valid, m.expires_at, m.sensitivity,
+                             m.content_hash, m.entity_ids, m.context_hash
+                        from harbor.memories m
+                       where m.tenant_id = k.tenant_id and m.scope = k.scope
+                         and m.user_id = k.user_id and m.project_id = k.project_id
+                         and m.session_id = k.session_id and m.run_id = k.run_id
+                      offset 0) m
+            ), live as materialized (
+                -- the rows either leg may return
+                select o.*
+                  from owned o
+                 where coalesce(o.valid operator(pg_catalog.@>) p_as_of, false)
+                   and not coalesce(o.expires_at operator(pg_catalog.<=) p_as_of, false)
+                   and o.memory_type <> 'summary'
+                   and o.memory_type <> all (p_excluded_types)
+                   and o.sensitivity <= p_max_sensitivity
+            ), docs as materialized (
+                -- the matches, each with its query terms only (as the owner pass marks
+                -- and keeps them)
+                select l.tenant_id, l.id,
+                       greatest(pg_catalog.length(l.fts), 1)::double precision as dl,
+                       pg_catalog.ts_filter(pg_catalog.setweight(l.fts, 'A', v_terms),
+                                            '{a}') as terms
+                  from live l
+                 where v_tsq is not null
+                   and coalesce(l.fts operator(pg_catalog.@@) v_tsq, false)
+            ), postings as materialized (
+                select x.tenant_id, x.id, x.dl, (x.u).lexeme as lexeme,
+                       coalesce(cardinality((x.u).positions), 1)::double precision as tf
+                  from (select d.tenant_id, d.id, d.dl, pg_catalog.unnest(d.terms) as u
+                          from docs d) x
+            ), df as (
+                select p.lexeme, count(*)::double precision as n
+                  from postings p group by p.lexeme
+            ), avgdl as (
+                select greatest(avg(d.dl), 1) as v from docs d
+            ), scored as (
+                select p.tenant_id, p.id,
+                       sum(ln(1 + (greatest(v_seen::double precision, df.n) - df.n + 0.5)
+                                  / (df.n + 0.5))
+                           * p.tf * 2.2 / (p.tf + 1.2 * (0.25 + 0.75 * p.dl / a.v))) as score
+                  from postings p join df on df.lexeme = p.lexeme cross join avgdl a
+                 group by p.tenant_id, p.id
+            ), lexical as materialized (
+                select t.tenant_id, t.id,
+                       (rank() over (order by t.score desc))::integer as rnk, t.score
+                  from (select s.tenant_id, s.id, s.score
+                          from scored s
+                         order by s.score desc, s.id
+                         limit p_limit) t
+            ), vectors as (
+                -- the owner keys' vectors of the model, from the two indexes the dense
+                -- leg's exact scan reads; each memory at its nearer vector's distance
+                select e.tenant_id, e.memory_id, min(e.dist) as dist
+                  from (select e.tenant_id, e.memory_id,
+                               e.embedding operator(public.<=>) p_embedding as dist
+                          from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user,
+                                                   v_session, v_run) k
+                          cross join lateral (
+                              select e.tenant_id, e.memory_id, e.embedding
+                                from harbor.memory_embeddings e
+                               where harbor.vector_owner_key(e.tenant_id, e.model_id,
+                                                             e.scope, e.user_id,
+                                                             e.project_id, e.session_id,
+                                                             e.run_id) collate "C"
+                                     = harbor.vector_owner_key(k.tenant_id, p_model_id,
+                                                               k.scope, k.user_id,
+                                                               k.project_id, k.session_id,
+                                                               k.run_id) collate "C"
+                                 and harbor.vector_owner_entry_fits(e.dims, e.tenant_id,
+                                                                    e.model_id,
+                                                                    e.project_id,
+                                                                    e.user_id,
+                                                                    e.session_id,
+                                                                    e.run_id, e.memory_id)
+                              offset 0) e
+                         where v_dims = 384
+                        union all
+                        select e.tenant_id, e.memory_id,
+                               e.embedding operator(public.<=>) p_embedding
+                          from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user,
+                                                   v_session, v_run) k
+                          cross join lateral (
+                              select e.tenant_id, e.memory_id, e.embedding
+                                from harbor.memory_embeddings e
+                               where e.tenant_id = k.tenant_id and e.model_id = p_model_id
+                                 and e.scope = k.scope and e.user_id = k.user_id
+                                 and e.project_id = k.project_id
+                                 and e.session_id = k.session_id and e.run_id = k.run_id
+                                 and not harbor.vector_owner_entry_fits(e.dims, e.tenant_id,
+                                                                        e.model_id,
+                                                                        e.project_id,
+                                                                        e.user_id,
+                                                                        e.session_id,
+                                                                        e.run_id,
+                                                                        e.memory_id)
+                                 and e.dims = v_dims
+                              offset 0) e) e
+                 group by e.tenant_id, e.memory_id
+            ), dense as materialized (
+                select t.tenant_id, t.memory_id,
+                       (rank() over (order by t.dist))::integer as rnk,
+                       1 - t.dist as similarity
+                  from (select v.tenant_id, v.memory_id, v.dist
+                          from vectors v
+                          join live l on l.tenant_id = v.tenant_id and l.id = v.memory_id
+                         order by v.dist, v.memory_id
+                         limit p_limit) t
+            )
+            select l.tenant_id, l.id, x.rnk, x.score, l.scope, l.memory_type, l.importance,
+                   lower(l.valid), l.content_hash, l.entity_ids, v_seen, l.context_hash,
+                   d.rnk, d.similarity
+              from live l
+              left join dense d on d.tenant_id = l.tenant_id and d.memory_id = l.id
+              left join lexical x on x.tenant_id = l.tenant_id and x.id = l.id
+             where d.memory_id is not null or x.id is not null
+            union all
+            select null, null, null, null, null, null, null, null, null, null, v_seen, null,
+                   null, null;
+        return;
+    end if;
+    if cardinality(v_terms) = 0 then
+        return;  -- (the dense leg's turn)
     end if;
     -- the caller's owner keys (harbor.vector_owner_key() with no model, as the
     -- owner-term index files them)
@@ -336,7 +494,8 @@ begin
                 )
                 select t.tenant_id, t.id, (rank() over (order by t.score desc))::integer,
                        t.score, d.scope, d.memory_type, d.importance, d.valid_from,
-                       d.content_hash, d.entity_ids, v_seen, d.context_hash
+                       d.content_hash, d.entity_ids, v_seen, d.context_hash,
+                       null::integer, null::double precision
                   from top t
                   join docs d on d.tenant_id = t.tenant_id and d.id = t.id;
             return;
@@ -462,7 +621,8 @@ begin
                 )
                 select t.tenant_id, t.id, (rank() over (order by t.score desc))::integer,
                        t.score, d.scope, d.memory_type, d.importance, d.valid_from,
-                       d.content_hash, d.entity_ids, v_seen, d.context_hash
+                       d.content_hash, d.entity_ids, v_seen, d.context_hash,
+                       null::integer, null::double precision
                   from top t
                   join docs d on d.tenant_id = t.tenant_id and d.id = t.id;
             return;
@@ -482,7 +642,8 @@ begin
         return query
             select b.tenant_id, b.memory_id, b.lexical_rank, b.lexical_score, h.scope,
                    h.memory_type, h.importance, h.valid_from, h.content_hash, h.entity_ids,
-                   case when v_seen <= p_scan_limit then v_seen end, h.context_hash
+                   case when v_seen <= p_scan_limit then v_seen end, h.context_hash,
+                   null::integer, null::double precision
               from harbor._bm25(v_terms, v_total, p_limit, v_tenants, v_ids, v_docs) b
               join unnest(v_tenants, v_ids, v_cols, v_contexts)
                    h(tenant_id, id, scope, memory_type, importance, valid_from, content_hash,
@@ -578,7 +739,7 @@ begin
     return query execute 'with matched as materialized (' || v_match || $q$)
         select b.tenant_id, b.memory_id, b.lexical_rank, b.lexical_score, x.scope,
                x.memory_type, x.importance, x.valid_from, x.content_hash, x.entity_ids,
-               null::integer, x.context_hash
+               null::integer, x.context_hash, null::integer, null::double precision
           from harbor._bm25($9, $10, $11,
                             (select array_agg(x.tenant_id) from matched x),
                             (select array_agg(x.id) from matched x),
@@ -649,6 +810,6 @@ $$;
 grant create on schema harbor to harbor_search;
 alter function harbor._lexical_candidates(text, harbor.memory_scope[], timestamptz, integer,
                                           integer, integer, harbor.sensitivity,
-                                          harbor.memory_type[])
+                                          harbor.memory_type[], public.vector, text)
     owner to harbor_search;
 revoke create on schema harbor from harbor_search;

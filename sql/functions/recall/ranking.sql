@@ -269,24 +269,43 @@ begin
     end if;
     return query
     with lexical as materialized (
-        -- (the score range of the leg's candidates: the weighted fusion's scale)
-        select l.*, min(l.lexical_score) over () as score_lo,
-               max(l.lexical_score) over () as score_hi
+        -- the lexical leg, handed the query's vector too: for a small owner it ranks
+        -- both legs over the owner's rows at once, and says so with a row whose
+        -- memory_id is null (the dense leg then does not run)
+        select l.*
           from harbor._lexical_candidates(v_query, recall.scopes, v_as_of, v_n,
                                           p_max_sensitivity => recall.max_sensitivity,
-                                          p_excluded_types => recall.excluded_types) l
-         where btrim(v_query) <> ''
+                                          p_excluded_types => recall.excluded_types,
+                                          p_embedding => recall.query_embedding,
+                                          p_model_id => recall.model_id) l
+         where btrim(v_query) <> '' or recall.query_embedding is not null
     ), dense as (
         -- the lexical leg runs first: its count of the owner's memories spares
         -- the dense leg counting the vectors (when a word matched)
         select d.*, min(d.similarity) over () as sim_lo, max(d.similarity) over () as sim_hi
-          from harbor._dense_candidates(recall.query_embedding, recall.model_id, recall.scopes,
-                                          v_as_of, v_n,
-                                          p_owner_rows => (select x.owner_rows
-                                                             from lexical x limit 1),
-                                          p_max_sensitivity => recall.max_sensitivity,
-                                          p_excluded_types => recall.excluded_types) d
+          from (select d.*
+                  from harbor._dense_candidates(recall.query_embedding, recall.model_id,
+                                                recall.scopes, v_as_of, v_n,
+                                                p_owner_rows => (select x.owner_rows
+                                                                   from lexical x limit 1),
+                                                p_max_sensitivity => recall.max_sensitivity,
+                                                p_excluded_types => recall.excluded_types) d
+                 -- (a one-time filter: the leg runs only when the lexical leg did not
+                 -- rank its candidates)
+                 where not exists (select 1 from lexical x where x.memory_id is null)
+                union all
+                select x.tenant_id, x.memory_id, x.dense_rank, x.similarity, x.scope,
+                       x.memory_type, x.importance, x.valid_from, x.content_hash,
+                       x.entity_ids, x.context_hash
+                  from lexical x
+                 where x.dense_rank is not null) d
          where recall.min_similarity is null or d.similarity >= recall.min_similarity
+    ), lexical_ranked as (
+        -- (the score range of the leg's candidates: the weighted fusion's scale)
+        select l.*, min(l.lexical_score) over () as score_lo,
+               max(l.lexical_score) over () as score_hi
+          from lexical l
+         where l.lexical_rank is not null
     ), fused as materialized (
         -- both legs carry the ranking columns of their rows (the same row's)
         select coalesce(d.tenant_id, l.tenant_id) as tenant_id,
@@ -313,7 +332,7 @@ begin
                -- the key of the row's context (memories.context_hash), read by the leg
                -- with the rest: the neighbour signal's link, no probe of its own
                coalesce(d.context_hash, l.context_hash) as context_key
-          from dense d full join lexical l
+          from dense d full join lexical_ranked l
             -- C collation: the merge join sorts both legs on these keys, and only
             -- equality matters (libc's strcoll() is most of a text comparison)
             on l.tenant_id collate "C" = d.tenant_id collate "C"
