@@ -471,8 +471,12 @@ begin
                                            v_user, v_session, v_run)
                 ), postings as materialized (
                     select x.tenant_id, x.id, x.dl, (x.u).lexeme as lexeme,
-                           coalesce(cardinality((x.u).positions), 1)::double precision as tf
-                      from (select d.tenant_id, d.id, d.dl, pg_catalog.unnest(d.terms) as u
+                           coalesce(cardinality((x.u).positions), 1)::double precision as tf,
+                           x.scope, x.memory_type, x.importance, x.valid_from,
+                           x.content_hash, x.entity_ids, x.context_hash
+                      from (select d.tenant_id, d.id, d.dl, pg_catalog.unnest(d.terms) as u,
+                                   d.scope, d.memory_type, d.importance, d.valid_from,
+                                   d.content_hash, d.entity_ids, d.context_hash
                               from docs d) x
                 ), avgdl as (
                     select greatest(avg(d.dl), 1) as v from docs d
@@ -481,23 +485,29 @@ begin
                            sum(ln(1 + (greatest(v_seen::double precision, df.n) - df.n + 0.5)
                                       / (df.n + 0.5))
                                * p.tf * 2.2 / (p.tf + 1.2 * (0.25 + 0.75 * p.dl / a.v)))
-                               as score
+                               as score,
+                           any_value(p.scope) as scope,
+                           any_value(p.memory_type) as memory_type,
+                           any_value(p.importance) as importance,
+                           any_value(p.valid_from) as valid_from,
+                           any_value(p.content_hash) as content_hash,
+                           any_value(p.entity_ids) as entity_ids,
+                           any_value(p.context_hash) as context_hash
                       from postings p
                       join unnest(v_terms, v_df) df(lexeme, n) on df.lexeme = p.lexeme
                       cross join avgdl a
                      group by p.tenant_id, p.id
                 ), top as (
-                    select s.tenant_id, s.id, s.score
+                    select s.*
                       from scored s
                      order by s.score desc, s.id
                      limit p_limit
                 )
                 select t.tenant_id, t.id, (rank() over (order by t.score desc))::integer,
-                       t.score, d.scope, d.memory_type, d.importance, d.valid_from,
-                       d.content_hash, d.entity_ids, v_seen, d.context_hash,
+                       t.score, t.scope, t.memory_type, t.importance, t.valid_from,
+                       t.content_hash, t.entity_ids, v_seen, t.context_hash,
                        null::integer, null::double precision
-                  from top t
-                  join docs d on d.tenant_id = t.tenant_id and d.id = t.id;
+                  from top t;
             return;
         end if;
     end if;
@@ -593,10 +603,18 @@ begin
                                            v_user, v_session, v_run)
                 ), postings as materialized (
                     -- (the set-returning function in the select list: one call per
-                    -- document without a result store of its own)
+                    -- document without a result store of its own. Each document's
+                    -- ranking columns ride along to the scores, any_value() keeping
+                    -- them: joined back to the documents after the ranking, the top
+                    -- rows were a nested loop over every match, each estimated one
+                    -- row, 50 x 500 comparisons for a LoCoMo conversation)
                     select x.tenant_id, x.id, x.dl, (x.u).lexeme as lexeme,
-                           coalesce(cardinality((x.u).positions), 1)::double precision as tf
-                      from (select d.tenant_id, d.id, d.dl, pg_catalog.unnest(d.terms) as u
+                           coalesce(cardinality((x.u).positions), 1)::double precision as tf,
+                           x.scope, x.memory_type, x.importance, x.valid_from,
+                           x.content_hash, x.entity_ids, x.context_hash
+                      from (select d.tenant_id, d.id, d.dl, pg_catalog.unnest(d.terms) as u,
+                                   d.scope, d.memory_type, d.importance, d.valid_from,
+                                   d.content_hash, d.entity_ids, d.context_hash
                               from docs d) x
                 ), df as (
                     select p.lexeme, count(*)::double precision as n
@@ -608,23 +626,29 @@ begin
                            sum(ln(1 + (greatest(v_seen::double precision, df.n) - df.n + 0.5)
                                       / (df.n + 0.5))
                                * p.tf * 2.2 / (p.tf + 1.2 * (0.25 + 0.75 * p.dl / a.v)))
-                               as score
+                               as score,
+                           any_value(p.scope) as scope,
+                           any_value(p.memory_type) as memory_type,
+                           any_value(p.importance) as importance,
+                           any_value(p.valid_from) as valid_from,
+                           any_value(p.content_hash) as content_hash,
+                           any_value(p.entity_ids) as entity_ids,
+                           any_value(p.context_hash) as context_hash
                       from postings p join df on df.lexeme = p.lexeme cross join avgdl a
                      group by p.tenant_id, p.id
                 ), top as (
                     -- the first p_limit; their ranks among all matches are their
                     -- ranks among these (a rank counts the higher scores only)
-                    select s.tenant_id, s.id, s.score
+                    select s.*
                       from scored s
                      order by s.score desc, s.id
                      limit p_limit
                 )
                 select t.tenant_id, t.id, (rank() over (order by t.score desc))::integer,
-                       t.score, d.scope, d.memory_type, d.importance, d.valid_from,
-                       d.content_hash, d.entity_ids, v_seen, d.context_hash,
+                       t.score, t.scope, t.memory_type, t.importance, t.valid_from,
+                       t.content_hash, t.entity_ids, v_seen, t.context_hash,
                        null::integer, null::double precision
-                  from top t
-                  join docs d on d.tenant_id = t.tenant_id and d.id = t.id;
+                  from top t;
             return;
         end if;
     end if;
