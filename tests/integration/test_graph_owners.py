@@ -270,3 +270,50 @@ async def test_one_at_a_time_and_the_per_row_path_follow_the_key(
         )
         await store.insert_embedding(conn, "t1", memory_id, _unit(rng), "m384")
     assert _graph_state(low_threshold, "cara", "user") == (0, 2)
+
+
+def test_a_fresh_store_reads_only_the_keys_vectors_whatever_its_first_plans(
+    fresh_db: PgDatabase,
+) -> None:
+    """A connection that asked where a key's vectors go while the table was empty,
+    and asks again once another owner of its tenant holds thousands of vectors (no
+    ANALYZE in between, autovacuum off), still reads only the key's own index
+    entries: counted with the backend's own statistics for the transaction."""
+    rng = random.Random(5)
+    with psycopg.connect(fresh_db.superuser_url, autocommit=True) as su:
+        su.execute("alter table harbor.memory_embeddings set (autovacuum_enabled = off)")
+        su.execute("alter table harbor.memories set (autovacuum_enabled = off)")
+    graph = "select * from harbor.vector_owner_graph('t1', 'm384', 'user', 'bob', '', '', '', 1)"
+    with psycopg.connect(fresh_db.app_url) as app:
+        app.execute("select harbor.set_identity('t1', principal_id => 'bob')")
+        app.commit()
+        for _ in range(12):  # (past the plan cache's five custom plans)
+            app.execute(graph).fetchall()
+        app.commit()
+        with psycopg.connect(fresh_db.superuser_url, autocommit=True) as su:
+            vector = _literal(_unit(rng))
+            su.execute(
+                "insert into harbor.memories (tenant_id, scope, user_id, content, content_hash)"
+                " select 't1', 'user', 'cara', 'cara ' || n, encode(sha256(convert_to("
+                "'cara ' || n, 'UTF8')), 'hex') from generate_series(1, 3000) n"
+            )
+            su.execute(
+                "insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims,"
+                " embedding, scope, user_id) select tenant_id, id, 'm384', 384, %s::vector,"
+                " scope, user_id from harbor.memories where user_id = 'cara'",
+                (vector,),
+            )
+
+        def entries_read() -> int:
+            row = app.execute(
+                "select coalesce(idx_tup_fetch, 0) + coalesce(seq_tup_read, 0)"
+                " from pg_stat_xact_user_tables"
+                " where relid = 'harbor.memory_embeddings'::regclass"
+            ).fetchone()
+            assert row is not None
+            return int(row[0])
+
+        before = entries_read()
+        assert app.execute(graph).fetchall() == [(False, False)]
+        assert entries_read() - before < 10
+        app.rollback()
