@@ -215,7 +215,7 @@ def _compare_legs(app: Conn, rng: random.Random) -> int:
             )
             # the dense leg's candidates are among these: one row says so
             (marker,) = [r for r in small if r["memory_id"] is None]
-            assert 0 < marker["owner_rows"] <= 32
+            assert 0 < marker["owner_rows"] <= 32 and marker["dense_rank"] == 0
             small = [r for r in small if r["memory_id"] is not None]
             lexical = _call(
                 app,
@@ -312,6 +312,15 @@ def test_the_owner_of_one_row_more_is_left_to_the_dense_leg(pair: tuple[Conn, Co
     )
     assert ranked(32) == (False, False)
     assert ranked(33) == (True, True)
+    # a question with no word to match, of an owner too large to read at once: the
+    # dense leg's turn, handed the owner's row count
+    blank = (
+        "select * from harbor._lexical_candidates('the and of', '{user,session}', now(), 50,"
+        " p_term_limit => %s, p_embedding => '[1,0,0]'::vector, p_model_id => 'm')"
+    )
+    (counted,) = _call(app, blank % 32, {})
+    assert counted == {**dict.fromkeys(counted), "owner_rows": 33}
+    assert [r["memory_id"] for r in _call(app, blank % 33, {}) if r["dense_rank"] == 0] == [None]
     # without a vector, or without a model: the lexical leg alone
     for args in ("p_embedding => null, p_model_id => 'm'", "p_embedding => '[1,0,0]'"):
         rows = _call(

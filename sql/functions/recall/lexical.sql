@@ -169,9 +169,9 @@ begin
         -- the owner's rows of every type and validity), the distances as the dense
         -- leg's exact scan measures them (harbor._dense_candidates: a memory's
         -- nearer vector counts). One row a memory that either leg ranks (the other
-        -- leg's columns null), and one row whose memory_id is null, carrying
-        -- owner_rows: the dense leg's candidates are among these rows, recall need
-        -- not ask it. For a small owner most of a recall was fixed cost: the two
+        -- leg's columns null), and one row whose memory_id is null and dense_rank 0,
+        -- carrying owner_rows: the dense leg's candidates are among these rows,
+        -- recall need not ask it. For a small owner most of a recall was fixed cost: the two
         -- legs each looked the caller up, counted its rows and ran statements of
         -- their own (tests/integration/test_small_owner.py holds the answers to the
         -- legs' own, rank for rank and score for score).
@@ -302,11 +302,22 @@ begin
              where d.memory_id is not null or x.id is not null
             union all
             select null, null, null, null, null, null, null, null, null, null, v_seen, null,
-                   null, null;
+                   0, null;
         return;
     end if;
     if cardinality(v_terms) = 0 then
-        return;  -- (the dense leg's turn)
+        -- no word to match (a question of stop words, or none: recall asks with the
+        -- vector alone): the dense leg's turn, handed the count taken above (one row
+        -- whose memory_id and dense_rank are null) so that it need not count the
+        -- vectors
+        if v_dense and v_seen <= p_scan_limit then
+            return query
+                select null::text, null::text, null::integer, null::double precision,
+                       null::harbor.memory_scope, null::harbor.memory_type, null::real,
+                       null::timestamptz, null::text, null::text[], v_seen, null::text,
+                       null::integer, null::double precision;
+        end if;
+        return;
     end if;
     -- the caller's owner keys (harbor.vector_owner_key() with no model, as the
     -- owner-term index files them)

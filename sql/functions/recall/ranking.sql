@@ -271,7 +271,8 @@ begin
     with lexical as materialized (
         -- the lexical leg, handed the query's vector too: for a small owner it ranks
         -- both legs over the owner's rows at once, and says so with a row whose
-        -- memory_id is null (the dense leg then does not run)
+        -- memory_id is null and dense_rank 0 (the dense leg then does not run); its
+        -- rows carry the owner's row count (owner_rows) for the dense leg
         select l.*
           from harbor._lexical_candidates(v_query, recall.scopes, v_as_of, v_n,
                                           p_max_sensitivity => recall.max_sensitivity,
@@ -281,7 +282,8 @@ begin
          where btrim(v_query) <> '' or recall.query_embedding is not null
     ), dense as (
         -- the lexical leg runs first: its count of the owner's memories spares
-        -- the dense leg counting the vectors (when a word matched)
+        -- the dense leg counting the vectors (when a word matched, or the question
+        -- holds none)
         select d.*, min(d.similarity) over () as sim_lo, max(d.similarity) over () as sim_hi
           from (select d.*
                   from harbor._dense_candidates(recall.query_embedding, recall.model_id,
@@ -292,13 +294,14 @@ begin
                                                 p_excluded_types => recall.excluded_types) d
                  -- (a one-time filter: the leg runs only when the lexical leg did not
                  -- rank its candidates)
-                 where not exists (select 1 from lexical x where x.memory_id is null)
+                 where not exists (select 1 from lexical x
+                                    where x.memory_id is null and x.dense_rank = 0)
                 union all
                 select x.tenant_id, x.memory_id, x.dense_rank, x.similarity, x.scope,
                        x.memory_type, x.importance, x.valid_from, x.content_hash,
                        x.entity_ids, x.context_hash
                   from lexical x
-                 where x.dense_rank is not null) d
+                 where x.memory_id is not null and x.dense_rank is not null) d
          where recall.min_similarity is null or d.similarity >= recall.min_similarity
     ), lexical_ranked as (
         -- (the score range of the leg's candidates: the weighted fusion's scale)
