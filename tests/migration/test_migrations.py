@@ -548,3 +548,38 @@ def test_0019_stores_the_key_of_each_context_and_the_trigger_keeps_it(
             ).fetchall()
         )
     assert got == {"new1": content_hash("user", "Jon  said\x0bhi"), "new2": None}
+
+
+def test_0030_scope_key_keeps_the_rule_for_every_scope_and_field(fresh_db: PgDatabase) -> None:
+    """The installed memories_scope_key and the CASE it replaced pass and refuse the
+    same rows: every scope with every combination of empty and non-empty owner
+    fields (a check passes on NULL, so NULL counts as passing on both sides)."""
+    import importlib
+
+    old = importlib.import_module("migrations.versions.0030_compact_scope_key").OLD
+    with psycopg.connect(fresh_db.superuser_url) as su:
+        row = su.execute(
+            "select pg_get_constraintdef(oid) from pg_constraint"
+            " where conname = 'memories_scope_key'"
+            " and conrelid = 'harbor.memories'::regclass"
+        ).fetchone()
+        assert row is not None and row[0].startswith("CHECK ")
+        installed = row[0].removeprefix("CHECK ")
+        expression = old.strip().removeprefix("check")
+        rows = su.execute(
+            f"""
+            select scope, tenant_id, project_id, user_id, session_id, run_id,
+                   coalesce({installed}, true) as installed,
+                   coalesce({expression}, true) as old
+              from pg_catalog.unnest(pg_catalog.enum_range(null::harbor.memory_scope)) scope,
+                   generate_series(0, 31) bits,
+                   lateral (select case when bits & 1 = 0 then '' else 't' end as tenant_id,
+                                   case when bits & 2 = 0 then '' else 'p' end as project_id,
+                                   case when bits & 4 = 0 then '' else 'u' end as user_id,
+                                   case when bits & 8 = 0 then '' else 's' end as session_id,
+                                   case when bits & 16 = 0 then '' else 'r' end as run_id) f
+            """
+        ).fetchall()
+    assert len(rows) == 6 * 32
+    assert [r for r in rows if r[6] != r[7]] == []
+    assert sum(1 for r in rows if r[6]) == 7  # one shape a scope, two for run
