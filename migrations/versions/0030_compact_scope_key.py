@@ -15,8 +15,9 @@ and optionally for run). The rule is the same for every scope and every
 combination of empty and non-empty fields (tests/migration/test_migrations.py
 tries them all against the old expression).
 
-The constraint is added NOT VALID and then validated, which reads the table
-under a lock that lets reads and writes go on.
+The constraint is swapped in the revision's transaction: validating it reads every
+memory once, and reads and writes of memories wait for that read (the drop holds
+its lock until the transaction ends).
 
 Downgrade puts the CASE back.
 """

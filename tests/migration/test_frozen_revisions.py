@@ -49,7 +49,7 @@ FROZEN = {
     "0027_user_locks.py": "40dd094765b2f0bc",
     "0028_drop_fts_index.py": "50b3fab8c35e5c84",
     "0029_session_extraction_flag.py": "9561349214f2a779",
-    "0030_compact_scope_key.py": "288f91fa2de78190",
+    "0030_compact_scope_key.py": "70c4dda0ed86e45b",
 }
 
 
