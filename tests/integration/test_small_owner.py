@@ -260,21 +260,9 @@ def _compare_legs(app: Conn, rng: random.Random) -> int:
     return compared
 
 
-@pytest.fixture
-def pair(fresh_db: PgDatabase) -> Any:
-    su = psycopg.connect(fresh_db.superuser_url, autocommit=True)
-    app = psycopg.connect(fresh_db.app_url, autocommit=True, row_factory=dict_row)
-    app.execute("select harbor.set_identity('t1', principal_id => 'u1', session_id => 's1')")
-    try:
-        yield su, app
-    finally:
-        su.close()
-        app.close()
-
-
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_a_small_owners_candidates_are_the_legs_own(pair: tuple[Conn, Conn], seed: int) -> None:
-    su, app = pair
+def test_a_small_owners_candidates_are_the_legs_own(conns: tuple[Conn, Conn], seed: int) -> None:
+    su, app = conns
     rng = random.Random(seed)
     _others(su, rng)
     # the caller's user and session keys hold 32 rows between them: the most a small
@@ -283,8 +271,8 @@ def test_a_small_owners_candidates_are_the_legs_own(pair: tuple[Conn, Conn], see
     assert _compare_legs(app, rng) > 100
 
 
-def test_the_owner_of_one_row_more_is_left_to_the_dense_leg(pair: tuple[Conn, Conn]) -> None:
-    su, app = pair
+def test_the_owner_of_one_row_more_is_left_to_the_dense_leg(conns: tuple[Conn, Conn]) -> None:
+    su, app = conns
     rng = random.Random(7)
     _others(su, rng)  # (not counted: another owner's rows)
     _owner(su, rng, 32)
@@ -344,12 +332,12 @@ def _recall(conn: Conn, query: str, embedding: str, **kw: Any) -> list[dict[str,
 
 @pytest.mark.parametrize("rows", [12, 30])
 def test_recall_answers_the_same_through_either_way(
-    pair: tuple[Conn, Conn], fresh_db: PgDatabase, rows: int
+    conns: tuple[Conn, Conn], fresh_db: PgDatabase, rows: int
 ) -> None:
     """harbor.recall() for a small owner, and again with the lexical leg replaced (in a
     transaction rolled back) by one that drops the vector it is handed, so that the
     two legs run apart: every column of every answer the same."""
-    su, app = pair
+    su, app = conns
     rng = random.Random(11)
     _others(su, rng)
     _owner(su, rng, rows)
