@@ -382,7 +382,8 @@ with input as materialized (
     returning m
 ), owners as materialized (
     -- the owner key's graph decision, as in save_memories (only with a vector; a key
-    -- outside the graph counted when the memory id is sampled)
+    -- outside the graph counted when the memory id is sampled: one memory's one or
+    -- two vectors never reach a batch's sixteen)
     select k.*, s.in_graph, s.promote
       from (select i.tenant_id, i.scope, i.user_id, i.project_id, i.session_id, i.run_id,
                    (i.embedding is not null)::integer
@@ -392,8 +393,7 @@ with input as materialized (
              where i.embedding is not null or i.context_embedding is not null) k
      cross join lateral harbor.vector_owner_graph(k.tenant_id, %(model_id)s::text, k.scope,
                                                   k.user_id, k.project_id, k.session_id,
-                                                  k.run_id, k.vectors,
-                                                  k.vectors >= 16 or k.sampled) s
+                                                  k.run_id, k.vectors, k.sampled) s
 ), embedded as (
     insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims, embedding,
                                           scope, project_id, user_id, session_id, run_id,
