@@ -279,7 +279,6 @@ begin
                                           p_excluded_types => recall.excluded_types,
                                           p_embedding => recall.query_embedding,
                                           p_model_id => recall.model_id) l
-         where btrim(v_query) <> '' or recall.query_embedding is not null
     ), dense as (
         -- the lexical leg runs first: its count of the owner's memories spares
         -- the dense leg counting the vectors (when a word matched, or the question
