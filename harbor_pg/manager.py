@@ -564,8 +564,10 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction, Reembed
     ) -> tuple[Memory, ...]:
         """Hybrid recall under this manager's policy (see :class:`MemoryRecall`).
 
-        Never raises for a failing leg (bad arguments raise MemoryValidationError);
-        a bound manager rejects another owner. ``wanted_types`` boosts memories of
+        Never raises for a failing leg; bad arguments raise MemoryValidationError
+        (a query or an anchor entity id with a NUL or a lone surrogate, an ``as_of``
+        that is not a datetime, a ``top_k`` that is not a whole number). A bound
+        manager rejects another owner. ``wanted_types`` boosts memories of
         those types; ``excluded_types`` (say ``["observation"]``) leaves them out.
         """
         self._check_caller(owner)

@@ -29,7 +29,7 @@ from datetime import datetime
 from typing import Any
 
 from harbor_pg.embedders.base import Embedder, EmbedderError, normalize_vector
-from harbor_pg.errors import MemoryConfigurationError
+from harbor_pg.errors import MemoryConfigurationError, MemoryValidationError
 from harbor_pg.owner import MemoryOwner
 from harbor_pg.policy import MemoryPolicy
 from harbor_pg.ranking import RecalledMemory, RecallRequest, budget_prefix, search_and_rank
@@ -37,7 +37,7 @@ from harbor_pg.records import RECALL_MEMORY_TYPES, Memory, MemoryType, embedding
 from harbor_pg.telemetry import DB_SYSTEM, note, traced
 from harbor_pg.tiers.base import LongTermStore
 from harbor_pg.tokens import TokenCounter, approximate_tokens
-from harbor_pg.validation import check_as_of, check_count, check_text
+from harbor_pg.validation import check_as_of, check_count, check_text, text_problem
 
 __all__ = [
     "MemoryRecall",
@@ -85,9 +85,16 @@ def _excluded(types: Iterable[MemoryType | str]) -> tuple[MemoryType, ...]:
 
 
 def _anchors(ids: Iterable[str]) -> tuple[str, ...]:
+    """The distinct non-blank string ids (others are dropped); an id PostgreSQL
+    cannot store is bad input, refused here rather than failing in the store."""
     out: list[str] = []
     for raw in ids:
-        if isinstance(raw, str) and raw.strip() and raw not in out:
+        if not isinstance(raw, str):
+            continue
+        problem = text_problem(raw)
+        if problem is not None:
+            raise MemoryValidationError(f"anchor_entity_ids has an id that {problem}")
+        if raw.strip() and raw not in out:
             out.append(raw)
     return tuple(out)
 
@@ -154,8 +161,9 @@ class MemoryRecall:
 
         Never raises for a store or embedder failure (it logs a WARNING and
         recalls less, or nothing); arguments of the wrong kind (a ``top_k`` that
-        is not a whole number, a query that is not text PostgreSQL can store)
-        raise :class:`MemoryValidationError`."""
+        is not a whole number, a query or an anchor entity id that is not text
+        PostgreSQL can store, an ``as_of`` that is not a datetime) raise
+        :class:`MemoryValidationError`."""
         scored = await self.recall_scored(
             owner,
             query,
@@ -244,6 +252,7 @@ class MemoryRecall:
         policy = self.policy
         check_text(query, "query", optional=True)
         check_as_of(as_of)
+        anchors = _anchors(anchor_entity_ids)
         k = policy.recall_top_k if top_k is None else min(_whole(top_k, "top_k"), 1000)
         if token_budget is not None:
             token_budget = _whole(token_budget, "token_budget")
@@ -258,7 +267,7 @@ class MemoryRecall:
             query=text,
             scopes=scopes,
             top_k=k,
-            anchor_entity_ids=_anchors(anchor_entity_ids),
+            anchor_entity_ids=anchors,
             wanted_types=_wanted(wanted_types),
             excluded_types=_excluded(excluded_types),
             as_of=as_of,

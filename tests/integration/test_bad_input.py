@@ -122,6 +122,8 @@ CASES: list[tuple[str, Callable[[MemoryManager], Awaitable[Any]]]] = [
     ("retention age 10**400", lambda m: m.apply_retention("t1", max_age_seconds=10**400)),
     ("retention age -10**400", lambda m: m.apply_retention("t1", max_age_seconds=-(10**400))),
     ("NUL in a recall query", lambda m: m.recall(OWNER, "a\x00b")),
+    ("NUL in a recall anchor", lambda m: m.recall(OWNER, "q", anchor_entity_ids=["e\x00"])),
+    ("surrogate in a recall anchor", lambda m: m.recall(OWNER, "q", anchor_entity_ids=["\ud800"])),
     ("recall as_of a string", lambda m: m.recall(OWNER, "q", as_of="yesterday")),  # type: ignore[arg-type]
     ("recall as_of a number", lambda m: m.recall(OWNER, "q", as_of=12345)),  # type: ignore[arg-type]
     ("search as_of a date", lambda m: m.search(OWNER, "q", as_of=date(2024, 1, 1))),  # type: ignore[arg-type]
@@ -146,6 +148,8 @@ _INPUT_ERRORS = {
     "retention age 10**400",
     "retention age -10**400",
     "NUL in a recall query",
+    "NUL in a recall anchor",
+    "surrogate in a recall anchor",
     "recall as_of a string",
     "recall as_of a number",
     "search as_of a date",
