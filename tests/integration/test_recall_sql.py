@@ -755,6 +755,8 @@ _LINE_CASES = [
     "  東京  大阪  ",
     "中文 文本 和 English words",
     " leading space, naïve",
+    "bell\x07 and delete\x7f, no white space among them",
+    "tilde~ and caret^ at the printable edge",
 ]
 
 
@@ -979,8 +981,9 @@ def test_a_context_links_to_its_turn_in_the_dedup_normal_form_whatever_its_white
     conns: tuple[Conn, Conn],
 ) -> None:
     """A context is hashed as content (whitespace runs collapsed, trimmed, lower case)
-    before it is compared with the candidates' content hashes: single-spaced ASCII
-    skips the regular expression, every other text goes through it, both link."""
+    before it is compared with the candidates' content hashes: printable ASCII with no
+    run of spaces skips the regular expression, every other text (a control character
+    too) goes through it, both link."""
     from harbor_pg.records import content_hash
 
     su, app = conns
@@ -991,6 +994,7 @@ def test_a_context_links_to_its_turn_in_the_dedup_normal_form_whatever_its_white
         ("Zoë said the kayak café", "zoë said  the KAYAK café"),
         ("Zoë said the kayak is mine", "Zoë said the kayak is mine "),
         ("Jon said the kayak floats", "Jon said the kayak\x0bfloats"),
+        ("Ann said the kayak\x07bell rings", "ann said the kayak\x07bell rings"),
     ]
     for n, (turn, context) in enumerate(pairs):
         for content, ctx in ((turn, None), (f"reply {n} about the kayak", context)):

@@ -6,9 +6,9 @@
 -- trimmed, lower case; sha256 in hex), null without a context: recall's neighbour
 -- signal links a candidate to the one whose content_hash this is. Stored in
 -- memories.context_hash (migration 0019) by the trigger below. regexp_replace()
--- costs about 25 us a text: ASCII with single spaces and no other whitespace is
--- its own collapsed form, so it skips the matcher (as harbor.recall_line_tokens,
--- tokens.sql).
+-- costs about 25 us a text: printable ASCII with no run of spaces is its own
+-- collapsed form, so it skips the matcher (the same test as
+-- harbor.recall_line_tokens, tokens.sql).
 -- Stable, not immutable: an enum's text is not immutable.
 create or replace function harbor.context_hash(scope harbor.memory_scope, context text)
     returns text
@@ -16,13 +16,7 @@ create or replace function harbor.context_hash(scope harbor.memory_scope, contex
 return case when context is null then null
             else pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(
                      scope::text || ':' || pg_catalog.lower(pg_catalog.btrim(
-                         case when pg_catalog.octet_length(context) = pg_catalog.length(context)
-                               and pg_catalog.strpos(context, '  ') = 0
-                               and pg_catalog.strpos(context, E'\t') = 0
-                               and pg_catalog.strpos(context, E'\n') = 0
-                               and pg_catalog.strpos(context, E'\r') = 0
-                               and pg_catalog.strpos(context, E'\f') = 0
-                               and pg_catalog.strpos(context, pg_catalog.chr(11)) = 0
+                         case when context operator(pg_catalog.!~) '[^ -~]|  '
                               then context
                               else pg_catalog.regexp_replace(context, '\s+', ' ', 'g') end)),
                      'UTF8')), 'hex') end;
