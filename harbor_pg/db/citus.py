@@ -438,7 +438,8 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
       candidate legs, owned by harbor_search) become SECURITY INVOKER: Citus
       opens its worker connections as the current user, which such a role cannot
       be. The policies on the shards then hold their rows to the caller's (the
-      legs apply the same visibility test again), so the guarantee stands;
+      legs apply the same visibility test again), so the guarantee stands. Not
+      those of ``_WORKER_DEFINERS`` (``sql/citus/``), called on a worker alone;
     - the statement rewrites of :mod:`harbor_pg.db.citus_rewrites`;
     - the files of ``CITUS_FILES`` (``sql/citus/``), and the append's function
       (``sql/citus/append.sql``) registered to run on the worker of the tenant it names;
@@ -459,7 +460,8 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
     definers = conn.execute(
         "select p.oid::regprocedure::text from pg_proc p join pg_roles r on r.oid = p.proowner"
         " where p.pronamespace = 'harbor'::regnamespace and p.prosecdef"
-        "   and not r.rolcanlogin"
+        "   and not r.rolcanlogin and p.proname <> all (%s)",
+        (list(_WORKER_DEFINERS),),
     ).fetchall()
     for (signature,) in definers:
         conn.execute(f"alter function {signature} security invoker")
@@ -546,6 +548,11 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
 
 
 _VOLATILITY = {"v": "volatile", "s": "stable", "i": "immutable"}
+
+#: definers owned by a NOLOGIN role that stay definers: called by a delegated call on
+#: the worker holding its tenant's shard, their statements run on that shard (Citus's
+#: local execution), with no connection opened as their owner (sql/citus/append.sql)
+_WORKER_DEFINERS = ("_delegated_session_turns",)
 
 #: the append in one call Citus delegates to the tenant's worker (sql/citus/append.sql)
 APPEND_FUNCTION = (

@@ -322,7 +322,8 @@ REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     # statement whole to the session's worker, where a function may not query a
     # distributed table ("cannot execute a distributed query from a query on a shard"),
     # so the count is the statement's own again, under the shard's policies (the same
-    # turns)
+    # turns). (The delegated append, sql/citus/append.sql, counts through a definer: its
+    # PL/pgSQL statement is not a query on a shard)
     (
         "summary_due_rows",
         re.compile(r"harbor\._session_turns\(([^,()]+), ([^,()]+), ([^,()]+), ([^()]+?)\)"),

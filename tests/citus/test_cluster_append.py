@@ -352,3 +352,142 @@ def test_migrate_again_keeps_the_append_on_the_tenants_worker(
 
     sent = asyncio.run(_facade_commands(cluster_db, run))
     assert [p for p, _c in sent] == [cluster_db.node_of(owner.tenant_id).port], sent
+
+
+def _plant_turns(url: str, tenant: str, user: str, session: str, turns: int) -> None:
+    """``turns`` turns of ``user``'s ``session`` (written as the superuser)."""
+    with psycopg.connect(url) as su:
+        su.execute(
+            "insert into harbor.messages (tenant_id, user_id, session_id, principal_id, role,"
+            " content) select %s, %s, %s, %s, 'user', 'planted ' || g"
+            " from generate_series(1, %s) g",
+            (tenant, user, session, user, turns),
+        )
+
+
+def _worker_of(cluster_db: ClusterDatabase, tenant: str, user: str = "postgres") -> str:
+    node = cluster_db.node_of(tenant)
+    index = [w.port for w in cluster_db.cluster.workers].index(node.port)
+    return cluster_db.worker_url(index, user)
+
+
+SUMMARISED_TURNS = 3000
+
+
+def _summarised_session(cluster_db: ClusterDatabase, session: str) -> MemoryOwner:
+    """A session of ann's with SUMMARISED_TURNS turns, summarised two hours ago at all
+    but ten of them."""
+    owner = MemoryOwner(tenant_id="append-a", principal_id="ann", session_id=session)
+    _plant_turns(cluster_db.superuser_url, "append-a", "ann", session, SUMMARISED_TURNS)
+    with psycopg.connect(cluster_db.superuser_url) as su:
+        su.execute(
+            "insert into harbor.session_state (tenant_id, user_id, session_id, summarised_at,"
+            " turns_at_summary) values ('append-a', 'ann', %s, now() - interval '2 hours', %s)",
+            (session, SUMMARISED_TURNS - 10),
+        )
+    return owner
+
+
+def _calls_as_app(url: str, owner: MemoryOwner, statement: str, params: dict[str, Any]) -> Any:
+    """``statement``'s row, run as harbor_app with ``owner``'s identity on the node of
+    ``url`` (a superuser's), and the calls of harbor's PL/pgSQL functions it made there
+    ({name: calls}, track_functions = 'pl')."""
+    with psycopg.connect(url) as conn:
+        # (SET, not SET LOCAL, which Citus sends on to the workers, where harbor_app may
+        # not set track_functions; the connection ends here)
+        conn.execute("set track_functions = 'pl'")
+        conn.execute("set role harbor_app")
+        for command in local_identity(owner):
+            conn.execute(command)
+        row = conn.execute(statement, params).fetchone()
+        calls = dict(
+            conn.execute(
+                "select funcname::text, calls from pg_stat_xact_user_functions"
+                " where schemaname = 'harbor'"
+            ).fetchall()
+        )
+    return row, calls
+
+
+def test_the_delegated_append_counts_a_summarised_session_once(
+    cluster_db: ClusterDatabase,
+) -> None:
+    # on the tenant's worker a summarised session's turns are counted by
+    # harbor._delegated_session_turns (the session tested once against the caller's
+    # identity, as harbor._session_turns does on one server), not by a statement that
+    # tests the shard's policy on every turn: called on the worker (where Citus runs the
+    # delegated call), the append calls it once, and answers as the rule does (11 turns
+    # since the summary with this one: due at min_turns 11; then 12: not at 13; through
+    # the coordinator then 13: due at 13)
+    owner = _summarised_session(cluster_db, "s-counted")
+    worker = _worker_of(cluster_db, owner.tenant_id)
+    for min_turns, expected in ((11, True), (13, False)):
+        row, calls = _calls_as_app(
+            worker,
+            owner,
+            query("append_turn_delegated"),
+            _call(owner, f"min {min_turns}", min_turns=min_turns, cooldown_seconds=60.0),
+        )
+        assert row is not None and row[2] is expected
+        assert calls.get("append_turn") == 1, calls
+        assert calls.get("_delegated_session_turns") == 1, calls
+    with psycopg.connect(cluster_db.app_url, autocommit=True) as app:
+        row = app.execute(
+            query("append_turn_delegated"),
+            _call(owner, "delegated", min_turns=13, cooldown_seconds=60.0),
+        ).fetchone()
+    assert row is not None and row[2] is True
+
+
+def test_an_append_run_on_the_coordinator_counts_under_the_policies(
+    cluster_db: ClusterDatabase,
+) -> None:
+    # a call Citus does not delegate (here: inside a CTE) runs on the coordinator, where
+    # harbor._delegated_session_turns's statement would go to the worker on a connection
+    # opened as harbor_search (NOLOGIN): there the append counts the turns under the
+    # policies, and answers the same
+    owner = _summarised_session(cluster_db, "s-not-delegated")
+    statement = f"with c as materialized ({query('append_turn_delegated')}) select * from c"
+    for min_turns, expected in ((11, True), (13, False)):
+        row, calls = _calls_as_app(
+            cluster_db.superuser_url,
+            owner,
+            statement,
+            _call(owner, f"min {min_turns}", min_turns=min_turns, cooldown_seconds=60.0),
+        )
+        assert row is not None and row[2] is expected
+        assert calls.get("append_turn") == 1, calls
+        assert "_delegated_session_turns" not in calls, calls
+
+
+def test_the_delegated_count_is_of_the_callers_own_session_only(
+    cluster_db: ClusterDatabase, bound_role: str
+) -> None:
+    # harbor._delegated_session_turns reads without the policies: on the worker of the
+    # tenant named, the bound role (ann of append-a) and harbor_app with ann's identity get
+    # ann's session's count, and 0 for another session of ann's, a session of another user
+    # of the tenant and one of another tenant; on the coordinator the call fails
+    sessions = {
+        ("append-a", "ann", "s-count"): 4,
+        ("append-a", "ann", "s-count-other"): 2,
+        ("append-a", "bob", "s-count"): 3,
+        ("append-b", "bob", "s-count"): 3,
+        ("append-b", "ann", "s-count"): 1,
+    }
+    for (tenant, user, session), turns in sessions.items():
+        _plant_turns(cluster_db.superuser_url, tenant, user, session, turns)
+    counted = "select harbor._delegated_session_turns(%s, %s, %s)"
+    ann = MemoryOwner(tenant_id="append-a", principal_id="ann", session_id="s-count")
+    for (tenant, user, session), turns in sessions.items():
+        expected = turns if (tenant, user, session) == ("append-a", "ann", "s-count") else 0
+        for login in (bound_role, "harbor_app"):
+            with psycopg.connect(_worker_of(cluster_db, tenant, login)) as conn:
+                for command in local_identity(ann):
+                    conn.execute(command)
+                row = conn.execute(counted, (tenant, user, session)).fetchone()
+            assert row is not None and row[0] == expected, (tenant, user, session, login)
+    with psycopg.connect(cluster_db.url_for(bound_role)) as conn:
+        for command in local_identity(ann):
+            conn.execute(command)
+        with pytest.raises(errors.ConnectionFailure, match="harbor_search"):
+            conn.execute(counted, ("append-a", "ann", "s-count"))

@@ -122,10 +122,13 @@ def test_only_candidate_functions_are_security_definers(attacker: Conn) -> None:
     # tenant's shard and says whether this node holds it, and refuses another tenant:
     # tests/citus/test_cluster_recall_delegated.py;
     # _session_turns counts the turns of the caller's own session only, 0 for any other:
-    # test_cannot_count_other_sessions_turns)
+    # test_cannot_count_other_sessions_turns; _delegated_session_turns, on Citus only,
+    # the same count on the worker of a delegated append:
+    # tests/citus/test_cluster_append.py)
     assert definers <= {
         "_hold_tenant_shard",
         "_session_turns",
+        "_delegated_session_turns",
         "consolidation_owners",
         "_dense_candidates",
         "_lexical_candidates",
