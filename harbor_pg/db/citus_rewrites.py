@@ -123,11 +123,23 @@ REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     # worker, one task (and the '' shard too with the global scope). In one statement
     # the tenant predicate made the whole statement, leg calls included, one router
     # query sent to the worker, where the legs' own statements are refused as nested
-    # distributed queries ("cannot execute a distributed query from a query on a shard")
+    # distributed queries ("cannot execute a distributed query from a query on a shard").
+    # The second is split again: the ranking, up to the top_k with every signal, into
+    # a jsonb value too, in a statement that reads no distributed table (PostgreSQL
+    # alone plans it; Citus's planner passes it by), then the hydration and the token
+    # budget, the only statement of the two Citus plans (and routes). Ranking and
+    # hydration in one statement of about 200 lines, Citus planned it on every call
+    # (custom plans): split, a recall of benchmarks/citus.py took 12.7-13.6 ms at p50
+    # against 16.4-17.0 ms. What the ranking read of harbor.memories (the substring
+    # fallback's contexts) and of harbor.memory_hits (the importance decay) is read
+    # before it, each in a short routed statement run only when needed
     (
         "recall",
         re.compile(r"\n(\s*)v_years  integer\[\];[^\n]*"),
         "\\g<0>\n\\1v_candidates jsonb;  -- (Citus: the candidates, between the two statements)"
+        "\n\\1v_contexts jsonb;  -- (Citus: the substring fallback's contexts)"
+        "\n\\1v_hits jsonb;  -- (Citus: the candidates' last recall, for the importance decay)"
+        "\n\\1v_ranked jsonb;  -- (Citus: the top_k ranked, between the ranking and the hydration)"
         "\n\\1v_tenant text := harbor.caller_tenant();",
     ),
     (
@@ -139,7 +151,33 @@ REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     (
         "recall",
         re.compile(r"\n(\s*)\), contexts as \("),
-        "\n\\1)\n\\1select * from candidates) c;\n\\1return query\n\\1with candidates as (\n\\1"
+        "\n\\1)\n\\1select * from candidates) c;"
+        # the substring fallback's contexts and the candidates' hits, each a short
+        # statement routed by the tenant predicate, run only when needed
+        "\n\\1if recall.neighbour_weight > 0"
+        " and v_candidates @> '[{\"substring_match\": true}]'::jsonb then"
+        "\n\\1    select pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object("
+        "'tenant_id', x.tenant_id, 'memory_id', x.id, 'context_hash', x.context_hash))"
+        " into v_contexts"
+        "\n\\1      from pg_catalog.jsonb_to_recordset(v_candidates)"
+        " as c(tenant_id text, memory_id text, substring_match boolean)"
+        "\n\\1      join harbor.memories x on x.tenant_id = c.tenant_id and x.id = c.memory_id"
+        " and x.tenant_id = any "
+        + _TENANTS.format(scopes="recall.scopes", tenant="v_tenant")
+        + "\n\\1     where c.substring_match and x.context_hash is not null;"
+        "\n\\1end if;"
+        "\n\\1if recall.importance_half_life_hours is not null then"
+        "\n\\1    select pg_catalog.jsonb_object_agg("
+        "pg_catalog.jsonb_build_array(h.tenant_id, h.memory_id)::text, h.last_recalled_at)"
+        " into v_hits"
+        "\n\\1      from pg_catalog.jsonb_to_recordset(v_candidates)"
+        " as c(tenant_id text, memory_id text)"
+        "\n\\1      join harbor.memory_hits h on h.tenant_id = c.tenant_id"
+        " and h.memory_id = c.memory_id and h.tenant_id = any "
+        + _TENANTS.format(scopes="recall.scopes", tenant="v_tenant")
+        + ";\n\\1end if;"
+        "\n\\1select coalesce(pg_catalog.jsonb_agg(pg_catalog.to_jsonb(r)), '[]'::jsonb)"
+        " into v_ranked from (\n\\1with candidates as (\n\\1"
         "    select * from pg_catalog.jsonb_to_recordset(v_candidates) as x(tenant_id text,"
         " memory_id text, dense_rank integer, similarity double precision,"
         " lexical_rank integer, lexical_score double precision, substring_match boolean,"
@@ -148,13 +186,35 @@ REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
         " content_hash text, entity_ids text[], context_key text)"
         "\n\\1), contexts as (",
     ),
+    # the contexts CTE reads what the statement before the ranking read (v_contexts)
     (
         "recall",
         re.compile(
+            r"select c\.tenant_id, c\.memory_id, x\.context_hash\s+from candidates c\s+"
             r"join harbor\.memories x on x\.tenant_id = c\.tenant_id and x\.id = c\.memory_id"
+            r"\s+where true\s+and c\.substring_match\s+"
+            r"and recall\.neighbour_weight > 0 and x\.context_hash is not null"
         ),
-        "\\g<0> and x.tenant_id = any "
-        + _TENANTS.format(scopes="recall.scopes", tenant="v_tenant"),
+        "select x.tenant_id, x.memory_id, x.context_hash"
+        " from pg_catalog.jsonb_to_recordset(v_contexts)"
+        " as x(tenant_id text, memory_id text, context_hash text)",
+    ),
+    # the ranking ends at `ranked`, the top_k kept in v_ranked; the hydration reads them
+    # back
+    (
+        "recall",
+        re.compile(r"\n(\s*)\), hydrated as \("),
+        "\n\\1)\n\\1select r.tenant_id, r.memory_id, r.dense_rank, r.similarity, r.lexical_rank,"
+        " r.lexical_score, r.substring_match, r.relevance, r.recency, r.entity, r.type_boost,"
+        " r.score, r.pos, r.neighbour, r.date_match from ranked r) r;"
+        "\n\\1return query\n\\1with ranked as (\n\\1"
+        "    select * from pg_catalog.jsonb_to_recordset(v_ranked) as x(tenant_id text,"
+        " memory_id text, dense_rank integer, similarity double precision,"
+        " lexical_rank integer, lexical_score double precision, substring_match boolean,"
+        " relevance double precision, recency double precision, entity double precision,"
+        " type_boost double precision, score double precision, pos bigint,"
+        " neighbour double precision, date_match double precision)"
+        "\n\\1), hydrated as (",
     ),
     (
         "recall",
@@ -166,8 +226,9 @@ REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ),
     # recall's importance decay reads a candidate's hits (harbor.memory_hits) through
     # harbor._decayed_importance(), which on a worker would be a distributed query from a
-    # query on a shard: its expression inline instead, the lookup routed with the
-    # hydration's tenant predicate
+    # query on a shard: its expression inline instead, the last recall looked up in
+    # v_hits (the candidates' hits, read with the tenant predicate before the ranking;
+    # none: null, as the subquery's)
     (
         "recall",
         re.compile(
@@ -176,11 +237,8 @@ REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
         ),
         "c.importance * pg_catalog.power(0.5::double precision, least(greatest("
         "pg_catalog.date_part('epoch', v_as_of - greatest(c.valid_from,"
-        " (select h.last_recalled_at from harbor.memory_hits h"
-        " where h.tenant_id = c.tenant_id and h.memory_id = c.memory_id"
-        " and h.tenant_id = any "
-        + _TENANTS.format(scopes="recall.scopes", tenant="v_tenant")
-        + "))), 0) / 3600.0 / recall.importance_half_life_hours, 1000))",
+        " (v_hits ->> pg_catalog.jsonb_build_array(c.tenant_id, c.memory_id)::text)::timestamptz"
+        ")), 0) / 3600.0 / recall.importance_half_life_hours, 1000))",
     ),
     # the legs' owner-key joins
     (
@@ -362,5 +420,12 @@ def rewrite(name: str, definition: str) -> str:
             f"harbor.{name}: sql/functions/recall/ranking.sql no longer has the shape"
             " harbor_pg.db.citus splits for Citus (its statement's start or the contexts"
             " CTE moved)"
+        )
+    if rewritten.count(" into v_ranked from (") != rewritten.count(
+        "r.neighbour, r.date_match from ranked r) r;"
+    ):
+        raise MemoryConfigurationError(
+            f"harbor.{name}: sql/functions/recall/ranking.sql no longer has the shape"
+            " harbor_pg.db.citus splits for Citus (its contexts or hydrated CTE moved)"
         )
     return rewritten

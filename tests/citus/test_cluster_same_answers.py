@@ -13,11 +13,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import psycopg
 import pytest
 
-from harbor_pg.db.connection import Database
+from harbor_pg.db.connection import Database, local_identity
 from harbor_pg.embedders.hashing import HashingEmbedder
 from harbor_pg.manager import MemoryManager
 from harbor_pg.owner import MemoryOwner
@@ -137,3 +138,41 @@ async def test_the_recent_turns_are_the_same(
         b = [m.content for m in await cluster.recent(owner)]
         assert a == b
         assert len(a) == 6
+
+
+def _recall_rows(url: str, owner: MemoryOwner, question: str) -> list[tuple[Any, ...]]:
+    """Every signal of recall's rows, with the importance decay (the hits read back)."""
+    with psycopg.connect(url) as conn:
+        for command in local_identity(owner):
+            conn.execute(command)
+        return conn.execute(
+            "select id, rank, substring_match, relevance, neighbour, date_match, recency,"
+            " score, tokens from harbor.recall(%s, as_of => %s, top_k => 15,"
+            " importance_half_life_hours => 240)",
+            (question, ASOF),
+        ).fetchall()
+
+
+async def test_recall_signals_are_the_same_with_hits_and_the_substring_fallback(
+    managers: tuple[MemoryManager, MemoryManager], cluster_db: ClusterDatabase, fresh_db: PgDatabase
+) -> None:
+    # the cluster ranks in a statement of its own and reads the fallback's contexts and
+    # the hits apart (harbor_pg.db.citus_rewrites): the same scores, neighbours and
+    # decay. A memory recalled after ASOF is not decayed at ASOF; the others are
+    owner = OWNERS[0]
+    for url in (fresh_db.app_url, cluster_db.app_url):
+        with psycopg.connect(url) as conn:
+            for command in local_identity(owner):
+                conn.execute(command)
+            conn.execute(
+                "select harbor.record_hits(array(select id from harbor.recall('garden',"
+                " as_of => %s, top_k => 3)))",
+                (ASOF,),
+            )
+    for question in ("garden budget", "nn: tur", "a question about nothing"):
+        a = _recall_rows(fresh_db.app_url, owner, question)
+        assert a == _recall_rows(cluster_db.app_url, owner, question), question
+    # (no word of "nn: tur" matches: the fallback answered, its rows neighbours)
+    fallback = _recall_rows(fresh_db.app_url, owner, "nn: tur")
+    assert fallback and all(row[2] for row in fallback)
+    assert any(row[4] > 0 for row in fallback)

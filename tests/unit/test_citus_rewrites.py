@@ -46,3 +46,24 @@ def test_half_a_split_is_refused() -> None:
     moved = text.replace("), contexts as (", "), context_keys as (")
     with pytest.raises(MemoryConfigurationError, match=r"ranking\.sql no longer has the shape"):
         rewrite("recall", moved)
+
+
+def test_recall_ranks_without_a_distributed_table() -> None:
+    # the ranking statement reads no distributed table (PostgreSQL alone plans it);
+    # the fallback's contexts, the hits and the hydration are statements of their own
+    [(_file, text)] = _definitions("recall")
+    rewritten = rewrite("recall", text)
+    assert rewritten.count(" into v_ranked from (") == 1
+    start = rewritten.index(" into v_ranked from (")
+    ranking = rewritten[start : rewritten.index("from ranked r) r;", start)]
+    assert "harbor.memories" not in ranking
+    assert "harbor.memory_hits" not in ranking
+    assert "harbor._decayed_importance" not in ranking
+    assert "harbor.memories" in rewritten[start + len(ranking) :]
+
+
+def test_half_the_hydration_split_is_refused() -> None:
+    [(_file, text)] = _definitions("recall")
+    moved = text.replace("), hydrated as (", "), read_back as (")
+    with pytest.raises(MemoryConfigurationError, match=r"ranking\.sql no longer has the shape"):
+        rewrite("recall", moved)
