@@ -127,12 +127,14 @@ REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     # The second is split again: the ranking, up to the top_k with every signal, into
     # a jsonb value too, in a statement that reads no distributed table (PostgreSQL
     # alone plans it; Citus's planner passes it by), then the hydration and the token
-    # budget, the only statement of the two Citus plans (and routes). Ranking and
-    # hydration in one statement of about 200 lines, Citus planned it on every call
-    # (custom plans): split, a recall of benchmarks/citus.py took 12.7-13.6 ms at p50
-    # against 16.4-17.0 ms. What the ranking read of harbor.memories (the substring
-    # fallback's contexts) and of harbor.memory_hits (the importance decay) is read
-    # before it, each in a short routed statement run only when needed
+    # budget, whose rows are read first by a short statement, the only one of the
+    # three Citus plans (and routes). Ranking and hydration in one statement of about
+    # 200 lines, Citus planned it on every call (custom plans): split so, a recall of
+    # benchmarks/citus.py took 12.0-12.2 ms at p50 against 16.4-17.0 ms (ranked apart
+    # with the hydration's join routed: 12.7-13.8 ms). What the ranking read of
+    # harbor.memories (the substring fallback's contexts) and of harbor.memory_hits (the
+    # importance decay) is read before it, each in a short routed statement run only
+    # when needed
     (
         "recall",
         re.compile(r"\n(\s*)v_years  integer\[\];[^\n]*"),
@@ -140,6 +142,8 @@ REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
         "\n\\1v_contexts jsonb;  -- (Citus: the substring fallback's contexts)"
         "\n\\1v_hits jsonb;  -- (Citus: the candidates' last recall, for the importance decay)"
         "\n\\1v_ranked jsonb;  -- (Citus: the top_k ranked, between the ranking and the hydration)"
+        "\n\\1v_ids text[];  -- (Citus: their ids)"
+        "\n\\1v_rows jsonb;  -- (Citus: their rows, read by the hydration's routed statement)"
         "\n\\1v_tenant text := harbor.caller_tenant();",
     ),
     (
@@ -176,8 +180,9 @@ REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
         " and h.memory_id = c.memory_id and h.tenant_id = any "
         + _TENANTS.format(scopes="recall.scopes", tenant="v_tenant")
         + ";\n\\1end if;"
-        "\n\\1select coalesce(pg_catalog.jsonb_agg(pg_catalog.to_jsonb(r)), '[]'::jsonb)"
-        " into v_ranked from (\n\\1with candidates as (\n\\1"
+        "\n\\1select coalesce(pg_catalog.jsonb_agg(pg_catalog.to_jsonb(r)), '[]'::jsonb),"
+        " pg_catalog.array_agg(r.memory_id) into v_ranked, v_ids from ("
+        "\n\\1with candidates as (\n\\1"
         "    select * from pg_catalog.jsonb_to_recordset(v_candidates) as x(tenant_id text,"
         " memory_id text, dense_rank integer, similarity double precision,"
         " lexical_rank integer, lexical_score double precision, substring_match boolean,"
@@ -207,6 +212,20 @@ REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
         "\n\\1)\n\\1select r.tenant_id, r.memory_id, r.dense_rank, r.similarity, r.lexical_rank,"
         " r.lexical_score, r.substring_match, r.relevance, r.recency, r.entity, r.type_boost,"
         " r.score, r.pos, r.neighbour, r.date_match from ranked r) r;"
+        # the rows of the top_k, as the invoker (the policies apply), in a statement on
+        # harbor.memories alone with the tenant as its distribution column's value, which
+        # Citus plans on its fast path; the hydration then joins them to v_ranked in a
+        # statement of no distributed table (that join routed to the shard instead: a
+        # benchmark recall 13.3-13.8 ms at p50, against 12.0-12.2)
+        "\n\\1if 'global' = any (recall.scopes) then"
+        "\n\\1    select pg_catalog.jsonb_agg(pg_catalog.to_jsonb(m) operator(pg_catalog.-) 'fts')"
+        " into v_rows from harbor.memories m"
+        "\n\\1     where m.tenant_id = any (array['', v_tenant]) and m.id = any (v_ids);"
+        "\n\\1else"
+        "\n\\1    select pg_catalog.jsonb_agg(pg_catalog.to_jsonb(m) operator(pg_catalog.-) 'fts')"
+        " into v_rows from harbor.memories m"
+        "\n\\1     where m.tenant_id = v_tenant and m.id = any (v_ids);"
+        "\n\\1end if;"
         "\n\\1return query\n\\1with ranked as (\n\\1"
         "    select * from pg_catalog.jsonb_to_recordset(v_ranked) as x(tenant_id text,"
         " memory_id text, dense_rank integer, similarity double precision,"
@@ -216,13 +235,15 @@ REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
         " neighbour double precision, date_match double precision)"
         "\n\\1), hydrated as (",
     ),
+    # the hydration joins the rows read back (v_rows): its statement reads no
+    # distributed table either
     (
         "recall",
         re.compile(
             r"join harbor\.memories m on m\.tenant_id = r\.tenant_id and m\.id = r\.memory_id"
         ),
-        "\\g<0> and m.tenant_id = any "
-        + _TENANTS.format(scopes="recall.scopes", tenant="v_tenant"),
+        "join pg_catalog.jsonb_populate_recordset(null::harbor.memories, v_rows) m"
+        " on m.tenant_id = r.tenant_id and m.id = r.memory_id",
     ),
     # recall's importance decay reads a candidate's hits (harbor.memory_hits) through
     # harbor._decayed_importance(), which on a worker would be a distributed query from a
@@ -421,7 +442,7 @@ def rewrite(name: str, definition: str) -> str:
             " harbor_pg.db.citus splits for Citus (its statement's start or the contexts"
             " CTE moved)"
         )
-    if rewritten.count(" into v_ranked from (") != rewritten.count(
+    if rewritten.count(" into v_ranked, v_ids from (") != rewritten.count(
         "r.neighbour, r.date_match from ranked r) r;"
     ):
         raise MemoryConfigurationError(

@@ -221,16 +221,17 @@ def _legs_and_hydration(
 
 def test_recall_runs_on_the_tenants_worker_alone(routed: ClusterDatabase) -> None:
     # every statement of recall (Citus's remote-command log) goes to the tenant's
-    # worker: the candidate legs', and the hydration's, one router query that joins the
-    # ranked ids to the tenant's shard (no intermediate result copied to the workers),
-    # and the answer is right
+    # worker: the candidate legs', and the hydration's, one router query that reads the
+    # ranked ids' rows from the tenant's shard (no intermediate result copied to the
+    # workers), and the answer is right
     statement = "select content from harbor.recall('routed fact')"
     port = routed.node_of(OWNER.tenant_id).port
     commands = _remote_commands(routed.app_url, OWNER, statement, {})
     legs, hydration = _legs_and_hydration(commands)
     assert legs == {port}
     assert hydration == set()  # (no intermediate result: the hydration is routed)
-    hydrations = [(p, c) for p, c in _queries(commands) if "jsonb_to_recordset" in c]
+    # (the hydration's read: the rows in jsonb, without their fts column)
+    hydrations = [(p, c) for p, c in _queries(commands) if "'fts'" in c]
     assert len(hydrations) == 1 and hydrations[0][0] == port, hydrations
     assert {p for p, _c in _queries(commands)} == {port}
     assert _visible_recall(routed.app_url, OWNER, statement) == ["ann: routed fact"]

@@ -141,13 +141,16 @@ async def test_the_recent_turns_are_the_same(
 
 
 def _recall_rows(url: str, owner: MemoryOwner, question: str) -> list[tuple[Any, ...]]:
-    """Every signal of recall's rows, with the importance decay (the hits read back)."""
+    """Every signal of recall's rows and their columns (not the two databases' write
+    times), with the importance decay (the hits read back)."""
     with psycopg.connect(url) as conn:
         for command in local_identity(owner):
             conn.execute(command)
         return conn.execute(
             "select id, rank, substring_match, relevance, neighbour, date_match, recency,"
-            " score, tokens from harbor.recall(%s, as_of => %s, top_k => 15,"
+            " score, tokens, content, content_hash, scope, memory_type, importance,"
+            " entity_ids, sensitivity, valid_from, invalid_at, context, metadata, expires_at,"
+            " source_message_ids from harbor.recall(%s, as_of => %s, top_k => 15,"
             " importance_half_life_hours => 240)",
             (question, ASOF),
         ).fetchall()

@@ -53,8 +53,8 @@ def test_recall_ranks_without_a_distributed_table() -> None:
     # the fallback's contexts, the hits and the hydration are statements of their own
     [(_file, text)] = _definitions("recall")
     rewritten = rewrite("recall", text)
-    assert rewritten.count(" into v_ranked from (") == 1
-    start = rewritten.index(" into v_ranked from (")
+    assert rewritten.count(" into v_ranked, v_ids from (") == 1
+    start = rewritten.index(" into v_ranked, v_ids from (")
     ranking = rewritten[start : rewritten.index("from ranked r) r;", start)]
     assert "harbor.memories" not in ranking
     assert "harbor.memory_hits" not in ranking
