@@ -99,11 +99,9 @@ REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     # a LATERAL probe with OFFSET 0 over a CTE ("Offset clause is
     # currently unsupported when a lateral subquery references ... CTEs") becomes a
     # join on the distribution column and the id (the same rows: the probe's tenant
-    # test was the join's). Not given a tenant predicate: routed to one shard, the
-    # whole statement would go to the worker with the legs in it, whose statements
-    # Citus then refuses as nested distributed queries (and, allowed, fails on a
-    # reused worker connection: "the backend has already been assigned a
-    # transaction id"); so the hydration of the top_k ids visits every shard
+    # test was the join's). The split below then replaces both joins: the context
+    # probe by the contexts read before the ranking, the hydration's by the top_k's
+    # rows read in a routed statement of their own
     (
         "recall",
         re.compile(

@@ -75,6 +75,18 @@ LEG_COLUMNS = (
 )
 
 
+def _by_memory(
+    rows: list[dict[str, Any]], rank: str, score: str, *, ranked_only: bool = False
+) -> dict[str, tuple[Any, Any, list[Any]]]:
+    """Each row's rank, score and ranking columns by memory id (``ranked_only``: the rows
+    that leg ranked, of the single read's rows, which carry both legs' columns)."""
+    return {
+        r["memory_id"]: (r[rank], r[score], [r[c] for c in LEG_COLUMNS])
+        for r in rows
+        if not ranked_only or r[rank] is not None
+    }
+
+
 def _vector(rng: random.Random) -> str:
     return "[" + ",".join(f"{rng.uniform(-1, 1):.4f}" for _ in range(3)) + "]"
 
@@ -232,29 +244,15 @@ def _compare_legs(app: Conn, rng: random.Random) -> int:
                 args,
             )
             # lexical: the same memories, ranks and scores, with the same columns
-            got_lex = {
-                r["memory_id"]: (r["lexical_rank"], r["lexical_score"], [r[c] for c in LEG_COLUMNS])
-                for r in small
-                if r["lexical_rank"] is not None
-            }
-            want_lex = {
-                r["memory_id"]: (r["lexical_rank"], r["lexical_score"], [r[c] for c in LEG_COLUMNS])
-                for r in lexical
-            }
+            got_lex = _by_memory(small, "lexical_rank", "lexical_score", ranked_only=True)
+            want_lex = _by_memory(lexical, "lexical_rank", "lexical_score")
             assert set(got_lex) == set(want_lex), (query, case)
             for memory_id, (rank, score, columns) in want_lex.items():
                 assert got_lex[memory_id][0] == rank, (query, case, memory_id)
                 assert got_lex[memory_id][1] == pytest.approx(score, rel=1e-12)
                 assert got_lex[memory_id][2] == columns
-            got_dense = {
-                r["memory_id"]: (r["dense_rank"], r["similarity"], [r[c] for c in LEG_COLUMNS])
-                for r in small
-                if r["dense_rank"] is not None
-            }
-            want_dense = {
-                r["memory_id"]: (r["dense_rank"], r["similarity"], [r[c] for c in LEG_COLUMNS])
-                for r in dense
-            }
+            got_dense = _by_memory(small, "dense_rank", "similarity", ranked_only=True)
+            want_dense = _by_memory(dense, "dense_rank", "similarity")
             assert got_dense == want_dense, (query, case)
             compared += len(got_lex) + len(got_dense)
     return compared
