@@ -180,3 +180,39 @@ def test_an_insert_checks_its_row_with_one_lookup(module_db: PgDatabase) -> None
         )
     assert len(re.findall(r"InitPlan \d+\n", plan + "\n")) == 1, plan
     assert "harbor._caller_write_keys()" in plan, plan
+
+
+def _binding_reads(conn: psycopg.Connection[Any]) -> int:
+    """The scans of harbor.role_bindings in this connection's transaction so far."""
+    row = conn.execute(
+        "select coalesce(sum(seq_scan + coalesce(idx_scan, 0)), 0) from pg_stat_xact_user_tables"
+        " where schemaname = 'harbor' and relname = 'role_bindings'"
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+IDENTITY_CALLS = (
+    "select harbor.caller_tenant(), harbor.caller_project(), harbor.caller_user(),"
+    " harbor.caller_principal(), harbor.caller_session(), harbor.caller_run(),"
+    " harbor.caller_is_bound(), harbor._caller_keys(), harbor._caller_write_keys(),"
+    " (harbor._caller_identity()).tenant_id"
+)
+
+
+def test_the_librarys_own_login_reads_its_identity_without_a_binding_lookup(
+    module_db: PgDatabase,
+) -> None:
+    # harbor_app (no role set) can be named by no binding: its identity comes from the
+    # settings alone, with no read of role_bindings; a login that could be bound (here
+    # the superuser) still looks its binding up, with the same answers
+    answers = []
+    for url, reads_bindings in ((module_db.app_url, False), (module_db.superuser_url, True)):
+        with psycopg.connect(url) as conn:
+            conn.execute("select harbor.set_identity('t1', principal_id => 'u1', is_local => true)")
+            before = _binding_reads(conn)
+            answers.append(conn.execute(IDENTITY_CALLS).fetchone())
+            assert (_binding_reads(conn) > before) is reads_bindings
+    assert answers[0] == answers[1]
+    assert answers[0] is not None
+    assert answers[0][:7] == ("t1", None, "u1", "u1", None, None, False)

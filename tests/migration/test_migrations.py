@@ -583,3 +583,28 @@ def test_0030_scope_key_keeps_the_rule_for_every_scope_and_field(fresh_db: PgDat
     assert len(rows) == 6 * 32
     assert [r for r in rows if r[6] != r[7]] == []
     assert sum(1 for r in rows if r[6]) == 7  # one shape a scope, two for run
+
+
+def test_0031_refuses_a_database_that_binds_an_own_role(empty_db: PgDatabase) -> None:
+    """The identity functions skip the binding lookup for harbor-pg's own roles, which no
+    binding may name; a binding of one left by an earlier version would stop confining
+    it, so 0031 stops the upgrade until it is removed, and then passes."""
+    import pytest
+
+    from harbor_pg.errors import MemoryError as HarborError
+
+    migrate.upgrade(empty_db.owner_url, "0030")
+    with psycopg.connect(empty_db.superuser_url, autocommit=True) as su:
+        # (as a database bound before the guard refused own roles: the guard off)
+        su.execute("alter table harbor.role_bindings disable trigger role_bindings_one_tenant")
+        su.execute(
+            "insert into harbor.role_bindings (tenant_id, role_name) values ('t1', 'harbor_app')"
+        )
+        su.execute("alter table harbor.role_bindings enable trigger role_bindings_one_tenant")
+    with pytest.raises(HarborError, match="harbor_app"):
+        migrate.upgrade(empty_db.owner_url)
+    assert migrate.current_revision(empty_db.owner_url) == "0030"
+    with psycopg.connect(empty_db.superuser_url, autocommit=True) as su:
+        su.execute("delete from harbor.role_bindings")
+    migrate.upgrade(empty_db.owner_url)
+    assert migrate.current_revision(empty_db.owner_url) == "0031"

@@ -13,7 +13,9 @@ declare
     bt text; bp text; bu text;
 begin
     -- (PL/pgSQL, as caller_tenant(): its statement's plan is kept for the session)
-    select b.tenant_id, b.project_id, b.user_id into bt, bp, bu from harbor._binding() b;
+    if not harbor._unbindable_caller() then
+        select b.tenant_id, b.project_id, b.user_id into bt, bp, bu from harbor._binding() b;
+    end if;
     tenant_id := coalesce(bt, harbor._setting('tenant_id'));
     project_id := case when bt is not null then bp else harbor._setting('project_id') end;
     user_id := case when bt is not null then bu
