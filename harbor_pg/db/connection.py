@@ -14,7 +14,7 @@ import re
 import select
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import psycopg
 import psycopg.adapt
@@ -886,13 +886,31 @@ async def _exchange(
         if not _has_rows(result):
             rows.append([])
             continue
+        assert result is not None
+        if row_factory is dict_row:
+            rows.append(cast("list[Row]", _dict_rows(conn, result, encoding)))
+            continue
         # a cursor holding the result, as psycopg's execute leaves one (its transformer
         # loads the values, its row factory makes the rows)
         cur = AsyncRawCursor(conn, row_factory=row_factory)
         cur._tx = psycopg.adapt.Transformer(cur)
-        cur._set_results([result])  # type: ignore[list-item]
+        cur._set_results([result])
         rows.append(await cur.fetchall())
     return rows
+
+
+def _dict_rows(
+    conn: Connection, result: psycopg.pq.abc.PGresult, encoding: str
+) -> list[dict[str, Any]]:
+    """``result``'s rows as :func:`~psycopg.rows.dict_row` makes them (the column names,
+    each row's values loaded by the connection's adapters), without the cursor that a
+    row factory is called with: the cursor and the column descriptions dict_row reads
+    its names from cost about 50 us a result, three times the loading of a saved
+    memory's 27 columns."""
+    tx = psycopg.adapt.Transformer.from_context(conn)
+    tx.set_pgresult(result)
+    names = [(result.fname(i) or b"").decode(encoding) for i in range(result.nfields)]
+    return tx.load_rows(0, result.ntuples, lambda values: dict(zip(names, values, strict=True)))
 
 
 def _exchange_gen(

@@ -8,6 +8,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import psycopg
+import psycopg.rows
 import pytest
 import pytest_asyncio
 
@@ -95,6 +96,27 @@ async def test_each_statement_returns_its_own_rows(single: Database) -> None:
     assert rows == [[{"a": 1}], [{"u": "u1"}], [{"n": 1}, {"n": 2}, {"n": 3}]]
     # a statement with no parameters goes through psycopg's own pipeline, as before
     assert await single.fetch_in_one_round_trip(OWNER, "select 2 as b") == [{"b": 2}]
+
+
+async def test_rows_come_back_as_psycopgs_dict_rows(single: Database) -> None:
+    # the rows of a one-round-trip call are read from the result without a cursor: the
+    # same dicts as psycopg's dict_row cursor gives, for every kind of value a memory
+    # row holds, NULLs, several rows and a name used twice (the last value wins)
+    text = """
+        select g as n, %(t)s::text as t, null::text as missing, array['a', null, 'c'] as arr,
+               '{"k": [1, 2.5, null]}'::jsonb as doc,
+               '2026-01-02 03:04:05.678+00'::timestamptz as ts,
+               tstzrange('2026-01-01', null) as valid, 0.3::real as importance,
+               'user'::harbor.memory_scope as scope, true as flag, 'x' as dup, 'y' as dup
+          from generate_series(1, 2) g"""
+    got = await single.fetch_in_one_round_trip(OWNER, text, {"t": "zaï"})
+    async with single.autocommit() as conn:
+        cur = conn.cursor(row_factory=psycopg.rows.dict_row)
+        await cur.execute(text, {"t": "zaï"})
+        expected = await cur.fetchall()
+    assert got == expected
+    assert len(got) == 2 and got[1]["n"] == 2 and got[0]["dup"] == "y"
+    assert got[0]["arr"] == ["a", None, "c"] and got[0]["doc"] == {"k": [1, 2.5, None]}
 
 
 async def test_statements_are_prepared_from_their_first_run(single: Database) -> None:
