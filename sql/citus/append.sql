@@ -74,6 +74,179 @@ revoke create on schema harbor from harbor_search;
 revoke all on function harbor._delegated_session_turns(text, text, text) from public;
 grant execute on function harbor._delegated_session_turns(text, text, text) to harbor_app;
 
+-- The append's statements on the worker, against the tenant's own shards: each step of
+-- append_turn below as a statement on the shard tables themselves (harbor.messages_NNN,
+-- harbor.owner_locks_NNN, harbor.session_state_NNN), prepared once a connection and
+-- shard and run by name. The same statement on the distributed table costs Citus's
+-- per-statement work on the worker every time it runs (finding the shard, building
+-- and planning the local query): measured on the test cluster, the append on the
+-- worker 2.6-4.1 ms that way, 0.8-1.2 ms this way, the same statements and answers.
+-- The shard tables carry the distributed table's policies (forced), triggers and
+-- grants, so these statements run under the same rules as the caller's (security
+-- invoker); the call holds the tenant's shard (harbor._hold_tenant_shard), so it stays
+-- on this node while they run.
+--
+-- harbor._shard_statements: the five statements for p_tenant_id's shards, prepared in
+-- this connection unless they already are, each checked by its whole text (a statement
+-- of the same name with another text, whoever made it, is dropped and prepared again);
+-- returns the suffix of their names (the messages shard's id). Prepared statements last
+-- as long as the connection: Citus keeps its connections to the workers open, so each
+-- is prepared once for many appends.
+create or replace function harbor._shard_statements(p_tenant_id text) returns text
+    language plpgsql volatile security invoker
+    set search_path to pg_catalog, pg_temp
+as $$
+declare
+    v_key text := get_shard_id_for_distribution_column('harbor.messages'::regclass,
+                                                        p_tenant_id)::text;
+    v_messages text := shard_name('harbor.messages'::regclass, v_key::bigint);
+    v_locks text := shard_name('harbor.owner_locks'::regclass,
+                               get_shard_id_for_distribution_column(
+                                   'harbor.owner_locks'::regclass, p_tenant_id));
+    v_state text := shard_name('harbor.session_state'::regclass,
+                               get_shard_id_for_distribution_column(
+                                   'harbor.session_state'::regclass, p_tenant_id));
+    v_names text[];
+    v_texts text[];
+    v_name text;
+begin
+    v_names := array['harbor_append_lock_', 'harbor_append_last_', 'harbor_append_insert_',
+                     'harbor_append_state_', 'harbor_append_count_'];
+    v_names := array(select n || v_key from unnest(v_names) n);
+    v_texts := array[
+        -- a lock row of the owner (the user's or the session's), locked: 1 when it is there
+        format('prepare %s(text, text, text, harbor.memory_scope) as'
+               ' select count(*) from (select 1 from %s l'
+               ' where l.tenant_id = $1 and l.user_id = $2 and l.session_id = $3'
+               ' and l.scope = $4 and l.project_id = '''' and l.run_id = '''''
+               ' for update) x', v_names[1], v_locks),
+        -- the session's last turn
+        format('prepare %s(text, text, text) as select m.id from %s m'
+               ' where m.tenant_id = $1 and m.user_id = $2 and m.session_id = $3'
+               ' order by m.id desc limit 1', v_names[2], v_messages),
+        -- the turn
+        format('prepare %s(text, bigint, text, text, text, text, harbor.message_role, text,'
+               ' text, jsonb, text, jsonb, integer) as insert into %s as m (tenant_id, id,'
+               ' user_id, session_id, project_id, principal_id, role, content, name,'
+               ' tool_calls, tool_call_id, metadata, token_estimate) overriding system value'
+               ' values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)'
+               ' on conflict do nothing returning m.id, m.created_at',
+               v_names[3], v_messages),
+        -- the session's summary state (true in the first column when there is one)
+        format('prepare %s(text, text, text) as select true, s.summary_lease_until,'
+               ' s.summarised_at, s.turns_at_summary from %s s where s.tenant_id = $1'
+               ' and s.user_id = $2 and s.session_id = $3', v_names[4], v_state),
+        -- the session's turns, up to a limit
+        format('prepare %s(text, text, text, bigint) as select count(*) from (select 1'
+               ' from %s m where m.tenant_id = $1 and m.user_id = $2 and m.session_id = $3'
+               ' limit $4) x', v_names[5], v_messages)];
+    if (select count(*) from pg_catalog.pg_prepared_statements p
+         where p.name = any (v_names) and p.statement = any (v_texts)) < 5 then
+        foreach v_name in array v_names loop
+            if exists (select 1 from pg_catalog.pg_prepared_statements p
+                        where p.name = v_name) then
+                execute format('deallocate %s', v_name);
+            end if;
+        end loop;
+        for i in 1 .. 5 loop
+            execute v_texts[i];
+        end loop;
+    end if;
+    return v_key;
+end
+$$;
+alter function harbor._shard_statements(text) owner to harbor_owner;
+revoke all on function harbor._shard_statements(text) from public;
+grant execute on function harbor._shard_statements(text) to harbor_app;
+
+-- harbor.append_turn's steps on the worker that holds the tenant's shard (called by it
+-- there, after the identity is checked and the shard held): the same steps, in the same
+-- order, through the statements above.
+create or replace function harbor._append_on_shard(
+    p_tenant_id text, p_project_id text, p_principal_id text, p_user_id text,
+    p_session_id text, p_role harbor.message_role, p_content text, p_name text,
+    p_tool_calls jsonb, p_tool_call_id text, p_metadata jsonb, p_token_estimate integer,
+    p_min_turns bigint, p_cooldown_seconds double precision,
+    out id bigint, out created_at timestamptz, out summary_due boolean)
+    language plpgsql volatile security invoker
+    set search_path to pg_catalog, pg_temp
+as $$
+declare
+    v_key text := harbor._shard_statements(p_tenant_id);
+    v_locked bigint;
+    v_session_locked bigint;
+    v_last bigint;
+    v_id bigint;
+    v_state boolean;
+    v_lease_until timestamptz;
+    v_summarised_at timestamptz;
+    v_turns_at_summary bigint;
+    v_turns bigint;
+begin
+    execute format('execute harbor_append_lock_%s(%L, %L, %L, %L)', v_key, p_tenant_id,
+                   p_user_id, '', 'user') into v_locked;
+    execute format('execute harbor_append_lock_%s(%L, %L, %L, %L)', v_key, p_tenant_id,
+                   p_user_id, p_session_id, 'session') into v_session_locked;
+    if v_locked + v_session_locked < 2 then
+        -- (the first turn of the user or the session, rare: the statement on the table)
+        insert into harbor.owner_locks as l (tenant_id, user_id, session_id, scope)
+        values (p_tenant_id, p_user_id, '', 'user'),
+               (p_tenant_id, p_user_id, p_session_id, 'session')
+        on conflict (tenant_id, user_id, session_id, scope, project_id, run_id)
+        do update set scope = excluded.scope where false;
+    end if;
+    execute format('execute harbor_append_last_%s(%L, %L, %L)', v_key, p_tenant_id,
+                   p_user_id, p_session_id) into v_last;
+    v_id := pg_catalog.nextval('harbor.messages_id_seq'::pg_catalog.regclass);
+    loop
+        if v_id <= v_last then
+            v_id := v_last + 1;
+        end if;
+        execute format('execute harbor_append_insert_%s(%L, %L, %L, %L, %L, %L, %L, %L, %L,'
+                       ' %L, %L, %L, %L)', v_key, p_tenant_id, v_id, p_user_id, p_session_id,
+                       p_project_id, p_principal_id, p_role, p_content, p_name, p_tool_calls,
+                       p_tool_call_id, p_metadata, p_token_estimate)
+            into id, created_at;
+        exit when id is not null;
+        -- (the id is another session's of the tenant: the next one)
+        v_last := v_id;
+    end loop;
+    if p_min_turns is null then
+        return;
+    end if;
+    execute format('execute harbor_append_state_%s(%L, %L, %L)', v_key, p_tenant_id,
+                   p_user_id, p_session_id)
+        into v_state, v_lease_until, v_summarised_at, v_turns_at_summary;
+    if v_state is null then
+        execute format('execute harbor_append_count_%s(%L, %L, %L, %L)', v_key, p_tenant_id,
+                       p_user_id, p_session_id, p_min_turns) into v_turns;
+        summary_due := v_turns >= p_min_turns;
+    elsif v_lease_until > pg_catalog.clock_timestamp()
+          or v_summarised_at > pg_catalog.clock_timestamp()
+                               - pg_catalog.make_interval(secs => p_cooldown_seconds) then
+        summary_due := false;
+    else
+        v_turns := harbor._delegated_session_turns(p_tenant_id, p_user_id, p_session_id);
+        summary_due := v_turns >= p_min_turns
+                       and (v_turns < v_turns_at_summary
+                            or v_turns - v_turns_at_summary >= p_min_turns);
+    end if;
+end
+$$;
+alter function harbor._append_on_shard(text, text, text, text, text, harbor.message_role,
+                                       text, text, jsonb, text, jsonb, integer, bigint,
+                                       double precision)
+    owner to harbor_owner;
+revoke all on function harbor._append_on_shard(text, text, text, text, text,
+                                               harbor.message_role, text, text, jsonb, text,
+                                               jsonb, integer, bigint, double precision)
+    from public;
+grant execute on function harbor._append_on_shard(text, text, text, text, text,
+                                                  harbor.message_role, text, text, jsonb,
+                                                  text, jsonb, integer, bigint,
+                                                  double precision)
+    to harbor_app;
+
 create or replace function harbor.append_turn(
     p_tenant_id text, p_project_id text, p_principal_id text, p_user_id text,
     p_session_id text, p_run_id text, p_role harbor.message_role, p_content text,
@@ -97,6 +270,18 @@ begin
     perform harbor._delegated_caller(
         'harbor.append_turn', 'harbor.messages', p_tenant_id, p_project_id, p_principal_id,
         p_user_id, p_session_id, p_run_id);
+    if (select g.groupid from pg_dist_local_group g) <> 0 then
+        -- on the worker that holds the tenant's shard (a delegated call): the steps on
+        -- the shard's own tables (harbor._append_on_shard, above)
+        select a.id, a.created_at, a.summary_due into id, created_at, summary_due
+          from harbor._append_on_shard(p_tenant_id, p_project_id, p_principal_id,
+                                       p_user_id, p_session_id, p_role, p_content, p_name,
+                                       p_tool_calls, p_tool_call_id, p_metadata,
+                                       p_token_estimate, p_min_turns,
+                                       p_cooldown_seconds) a;
+        return;
+    end if;
+    -- on the coordinator (a call Citus did not delegate): the statements on the tables
     perform 1 from harbor.owner_locks l
      where l.tenant_id = p_tenant_id and l.user_id = p_user_id and l.session_id = ''
        and l.scope = 'user' and l.project_id = '' and l.run_id = ''

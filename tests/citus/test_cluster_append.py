@@ -491,3 +491,83 @@ def test_the_delegated_count_is_of_the_callers_own_session_only(
             conn.execute(command)
         with pytest.raises(errors.ConnectionFailure, match="harbor_search"):
             conn.execute(counted, ("append-a", "ann", "s-count"))
+
+
+def _shard_tables(cluster_db: ClusterDatabase, tenant: str) -> dict[str, str]:
+    """The names of ``tenant``'s shards of the append's three tables."""
+    with psycopg.connect(cluster_db.superuser_url) as conn:
+        return {
+            table: str(
+                conn.execute(
+                    "select shard_name(%s::regclass,"
+                    " get_shard_id_for_distribution_column(%s::regclass, %s::text))",
+                    (table, table, tenant),
+                ).fetchone()[0]  # type: ignore[index]
+            )
+            for table in ("harbor.messages", "harbor.owner_locks", "harbor.session_state")
+        }
+
+
+def _prepared(conn: psycopg.Connection[Any]) -> dict[str, str]:
+    return {
+        str(name): str(text)
+        for name, text in conn.execute(
+            "select name, statement from pg_prepared_statements where name like 'harbor_append_%'"
+        ).fetchall()
+    }
+
+
+def test_on_the_worker_the_append_runs_on_the_shard_tables_prepared_once(
+    cluster_db: ClusterDatabase,
+) -> None:
+    # on the tenant's worker the append's statements address the tenant's own shards
+    # (harbor._append_on_shard), prepared in the connection on its first append and used
+    # again by the next ones: after two appends there are five, each naming a shard of the
+    # tenant, and the turns are stored with the session's ids in order
+    owner = MemoryOwner(tenant_id="append-a", principal_id="ann", session_id="s-prepared")
+    shards = _shard_tables(cluster_db, owner.tenant_id)
+    with psycopg.connect(_worker_of(cluster_db, owner.tenant_id, "harbor_app")) as conn:
+        conn.autocommit = True
+        assert _prepared(conn) == {}
+        ids = []
+        for n in range(2):
+            row = conn.execute(
+                query("append_turn_delegated"),
+                _call(owner, f"prepared {n}", min_turns=5, cooldown_seconds=60.0),
+            ).fetchone()
+            assert row is not None and row[2] is False
+            ids.append(int(row[0]))
+            if n == 0:
+                first = _prepared(conn)
+        prepared = _prepared(conn)
+    assert prepared == first
+    assert len(prepared) == 5, prepared
+    suffix = shards["harbor.messages"].rsplit("_", 1)[1]
+    assert all(name.endswith("_" + suffix) for name in prepared), prepared
+    for text in prepared.values():
+        assert any(f" {shard} " in text for shard in shards.values()), text
+    assert ids == sorted(ids)
+    turns = _turns(cluster_db.superuser_url, "append-a")
+    assert ("ann", "s-prepared", "prepared 0") in turns
+    assert ("ann", "s-prepared", "prepared 1") in turns
+
+
+def test_a_prepared_statement_of_the_appends_name_is_not_run(
+    cluster_db: ClusterDatabase,
+) -> None:
+    # a statement prepared in the connection under the name of one of the append's, with
+    # another text, is replaced before the append runs: here one that would hand the
+    # append a session's last id of 10**15 (its turn would get the next)
+    owner = MemoryOwner(tenant_id="append-a", principal_id="ann", session_id="s-planted")
+    suffix = _shard_tables(cluster_db, owner.tenant_id)["harbor.messages"].rsplit("_", 1)[1]
+    with psycopg.connect(_worker_of(cluster_db, owner.tenant_id, "harbor_app")) as conn:
+        conn.autocommit = True
+        conn.execute(
+            f"prepare harbor_append_last_{suffix}(text, text, text) as"
+            " select 1000000000000000::bigint"
+        )
+        row = conn.execute(query("append_turn_delegated"), _call(owner, "planted")).fetchone()
+        prepared = _prepared(conn)
+    assert row is not None and int(row[0]) < 10**15
+    assert "1000000000000000" not in prepared[f"harbor_append_last_{suffix}"]
+    assert ("ann", "s-planted", "planted") in _turns(cluster_db.superuser_url, "append-a")
