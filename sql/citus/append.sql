@@ -87,11 +87,8 @@ grant execute on function harbor._delegated_session_turns(text, text, text) to h
 -- on this node while they run.
 --
 -- harbor._shard_statements: the five statements for p_tenant_id's shards, prepared in
--- this connection unless they already are, each checked by its whole text (a statement
--- of the same name with another text, whoever made it, is dropped and prepared again);
--- returns the suffix of their names (the messages shard's id). Prepared statements last
--- as long as the connection: Citus keeps its connections to the workers open, so each
--- is prepared once for many appends.
+-- this connection unless they already are (harbor._prepare_on_shard,
+-- sql/citus/delegated.sql); returns the suffix of their names (the messages shard's id).
 create or replace function harbor._shard_statements(p_tenant_id text) returns text
     language plpgsql volatile security invoker
     set search_path to pg_catalog, pg_temp
@@ -108,7 +105,6 @@ declare
                                    'harbor.session_state'::regclass, p_tenant_id));
     v_names text[];
     v_texts text[];
-    v_name text;
 begin
     v_names := array['harbor_append_lock_', 'harbor_append_last_', 'harbor_append_insert_',
                      'harbor_append_state_', 'harbor_append_count_'];
@@ -140,18 +136,7 @@ begin
         format('prepare %s(text, text, text, bigint) as select count(*) from (select 1'
                ' from %s m where m.tenant_id = $1 and m.user_id = $2 and m.session_id = $3'
                ' limit $4) x', v_names[5], v_messages)];
-    if (select count(*) from pg_catalog.pg_prepared_statements p
-         where p.name = any (v_names) and p.statement = any (v_texts)) < 5 then
-        foreach v_name in array v_names loop
-            if exists (select 1 from pg_catalog.pg_prepared_statements p
-                        where p.name = v_name) then
-                execute format('deallocate %s', v_name);
-            end if;
-        end loop;
-        for i in 1 .. 5 loop
-            execute v_texts[i];
-        end loop;
-    end if;
+    perform harbor._prepare_on_shard(v_names, v_texts);
     return v_key;
 end
 $$;

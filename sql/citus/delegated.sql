@@ -84,3 +84,40 @@ revoke all on function harbor._delegated_caller(text, regclass, text, text, text
                                                 text) from public;
 grant execute on function harbor._delegated_caller(text, regclass, text, text, text, text,
                                                    text, text) to harbor_app, harbor_search;
+
+-- harbor._prepare_on_shard: the statements a delegated call runs on its tenant's own shard
+-- tables (harbor._append_on_shard, harbor._save_on_shard), prepared in this connection
+-- unless they already are: p_texts are whole PREPARE commands, p_names their names.
+-- Each is checked by its whole text; when one is missing or another text holds its name
+-- (whoever prepared it), all are dropped and prepared again. Prepared statements last as
+-- long as the connection, and Citus keeps its connections to the workers open, so each
+-- is prepared once for many calls. Run as the caller, as the statements are.
+create or replace function harbor._prepare_on_shard(p_names text[], p_texts text[])
+    returns void
+    language plpgsql volatile security invoker
+    set search_path to pg_catalog, pg_temp
+as $$
+declare
+    v_name text;
+    v_text text;
+begin
+    if (select count(*)
+          from unnest(p_names, p_texts) x(name, text)
+          join pg_catalog.pg_prepared_statements p
+            on p.name = x.name and p.statement = x.text)
+       < pg_catalog.cardinality(p_names) then
+        foreach v_name in array p_names loop
+            if exists (select 1 from pg_catalog.pg_prepared_statements p
+                        where p.name = v_name) then
+                execute pg_catalog.format('deallocate %I', v_name);
+            end if;
+        end loop;
+        foreach v_text in array p_texts loop
+            execute v_text;
+        end loop;
+    end if;
+end
+$$;
+alter function harbor._prepare_on_shard(text[], text[]) owner to harbor_owner;
+revoke all on function harbor._prepare_on_shard(text[], text[]) from public;
+grant execute on function harbor._prepare_on_shard(text[], text[]) to harbor_app;

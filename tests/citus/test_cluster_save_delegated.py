@@ -119,3 +119,71 @@ def test_a_bound_role_naming_another_owner_in_the_call_is_refused(
             conn.execute(query("save_memory_delegated"), params)
     after = {t: _contents(cluster_db.superuser_url, t) for t in ("save-a", "save-b")}
     assert after == before
+
+
+def test_on_the_worker_the_save_runs_on_the_shard_tables_prepared_once(
+    cluster_db: ClusterDatabase,
+) -> None:
+    # on the tenant's worker the save's insert and its vectors' address the tenant's own
+    # shards, prepared in the connection on its first save and used again by the next:
+    # a memory with a context is stored with both vectors, a second with its one, the
+    # first saved again comes back as the duplicate it is
+    from harbor_pg.tiers.long_term import MemoryVectors, _one_params
+    from tests.citus.test_cluster_append import _worker_of
+
+    owner = MemoryOwner(tenant_id="save-a", principal_id="ann", session_id="s-shard")
+    with psycopg.connect(cluster_db.superuser_url) as su:
+        shards = {
+            table: str(
+                su.execute(
+                    "select shard_name(%s::regclass,"
+                    " get_shard_id_for_distribution_column(%s::regclass, %s::text))",
+                    (table, table, owner.tenant_id),
+                ).fetchone()[0]  # type: ignore[index]
+            )
+            for table in ("harbor.memories", "harbor.memory_embeddings")
+        }
+
+    def params(memory: Memory, vectors: MemoryVectors) -> dict[str, Any]:
+        one = _one_params(memory_params(owner, memory), vectors, "test-model")
+        return {**_delegated_save_params(owner, memory_params(owner, memory), None, None), **one}
+
+    first = Memory(content="ann: prepared on the shard", context="the turn before")
+    second = Memory(content="ann: the next one")
+    with psycopg.connect(_worker_of(cluster_db, owner.tenant_id, "harbor_app")) as conn:
+        conn.autocommit = True
+        saved = conn.execute(
+            query("save_memory_delegated"), params(first, MemoryVectors([1.0, 0.0], [0.6, 0.8]))
+        ).fetchone()
+        prepared = dict(
+            conn.execute(
+                "select name, statement from pg_prepared_statements"
+                " where name like 'harbor_save_%'"
+            ).fetchall()
+        )
+        other = conn.execute(
+            query("save_memory_delegated"), params(second, MemoryVectors([0.0, 1.0]))
+        ).fetchone()
+        again = conn.execute(
+            query("save_memory_delegated"), params(first, MemoryVectors([1.0, 0.0], [0.6, 0.8]))
+        ).fetchone()
+        still = conn.execute(
+            "select count(*) from pg_prepared_statements where name like 'harbor_save_%'"
+        ).fetchone()
+    assert saved is not None and other is not None and again is not None
+    assert saved[-1] is True and other[-1] is True and again[-1] is False
+    assert again[0] == saved[0]
+    assert len(prepared) == 2 and still is not None and still[0] == 2, prepared
+    suffix = shards["harbor.memories"].rsplit("_", 1)[1]
+    assert all(str(name).endswith("_" + suffix) for name in prepared), prepared
+    assert shards["harbor.memories"] in str(prepared[f"harbor_save_insert_{suffix}"])
+    assert shards["harbor.memory_embeddings"] in str(prepared[f"harbor_save_vectors_{suffix}"])
+    with psycopg.connect(cluster_db.superuser_url) as su:
+        vectors = dict(
+            su.execute(
+                "select memory_id, count(*) from harbor.memory_embeddings"
+                " where tenant_id = %s and memory_id = any(%s) group by memory_id",
+                (owner.tenant_id, [saved[0], other[0]]),
+            ).fetchall()
+        )
+    assert vectors == {saved[0]: 2, other[0]: 1}
