@@ -74,38 +74,47 @@ revoke create on schema harbor from harbor_search;
 revoke all on function harbor._delegated_session_turns(text, text, text) from public;
 grant execute on function harbor._delegated_session_turns(text, text, text) to harbor_app;
 
--- The append's statements on the worker, against the tenant's own shards: each step of
--- append_turn below as a statement on the shard tables themselves (harbor.messages_NNN,
--- harbor.owner_locks_NNN, harbor.session_state_NNN), prepared once a connection and
--- shard and run by name. The same statement on the distributed table costs Citus's
--- per-statement work on the worker every time it runs (finding the shard, building
--- and planning the local query): measured on the test cluster, the append on the
--- worker 2.6-4.1 ms that way, 0.8-1.2 ms this way, the same statements and answers.
--- The shard tables carry the distributed table's policies (forced), triggers and
--- grants, so these statements run under the same rules as the caller's (security
--- invoker); the call holds the tenant's shard (harbor._hold_tenant_shard), so it stays
--- on this node while they run.
+-- The append's statements. On the worker (a delegated call) they address the tenant's
+-- own shard tables (harbor.messages_NNN, harbor.owner_locks_NNN,
+-- harbor.session_state_NNN), prepared once a connection and shard and run by name. The
+-- same statement on the distributed table costs Citus's per-statement work on the worker
+-- every time it runs (finding the shard, building and planning the local query):
+-- measured on the test cluster, the append on the worker 2.6-4.1 ms that way, 0.8-1.2
+-- ms this way, the same statements and answers. The shard tables carry the distributed
+-- table's policies (forced), triggers and grants, so these statements run under the
+-- same rules as the caller's (security invoker); the call holds the tenant's shard
+-- (harbor._hold_tenant_shard), so it stays on this node while they run. On the
+-- coordinator (a call Citus did not delegate) the same statements name the distributed
+-- tables.
 --
--- harbor._shard_statements: the five statements for p_tenant_id's shards, prepared in
--- this connection unless they already are (harbor._prepare_on_shard,
--- sql/citus/delegated.sql); returns the suffix of their names (the messages shard's id).
-create or replace function harbor._shard_statements(p_tenant_id text) returns text
+-- harbor._append_statements: the five statements for p_tenant_id, prepared in this
+-- connection unless they already are (harbor._prepare_on_shard, sql/citus/delegated.sql);
+-- returns the suffix of their names (the messages shard's id; 'tables' on the
+-- coordinator).
+drop function if exists harbor._shard_statements(text);
+create or replace function harbor._append_statements(p_tenant_id text) returns text
     language plpgsql volatile security invoker
     set search_path to pg_catalog, pg_temp
 as $$
 declare
-    v_key text := get_shard_id_for_distribution_column('harbor.messages'::regclass,
-                                                        p_tenant_id)::text;
-    v_messages text := shard_name('harbor.messages'::regclass, v_key::bigint);
-    v_locks text := shard_name('harbor.owner_locks'::regclass,
-                               get_shard_id_for_distribution_column(
-                                   'harbor.owner_locks'::regclass, p_tenant_id));
-    v_state text := shard_name('harbor.session_state'::regclass,
-                               get_shard_id_for_distribution_column(
-                                   'harbor.session_state'::regclass, p_tenant_id));
+    v_key text := 'tables';
+    v_messages text := 'harbor.messages';
+    v_locks text := 'harbor.owner_locks';
+    v_state text := 'harbor.session_state';
     v_names text[];
     v_texts text[];
 begin
+    if (select g.groupid from pg_dist_local_group g) <> 0 then
+        v_key := get_shard_id_for_distribution_column('harbor.messages'::regclass,
+                                                      p_tenant_id)::text;
+        v_messages := shard_name('harbor.messages'::regclass, v_key::bigint);
+        v_locks := shard_name('harbor.owner_locks'::regclass,
+                              get_shard_id_for_distribution_column(
+                                  'harbor.owner_locks'::regclass, p_tenant_id));
+        v_state := shard_name('harbor.session_state'::regclass,
+                              get_shard_id_for_distribution_column(
+                                  'harbor.session_state'::regclass, p_tenant_id));
+    end if;
     v_names := array['harbor_append_lock_', 'harbor_append_last_', 'harbor_append_insert_',
                      'harbor_append_state_', 'harbor_append_count_'];
     v_names := array(select n || v_key from unnest(v_names) n);
@@ -140,14 +149,16 @@ begin
     return v_key;
 end
 $$;
-alter function harbor._shard_statements(text) owner to harbor_owner;
-revoke all on function harbor._shard_statements(text) from public;
-grant execute on function harbor._shard_statements(text) to harbor_app;
+alter function harbor._append_statements(text) owner to harbor_owner;
+revoke all on function harbor._append_statements(text) from public;
+grant execute on function harbor._append_statements(text) to harbor_app;
 
--- harbor.append_turn's steps on the worker that holds the tenant's shard (called by it
--- there, after the identity is checked and the shard held): the same steps, in the same
--- order, through the statements above.
-create or replace function harbor._append_on_shard(
+-- harbor.append_turn's steps (called by it after the identity is checked and the shard
+-- held), through the statements above.
+drop function if exists harbor._append_on_shard(text, text, text, text, text,
+                                                harbor.message_role, text, text, jsonb, text,
+                                                jsonb, integer, bigint, double precision);
+create or replace function harbor._append_steps(
     p_tenant_id text, p_project_id text, p_principal_id text, p_user_id text,
     p_session_id text, p_role harbor.message_role, p_content text, p_name text,
     p_tool_calls jsonb, p_tool_call_id text, p_metadata jsonb, p_token_estimate integer,
@@ -157,7 +168,7 @@ create or replace function harbor._append_on_shard(
     set search_path to pg_catalog, pg_temp
 as $$
 declare
-    v_key text := harbor._shard_statements(p_tenant_id);
+    v_key text := harbor._append_statements(p_tenant_id);
     v_locked bigint;
     v_session_locked bigint;
     v_last bigint;
@@ -173,7 +184,8 @@ begin
     execute format('execute harbor_append_lock_%s(%L, %L, %L, %L)', v_key, p_tenant_id,
                    p_user_id, p_session_id, 'session') into v_session_locked;
     if v_locked + v_session_locked < 2 then
-        -- (the first turn of the user or the session, rare: the statement on the table)
+        -- (the first turn of the user or the session, rare: the statement on the table;
+        -- one statement: its rows are taken in the order written, the user's first)
         insert into harbor.owner_locks as l (tenant_id, user_id, session_id, scope)
         values (p_tenant_id, p_user_id, '', 'user'),
                (p_tenant_id, p_user_id, p_session_id, 'session')
@@ -211,22 +223,29 @@ begin
                                - pg_catalog.make_interval(secs => p_cooldown_seconds) then
         summary_due := false;
     else
-        v_turns := harbor._delegated_session_turns(p_tenant_id, p_user_id, p_session_id);
+        if v_key = 'tables' then
+            -- (on the coordinator: a call Citus did not delegate; above)
+            select pg_catalog.count(*) into v_turns from harbor.messages m
+             where m.tenant_id = p_tenant_id and m.user_id = p_user_id
+               and m.session_id = p_session_id;
+        else
+            v_turns := harbor._delegated_session_turns(p_tenant_id, p_user_id, p_session_id);
+        end if;
         summary_due := v_turns >= p_min_turns
                        and (v_turns < v_turns_at_summary
                             or v_turns - v_turns_at_summary >= p_min_turns);
     end if;
 end
 $$;
-alter function harbor._append_on_shard(text, text, text, text, text, harbor.message_role,
+alter function harbor._append_steps(text, text, text, text, text, harbor.message_role,
                                        text, text, jsonb, text, jsonb, integer, bigint,
                                        double precision)
     owner to harbor_owner;
-revoke all on function harbor._append_on_shard(text, text, text, text, text,
+revoke all on function harbor._append_steps(text, text, text, text, text,
                                                harbor.message_role, text, text, jsonb, text,
                                                jsonb, integer, bigint, double precision)
     from public;
-grant execute on function harbor._append_on_shard(text, text, text, text, text,
+grant execute on function harbor._append_steps(text, text, text, text, text,
                                                   harbor.message_role, text, text, jsonb,
                                                   text, jsonb, integer, bigint,
                                                   double precision)
@@ -242,105 +261,16 @@ create or replace function harbor.append_turn(
     language plpgsql volatile security invoker
     set search_path to pg_catalog, pg_temp
 as $$
-declare
-    v_locked bigint;
-    v_last bigint;
-    v_id bigint;
-    v_lease_until timestamptz;
-    v_summarised_at timestamptz;
-    v_turns_at_summary bigint;
-    v_turns bigint;
 begin
     -- the identity set and checked, the shard held (sql/citus/delegated.sql)
     perform harbor._delegated_caller(
         'harbor.append_turn', 'harbor.messages', p_tenant_id, p_project_id, p_principal_id,
         p_user_id, p_session_id, p_run_id);
-    if (select g.groupid from pg_dist_local_group g) <> 0 then
-        -- on the worker that holds the tenant's shard (a delegated call): the steps on
-        -- the shard's own tables (harbor._append_on_shard, above)
-        select a.id, a.created_at, a.summary_due into id, created_at, summary_due
-          from harbor._append_on_shard(p_tenant_id, p_project_id, p_principal_id,
-                                       p_user_id, p_session_id, p_role, p_content, p_name,
-                                       p_tool_calls, p_tool_call_id, p_metadata,
-                                       p_token_estimate, p_min_turns,
-                                       p_cooldown_seconds) a;
-        return;
-    end if;
-    -- on the coordinator (a call Citus did not delegate): the statements on the tables
-    perform 1 from harbor.owner_locks l
-     where l.tenant_id = p_tenant_id and l.user_id = p_user_id and l.session_id = ''
-       and l.scope = 'user' and l.project_id = '' and l.run_id = ''
-       for update;
-    get diagnostics v_locked = row_count;
-    perform 1 from harbor.owner_locks l
-     where l.tenant_id = p_tenant_id and l.user_id = p_user_id
-       and l.session_id = p_session_id and l.scope = 'session' and l.project_id = ''
-       and l.run_id = ''
-       for update;
-    get diagnostics v_turns = row_count;
-    v_locked := v_locked + v_turns;
-    if v_locked < 2 then
-        -- (one statement: its rows are taken in the order written, the user's first)
-        insert into harbor.owner_locks as l (tenant_id, user_id, session_id, scope)
-        values (p_tenant_id, p_user_id, '', 'user'),
-               (p_tenant_id, p_user_id, p_session_id, 'session')
-        on conflict (tenant_id, user_id, session_id, scope, project_id, run_id)
-        do update set scope = excluded.scope where false;
-    end if;
-    select m.id into v_last from harbor.messages m
-     where m.tenant_id = p_tenant_id and m.user_id = p_user_id
-       and m.session_id = p_session_id
-     order by m.id desc limit 1;
-    v_id := pg_catalog.nextval('harbor.messages_id_seq'::pg_catalog.regclass);
-    loop
-        if v_id <= v_last then
-            v_id := v_last + 1;
-        end if;
-        insert into harbor.messages as m (tenant_id, id, user_id, session_id, project_id,
-                                          principal_id, role, content, name, tool_calls,
-                                          tool_call_id, metadata, token_estimate)
-        overriding system value
-        values (p_tenant_id, v_id, p_user_id, p_session_id, p_project_id, p_principal_id,
-                p_role, p_content, p_name, p_tool_calls, p_tool_call_id, p_metadata,
-                p_token_estimate)
-        on conflict do nothing
-        returning m.id, m.created_at into id, created_at;
-        exit when found;
-        -- (the id is another session's of the tenant: the next one)
-        v_last := v_id;
-    end loop;
-    if p_min_turns is null then
-        return;
-    end if;
-    select s.summary_lease_until, s.summarised_at, s.turns_at_summary
-      into v_lease_until, v_summarised_at, v_turns_at_summary
-      from harbor.session_state s
-     where s.tenant_id = p_tenant_id and s.user_id = p_user_id
-       and s.session_id = p_session_id;
-    if not found then
-        perform 1 from harbor.messages m
-         where m.tenant_id = p_tenant_id and m.user_id = p_user_id
-           and m.session_id = p_session_id
-         limit p_min_turns;
-        get diagnostics v_turns = row_count;
-        summary_due := v_turns >= p_min_turns;
-    elsif v_lease_until > pg_catalog.clock_timestamp()
-          or v_summarised_at > pg_catalog.clock_timestamp()
-                               - pg_catalog.make_interval(secs => p_cooldown_seconds) then
-        summary_due := false;
-    else
-        if (select g.groupid from pg_dist_local_group g) = 0 then
-            -- (on the coordinator: a call Citus did not delegate; above)
-            select pg_catalog.count(*) into v_turns from harbor.messages m
-             where m.tenant_id = p_tenant_id and m.user_id = p_user_id
-               and m.session_id = p_session_id;
-        else
-            v_turns := harbor._delegated_session_turns(p_tenant_id, p_user_id, p_session_id);
-        end if;
-        summary_due := v_turns >= p_min_turns
-                       and (v_turns < v_turns_at_summary
-                            or v_turns - v_turns_at_summary >= p_min_turns);
-    end if;
+    select a.id, a.created_at, a.summary_due into id, created_at, summary_due
+      from harbor._append_steps(p_tenant_id, p_project_id, p_principal_id, p_user_id,
+                                p_session_id, p_role, p_content, p_name, p_tool_calls,
+                                p_tool_call_id, p_metadata, p_token_estimate, p_min_turns,
+                                p_cooldown_seconds) a;
 end
 $$;
 alter function harbor.append_turn(text, text, text, text, text, text, harbor.message_role, text,

@@ -86,7 +86,7 @@ grant execute on function harbor._delegated_caller(text, regclass, text, text, t
                                                    text, text) to harbor_app, harbor_search;
 
 -- harbor._prepare_on_shard: the statements a delegated call runs on its tenant's own shard
--- tables (harbor._append_on_shard, harbor._save_on_shard), prepared in this connection
+-- tables (harbor._append_statements, harbor._save_statements), prepared in this connection
 -- unless they already are: p_texts are whole PREPARE commands, p_names their names.
 -- Each is checked by its whole text; when one is missing or another text holds its name
 -- (whoever prepared it), all are dropped and prepared again. Prepared statements last as

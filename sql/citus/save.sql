@@ -19,25 +19,32 @@
 --
 -- Returns the saved memory as get_memory_citus reads it back, and whether this call
 -- created it (false: a current duplicate was there, and is returned).
--- On the worker, the save's two common statements (the memory's insert, its vectors')
--- address the tenant's own shard tables (harbor.memories_NNN, harbor.memory_embeddings_NNN),
--- prepared once a connection and shard (harbor._prepare_on_shard, sql/citus/delegated.sql)
--- and run by name, as the append's are (sql/citus/append.sql: why, and what keeps the
--- rules the same). harbor._save_statements prepares them for p_tenant_id's shards and
--- returns the suffix of their names (the memories shard's id).
+-- The save's two common statements (the memory's insert, its vectors'), prepared once a
+-- connection (harbor._prepare_on_shard, sql/citus/delegated.sql) and run by name, as the
+-- append's are (sql/citus/append.sql: why, and what keeps the rules the same): on the
+-- worker they address the tenant's own shard tables (harbor.memories_NNN,
+-- harbor.memory_embeddings_NNN), on the coordinator (a call Citus did not delegate) the
+-- distributed tables. harbor._save_statements prepares them for p_tenant_id and returns
+-- the suffix of their names (the memories shard's id; 'tables' on the coordinator).
 create or replace function harbor._save_statements(p_tenant_id text) returns text
     language plpgsql volatile security invoker
     set search_path to pg_catalog, pg_temp
 as $$
 declare
-    v_key text := get_shard_id_for_distribution_column('harbor.memories'::regclass,
-                                                        p_tenant_id)::text;
-    v_memories text := shard_name('harbor.memories'::regclass, v_key::bigint);
-    v_vectors text := shard_name('harbor.memory_embeddings'::regclass,
-                                 get_shard_id_for_distribution_column(
-                                     'harbor.memory_embeddings'::regclass, p_tenant_id));
-    v_names text[] := array['harbor_save_insert_' || v_key, 'harbor_save_vectors_' || v_key];
+    v_key text := 'tables';
+    v_memories text := 'harbor.memories';
+    v_vectors text := 'harbor.memory_embeddings';
+    v_names text[];
 begin
+    if (select g.groupid from pg_dist_local_group g) <> 0 then
+        v_key := get_shard_id_for_distribution_column('harbor.memories'::regclass,
+                                                      p_tenant_id)::text;
+        v_memories := shard_name('harbor.memories'::regclass, v_key::bigint);
+        v_vectors := shard_name('harbor.memory_embeddings'::regclass,
+                                get_shard_id_for_distribution_column(
+                                    'harbor.memory_embeddings'::regclass, p_tenant_id));
+    end if;
+    v_names := array['harbor_save_insert_' || v_key, 'harbor_save_vectors_' || v_key];
     perform harbor._prepare_on_shard(v_names, array[
         format('prepare %s(text, text, harbor.memory_scope, text, text, text, text, text,'
                ' harbor.memory_type, real, text, text, text, text[], text, harbor.sensitivity,'
@@ -93,51 +100,26 @@ declare
     v_row harbor.memories%rowtype;
     v_created boolean := false;
     v_closed bigint;
-    v_key text;  -- on the worker: the suffix of the shard statements' names
+    v_key text;  -- the suffix of the prepared statements' names
 begin
     -- the identity set and checked, the shard held (sql/citus/delegated.sql)
     perform harbor._delegated_caller(
         'harbor.save_memory_delegated', 'harbor.memories', p_tenant_id, p_project_id, p_principal_id,
         p_user_id, p_session_id, p_run_id);
-    if (select g.groupid from pg_dist_local_group g) <> 0 then
-        -- on the worker that holds the tenant's shard (a delegated call): the insert and
-        -- the vectors on the shard's own tables (harbor._save_statements, above)
-        v_key := harbor._save_statements(p_tenant_id);
-    end if;
+    -- the insert and the vectors through the statements above
+    v_key := harbor._save_statements(p_tenant_id);
     for attempt in 1..2 loop
-        if v_key is not null then
-            execute format('execute harbor_save_insert_%s(%L, %L, %L, %L, %L, %L, %L, %L, %L,'
-                           ' %L, %L, %L, %L, %L, %L, %L, %L, %L, %L, %L, %L)', v_key,
-                           p_tenant_id, p_id, p_scope, p_key_project_id, p_key_user_id,
-                           p_key_session_id, p_key_run_id, p_writer_id, p_memory_type,
-                           p_importance, p_content, p_content_hash, p_context, p_entity_ids,
-                           p_source, p_sensitivity, p_source_session_id, p_source_message_ids,
-                           p_metadata, p_valid_from, p_expires_at)
-                into v_row;
-            if v_row.id is not null then
-                v_created := true;
-                exit;
-            end if;
-        else
-            insert into harbor.memories as m (tenant_id, id, scope, project_id, user_id,
-                                              session_id, run_id, principal_id, memory_type,
-                                              importance, content, content_hash, context,
-                                              entity_ids, source, sensitivity,
-                                              source_session_id, source_message_ids, metadata,
-                                              valid, expires_at)
-            values (p_tenant_id, coalesce(p_id, (pg_catalog.gen_random_uuid())::text), p_scope,
-                    p_key_project_id, p_key_user_id, p_key_session_id, p_key_run_id,
-                    p_writer_id, p_memory_type, p_importance, p_content, p_content_hash,
-                    p_context, p_entity_ids, p_source, p_sensitivity, p_source_session_id,
-                    p_source_message_ids, p_metadata,
-                    pg_catalog.tstzrange(coalesce(p_valid_from, pg_catalog.now()), null, '[)'),
-                    p_expires_at)
-            on conflict do nothing
-            returning m.* into v_row;
-            if v_row.id is not null then
-                v_created := true;
-                exit;
-            end if;
+        execute format('execute harbor_save_insert_%s(%L, %L, %L, %L, %L, %L, %L, %L, %L,'
+                       ' %L, %L, %L, %L, %L, %L, %L, %L, %L, %L, %L, %L)', v_key,
+                       p_tenant_id, p_id, p_scope, p_key_project_id, p_key_user_id,
+                       p_key_session_id, p_key_run_id, p_writer_id, p_memory_type,
+                       p_importance, p_content, p_content_hash, p_context, p_entity_ids,
+                       p_source, p_sensitivity, p_source_session_id, p_source_message_ids,
+                       p_metadata, p_valid_from, p_expires_at)
+            into v_row;
+        if v_row.id is not null then
+            v_created := true;
+            exit;
         end if;
         exit when attempt = 2;
         -- a current duplicate past its expiry is closed at its expiry, then the memory
@@ -169,31 +151,14 @@ begin
             raise exception 'a conflicting memory exists that this caller cannot see'
                 using errcode = '23505';
         end if;
-    elsif p_embedding is not null and v_key is not null then
-        execute format('execute harbor_save_vectors_%s(%L, %L, %L, %L, %L, %L, %L, %L, %L, %L)',
-                       v_key, v_row.tenant_id, v_row.id, coalesce(p_model_id, ''), v_row.scope,
-                       v_row.project_id, v_row.user_id, v_row.session_id, v_row.run_id,
-                       p_embedding, p_context_embedding);
     elsif p_embedding is not null then
         -- its vectors (insert_embedding): of the content, and of the context line
         -- followed by the content; in the graph as insert_embedding decides (at once
         -- on a distributed database, where graph_min_vectors() is 0)
-        insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims,
-                                              embedding, scope, project_id, user_id,
-                                              session_id, run_id, with_context, in_graph)
-        select v_row.tenant_id, v_row.id, coalesce(p_model_id, ''), public.vector_dims(v.e),
-               v.e, v_row.scope, v_row.project_id, v_row.user_id, v_row.session_id,
-               v_row.run_id, v.with_context,
-               harbor.graph_min_vectors() <= 0
-               or exists (select 1 from harbor.memory_embeddings e
-                           where e.tenant_id = v_row.tenant_id
-                             and e.model_id = coalesce(p_model_id, '')
-                             and e.scope = v_row.scope and e.user_id = v_row.user_id
-                             and e.project_id = v_row.project_id
-                             and e.session_id = v_row.session_id
-                             and e.run_id = v_row.run_id and e.in_graph)
-          from (values (p_embedding, false), (p_context_embedding, true)) v(e, with_context)
-         where v.e is not null;
+        execute format('execute harbor_save_vectors_%s(%L, %L, %L, %L, %L, %L, %L, %L, %L, %L)',
+                       v_key, v_row.tenant_id, v_row.id, coalesce(p_model_id, ''), v_row.scope,
+                       v_row.project_id, v_row.user_id, v_row.session_id, v_row.run_id,
+                       p_embedding, p_context_embedding);
     end if;
     -- the row as the insert returned it (or the duplicate as read): no read-back
     return query
