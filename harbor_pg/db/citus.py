@@ -509,6 +509,7 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
             rewritten = _BINDING_CALL.sub(lambda _m: binding_select, rewritten)
         if rewritten != definition:
             conn.execute(rewritten.replace("AS $function$", "AS $function$\n" + _REWRITTEN_MARK, 1))
+    _on_shard_twins(conn)
     # the Citus forms kept as SQL files of their own (sql/citus/): the view
     # harbor.memory_history, whose recursive CTE Citus refuses, and the trigger that
     # stands for the superseded_by key's ON DELETE SET NULL
@@ -549,10 +550,69 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
 
 _VOLATILITY = {"v": "volatile", "s": "stable", "i": "immutable"}
 
+#: recall's functions as a delegated recall runs them on the worker holding its tenant's
+#: shard (sql/citus/recall.sql): each of their Citus forms again, named with
+#: ``_on_shard`` and calling each other's twins; the candidate legs among them stay
+#: SECURITY DEFINER as on one server (their owner's, harbor_search's, BYPASSRLS).
+#: Made invoker, a leg read under the shard's policies, and a policy's predicate comes
+#: before any of the query's that is not leakproof: the owner-terms index could not
+#: serve the lexical leg's term lookup, which then computed every tenant row's owner
+#: terms instead (measured on a worker: 19 ms against 0.6 ms for a lookup of two
+#: terms). On the worker they read only the tenant's own shard, which needs no
+#: connection (Citus's local execution), so the role's NOLOGIN does not matter there.
+_ON_SHARD = ("_lexical_candidates", "_dense_candidates", "recall")
+#: (the candidate legs: definers on one server)
+_ON_SHARD_DEFINERS = ("_lexical_candidates", "_dense_candidates")
+
 #: definers owned by a NOLOGIN role that stay definers: called by a delegated call on
 #: the worker holding its tenant's shard, their statements run on that shard (Citus's
 #: local execution), with no connection opened as their owner (sql/citus/append.sql)
-_WORKER_DEFINERS = ("_delegated_session_turns",)
+_WORKER_DEFINERS = (
+    "_delegated_session_turns",
+    *(f"{name}_on_shard" for name in _ON_SHARD),
+)
+
+
+def _on_shard_twins(conn: psycopg.Connection[Any]) -> None:
+    """Create the ``_on_shard`` twins of :data:`_ON_SHARD` from their Citus forms
+    (idempotent): the same body and signature under the twin's name, calling the
+    other twins; a twin of a function that was SECURITY DEFINER on one server (the
+    rewrites made it invoker here) is a definer again, owned by the same role; each
+    executable by the roles that may execute its original."""
+    calls = re.compile(r"\bharbor\.(" + "|".join(map(re.escape, _ON_SHARD)) + r")\(")
+    for name in _ON_SHARD:
+        rows = conn.execute(
+            "select pg_get_functiondef(p.oid), p.oid::regprocedure::text,"
+            "       pg_get_userbyid(p.proowner)::text,"
+            "       array(select r.rolname::text from pg_roles r"
+            "              where r.rolname in ('harbor_app', 'harbor_search', 'harbor_admin')"
+            "                and has_function_privilege(r.oid, p.oid, 'execute'))"
+            "  from pg_proc p"
+            " where p.pronamespace = 'harbor'::regnamespace and p.proname = %s",
+            (name,),
+        ).fetchall()
+        if len(rows) != 1:
+            raise MemoryConfigurationError(
+                f"harbor.{name}: expected one function of that name, found {len(rows)}"
+            )
+        definition, signature, owner, executors = rows[0]
+        twin = f"{name}_on_shard"
+        header = f"CREATE OR REPLACE FUNCTION harbor.{name}("
+        if not str(definition).startswith(header):
+            raise MemoryConfigurationError(f"harbor.{name}: unexpected definition")
+        body = calls.sub(lambda m: f"harbor.{m.group(1)}_on_shard(", str(definition))
+        # its parameters and variables qualified by the function's name (recall.top_k)
+        body = re.sub(rf"(?<![\w.]){re.escape(name)}\.(?=[a-z_])", f"{twin}.", body)
+        conn.execute(body)
+        twin_signature = signature.replace(f"harbor.{name}(", f"harbor.{twin}(", 1)
+        conn.execute("select create_distributed_function(%s)", (twin_signature,))
+        if name in _ON_SHARD_DEFINERS:
+            conn.execute(f"alter function {twin_signature} security definer")
+        conn.execute(f"alter function {twin_signature} owner to {owner}")
+        conn.execute(f"revoke all on function {twin_signature} from public")
+        for role in executors:
+            conn.execute(f"grant execute on function {twin_signature} to {role}")
+
 
 #: the append in one call Citus delegates to the tenant's worker (sql/citus/append.sql)
 APPEND_FUNCTION = (

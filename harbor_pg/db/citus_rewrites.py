@@ -348,6 +348,33 @@ REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
         ),
         "\\1, v_tenant)",
     ),
+    # Pruning to the tenant's shard: a statement whose rows Citus finds two
+    # restrictions on the distribution column for, each a `= any (array)`, is sent to
+    # every shard of either, not to the one both allow: the legs' literal tenant
+    # predicate (above) and harbor._visible()'s `tenant_id = any (array['', tenant])`,
+    # inlined, made a recall's term-ranking statements of the lexical leg and the graph
+    # walk of the dense leg multi-shard queries, planned on the worker with their CTEs as
+    # intermediate results and run over connections to every shard of both workers.
+    # The visibility test names the row's tenant through an expression the planner does
+    # not take for the column (the same test: `||` of '' is the value itself), so the
+    # literal predicate alone decides the shards
+    (
+        "_lexical_candidates",
+        re.compile(r"(\n\s*and harbor\._visible\(m\.scope, m\.tenant_id)(,)"),
+        "\\1 operator(pg_catalog.||) ''\\2",
+    ),
+    (
+        "_dense_candidates",
+        re.compile(r"(\n\s*and harbor\._visible\(e\.scope, e\.tenant_id)(,)"),
+        "\\1 operator(pg_catalog.||) ''\\2",
+    ),
+    # and the graph walk's exact part (an owner key with vectors outside the graph), whose
+    # test for such vectors reads the tenant's shard alone as well
+    (
+        "_dense_candidates",
+        re.compile(r"(from harbor\.memory_embeddings l\n\s*where k\.tenant_id = l\.tenant_id)"),
+        "\\1 and l.tenant_id = any " + _TENANTS.format(scopes="$3", tenant="$5"),
+    ),
     ("_dense_candidates", re.compile(r"\boffset 0\) e\b"), ") e"),
     ("_dense_candidates", re.compile(r"\boffset 0\) m\b"), ") m"),
     (

@@ -2,9 +2,12 @@
 -- tenant's worker (harbor-pg distribute registers it with create_distributed_function,
 -- distribution argument p_tenant_id, co-located with harbor.memories; harbor_pg.db.citus).
 -- The coordinator sends the one call, in autocommit: no transaction block, no SET LOCAL;
--- the worker runs harbor.recall() on its own shards (Citus's local execution). Called
--- on the coordinator, harbor.recall()'s statements were each planned there and sent to
--- the worker, a hop and two plannings each.
+-- the worker runs recall on its own shards (Citus's local execution), through the twins
+-- harbor.recall_on_shard() and its candidate legs, which harbor-pg distribute makes of
+-- recall's Citus forms: the legs there are SECURITY DEFINER as on one server, and read
+-- through the same indexes (harbor_pg.db.citus, _ON_SHARD). Called on the coordinator,
+-- harbor.recall()'s statements were each planned there and sent to the worker, a hop
+-- and two plannings each.
 --
 -- The identity travels as the call's arguments, as harbor.append_turn's does
 -- (sql/citus/append.sql): the function sets it (SET LOCAL, for the worker's
@@ -61,18 +64,38 @@ begin
     perform harbor._delegated_caller(
         'harbor.recall_delegated', 'harbor.memories', p_tenant_id, p_project_id, p_principal_id,
         p_user_id, p_session_id, p_run_id);
-    return query
-    select r.* from harbor.recall(
-        recall_delegated.query, recall_delegated.query_embedding, recall_delegated.model_id,
-        recall_delegated.scopes, recall_delegated.top_k, recall_delegated.anchor_entity_ids,
-        recall_delegated.wanted_types, recall_delegated.as_of,
-        recall_delegated.recency_half_life_hours, recall_delegated.entity_weight,
-        recall_delegated.type_weight, recall_delegated.rrf_k, recall_delegated.min_similarity,
-        recall_delegated.token_budget, recall_delegated.candidates,
-        recall_delegated.dense_weight, recall_delegated.lexical_weight,
-        recall_delegated.fusion, recall_delegated.max_sensitivity,
-        recall_delegated.neighbour_weight, recall_delegated.date_weight,
-        recall_delegated.importance_half_life_hours, recall_delegated.excluded_types) r;
+    -- on the worker that holds the tenant's shard (the call was delegated), without
+    -- the global scope (whose memories are on the shard of tenant '', maybe another
+    -- node's): recall's twins for this node alone (harbor_pg.db.citus), whose
+    -- candidate legs read as on one server; elsewhere harbor.recall() itself
+    if (select g.groupid from pg_dist_local_group g) <> 0
+       and 'global' <> all (coalesce(recall_delegated.scopes, '{}')) then
+        return query
+        select r.* from harbor.recall_on_shard(
+            recall_delegated.query, recall_delegated.query_embedding, recall_delegated.model_id,
+            recall_delegated.scopes, recall_delegated.top_k, recall_delegated.anchor_entity_ids,
+            recall_delegated.wanted_types, recall_delegated.as_of,
+            recall_delegated.recency_half_life_hours, recall_delegated.entity_weight,
+            recall_delegated.type_weight, recall_delegated.rrf_k, recall_delegated.min_similarity,
+            recall_delegated.token_budget, recall_delegated.candidates,
+            recall_delegated.dense_weight, recall_delegated.lexical_weight,
+            recall_delegated.fusion, recall_delegated.max_sensitivity,
+            recall_delegated.neighbour_weight, recall_delegated.date_weight,
+            recall_delegated.importance_half_life_hours, recall_delegated.excluded_types) r;
+    else
+        return query
+        select r.* from harbor.recall(
+            recall_delegated.query, recall_delegated.query_embedding, recall_delegated.model_id,
+            recall_delegated.scopes, recall_delegated.top_k, recall_delegated.anchor_entity_ids,
+            recall_delegated.wanted_types, recall_delegated.as_of,
+            recall_delegated.recency_half_life_hours, recall_delegated.entity_weight,
+            recall_delegated.type_weight, recall_delegated.rrf_k, recall_delegated.min_similarity,
+            recall_delegated.token_budget, recall_delegated.candidates,
+            recall_delegated.dense_weight, recall_delegated.lexical_weight,
+            recall_delegated.fusion, recall_delegated.max_sensitivity,
+            recall_delegated.neighbour_weight, recall_delegated.date_weight,
+            recall_delegated.importance_half_life_hours, recall_delegated.excluded_types) r;
+    end if;
 end
 $$;
 alter function harbor.recall_delegated(text, text, text, text, text, text, text, public.vector,

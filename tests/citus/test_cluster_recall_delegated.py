@@ -224,3 +224,146 @@ def test_calls_after_a_failed_one_are_still_delegated(stored: ClusterDatabase) -
             await db.close()
 
     assert "dora: saved after a failure" in asyncio.run(run())
+
+
+DINA = MemoryOwner(tenant_id="recall-d", principal_id="dina", session_id="s1")
+
+
+@pytest.fixture(scope="module")
+def dina(stored: ClusterDatabase) -> MemoryOwner:
+    """An owner of tenant recall-d with memories and their vectors (hashing embedder)."""
+
+    async def run() -> None:
+        db = Database(stored.app_url, stored.admin_url, min_size=1, max_size=1)
+        await db.open()
+        manager = MemoryManager.from_database(db, embedder=HashingEmbedder())
+        try:
+            for text in (
+                "dina waters the garden on sunday",
+                "dina's sister lives in Oslo",
+                "the garden shed needs a new roof",
+            ):
+                await manager.save(DINA, Memory(content=text))
+        finally:
+            await manager.close()
+            await db.close()
+
+    asyncio.run(run())
+    return DINA
+
+
+def _on_worker(
+    stored: ClusterDatabase, owner: MemoryOwner
+) -> tuple[psycopg.Connection[Any], list[str]]:
+    """harbor_app's connection to ``owner``'s worker, logging each command Citus runs:
+    ('issuing ...' for one sent over a connection, 'executing the command locally' for one
+    run on the node's own shard)."""
+    node = stored.node_of(owner.tenant_id)
+    index = [w.port for w in stored.cluster.workers].index(node.port)
+    url = psycopg.conninfo.make_conninfo(
+        stored.worker_url(index, "harbor_app"), options="-c citus.log_remote_commands=on"
+    )
+    conn = psycopg.connect(url, autocommit=True)
+    notes: list[str] = []
+    conn.add_notice_handler(lambda d: notes.append(d.message_primary or ""))
+    return conn, notes
+
+
+def test_a_delegated_recall_reads_its_tenants_shard_alone(
+    stored: ClusterDatabase, dina: MemoryOwner
+) -> None:
+    # on the worker, every statement of the delegated recall (both legs, the ranking and
+    # the hydration) runs on the tenant's own shard: none is sent over a connection to
+    # another shard, this node's or the other worker's (without the policies, the
+    # lexical leg's term ranking went to every shard of both workers, its tenant
+    # predicate and the visibility test's taken together, over connections its owner,
+    # harbor_search, cannot open)
+    embedder = HashingEmbedder()
+    question = "what did dina say about the garden?"
+    params = {
+        **_params(dina),
+        "query": question,
+        "embedding": str(embedder.embed_sync(question)),
+        "model_id": embedder.model_id,
+    }
+    conn, notes = _on_worker(stored, dina)
+    with conn:
+        rows = conn.execute(query("recall_delegated"), params).fetchall()
+    contents = [r[10] for r in rows]
+    assert contents[0] == "dina waters the garden on sunday", contents
+    assert "the garden shed needs a new roof" in contents
+    assert any(n.startswith("executing the command locally") for n in notes), notes
+    assert not [n for n in notes if n.startswith("issuing")]
+
+
+def test_the_dense_legs_graph_walk_reads_its_tenants_shard_alone(
+    stored: ClusterDatabase, dina: MemoryOwner
+) -> None:
+    # the dense leg's walk of the HNSW graph (an owner of more vectors than the exact
+    # scan reads: here every owner, p_exact_limit 0), as a delegated recall runs it on
+    # the tenant's worker: on that shard alone, and it finds the owner's nearest
+    embedder = HashingEmbedder()
+    conn, notes = _on_worker(stored, dina)
+    with conn, conn.transaction():
+        conn.execute(
+            "select harbor._delegated_caller('test', 'harbor.memories', %s, '', %s, %s, %s, '')",
+            (dina.tenant_id, dina.principal_id, dina.principal_id, dina.session_id),
+        )
+        ids = [
+            r[0]
+            for r in conn.execute(
+                "select d.memory_id"
+                "  from harbor._dense_candidates_on_shard(%s::text::public.vector, %s,"
+                "           '{user,project,session}', now(), 10, p_exact_limit => 0) d"
+                " order by d.dense_rank",
+                (str(embedder.embed_sync("dina's sister in Oslo")), embedder.model_id),
+            ).fetchall()
+        ]
+        walked = list(notes)
+        contents = dict(
+            conn.execute(
+                "select id, content from harbor.memories where tenant_id = %s and id = any (%s)",
+                (dina.tenant_id, ids),
+            ).fetchall()
+        )
+    assert contents[ids[0]] == "dina's sister lives in Oslo", contents
+    assert len(ids) == 3
+    assert any(n.startswith("executing the command locally") for n in walked), walked
+    assert not [n for n in walked if n.startswith("issuing")]
+
+
+def test_recalls_twins_keep_their_originals_owner_and_callers(stored: ClusterDatabase) -> None:
+    # on every node: the legs' twins are SECURITY DEFINER as the legs are on one server
+    # (owned by harbor_search), recall's twin an invoker; PUBLIC cannot run any of them,
+    # the roles that may run the original may run the twin
+    statement = (
+        "select p.proname::text, p.prosecdef, pg_get_userbyid(p.proowner)::text,"
+        "       has_function_privilege('public', p.oid, 'execute'),"
+        "       array(select r from unnest(array['harbor_app', 'harbor_search', 'harbor_admin']) r"
+        "              where has_function_privilege(r, p.oid, 'execute')),"
+        "       array(select r from unnest(array['harbor_app', 'harbor_search', 'harbor_admin']) r"
+        "              where has_function_privilege(r, o.oid, 'execute')),"
+        "       pg_get_userbyid(o.proowner)::text"
+        "  from pg_proc p"
+        "  join pg_proc o on o.pronamespace = p.pronamespace"
+        "   and o.proname = left(p.proname, -length('_on_shard'))"
+        " where p.pronamespace = 'harbor'::regnamespace and p.proname like '%\\_on\\_shard'"
+        " order by 1"
+    )
+    urls = [stored.superuser_url] + [
+        stored.worker_url(i) for i in range(len(stored.cluster.workers))
+    ]
+    for url in urls:
+        with psycopg.connect(url) as conn:
+            rows = conn.execute(statement).fetchall()
+        assert [r[0] for r in rows] == [
+            "_dense_candidates_on_shard",
+            "_lexical_candidates_on_shard",
+            "recall_on_shard",
+        ], url
+        for name, definer, owner, public, callers, original_callers, original_owner in rows:
+            assert definer == (name != "recall_on_shard"), name
+            assert owner == original_owner, name
+            assert not public, name
+            assert callers == original_callers, name
+        assert {r[2] for r in rows if r[1]} == {"harbor_search"}
