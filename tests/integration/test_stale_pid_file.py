@@ -116,7 +116,8 @@ def test_starts_right_after_the_server_was_killed(data: Path) -> None:
         [
             sys.executable,
             "-c",
-            "import sys, psycopg; from harbor_pg.db import server; sys.stdin.readline(); " + _START,
+            "import sys, psycopg; from harbor_pg.db import server;"
+            " print('ready', flush=True); sys.stdin.readline(); " + _START,
             str(data),
         ],
         stdin=subprocess.PIPE,
@@ -125,7 +126,8 @@ def test_starts_right_after_the_server_was_killed(data: Path) -> None:
         text=True,
     )
     try:
-        time.sleep(3)  # let it import
+        assert waiting.stdout is not None
+        assert waiting.stdout.readline() == "ready\n"  # imported, waiting for the line
         os.kill(_postmaster(pgdata), signal.SIGKILL)
         _stdout, stderr = waiting.communicate("go\n", timeout=120)
         assert waiting.returncode == 0, stderr
