@@ -32,6 +32,7 @@ what Citus needs is derived from them here, so the two cannot drift.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -509,7 +510,7 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
             rewritten = _BINDING_CALL.sub(lambda _m: binding_select, rewritten)
         if rewritten != definition:
             conn.execute(rewritten.replace("AS $function$", "AS $function$\n" + _REWRITTEN_MARK, 1))
-    _on_shard_twins(conn)
+    _shard_twin_templates(conn)
     # the Citus forms kept as SQL files of their own (sql/citus/): the view
     # harbor.memory_history, whose recursive CTE Citus refuses, and the trigger that
     # stands for the superseded_by key's ON DELETE SET NULL
@@ -551,67 +552,99 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
 _VOLATILITY = {"v": "volatile", "s": "stable", "i": "immutable"}
 
 #: recall's functions as a delegated recall runs them on the worker holding its tenant's
-#: shard (sql/citus/recall.sql): each of their Citus forms again, named with
-#: ``_on_shard`` and calling each other's twins; the candidate legs among them stay
-#: SECURITY DEFINER as on one server (their owner's, harbor_search's, BYPASSRLS).
-#: Made invoker, a leg read under the shard's policies, and a policy's predicate comes
-#: before any of the query's that is not leakproof: the owner-terms index could not
-#: serve the lexical leg's term lookup, which then computed every tenant row's owner
-#: terms instead (measured on a worker: 19 ms against 0.6 ms for a lookup of two
-#: terms). On the worker they read only the tenant's own shard, which needs no
-#: connection (Citus's local execution), so the role's NOLOGIN does not matter there.
+#: shard (sql/citus/recall.sql, harbor._recall_twin): their Citus forms again, as
+#: temporary functions of the connection whose statements name the tenant's shard
+#: tables, each ``<name>_on_shard_<shard>_<version>`` and calling the others by those
+#: names. The candidate legs among them are SECURITY DEFINER as on one server, owned by
+#: harbor_search (BYPASSRLS): made invoker, a leg read under the shard's policies, and a
+#: policy's predicate comes before any of the query's that is not leakproof, so the
+#: owner-terms index could not serve the lexical leg's term lookup, which computed every
+#: tenant row's owner terms instead (measured on a worker: 19 ms against 0.6 ms for a
+#: lookup of two terms).
 _ON_SHARD = ("_lexical_candidates", "_dense_candidates", "recall")
 #: (the candidate legs: definers on one server)
 _ON_SHARD_DEFINERS = ("_lexical_candidates", "_dense_candidates")
 
-#: definers owned by a NOLOGIN role that stay definers: called by a delegated call on
-#: the worker holding its tenant's shard, their statements run on that shard (Citus's
-#: local execution), with no connection opened as their owner (sql/citus/append.sql)
-_WORKER_DEFINERS = (
-    "_delegated_session_turns",
-    *(f"{name}_on_shard" for name in _ON_SHARD),
+#: the placeholders of the shard twins' templates: the twins' name suffix (the shard and
+#: the templates' version) and each co-located table (its shard's name)
+_TWIN_SUFFIX = "@@suffix@@"
+_TWIN_TABLE = re.compile(
+    r"(?<![':.\w])(" + "|".join(re.escape(t) for t in CO_LOCATED) + r")(?![\w])"
 )
 
 
-def _on_shard_twins(conn: psycopg.Connection[Any]) -> None:
-    """Create the ``_on_shard`` twins of :data:`_ON_SHARD` from their Citus forms
-    (idempotent): the same body and signature under the twin's name, calling the
-    other twins; a twin of a function that was SECURITY DEFINER on one server (the
-    rewrites made it invoker here) is a definer again, owned by the same role; each
-    executable by the roles that may execute its original."""
+def shard_twin_templates(definitions: dict[str, str]) -> list[str]:
+    """The CREATE FUNCTION statements of recall's twins on one shard (temporary
+    functions of the connection that runs them), from the Citus forms of
+    :data:`_ON_SHARD` (``name -> pg_get_functiondef``, every name qualified): each named
+    ``pg_temp.<name>_on_shard_@@suffix@@`` and calling the others by those names, each
+    co-located table as ``@@harbor.<table>@@`` (its shard's name, filled in at the
+    call), the legs SECURITY DEFINER, with the generic plans of one server (the Citus
+    forms ask for custom plans, which Citus needs to prune a statement to its shards: a
+    shard table needs no pruning). Table names in string literals or casts (a regclass,
+    a row type) stay."""
     calls = re.compile(r"\bharbor\.(" + "|".join(map(re.escape, _ON_SHARD)) + r")\(")
+    out = []
     for name in _ON_SHARD:
-        rows = conn.execute(
-            "select pg_get_functiondef(p.oid), p.oid::regprocedure::text,"
-            "       pg_get_userbyid(p.proowner)::text,"
-            "       array(select r.rolname::text from pg_roles r"
-            "              where r.rolname in ('harbor_app', 'harbor_search', 'harbor_admin')"
-            "                and has_function_privilege(r.oid, p.oid, 'execute'))"
-            "  from pg_proc p"
-            " where p.pronamespace = 'harbor'::regnamespace and p.proname = %s",
-            (name,),
-        ).fetchall()
-        if len(rows) != 1:
-            raise MemoryConfigurationError(
-                f"harbor.{name}: expected one function of that name, found {len(rows)}"
-            )
-        definition, signature, owner, executors = rows[0]
-        twin = f"{name}_on_shard"
+        text = definitions[name]
         header = f"CREATE OR REPLACE FUNCTION harbor.{name}("
-        if not str(definition).startswith(header):
+        if not text.startswith(header) or "\nAS $function$" not in text:
             raise MemoryConfigurationError(f"harbor.{name}: unexpected definition")
-        body = calls.sub(lambda m: f"harbor.{m.group(1)}_on_shard(", str(definition))
+        twin = f"{name}_on_shard_{_TWIN_SUFFIX}"
+        text = f"CREATE FUNCTION pg_temp.{twin}(" + text[len(header) :]
+        text = calls.sub(lambda m: f"pg_temp.{m.group(1)}_on_shard_{_TWIN_SUFFIX}(", text)
         # its parameters and variables qualified by the function's name (recall.top_k)
-        body = re.sub(rf"(?<![\w.]){re.escape(name)}\.(?=[a-z_])", f"{twin}.", body)
-        conn.execute(body)
-        twin_signature = signature.replace(f"harbor.{name}(", f"harbor.{twin}(", 1)
-        conn.execute("select create_distributed_function(%s)", (twin_signature,))
-        if name in _ON_SHARD_DEFINERS:
-            conn.execute(f"alter function {twin_signature} security definer")
-        conn.execute(f"alter function {twin_signature} owner to {owner}")
-        conn.execute(f"revoke all on function {twin_signature} from public")
-        for role in executors:
-            conn.execute(f"grant execute on function {twin_signature} to {role}")
+        text = re.sub(rf"(?<![\w.]){re.escape(name)}\.(?=[a-z_])", f"{twin}.", text)
+        text = _TWIN_TABLE.sub(lambda m: f"@@{m.group(1)}@@", text)
+        text = text.replace(
+            "SET plan_cache_mode TO 'force_custom_plan'",
+            "SET plan_cache_mode TO 'force_generic_plan'",
+        )
+        if name in _ON_SHARD_DEFINERS and " SECURITY DEFINER" not in text.split("AS $function$")[0]:
+            text = text.replace("\nAS $function$", "\n SECURITY DEFINER\nAS $function$", 1)
+        out.append(text)
+    return out
+
+
+def _shard_twin_templates(conn: psycopg.Connection[Any]) -> None:
+    """``harbor._recall_twin_templates()``: the templates of :func:`shard_twin_templates`
+    for the current Citus forms, their version (a hash of them) first; what
+    ``harbor._recall_twin()`` (sql/citus/recall.sql) fills in on a worker."""
+    # (every name in the definitions qualified: they are run with pg_catalog alone)
+    conn.execute("set search_path to pg_catalog")
+    definitions = {
+        str(name): str(text)
+        for name, text in conn.execute(
+            "select p.proname::text, pg_get_functiondef(p.oid) from pg_proc p"
+            " where p.pronamespace = 'harbor'::regnamespace and p.proname = any (%s)",
+            (list(_ON_SHARD),),
+        ).fetchall()
+    }
+    conn.execute("reset search_path")
+    if sorted(definitions) != sorted(_ON_SHARD):
+        raise MemoryConfigurationError(f"recall's twins: found {sorted(definitions)}")
+    templates = shard_twin_templates(definitions)
+    version = hashlib.sha256("\0".join(templates).encode()).hexdigest()[:8]
+    quote = "$harbor_twin$"
+    if any(quote in t for t in templates):
+        raise MemoryConfigurationError("recall's twins: a template holds the quote $harbor_twin$")
+    items = ",\n".join(f"{quote}{t}{quote}" for t in [version, *templates])
+    conn.execute(
+        "create or replace function harbor._recall_twin_templates() returns text[]"
+        " language sql immutable security invoker parallel safe"
+        f" return array[{items}]"
+    )
+    conn.execute("alter function harbor._recall_twin_templates() owner to harbor_owner")
+    conn.execute("select create_distributed_function('harbor._recall_twin_templates()')")
+    conn.execute("revoke all on function harbor._recall_twin_templates() from public")
+    conn.execute("grant execute on function harbor._recall_twin_templates() to harbor_search")
+
+
+#: definers owned by a NOLOGIN role that stay definers: called by a delegated call on
+#: the worker holding its tenant's shard, their statements run on that shard (Citus's
+#: local execution, or the shard table itself), with no connection opened as their
+#: owner (sql/citus/append.sql, recall.sql)
+_WORKER_DEFINERS = ("_delegated_session_turns", "_recall_twin")
 
 
 #: the append in one call Citus delegates to the tenant's worker (sql/citus/append.sql)

@@ -17,6 +17,76 @@
 -- another tenant (the distribution argument: the call is sent to that tenant's worker),
 -- user or session than its own is refused before any row is read. harbor.recall() then
 -- runs as the caller (security invoker), under the same policies as on one server.
+-- harbor._recall_twin: recall's twins for the caller's tenant's shard, in this connection,
+-- made unless they are there; returns their names' suffix (the shard's id and the
+-- templates' version). They are temporary functions (pg_temp, this connection's alone,
+-- dropped with it): the statements of recall_on_shard() and its candidate legs with each
+-- co-located table replaced by the tenant's shard of it (harbor._recall_twin_templates(),
+-- made by harbor-pg distribute, harbor_pg.db.citus). A statement on a distributed table
+-- pays Citus's planning and execution on the worker every time it runs, 0.5-1 ms a
+-- statement beside the shard query's own 0.05-0.2 ms (a delegated recall runs about ten:
+-- on a worker, 11 ms against about 2); on the shard table it is PostgreSQL's alone, its
+-- plan kept by the connection. Made by harbor_search (SECURITY DEFINER, BYPASSRLS,
+-- NOLOGIN), so the legs' twins are definers owned by it, as the legs are; a function of
+-- one of the twins' names that harbor_search does not own (another role of the session
+-- made it first) is refused, not used. Only on the node that holds the shard, for the
+-- caller's own tenant (recall_delegated holds the shard before it calls this).
+create or replace function harbor._recall_twin(p_tenant_id text) returns text
+    language plpgsql volatile security definer
+    set search_path to pg_catalog, pg_temp
+    -- (a temporary function is this connection's alone: nothing to send to other nodes,
+    -- and a worker refuses to send DDL)
+    set citus.enable_ddl_propagation to off
+as $$
+declare
+    v_templates text[] := harbor._recall_twin_templates();
+    v_suffix    text;
+    v_names     text[];
+    v_text      text;
+    v_table     text;
+begin
+    if p_tenant_id is distinct from harbor.caller_tenant() then
+        raise exception 'harbor._recall_twin: not the caller''s tenant' using errcode = '42501';
+    end if;
+    v_suffix := get_shard_id_for_distribution_column('harbor.memories', p_tenant_id)::text
+                || '_' || v_templates[1];
+    v_names := array['_lexical_candidates_on_shard_' || v_suffix,
+                     '_dense_candidates_on_shard_' || v_suffix, 'recall_on_shard_' || v_suffix];
+    if (select count(*) from pg_catalog.pg_proc p
+         where p.pronamespace = pg_catalog.pg_my_temp_schema() and p.proname = any (v_names)
+           and p.proowner = 'harbor_search'::regrole) = 3 then
+        return v_suffix;
+    end if;
+    if exists (select 1 from pg_catalog.pg_proc p
+                where p.pronamespace = pg_catalog.pg_my_temp_schema()
+                  and p.proname = any (v_names)) then
+        raise exception 'harbor._recall_twin: a function of this connection holds the name of'
+                        ' a recall twin' using errcode = '42501';
+    end if;
+    foreach v_text in array v_templates[2:] loop
+        v_text := replace(v_text, '@@suffix@@', v_suffix);
+        foreach v_table in array array['harbor.memories', 'harbor.memory_embeddings',
+                                       'harbor.messages', 'harbor.working_state',
+                                       'harbor.session_state', 'harbor.owner_locks',
+                                       'harbor.memory_hits'] loop
+            if strpos(v_text, '@@' || v_table || '@@') > 0 then
+                v_text := replace(v_text, '@@' || v_table || '@@',
+                                  shard_name(v_table::regclass,
+                                             get_shard_id_for_distribution_column(
+                                                 v_table::regclass, p_tenant_id)));
+            end if;
+        end loop;
+        execute v_text;
+    end loop;
+    return v_suffix;
+end
+$$;
+grant create on schema harbor to harbor_search;
+alter function harbor._recall_twin(text) owner to harbor_search;
+revoke create on schema harbor from harbor_search;
+revoke all on function harbor._recall_twin(text) from public;
+grant execute on function harbor._recall_twin(text) to harbor_app, harbor_search;
+
 create or replace function harbor.recall_delegated(
     p_tenant_id text, p_project_id text, p_principal_id text, p_user_id text,
     p_session_id text, p_run_id text,
@@ -66,22 +136,25 @@ begin
         p_user_id, p_session_id, p_run_id);
     -- on the worker that holds the tenant's shard (the call was delegated), without
     -- the global scope (whose memories are on the shard of tenant '', maybe another
-    -- node's): recall's twins for this node alone (harbor_pg.db.citus), whose
-    -- candidate legs read as on one server; elsewhere harbor.recall() itself
+    -- node's): recall's twins on the tenant's shard tables (harbor._recall_twin, above),
+    -- whose candidate legs read as on one server; elsewhere harbor.recall() itself
     if (select g.groupid from pg_dist_local_group g) <> 0
        and 'global' <> all (coalesce(recall_delegated.scopes, '{}')) then
-        return query
-        select r.* from harbor.recall_on_shard(
-            recall_delegated.query, recall_delegated.query_embedding, recall_delegated.model_id,
-            recall_delegated.scopes, recall_delegated.top_k, recall_delegated.anchor_entity_ids,
-            recall_delegated.wanted_types, recall_delegated.as_of,
-            recall_delegated.recency_half_life_hours, recall_delegated.entity_weight,
-            recall_delegated.type_weight, recall_delegated.rrf_k, recall_delegated.min_similarity,
-            recall_delegated.token_budget, recall_delegated.candidates,
-            recall_delegated.dense_weight, recall_delegated.lexical_weight,
-            recall_delegated.fusion, recall_delegated.max_sensitivity,
-            recall_delegated.neighbour_weight, recall_delegated.date_weight,
-            recall_delegated.importance_half_life_hours, recall_delegated.excluded_types) r;
+        return query execute pg_catalog.format(
+            'select r.* from pg_temp.%I($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,'
+            ' $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23) r',
+            'recall_on_shard_' || harbor._recall_twin(p_tenant_id))
+        using recall_delegated.query, recall_delegated.query_embedding,
+              recall_delegated.model_id, recall_delegated.scopes, recall_delegated.top_k,
+              recall_delegated.anchor_entity_ids, recall_delegated.wanted_types,
+              recall_delegated.as_of, recall_delegated.recency_half_life_hours,
+              recall_delegated.entity_weight, recall_delegated.type_weight,
+              recall_delegated.rrf_k, recall_delegated.min_similarity,
+              recall_delegated.token_budget, recall_delegated.candidates,
+              recall_delegated.dense_weight, recall_delegated.lexical_weight,
+              recall_delegated.fusion, recall_delegated.max_sensitivity,
+              recall_delegated.neighbour_weight, recall_delegated.date_weight,
+              recall_delegated.importance_half_life_hours, recall_delegated.excluded_types;
     else
         return query
         select r.* from harbor.recall(

@@ -273,11 +273,9 @@ def test_a_delegated_recall_reads_its_tenants_shard_alone(
     stored: ClusterDatabase, dina: MemoryOwner
 ) -> None:
     # on the worker, every statement of the delegated recall (both legs, the ranking and
-    # the hydration) runs on the tenant's own shard: none is sent over a connection to
-    # another shard, this node's or the other worker's (without the policies, the
-    # lexical leg's term ranking went to every shard of both workers, its tenant
-    # predicate and the visibility test's taken together, over connections its owner,
-    # harbor_search, cannot open)
+    # the hydration) reads the tenant's own shard tables, through recall's twins for
+    # that shard (harbor._recall_twin): none is sent over a connection to another shard,
+    # this node's or the other worker's, nor run through Citus's local execution
     embedder = HashingEmbedder()
     question = "what did dina say about the garden?"
     params = {
@@ -292,8 +290,8 @@ def test_a_delegated_recall_reads_its_tenants_shard_alone(
     contents = [r[10] for r in rows]
     assert contents[0] == "dina waters the garden on sunday", contents
     assert "the garden shed needs a new roof" in contents
-    assert any(n.startswith("executing the command locally") for n in notes), notes
-    assert not [n for n in notes if n.startswith("issuing")]
+    # every statement on the shard tables themselves: none through Citus
+    assert notes == []
 
 
 def test_the_dense_legs_graph_walk_reads_its_tenants_shard_alone(
@@ -301,7 +299,8 @@ def test_the_dense_legs_graph_walk_reads_its_tenants_shard_alone(
 ) -> None:
     # the dense leg's walk of the HNSW graph (an owner of more vectors than the exact
     # scan reads: here every owner, p_exact_limit 0), as a delegated recall runs it on
-    # the tenant's worker: on that shard alone, and it finds the owner's nearest
+    # the tenant's worker (its twin there): on the tenant's shard table, and it finds the
+    # owner's nearest
     embedder = HashingEmbedder()
     conn, notes = _on_worker(stored, dina)
     with conn, conn.transaction():
@@ -309,13 +308,16 @@ def test_the_dense_legs_graph_walk_reads_its_tenants_shard_alone(
             "select harbor._delegated_caller('test', 'harbor.memories', %s, '', %s, %s, %s, '')",
             (dina.tenant_id, dina.principal_id, dina.principal_id, dina.session_id),
         )
+        [(suffix,)] = conn.execute("select harbor._recall_twin(%s)", (dina.tenant_id,))
+        notes.clear()
         ids = [
             r[0]
             for r in conn.execute(
-                "select d.memory_id"
-                "  from harbor._dense_candidates_on_shard(%s::text::public.vector, %s,"
-                "           '{user,project,session}', now(), 10, p_exact_limit => 0) d"
-                " order by d.dense_rank",
+                sql.SQL(
+                    "select d.memory_id from {}(%s::text::public.vector, %s,"
+                    " '{{user,project,session}}', now(), 10, p_exact_limit => 0) d"
+                    " order by d.dense_rank"
+                ).format(sql.Identifier("pg_temp", f"_dense_candidates_on_shard_{suffix}")),
                 (str(embedder.embed_sync("dina's sister in Oslo")), embedder.model_id),
             ).fetchall()
         ]
@@ -328,42 +330,63 @@ def test_the_dense_legs_graph_walk_reads_its_tenants_shard_alone(
         )
     assert contents[ids[0]] == "dina's sister lives in Oslo", contents
     assert len(ids) == 3
-    assert any(n.startswith("executing the command locally") for n in walked), walked
-    assert not [n for n in walked if n.startswith("issuing")]
+    assert walked == []
 
 
-def test_recalls_twins_keep_their_originals_owner_and_callers(stored: ClusterDatabase) -> None:
-    # on every node: the legs' twins are SECURITY DEFINER as the legs are on one server
-    # (owned by harbor_search), recall's twin an invoker; PUBLIC cannot run any of them,
-    # the roles that may run the original may run the twin
-    statement = (
-        "select p.proname::text, p.prosecdef, pg_get_userbyid(p.proowner)::text,"
-        "       has_function_privilege('public', p.oid, 'execute'),"
-        "       array(select r from unnest(array['harbor_app', 'harbor_search', 'harbor_admin']) r"
-        "              where has_function_privilege(r, p.oid, 'execute')),"
-        "       array(select r from unnest(array['harbor_app', 'harbor_search', 'harbor_admin']) r"
-        "              where has_function_privilege(r, o.oid, 'execute')),"
-        "       pg_get_userbyid(o.proowner)::text"
-        "  from pg_proc p"
-        "  join pg_proc o on o.pronamespace = p.pronamespace"
-        "   and o.proname = left(p.proname, -length('_on_shard'))"
-        " where p.pronamespace = 'harbor'::regnamespace and p.proname like '%\\_on\\_shard'"
-        " order by 1"
+def test_recalls_twins_are_the_connections_own_and_keep_the_legs_rights(
+    stored: ClusterDatabase, dina: MemoryOwner
+) -> None:
+    # a delegated recall makes recall's twins for its tenant's shard in the worker's
+    # connection, once: temporary functions (no other connection sees them), the legs'
+    # SECURITY DEFINER owned by harbor_search as the legs are on one server, recall's an
+    # invoker; the next recall on that shard uses them again
+    conn, _notes = _on_worker(stored, dina)
+    twins = (
+        "select p.proname::text, p.prosecdef, pg_get_userbyid(p.proowner)::text"
+        "  from pg_proc p where p.pronamespace = pg_my_temp_schema() order by 1"
     )
-    urls = [stored.superuser_url] + [
-        stored.worker_url(i) for i in range(len(stored.cluster.workers))
-    ]
-    for url in urls:
-        with psycopg.connect(url) as conn:
-            rows = conn.execute(statement).fetchall()
-        assert [r[0] for r in rows] == [
-            "_dense_candidates_on_shard",
-            "_lexical_candidates_on_shard",
-            "recall_on_shard",
-        ], url
-        for name, definer, owner, public, callers, original_callers, original_owner in rows:
-            assert definer == (name != "recall_on_shard"), name
-            assert owner == original_owner, name
-            assert not public, name
-            assert callers == original_callers, name
-        assert {r[2] for r in rows if r[1]} == {"harbor_search"}
+    with conn:
+        for _ in range(2):
+            conn.execute(query("recall_delegated"), _params(dina, query="garden")).fetchall()
+            rows = conn.execute(twins).fetchall()
+            assert [(r[0].split("_on_shard_")[0], r[1], r[2]) for r in rows] == [
+                ("_dense_candidates", True, "harbor_search"),
+                ("_lexical_candidates", True, "harbor_search"),
+                ("recall", False, "harbor_search"),
+            ]
+        shard = conn.execute(
+            "select get_shard_id_for_distribution_column('harbor.memories', %s::text)",
+            (dina.tenant_id,),
+        ).fetchone()
+        assert shard is not None
+        assert all(f"_on_shard_{shard[0]}_" in r[0] for r in rows)
+    other, _notes = _on_worker(stored, dina)
+    with other:
+        assert other.execute(twins).fetchall() == []
+
+
+def test_a_function_planted_under_a_twins_name_is_refused(
+    stored: ClusterDatabase, dina: MemoryOwner
+) -> None:
+    # the caller's own function under the name of one of recall's twins, made in its
+    # connection before the recall: the recall refuses to run it (or to make the twins
+    # beside it), before anything is read
+    node = stored.node_of(dina.tenant_id)
+    index = [w.port for w in stored.cluster.workers].index(node.port)
+    with psycopg.connect(stored.worker_url(index)) as su:
+        [(suffix,)] = su.execute(
+            "select get_shard_id_for_distribution_column('harbor.memories', %s::text)::text"
+            " || '_' || (harbor._recall_twin_templates())[1]",
+            (dina.tenant_id,),
+        ).fetchall()
+    conn, _notes = _on_worker(stored, dina)
+    with conn:
+        # (a worker sends no DDL on: the caller's own setting)
+        conn.execute("set citus.enable_ddl_propagation = off")
+        conn.execute(
+            sql.SQL("create function {}() returns integer language sql return 1").format(
+                sql.Identifier("pg_temp", f"_lexical_candidates_on_shard_{suffix}")
+            )
+        )
+        with pytest.raises(errors.InsufficientPrivilege, match="holds the name of a recall twin"):
+            conn.execute(query("recall_delegated"), _params(dina, query="garden"))

@@ -124,12 +124,12 @@ def test_only_candidate_functions_are_security_definers(attacker: Conn) -> None:
     # _session_turns counts the turns of the caller's own session only, 0 for any other:
     # test_cannot_count_other_sessions_turns; _delegated_session_turns, on Citus only,
     # the same count on the worker of a delegated append:
-    # tests/citus/test_cluster_append.py; _dense_candidates_on_shard and
-    # _lexical_candidates_on_shard, on Citus only, the candidate legs again as a delegated
-    # recall runs them on its tenant's worker: tests/security/test_recall_candidates.py)
+    # tests/citus/test_cluster_append.py; _recall_twin, on Citus only, makes the twins of
+    # recall and its candidate legs on the caller's own tenant's shard tables, temporary
+    # functions of the connection, and refuses another tenant:
+    # tests/security/test_recall_candidates.py, tests/citus/test_cluster_recall_delegated.py)
     assert definers <= {
-        "_dense_candidates_on_shard",
-        "_lexical_candidates_on_shard",
+        "_recall_twin",
         "_hold_tenant_shard",
         "_session_turns",
         "_delegated_session_turns",

@@ -329,22 +329,19 @@ def _contents(conn: Conn, ids: set[str]) -> list[str]:
     return [r[0] for r in rows.fetchall()]
 
 
-# The legs' twins a delegated recall runs on its tenant's worker (harbor_pg.db.citus,
-# _ON_SHARD): SECURITY DEFINER as the legs are on one server, over the scopes of the
-# caller's tenant (a recall with the global scope is not delegated). Each path of each,
-# called on the worker that holds the identity's tenant, returns exactly the rows of that
-# tenant the policies give the caller there.
+# The legs' twins a delegated recall runs on its tenant's worker (harbor._recall_twin,
+# sql/citus/recall.sql): temporary functions of the connection on the tenant's shard
+# tables, SECURITY DEFINER as the legs are on one server, over the scopes of the caller's
+# tenant (a recall with the global scope is not delegated). Each path of each, called on
+# the worker that holds the identity's tenant, returns exactly the rows of that tenant
+# the policies give the caller there.
 _TENANT_SCOPES = "{tenant,project,user,session,run}"
 ON_SHARD_PATHS = {
-    "lexical-scan": "harbor._lexical_candidates_on_shard('shared words', %s, now(), 1000, 5000, 0)",
-    "lexical-index": "harbor._lexical_candidates_on_shard('shared words', %s, now(), 1000, 0, 0)",
-    "lexical-lookup": (
-        "harbor._lexical_candidates_on_shard('shared words', %s, now(), 1000, 0, 100000)"
-    ),
-    "dense-exact": (
-        "harbor._dense_candidates_on_shard(%s::vector, 'm384', %s, now(), 1000, 5000)"
-    ),
-    "dense-hnsw": "harbor._dense_candidates_on_shard(%s::vector, 'm384', %s, now(), 1000, 0)",
+    "lexical-scan": ("_lexical_candidates", "'shared words', %s, now(), 1000, 5000, 0"),
+    "lexical-index": ("_lexical_candidates", "'shared words', %s, now(), 1000, 0, 0"),
+    "lexical-lookup": ("_lexical_candidates", "'shared words', %s, now(), 1000, 0, 100000"),
+    "dense-exact": ("_dense_candidates", "%s::vector, 'm384', %s, now(), 1000, 5000"),
+    "dense-hnsw": ("_dense_candidates", "%s::vector, 'm384', %s, now(), 1000, 0"),
 }
 
 
@@ -354,11 +351,15 @@ def _on_tenants_worker(db: Any, tenant: str, role: str) -> Conn:
     return connect(db.worker_url(index, role), autocommit=True)
 
 
-def _twin_ids(conn: Conn, path: str) -> set[str]:
-    args: tuple[str, ...] = (_TENANT_SCOPES,)
-    if path.startswith("dense"):
-        args = (_vector(random.Random(11)), _TENANT_SCOPES)
-    rows = conn.execute(f"select memory_id from {ON_SHARD_PATHS[path]}", args).fetchall()
+def _twin_ids(conn: Conn, tenant: str, path: str) -> set[str]:
+    """The rows of ``path``'s twin, made for ``tenant``'s shard in this connection."""
+    leg, args = ON_SHARD_PATHS[path]
+    [(suffix,)] = conn.execute("select harbor._recall_twin(%s)", (tenant,)).fetchall()
+    values: tuple[str, ...] = (_TENANT_SCOPES,)
+    if leg == "_dense_candidates":
+        values = (_vector(random.Random(11)), _TENANT_SCOPES)
+    name = f"pg_temp.{leg}_on_shard_{suffix}"
+    rows = conn.execute(f"select memory_id from {name}({args})", values).fetchall()
     return {r[0] for r in rows}
 
 
@@ -380,7 +381,7 @@ def test_the_legs_twins_on_the_tenants_worker_return_the_policy_rows(
         # one server has no twins: a recall runs the legs themselves
         with connect(recall_db.superuser_url) as conn:
             found = conn.execute(
-                "select count(*) from pg_proc where proname like '%%\\_on\\_shard'"
+                "select count(*) from pg_proc where proname like '%%\\_twin%%'"
             ).fetchone()
         assert found == (0,)
         return
@@ -388,24 +389,25 @@ def test_the_legs_twins_on_the_tenants_worker_return_the_policy_rows(
     with _on_tenants_worker(recall_db, tenant, "harbor_app") as conn:
         _set_identity(conn, identity)
         expected = _tenant_policy_ids(conn, tenant)
-        assert _twin_ids(conn, path) == expected
+        assert _twin_ids(conn, tenant, path) == expected
 
 
 @pytest.mark.parametrize("path", ON_SHARD_PATHS)
 def test_the_legs_twins_keep_a_bound_role_to_its_binding(recall_db: Any, path: str) -> None:
-    """SET ROLE to a role bound to t1/u1, on the worker that holds tenant t2's rows, with
-    settings naming t2: the twins read as the binding, t1's rows of user u1 and of t1."""
+    """SET ROLE to a role bound to t1/u1, on the worker that holds tenant t1's rows, with
+    settings naming t2: the twins cannot be made for t2's shard, and those of t1's read as
+    the binding, t1's rows of user u1 and of t1."""
     if not on_cluster(recall_db.app_url):
         return  # (one server: test_set_role_to_a_bound_role_cannot_be_spoofed_by_settings)
-    with _on_tenants_worker(recall_db, "t2", LOGIN_ROLE) as conn:
+    with _on_tenants_worker(recall_db, "t1", LOGIN_ROLE) as conn:
         conn.execute(f"set role {BOUND_ROLE}")
         for name, value in [("tenant_id", "t2"), ("user_id", "u1"), ("principal_id", "u1")]:
             conn.execute("select set_config(%s, %s, false)", (f"harbor.{name}", value))
-        got = _twin_ids(conn, path)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="not the caller's tenant"):
+            conn.execute("select harbor._recall_twin('t2')")
+        got = _twin_ids(conn, "t1", path)
     with _on_tenants_worker(recall_db, "t1", "harbor_app") as conn:
         _set_identity(conn, ("t1", None, "u1", None, None))
         expected = _tenant_policy_ids(conn, "t1")
-    same_node = recall_db.node_of("t1").port == recall_db.node_of("t2").port
-    # (t1's shard elsewhere: the twin reads only this node's shard, and finds nothing of
-    # t1 here; never anything of t2)
-    assert got == (expected if same_node else set())
+    assert expected
+    assert got == expected
