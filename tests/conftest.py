@@ -8,12 +8,17 @@ gets a fresh copy made with CREATE DATABASE ... TEMPLATE.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import itertools
+import logging
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import traceback
 import warnings
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -89,6 +94,74 @@ def _no_durability(superuser_url: str) -> None:
 
 
 def run_cli(*argv: str, url: str) -> subprocess.CompletedProcess[str]:
+    """``harbor-pg ARGV`` against ``url`` (HARBOR_DATABASE_URL), run in this process.
+
+    The command's entry function, :func:`harbor_pg.cli.main`, runs as the console
+    script runs it: with HARBOR_DATABASE_URL set and HARBOR_ADMIN_DATABASE_URL unset,
+    its own stdout and stderr, the root logger configured by the command alone, and
+    the exit code (a return value, SystemExit or an uncaught exception's 1 with its
+    traceback on stderr) as a process would have it. It runs in a thread of its own,
+    since a command runs its own event loop and a test may be inside one. Starting
+    the interpreter is then not paid per call; the installed entry point across a
+    process boundary stays covered by the tests that start ``python -m
+    harbor_pg.cli`` themselves (test_server, test_cli_stop, test_mcp, test_jobs_failures,
+    tests/inspect/test_http and run_cli_process below).
+    """
+    from harbor_pg import cli
+
+    stdout = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True)
+    stderr = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True)
+    code: list[int] = []
+
+    def run() -> None:
+        try:
+            code.append(cli.main(list(argv)))
+        except SystemExit as exc:
+            if exc.code is None or isinstance(exc.code, int):
+                code.append(exc.code or 0)
+            else:
+                print(exc.code, file=sys.stderr)
+                code.append(1)
+        except BaseException:  # as the interpreter reports an uncaught exception
+            traceback.print_exc(file=sys.stderr)
+            code.append(1)
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    saved = {k: os.environ.get(k) for k in ("HARBOR_DATABASE_URL", "HARBOR_ADMIN_DATABASE_URL")}
+    os.environ["HARBOR_DATABASE_URL"] = url
+    os.environ.pop("HARBOR_ADMIN_DATABASE_URL", None)
+    root.handlers = []  # a fresh process's root logger, for the command's basicConfig
+    try:
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            thread = threading.Thread(target=run, name="harbor-pg cli")
+            thread.start()
+            thread.join()
+    finally:
+        for handler in root.handlers:
+            handler.close()
+        root.handlers, root.level = handlers, level
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return subprocess.CompletedProcess(
+        [sys.executable, "-m", "harbor_pg.cli", *argv],
+        code[0],
+        _text(stdout),
+        _text(stderr),
+    )
+
+
+def _text(stream: io.TextIOWrapper) -> str:
+    stream.flush()
+    buffer = stream.buffer
+    assert isinstance(buffer, io.BytesIO)
+    return buffer.getvalue().decode("utf-8")
+
+
+def run_cli_process(*argv: str, url: str) -> subprocess.CompletedProcess[str]:
     """``harbor-pg ARGV`` in a subprocess against ``url`` (HARBOR_DATABASE_URL)."""
     env = {**os.environ, "HARBOR_DATABASE_URL": url}
     env.pop("HARBOR_ADMIN_DATABASE_URL", None)
