@@ -560,8 +560,16 @@ _VOLATILITY = {"v": "volatile", "s": "stable", "i": "immutable"}
 #: policy's predicate comes before any of the query's that is not leakproof, so the
 #: owner-terms index could not serve the lexical leg's term lookup, which computed every
 #: tenant row's owner terms instead (measured on a worker: 19 ms against 0.6 ms for a
-#: lookup of two terms).
-_ON_SHARD = ("_lexical_candidates", "_dense_candidates", "recall")
+#: lookup of two terms). Every function recall calls that reads a co-located table has a
+#: twin: the twins plan generically, as on one server, which Citus cannot do for a
+#: statement on a distributed table ("could not create distributed plan").
+_ON_SHARD = (
+    "_lexical_candidates",
+    "_dense_candidates",
+    "_substring_matches",
+    "_decayed_importance",
+    "recall",
+)
 #: (the candidate legs: definers on one server)
 _ON_SHARD_DEFINERS = ("_lexical_candidates", "_dense_candidates")
 
@@ -608,7 +616,8 @@ def shard_twin_templates(definitions: dict[str, str]) -> list[str]:
 
 def _shard_twin_templates(conn: psycopg.Connection[Any]) -> None:
     """``harbor._recall_twin_templates()``: the templates of :func:`shard_twin_templates`
-    for the current Citus forms, their version (a hash of them) first; what
+    for the current Citus forms, their version (a hash of them) first, then each twin's
+    name (without its suffix) and template; what
     ``harbor._recall_twin()`` (sql/citus/recall.sql) fills in on a worker."""
     # (every name in the definitions qualified: they are run with pg_catalog alone)
     conn.execute("set search_path to pg_catalog")
@@ -628,7 +637,12 @@ def _shard_twin_templates(conn: psycopg.Connection[Any]) -> None:
     quote = "$harbor_twin$"
     if any(quote in t for t in templates):
         raise MemoryConfigurationError("recall's twins: a template holds the quote $harbor_twin$")
-    items = ",\n".join(f"{quote}{t}{quote}" for t in [version, *templates])
+    named = [
+        x
+        for name, text in zip(_ON_SHARD, templates, strict=True)
+        for x in (f"{name}_on_shard", text)
+    ]
+    items = ",\n".join(f"{quote}{t}{quote}" for t in [version, *named])
     conn.execute(
         "create or replace function harbor._recall_twin_templates() returns text[]"
         " language sql immutable security invoker parallel safe"

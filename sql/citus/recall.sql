@@ -39,6 +39,7 @@ create or replace function harbor._recall_twin(p_tenant_id text) returns text
     set citus.enable_ddl_propagation to off
 as $$
 declare
+    -- the templates' version, then each twin's name (without the suffix) and its template
     v_templates text[] := harbor._recall_twin_templates();
     v_suffix    text;
     v_names     text[];
@@ -50,11 +51,11 @@ begin
     end if;
     v_suffix := get_shard_id_for_distribution_column('harbor.memories', p_tenant_id)::text
                 || '_' || v_templates[1];
-    v_names := array['_lexical_candidates_on_shard_' || v_suffix,
-                     '_dense_candidates_on_shard_' || v_suffix, 'recall_on_shard_' || v_suffix];
+    v_names := array(select v_templates[i] || '_' || v_suffix
+                       from pg_catalog.generate_series(2, cardinality(v_templates), 2) i);
     if (select count(*) from pg_catalog.pg_proc p
          where p.pronamespace = pg_catalog.pg_my_temp_schema() and p.proname = any (v_names)
-           and p.proowner = 'harbor_search'::regrole) = 3 then
+           and p.proowner = 'harbor_search'::regrole) = cardinality(v_names) then
         return v_suffix;
     end if;
     if exists (select 1 from pg_catalog.pg_proc p
@@ -63,8 +64,8 @@ begin
         raise exception 'harbor._recall_twin: a function of this connection holds the name of'
                         ' a recall twin' using errcode = '42501';
     end if;
-    foreach v_text in array v_templates[2:] loop
-        v_text := replace(v_text, '@@suffix@@', v_suffix);
+    for i in 3 .. cardinality(v_templates) by 2 loop
+        v_text := replace(v_templates[i], '@@suffix@@', v_suffix);
         foreach v_table in array array['harbor.memories', 'harbor.memory_embeddings',
                                        'harbor.messages', 'harbor.working_state',
                                        'harbor.session_state', 'harbor.owner_locks',

@@ -294,6 +294,22 @@ def test_a_delegated_recall_reads_its_tenants_shard_alone(
     assert notes == []
 
 
+def test_the_substring_fallback_of_a_delegated_recall_reads_its_tenants_shard_alone(
+    stored: ClusterDatabase, dina: MemoryOwner
+) -> None:
+    # text that is no word of any memory but a piece of one, without a vector: the
+    # fallback finds it, on the tenant's shard table, the connection's twins planned
+    # once (its second call on the same connection too)
+    conn, notes = _on_worker(stored, dina)
+    with conn:
+        for _ in range(3):
+            rows = conn.execute(query("recall_delegated"), _params(dina, query="aters the gard"))
+            assert [(r[10], r[30]) for r in rows.fetchall()] == [
+                ("dina waters the garden on sunday", True)
+            ]
+    assert notes == []
+
+
 def test_the_dense_legs_graph_walk_reads_its_tenants_shard_alone(
     stored: ClusterDatabase, dina: MemoryOwner
 ) -> None:
@@ -338,8 +354,9 @@ def test_recalls_twins_are_the_connections_own_and_keep_the_legs_rights(
 ) -> None:
     # a delegated recall makes recall's twins for its tenant's shard in the worker's
     # connection, once: temporary functions (no other connection sees them), the legs'
-    # SECURITY DEFINER owned by harbor_search as the legs are on one server, recall's an
-    # invoker; the next recall on that shard uses them again
+    # SECURITY DEFINER owned by harbor_search as the legs are on one server, the others
+    # (recall's and the functions it calls that read a table) invokers; the next recall
+    # on that shard uses them again
     conn, _notes = _on_worker(stored, dina)
     twins = (
         "select p.proname::text, p.prosecdef, pg_get_userbyid(p.proowner)::text"
@@ -350,8 +367,10 @@ def test_recalls_twins_are_the_connections_own_and_keep_the_legs_rights(
             conn.execute(query("recall_delegated"), _params(dina, query="garden")).fetchall()
             rows = conn.execute(twins).fetchall()
             assert [(r[0].split("_on_shard_")[0], r[1], r[2]) for r in rows] == [
+                ("_decayed_importance", False, "harbor_search"),
                 ("_dense_candidates", True, "harbor_search"),
                 ("_lexical_candidates", True, "harbor_search"),
+                ("_substring_matches", False, "harbor_search"),
                 ("recall", False, "harbor_search"),
             ]
         shard = conn.execute(
