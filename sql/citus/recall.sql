@@ -2,12 +2,11 @@
 -- tenant's worker (harbor-pg distribute registers it with create_distributed_function,
 -- distribution argument p_tenant_id, co-located with harbor.memories; harbor_pg.db.citus).
 -- The coordinator sends the one call, in autocommit: no transaction block, no SET LOCAL;
--- the worker runs recall on its own shards (Citus's local execution), through the twins
--- harbor.recall_on_shard() and its candidate legs, which harbor-pg distribute makes of
--- recall's Citus forms: the legs there are SECURITY DEFINER as on one server, and read
--- through the same indexes (harbor_pg.db.citus, _ON_SHARD). Called on the coordinator,
--- harbor.recall()'s statements were each planned there and sent to the worker, a hop
--- and two plannings each.
+-- the worker runs recall on its tenant's shard tables, through twins of recall's Citus
+-- forms made in its connection (harbor._recall_twin, below): the candidate legs' twins
+-- are SECURITY DEFINER as on one server, and read through the same indexes. Called on
+-- the coordinator, harbor.recall()'s statements were each planned there and sent to the
+-- worker, a hop and two plannings each.
 --
 -- The identity travels as the call's arguments, as harbor.append_turn's does
 -- (sql/citus/append.sql): the function sets it (SET LOCAL, for the worker's
@@ -17,6 +16,7 @@
 -- another tenant (the distribution argument: the call is sent to that tenant's worker),
 -- user or session than its own is refused before any row is read. harbor.recall() then
 -- runs as the caller (security invoker), under the same policies as on one server.
+
 -- harbor._recall_twin: recall's twins for the caller's tenant's shard, in this connection,
 -- made unless they are there; returns their names' suffix (the shard's id and the
 -- templates' version). They are temporary functions (pg_temp, this connection's alone,
@@ -66,16 +66,14 @@ begin
     end if;
     for i in 3 .. cardinality(v_templates) by 2 loop
         v_text := replace(v_templates[i], '@@suffix@@', v_suffix);
-        foreach v_table in array array['harbor.memories', 'harbor.memory_embeddings',
-                                       'harbor.messages', 'harbor.working_state',
-                                       'harbor.session_state', 'harbor.owner_locks',
-                                       'harbor.memory_hits'] loop
-            if strpos(v_text, '@@' || v_table || '@@') > 0 then
-                v_text := replace(v_text, '@@' || v_table || '@@',
-                                  shard_name(v_table::regclass,
-                                             get_shard_id_for_distribution_column(
-                                                 v_table::regclass, p_tenant_id)));
-            end if;
+        -- each co-located table the template names, as the tenant's shard of it
+        for v_table in select distinct t.m[1]
+                         from pg_catalog.regexp_matches(v_text, '@@(harbor\.\w+)@@', 'g') t(m)
+        loop
+            v_text := replace(v_text, '@@' || v_table || '@@',
+                              shard_name(v_table::regclass,
+                                         get_shard_id_for_distribution_column(
+                                             v_table::regclass, p_tenant_id)));
         end loop;
         execute v_text;
     end loop;
