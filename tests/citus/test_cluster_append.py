@@ -521,10 +521,12 @@ def test_on_the_worker_the_append_runs_on_the_shard_tables_prepared_once(
     cluster_db: ClusterDatabase,
 ) -> None:
     # on the tenant's worker the append's statements address the tenant's own shards
-    # (harbor._append_on_shard), prepared in the connection on its first append and used
-    # again by the next ones: after two appends there are five, each naming a shard of the
-    # tenant, and the turns are stored with the session's ids in order
-    owner = MemoryOwner(tenant_id="append-a", principal_id="ann", session_id="s-prepared")
+    # (harbor._append_steps), prepared in the connection on its first append and used
+    # again by the next ones: after two appends there are six, each naming a shard of the
+    # tenant, and the turns are stored with the session's ids in order; the first turn of
+    # a user and session writes their lock rows through one of them
+    owner = MemoryOwner(tenant_id="append-a", principal_id="pia", session_id="s-prepared")
+    locks_before = _locks(cluster_db.superuser_url, owner.tenant_id)
     shards = _shard_tables(cluster_db, owner.tenant_id)
     with psycopg.connect(_worker_of(cluster_db, owner.tenant_id, "harbor_app")) as conn:
         conn.autocommit = True
@@ -541,15 +543,19 @@ def test_on_the_worker_the_append_runs_on_the_shard_tables_prepared_once(
                 first = _prepared(conn)
         prepared = _prepared(conn)
     assert prepared == first
-    assert len(prepared) == 5, prepared
+    assert len(prepared) == 6, prepared
     suffix = shards["harbor.messages"].rsplit("_", 1)[1]
     assert all(name.endswith("_" + suffix) for name in prepared), prepared
     for text in prepared.values():
         assert any(f" {shard} " in text for shard in shards.values()), text
     assert ids == sorted(ids)
     turns = _turns(cluster_db.superuser_url, "append-a")
-    assert ("ann", "s-prepared", "prepared 0") in turns
-    assert ("ann", "s-prepared", "prepared 1") in turns
+    assert ("pia", "s-prepared", "prepared 0") in turns
+    assert ("pia", "s-prepared", "prepared 1") in turns
+    # the user's lock row and the session's, once
+    assert _locks(cluster_db.superuser_url, owner.tenant_id) == locks_before + 2
+    locks = next(text for name, text in prepared.items() if "_locks_" in name)
+    assert f" {shards['harbor.owner_locks']} " in locks, locks
 
 
 def test_a_prepared_statement_of_the_appends_name_is_not_run(
