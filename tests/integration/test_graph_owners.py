@@ -11,15 +11,22 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from typing import Any
 
 import psycopg
 import pytest
 
 from harbor_pg.db.connection import Database
+from harbor_pg.db.sqlfiles import query
 from harbor_pg.owner import MemoryOwner, MemoryScope
 from harbor_pg.records import Memory
-from harbor_pg.tiers.long_term import PostgresLongTermStore, memory_params
+from harbor_pg.tiers.long_term import (
+    MemoryVectors,
+    PostgresLongTermStore,
+    _one_params,
+    memory_params,
+)
 from tests.conftest import PgDatabase
 
 MIN_VECTORS = 120
@@ -254,6 +261,18 @@ async def test_one_at_a_time_and_the_per_row_path_follow_the_key(
     unsampled = next(i for i in range(first + 1, len(ids)) if not sampled[i])
     r = await store.save(BOB, Memory(id=ids[unsampled], content="bob later"), _unit(rng), "m384")
     assert _graph_state(low_threshold, "bob", "user") == (first + 2, 0)
+    # a key in the graph with rows left outside it (written by a transaction that could
+    # not see the promotion): an unsampled save promotes them too
+    with psycopg.connect(low_threshold.superuser_url, autocommit=True) as su:
+        su.execute(
+            "update harbor.memory_embeddings set in_graph = false where ctid = any (array("
+            "select ctid from harbor.memory_embeddings where user_id = 'bob' limit 3))"
+        )
+    assert _graph_state(low_threshold, "bob", "user") == (first - 1, 3)
+    later = next(i for i in range(unsampled + 1, len(ids)) if not sampled[i])
+    r = await store.save(BOB, Memory(id=ids[later], content="bob later still"), _unit(rng), "m384")
+    assert r.created
+    assert _graph_state(low_threshold, "bob", "user") == (first + 3, 0)
     r = await store.save(CARA, Memory(content="cara fact"), _unit(rng), "m384")
     assert _graph_state(low_threshold, "cara", "user") == (0, 1)
     async with database.transaction(BOB) as conn:
@@ -263,7 +282,7 @@ async def test_one_at_a_time_and_the_per_row_path_follow_the_key(
             )
             assert created
             await store.insert_embedding(conn, "t1", memory_id, _unit(rng), "m384")
-    assert _graph_state(low_threshold, "bob", "user") == (first + 4, 0)
+    assert _graph_state(low_threshold, "bob", "user") == (first + 5, 0)
     async with database.transaction(CARA) as conn:
         memory_id, created = await store.save_in(
             conn, memory_params(CARA, Memory(content="cara imported"))
@@ -317,3 +336,77 @@ def test_a_fresh_store_reads_only_the_keys_vectors_whatever_its_first_plans(
         assert app.execute(graph).fetchall() == [(False, False)]
         assert entries_read() - before < 10
         app.rollback()
+
+
+def test_a_save_planned_on_an_empty_store_reads_only_its_keys_vectors(
+    fresh_db: PgDatabase,
+) -> None:
+    """save's statement (save_memory, one generic plan a connection) decides where the
+    key's vectors go: planned while the table was empty, it still reads only the key's
+    own index entries once another owner of the tenant holds thousands of vectors in
+    the graph (no ANALYZE in between, autovacuum off). A lookup of the key written into
+    the statement under the writer's policies failed this: its generic plan took the
+    primary key by tenant and read every vector of the tenant."""
+    rng = random.Random(7)
+    with psycopg.connect(fresh_db.superuser_url, autocommit=True) as su:
+        su.execute("alter table harbor.memory_embeddings set (autovacuum_enabled = off)")
+        su.execute("alter table harbor.memories set (autovacuum_enabled = off)")
+        # ids whose hash is not sampled (a sampled one counts the key's vectors)
+        ids = [
+            i
+            for i in (f"fresh-{n}" for n in range(64))
+            if su.execute("select (hashtext(%s) & 15) <> 0", (i,)).fetchone() == (True,)
+        ]
+    save = query("save_memory")
+
+    def params(n: int) -> dict[str, Any]:
+        memory = Memory(id=ids[n], content=f"bob fact {n}")
+        return _one_params(memory_params(BOB, memory), MemoryVectors(_unit(rng)), "m384")
+
+    def entries_read() -> int:
+        """Index entries and rows of memory_embeddings read so far, flushed statistics
+        (an index-only scan reads entries without fetching a row)."""
+        with psycopg.connect(fresh_db.superuser_url, autocommit=True) as su:
+            su.execute("set stats_fetch_consistency = none")
+            row = su.execute(
+                "select (select coalesce(sum(idx_tup_read), 0) from pg_stat_user_indexes"
+                "         where relid = 'harbor.memory_embeddings'::regclass)"
+                "       + (select coalesce(seq_tup_read, 0) from pg_stat_user_tables"
+                "           where relid = 'harbor.memory_embeddings'::regclass)"
+            ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def flushed(app: psycopg.Connection[Any]) -> None:
+        """Commit, and wait until the backend's statistics are in shared memory."""
+        app.execute("select pg_stat_force_next_flush()")
+        app.commit()
+        time.sleep(0.3)
+
+    with psycopg.connect(fresh_db.app_url) as app:
+        app.execute("select harbor.set_identity('t1', principal_id => 'bob')")
+        app.execute("set plan_cache_mode = force_generic_plan")
+        app.commit()
+        for n in range(3):
+            row = app.execute(save, params(n), prepare=True).fetchone()
+            assert row is not None and row[1] is True  # created
+            app.commit()
+        with psycopg.connect(fresh_db.superuser_url, autocommit=True) as su:
+            su.execute(
+                "insert into harbor.memories (tenant_id, scope, user_id, content, content_hash)"
+                " select 't1', 'user', 'cara', 'cara ' || n, encode(sha256(convert_to("
+                "'cara ' || n, 'UTF8')), 'hex') from generate_series(1, 3000) n"
+            )
+            su.execute(
+                "insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims,"
+                " embedding, scope, user_id, in_graph) select tenant_id, id, 'm384', 384,"
+                " %s::vector, scope, user_id, true from harbor.memories where user_id = 'cara'",
+                (_literal(_unit(rng)),),
+            )
+        flushed(app)
+        before = entries_read()
+        row = app.execute(save, params(3), prepare=True).fetchone()
+        assert row is not None and row[1] is True
+        flushed(app)
+        assert entries_read() - before < 10
+    assert _graph_state(fresh_db, "bob", "user") == (0, 4)
