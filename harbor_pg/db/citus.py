@@ -450,6 +450,9 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
       already stored are put in the graph by :func:`distribute`).
     """
     _binding_on_placement(conn)
+    # (recall's functions as one server runs them, for their twins on a shard: read
+    # before anything below changes them)
+    one_server = _one_server_forms(conn)
     twins = plpgsql_twins(conn)
     generic = conn.execute(
         "select p.oid::regprocedure::text from pg_proc p"
@@ -510,7 +513,7 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
             rewritten = _BINDING_CALL.sub(lambda _m: binding_select, rewritten)
         if rewritten != definition:
             conn.execute(rewritten.replace("AS $function$", "AS $function$\n" + _REWRITTEN_MARK, 1))
-    _shard_twin_templates(conn)
+    _shard_twin_templates(conn, one_server)
     # the Citus forms kept as SQL files of their own (sql/citus/): the view
     # harbor.memory_history, whose recursive CTE Citus refuses, and the trigger that
     # stands for the superseded_by key's ON DELETE SET NULL
@@ -551,18 +554,21 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
 
 _VOLATILITY = {"v": "volatile", "s": "stable", "i": "immutable"}
 
-#: recall's functions as a delegated recall runs them on the worker holding its tenant's
-#: shard (sql/citus/recall.sql, harbor._recall_twin): their Citus forms again, as
-#: temporary functions of the connection whose statements name the tenant's shard
-#: tables, each ``<name>_on_shard_<shard>_<version>`` and calling the others by those
-#: names. The candidate legs among them are SECURITY DEFINER as on one server, owned by
-#: harbor_search (BYPASSRLS): made invoker, a leg read under the shard's policies, and a
-#: policy's predicate comes before any of the query's that is not leakproof, so the
-#: owner-terms index could not serve the lexical leg's term lookup, which computed every
-#: tenant row's owner terms instead (measured on a worker: 19 ms against 0.6 ms for a
-#: lookup of two terms). Every function recall calls that reads a co-located table has a
-#: twin: the twins plan generically, as on one server, which Citus cannot do for a
-#: statement on a distributed table ("could not create distributed plan").
+#: recall's functions as a delegated recall runs them on the worker holding its tenant's shard
+#: (sql/citus/recall.sql, harbor._recall_twin): their one-server forms again, as temporary
+#: functions of the connection whose statements name the tenant's shard tables, each
+#: ``<name>_on_shard_<shard>_<version>`` and calling the others by those names. A shard table is a
+#: table of its own to PostgreSQL: what one server runs runs on it, and none of the Citus forms'
+#: detours is needed there (recall's steps passed on as JSON between statements, the substring
+#: fallback's read of the tenant's rows with the policy as the filter, where one server reads the
+#: caller's owner keys: 0.9 ms a call on a shard of 12,500 rows). The candidate legs among them are
+#: SECURITY DEFINER as on one server, owned by harbor_search (BYPASSRLS): made invoker, a leg read
+#: under the shard's policies, and a policy's predicate comes before any of the query's that is not
+#: leakproof, so the owner-terms index could not serve the lexical leg's term lookup, which
+#: computed every tenant row's owner terms instead (measured on a worker: 19 ms against 0.6 ms for
+#: a lookup of two terms). Every function recall calls that reads a co-located table has a twin:
+#: the twins plan generically, as on one server, which Citus cannot do for a statement on a
+#: distributed table ("could not create distributed plan").
 _ON_SHARD = (
     "_lexical_candidates",
     "_dense_candidates",
@@ -583,12 +589,13 @@ _TWIN_TABLE = re.compile(
 
 def shard_twin_templates(definitions: dict[str, str]) -> list[str]:
     """The CREATE FUNCTION statements of recall's twins on one shard (temporary
-    functions of the connection that runs them), from the Citus forms of
-    :data:`_ON_SHARD` (``name -> pg_get_functiondef``, every name qualified): each named
+    functions of the connection that runs them), from the one-server forms of
+    :data:`_ON_SHARD` (``name -> pg_get_functiondef``, every name qualified; the Citus
+    forms serve as well, where a database has no other): each named
     ``pg_temp.<name>_on_shard_@@suffix@@`` and calling the others by those names, each
     co-located table as ``@@harbor.<table>@@`` (its shard's name, filled in at the
-    call), the legs SECURITY DEFINER, with the generic plans of one server (the Citus
-    forms ask for custom plans, which Citus needs to prune a statement to its shards: a
+    call), the legs SECURITY DEFINER, with the generic plans of one server (a Citus
+    form asks for custom plans, which Citus needs to prune a statement to its shards: a
     shard table needs no pruning). Table names in string literals or casts (a regclass,
     a row type) stay."""
     calls = re.compile(r"\bharbor\.(" + "|".join(map(re.escape, _ON_SHARD)) + r")\(")
@@ -614,11 +621,8 @@ def shard_twin_templates(definitions: dict[str, str]) -> list[str]:
     return out
 
 
-def _shard_twin_templates(conn: psycopg.Connection[Any]) -> None:
-    """``harbor._recall_twin_templates()``: the templates of :func:`shard_twin_templates`
-    for the current Citus forms, their version (a hash of them) first, then each twin's
-    name (without its suffix) and template; what
-    ``harbor._recall_twin()`` (sql/citus/recall.sql) fills in on a worker."""
+def _on_shard_definitions(conn: psycopg.Connection[Any]) -> dict[str, str]:
+    """``pg_get_functiondef`` of each of :data:`_ON_SHARD`, every name in it qualified."""
     # (every name in the definitions qualified: they are run with pg_catalog alone)
     conn.execute("set search_path to pg_catalog")
     definitions = {
@@ -630,6 +634,41 @@ def _shard_twin_templates(conn: psycopg.Connection[Any]) -> None:
         ).fetchall()
     }
     conn.execute("reset search_path")
+    return definitions
+
+
+def _one_server_forms(conn: psycopg.Connection[Any]) -> dict[str, str] | None:
+    """The definitions of :data:`_ON_SHARD` when each is still its one-server form (the
+    single-server files just applied them: no Citus form's mark, no custom plans, the
+    legs definers), else None (distribute run again, the Citus forms in place)."""
+    definitions = _on_shard_definitions(conn)
+    if sorted(definitions) != sorted(_ON_SHARD):
+        return None
+    for name, text in definitions.items():
+        header = text.split("AS $function$")[0]
+        if (
+            _REWRITTEN_MARK in text
+            or "force_custom_plan" in header
+            or (name in _ON_SHARD_DEFINERS and " SECURITY DEFINER" not in header)
+        ):
+            return None
+    return definitions
+
+
+def _shard_twin_templates(
+    conn: psycopg.Connection[Any], one_server: dict[str, str] | None = None
+) -> None:
+    """``harbor._recall_twin_templates()``: the templates of :func:`shard_twin_templates`
+    for the one-server forms read before the Citus forms replaced them (``one_server``),
+    their version (a hash of them) first, then each twin's name (without its suffix) and
+    template; what ``harbor._recall_twin()`` (sql/citus/recall.sql) fills in on a
+    worker. Without them (distribute run again over the Citus forms) the templates made
+    then stay; made from the Citus forms only when there are none."""
+    if one_server is None:
+        made = conn.execute("select to_regprocedure('harbor._recall_twin_templates()')").fetchone()
+        if made is not None and made[0] is not None:
+            return
+    definitions = one_server if one_server is not None else _on_shard_definitions(conn)
     if sorted(definitions) != sorted(_ON_SHARD):
         raise MemoryConfigurationError(f"recall's twins: found {sorted(definitions)}")
     templates = shard_twin_templates(definitions)

@@ -37,6 +37,9 @@ create or replace function harbor._recall_twin(p_tenant_id text) returns text
     -- (a temporary function is this connection's alone: nothing to send to other nodes,
     -- and a worker refuses to send DDL)
     set citus.enable_ddl_propagation to off
+    -- (its statements read no distributed table: their generic plans, kept by the
+    -- connection; the lookup of the twins was planned again at each recall, 0.2 ms)
+    set plan_cache_mode to force_generic_plan
 as $$
 declare
     -- the templates' version, then each twin's name (without the suffix) and its template
