@@ -291,6 +291,22 @@ async def test_one_at_a_time_and_the_per_row_path_follow_the_key(
     assert _graph_state(low_threshold, "cara", "user") == (0, 2)
 
 
+def _another_user_of_3000(su: psycopg.Connection[Any], vector: str, *, in_graph: bool) -> None:
+    """3,000 memories of another user of t1 (cara), each with ``vector`` (in the HNSW
+    graph or not)."""
+    su.execute(
+        "insert into harbor.memories (tenant_id, scope, user_id, content, content_hash)"
+        " select 't1', 'user', 'cara', 'cara ' || n, encode(sha256(convert_to("
+        "'cara ' || n, 'UTF8')), 'hex') from generate_series(1, 3000) n"
+    )
+    su.execute(
+        "insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims,"
+        " embedding, scope, user_id, in_graph) select tenant_id, id, 'm384', 384, %s::vector,"
+        " scope, user_id, %s from harbor.memories where user_id = 'cara'",
+        (vector, in_graph),
+    )
+
+
 def test_a_fresh_store_reads_only_the_keys_vectors_whatever_its_first_plans(
     fresh_db: PgDatabase,
 ) -> None:
@@ -310,18 +326,7 @@ def test_a_fresh_store_reads_only_the_keys_vectors_whatever_its_first_plans(
             app.execute(graph).fetchall()
         app.commit()
         with psycopg.connect(fresh_db.superuser_url, autocommit=True) as su:
-            vector = _literal(_unit(rng))
-            su.execute(
-                "insert into harbor.memories (tenant_id, scope, user_id, content, content_hash)"
-                " select 't1', 'user', 'cara', 'cara ' || n, encode(sha256(convert_to("
-                "'cara ' || n, 'UTF8')), 'hex') from generate_series(1, 3000) n"
-            )
-            su.execute(
-                "insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims,"
-                " embedding, scope, user_id) select tenant_id, id, 'm384', 384, %s::vector,"
-                " scope, user_id from harbor.memories where user_id = 'cara'",
-                (vector,),
-            )
+            _another_user_of_3000(su, _literal(_unit(rng)), in_graph=False)
 
         def entries_read() -> int:
             row = app.execute(
@@ -392,17 +397,7 @@ def test_a_save_planned_on_an_empty_store_reads_only_its_keys_vectors(
             assert row is not None and row[1] is True  # created
             app.commit()
         with psycopg.connect(fresh_db.superuser_url, autocommit=True) as su:
-            su.execute(
-                "insert into harbor.memories (tenant_id, scope, user_id, content, content_hash)"
-                " select 't1', 'user', 'cara', 'cara ' || n, encode(sha256(convert_to("
-                "'cara ' || n, 'UTF8')), 'hex') from generate_series(1, 3000) n"
-            )
-            su.execute(
-                "insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims,"
-                " embedding, scope, user_id, in_graph) select tenant_id, id, 'm384', 384,"
-                " %s::vector, scope, user_id, true from harbor.memories where user_id = 'cara'",
-                (_literal(_unit(rng)),),
-            )
+            _another_user_of_3000(su, _literal(_unit(rng)), in_graph=True)
         flushed(app)
         before = entries_read()
         row = app.execute(save, params(3), prepare=True).fetchone()
