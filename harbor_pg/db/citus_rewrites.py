@@ -323,7 +323,7 @@ REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     # apart there
     (
         "_lexical_candidates",
-        re.compile(r"\bif v_dense and v_seen <= p_term_limit then"),
+        re.compile(r"\bif v_dense and v_seen <= least\(p_merge_limit, p_scan_limit\) then"),
         "if false then",
     ),
     # the substring fallback reads the tenant's rows under the policies instead of its

@@ -867,9 +867,9 @@ def test_recall_counts_no_vectors_when_a_word_matched(conns: tuple[Conn, Conn]) 
     graph walk; when a word matched, recall() hands it the lexical leg's count of
     the owner's memories instead, and the vectors are read once, not twice.
     Counted with the backend's own table statistics, not timed. (An owner of more
-    than 32 rows: for a smaller one the lexical leg ranks both legs, counting nothing.)"""
+    than 128 rows: for a smaller one the lexical leg ranks both legs, counting nothing.)"""
     su, app = conns
-    for n in range(40):
+    for n in range(130):
         _insert(su, n, f"harbor note {n}", vector=f"[{n % 3 + 1},{n % 5 + 1},1]")
 
     def scans() -> int:

@@ -239,7 +239,7 @@ def test_cli_status_names_functions_with_another_owner(fresh_db: PgDatabase) -> 
         su.execute(
             "alter function harbor._lexical_candidates(text, harbor.memory_scope[],"
             " timestamptz, integer, integer, integer, harbor.sensitivity, harbor.memory_type[],"
-            " public.vector, text) owner to current_user"
+            " public.vector, text, integer) owner to current_user"
         )
         try:
             bad = status()
@@ -249,14 +249,14 @@ def test_cli_status_names_functions_with_another_owner(fresh_db: PgDatabase) -> 
             su.execute(
                 "alter function harbor._lexical_candidates(text, harbor.memory_scope[],"
                 " timestamptz, integer, integer, integer, harbor.sensitivity,"
-                " harbor.memory_type[], public.vector, text) owner to harbor_search"
+                " harbor.memory_type[], public.vector, text, integer) owner to harbor_search"
             )
             su.execute("revoke create on schema harbor from harbor_search")
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert "owners:   2 harbor function(s) not owned as a migration leaves them" in bad.stdout
     assert (
         f"harbor._lexical_candidates(text,harbor.memory_scope[],timestamp with time zone,"
-        f"integer,integer,integer,harbor.sensitivity,harbor.memory_type[],vector,text)"
+        f"integer,integer,integer,harbor.sensitivity,harbor.memory_type[],vector,text,integer)"
         f" is owned by {me}:"
         " alter function"
         " harbor._lexical_candidates("

@@ -1,12 +1,14 @@
 """A small owner's recall: both legs from one read of its rows.
 
 Handed the query's vector and model, harbor._lexical_candidates() ranks an owner of at
-most p_term_limit (32) rows for both legs in one statement, and says so with a row
+most p_merge_limit (128) rows for both legs in one statement, and says so with a row
 whose memory_id is null; harbor.recall() then does not run the dense leg
 (harbor._dense_candidates). These tests hold the two ways to the same answers, rank
 for rank and score for score, over owners with every kind of row a leg must leave out
 (other owners, superseded, expired, summaries, excluded types, rows above the
-sensitivity ceiling), and show where the single read stops.
+sensitivity ceiling), of up to 32 rows (which the lexical leg apart reads whole) and
+above (which it looks up by term, or for a question holding a word of nearly every
+row, reads by its rarer terms), and show where the single read stops.
 """
 
 from __future__ import annotations
@@ -91,9 +93,12 @@ def _vector(rng: random.Random) -> str:
     return "[" + ",".join(f"{rng.uniform(-1, 1):.4f}" for _ in range(3)) + "]"
 
 
-def _owner(su: Conn, rng: random.Random, rows: int, *, user: str = "u1") -> None:
+def _owner(
+    su: Conn, rng: random.Random, rows: int, *, user: str = "u1", common: str | None = None
+) -> None:
     """``rows`` memories under the caller's user and session keys, with every kind
-    of row the legs leave out, plus rows of another user and another session."""
+    of row the legs leave out, plus rows of another user and another session;
+    ``common``: a word in about 95% of them (a speaker's name in a conversation)."""
     hashes: set[tuple[str, str]] = set()  # (scope, text hashed): one current copy a key
     for n in range(rows):
         # (one rolling summary a key: the session's, as the last row)
@@ -104,6 +109,8 @@ def _owner(su: Conn, rng: random.Random, rows: int, *, user: str = "u1") -> None
             else rng.choice([("user", ""), ("user", ""), ("session", "s1")])
         )
         text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12)))
+        if common is not None and rng.random() < 0.95:
+            text = f"{common} {text}"
         kind = rng.random()
         valid = (
             "[2026-01-01,2026-02-01)"
@@ -202,7 +209,7 @@ CASES: list[dict[str, Any]] = [
 ]
 
 
-def _compare_legs(app: Conn, rng: random.Random) -> int:
+def _compare_legs(app: Conn, rng: random.Random, rows: int) -> int:
     """Every query and case: the small owner's candidates are the legs' own. Returns
     how many candidates were compared."""
     compared = 0
@@ -227,7 +234,7 @@ def _compare_legs(app: Conn, rng: random.Random) -> int:
             )
             # the dense leg's candidates are among these: one row says so
             (marker,) = [r for r in small if r["memory_id"] is None]
-            assert 0 < marker["owner_rows"] <= 32 and marker["dense_rank"] == 0
+            assert 0 < marker["owner_rows"] <= rows and marker["dense_rank"] == 0
             small = [r for r in small if r["memory_id"] is not None]
             lexical = _call(
                 app,
@@ -258,15 +265,28 @@ def _compare_legs(app: Conn, rng: random.Random) -> int:
     return compared
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_a_small_owners_candidates_are_the_legs_own(conns: tuple[Conn, Conn], seed: int) -> None:
+@pytest.mark.parametrize(
+    ("seed", "rows", "common"),
+    [
+        (1, 32, None),
+        (2, 32, None),
+        (3, 32, None),
+        (4, 128, None),
+        (5, 128, "caroline"),
+        (6, 90, "melanie"),
+    ],
+)
+def test_a_small_owners_candidates_are_the_legs_own(
+    conns: tuple[Conn, Conn], seed: int, rows: int, common: str | None
+) -> None:
     su, app = conns
     rng = random.Random(seed)
     _others(su, rng)
-    # the caller's user and session keys hold 32 rows between them: the most a small
-    # owner holds
-    _owner(su, rng, 32)
-    assert _compare_legs(app, rng) > 100
+    # the caller's user and session keys hold `rows` between them: 32, the most the
+    # lexical leg apart reads whole, and 128, the most read once for both legs; with
+    # a word in nearly every row, which the leg apart leaves out of its reads
+    _owner(su, rng, rows, common=common)
+    assert _compare_legs(app, rng, rows) > 100
 
 
 def test_the_owner_of_one_row_more_is_left_to_the_dense_leg(conns: tuple[Conn, Conn]) -> None:
@@ -276,7 +296,7 @@ def test_the_owner_of_one_row_more_is_left_to_the_dense_leg(conns: tuple[Conn, C
     _owner(su, rng, 32)
     sql = (
         "select * from harbor._lexical_candidates('harbor crane', '{user,session}', now(), 50,"
-        " p_term_limit => %s, p_embedding => '[1,0,0]'::vector, p_model_id => 'm')"
+        " p_merge_limit => %s, p_embedding => '[1,0,0]'::vector, p_model_id => 'm')"
     )
 
     def ranked(limit: int) -> tuple[bool, bool]:
@@ -302,7 +322,7 @@ def test_the_owner_of_one_row_more_is_left_to_the_dense_leg(conns: tuple[Conn, C
     # dense leg's turn, handed the owner's row count
     blank = (
         "select * from harbor._lexical_candidates('the and of', '{user,session}', now(), 50,"
-        " p_term_limit => %s, p_embedding => '[1,0,0]'::vector, p_model_id => 'm')"
+        " p_merge_limit => %s, p_embedding => '[1,0,0]'::vector, p_model_id => 'm')"
     )
     (counted,) = _call(app, blank % 32, {})
     assert counted == {**dict.fromkeys(counted), "owner_rows": 33}
@@ -328,9 +348,9 @@ def _recall(conn: Conn, query: str, embedding: str, **kw: Any) -> list[dict[str,
     return [dict(r) for r in rows]
 
 
-@pytest.mark.parametrize("rows", [12, 30])
+@pytest.mark.parametrize(("rows", "common"), [(12, None), (30, None), (120, "caroline")])
 def test_recall_answers_the_same_through_either_way(
-    conns: tuple[Conn, Conn], fresh_db: PgDatabase, rows: int
+    conns: tuple[Conn, Conn], fresh_db: PgDatabase, rows: int, common: str | None
 ) -> None:
     """harbor.recall() for a small owner, and again with the lexical leg replaced (in a
     transaction rolled back) by one that drops the vector it is handed, so that the
@@ -338,7 +358,7 @@ def test_recall_answers_the_same_through_either_way(
     su, app = conns
     rng = random.Random(11)
     _others(su, rng)
-    _owner(su, rng, rows)
+    _owner(su, rng, rows, common=common)
     app_role = conninfo.conninfo_to_dict(fresh_db.app_url)["user"]
     options: list[dict[str, Any]] = [
         {},
@@ -363,7 +383,7 @@ def test_recall_answers_the_same_through_either_way(
         legs.execute(
             "alter function harbor._lexical_candidates(text, harbor.memory_scope[],"
             " timestamptz, integer, integer, integer, harbor.sensitivity,"
-            " harbor.memory_type[], public.vector, text) rename to _lexical_apart"
+            " harbor.memory_type[], public.vector, text, integer) rename to _lexical_apart"
         )
         legs.execute(
             "create function harbor._lexical_candidates(p_query text,"
@@ -371,7 +391,8 @@ def test_recall_answers_the_same_through_either_way(
             " p_scan_limit integer default 2000, p_term_limit integer default 32,"
             " p_max_sensitivity harbor.sensitivity default 'sensitive',"
             " p_excluded_types harbor.memory_type[] default '{}',"
-            " p_embedding public.vector default null, p_model_id text default null)"
+            " p_embedding public.vector default null, p_model_id text default null,"
+            " p_merge_limit integer default 128)"
             " returns table (tenant_id text, memory_id text, lexical_rank integer,"
             " lexical_score double precision, scope harbor.memory_scope,"
             " memory_type harbor.memory_type, importance real, valid_from timestamptz,"

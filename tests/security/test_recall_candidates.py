@@ -134,13 +134,13 @@ def _dense_ids(conn: Conn, exact_limit: int) -> set[str]:
 
 _SMALL = (
     "harbor._lexical_candidates(%s, %s, now(), 1000, 5000, 100000,"
-    " p_embedding => %s::vector, p_model_id => 'm384')"
+    " p_embedding => %s::vector, p_model_id => 'm384', p_merge_limit => 100000)"
 )
 
 
 def _small_ids(conn: Conn, leg: str) -> set[str]:
     """The candidates of one leg (lexical or dense) when the lexical leg ranks both over
-    a small owner's rows (a term limit that makes every owner small)."""
+    a small owner's rows (limits that make every owner small)."""
     rows = conn.execute(
         f"select memory_id, {leg}_rank from {_SMALL}",
         ("shared words", ALL_SCOPES, _vector(random.Random(11))),

@@ -58,6 +58,9 @@ return array(
 -- leg reads and scores only the rows holding one of the others, with document
 -- frequencies from the counts (LoCoMo, paired: the leg's server CPU -34%,
 -- recall quality held; docs/decisions.md).
+-- Handed the query's vector and model, the leg ranks an owner of at most
+-- p_merge_limit rows for both legs in one statement (the first branch below), with
+-- the answers the two legs give apart.
 -- The owner pass below reads the rows in two LATERAL branches that differ only in
 -- `not harbor.lexical_entry_fits(...)` on purpose: one per source (the covering
 -- index for the entries that fit it, the table for the rest), as the comment in the
@@ -67,8 +70,8 @@ do $$
 begin
     -- Older versions, dropped first: their signatures grew (by p_term_limit, then
     -- by p_max_sensitivity, the recall ceiling, then by p_excluded_types, then by
-    -- p_embedding and p_model_id, with the dense columns), and an old overload left
-    -- in place would make calls ambiguous.
+    -- p_embedding and p_model_id, with the dense columns, then by p_merge_limit), and
+    -- an old overload left in place would make calls ambiguous.
     drop function if exists harbor._lexical_candidates(text, harbor.memory_scope[],
                                                        timestamptz, integer, integer);
     drop function if exists harbor._lexical_candidates(text, harbor.memory_scope[],
@@ -80,6 +83,11 @@ begin
                                                        timestamptz, integer, integer, integer,
                                                        harbor.sensitivity,
                                                        harbor.memory_type[]);
+    drop function if exists harbor._lexical_candidates(text, harbor.memory_scope[],
+                                                       timestamptz, integer, integer, integer,
+                                                       harbor.sensitivity,
+                                                       harbor.memory_type[], public.vector,
+                                                       text);
 end
 $$;
 create or replace function harbor._lexical_candidates(
@@ -87,7 +95,8 @@ create or replace function harbor._lexical_candidates(
     p_scan_limit integer default 2000, p_term_limit integer default 32,
     p_max_sensitivity harbor.sensitivity default 'sensitive',
     p_excluded_types harbor.memory_type[] default '{}',
-    p_embedding public.vector default null, p_model_id text default null
+    p_embedding public.vector default null, p_model_id text default null,
+    p_merge_limit integer default 128
 ) returns table (tenant_id text, memory_id text, lexical_rank integer,
                  lexical_score double precision,
                  scope harbor.memory_scope, memory_type harbor.memory_type, importance real,
@@ -161,20 +170,25 @@ begin
     if v_seen = 0 then
         return;
     end if;
-    if v_dense and v_seen <= p_term_limit then
-        -- ---- a small owner, both legs at once. Given the query's vector and its
-        -- model (harbor.recall() gives them), an owner of at most p_term_limit rows
-        -- is read once and both legs are ranked over its rows in this statement:
-        -- BM25 exactly as the owner pass below scores (every match; the collection
-        -- the owner's rows of every type and validity), the distances as the dense
-        -- leg's exact scan measures them (harbor._dense_candidates: a memory's
-        -- nearer vector counts). One row a memory that either leg ranks (the other
-        -- leg's columns null), and one row whose memory_id is null and dense_rank 0,
-        -- carrying owner_rows: the dense leg's candidates are among these rows,
-        -- recall need not ask it. For a small owner most of a recall was fixed cost: the two
-        -- legs each looked the caller up, counted its rows and ran statements of
-        -- their own (tests/integration/test_small_owner.py holds the answers to the
-        -- legs' own, rank for rank and score for score).
+    if v_dense and v_seen <= least(p_merge_limit, p_scan_limit) then
+        -- ---- an owner of at most p_merge_limit rows, both legs at once. Given the
+        -- query's vector and its model (harbor.recall() gives them), the owner's rows
+        -- are read once and both legs are ranked over them in this statement, with the
+        -- answers the legs give apart (tests/integration/test_small_owner.py holds them
+        -- equal, rank for rank and score for score): BM25 as the paths below score it
+        -- (the owner pass, or for an owner above p_term_limit whose question holds a
+        -- term in 90% of its rows the rows holding a rarer term, with the owner's
+        -- counts as document frequencies), the distances as the dense leg's exact scan
+        -- measures them (harbor._dense_candidates: a memory's nearer vector counts).
+        -- One row a memory that either leg ranks (the other leg's columns null), and
+        -- one row whose memory_id is null and dense_rank 0, carrying owner_rows: the
+        -- dense leg's candidates are among these rows, recall need not ask it. For an
+        -- owner of a few hundred rows most of a recall was fixed cost: the two legs
+        -- each looked the caller up, counted its rows and ran statements of their own.
+        -- No step joins two of its sets on the memory: a generic plan estimates one
+        -- row for each and nests loops over them (a 100-row owner's call took twice
+        -- as long); sets meet by UNION ALL and GROUP BY, and the terms' counts are
+        -- looked up in arrays.
         return query
             with owned as materialized (
                 select m.tenant_id, m.id, m.fts, m.scope, m.memory_type, m.importance,
@@ -191,115 +205,175 @@ begin
                          and m.user_id = k.user_id and m.project_id = k.project_id
                          and m.session_id = k.session_id and m.run_id = k.run_id
                       offset 0) m
-            ), live as materialized (
-                -- the rows either leg may return
-                select o.*
+            ), marked as materialized (
+                -- every row of the owner's (of every type and validity: BM25's
+                -- collection) with its query terms only (marked with weight A, then
+                -- kept, as the owner pass does), whether it matches the query, and
+                -- whether either leg may return it
+                select o.tenant_id, o.id, o.scope, o.memory_type, o.importance,
+                       lower(o.valid) as valid_from, o.content_hash, o.entity_ids,
+                       o.context_hash,
+                       greatest(pg_catalog.length(o.fts), 1)::double precision as dl,
+                       pg_catalog.ts_filter(pg_catalog.setweight(o.fts, 'A', v_terms),
+                                            '{a}') as terms,
+                       coalesce(o.fts operator(pg_catalog.@@) v_tsq, false) as hit,
+                       coalesce(o.valid operator(pg_catalog.@>) p_as_of, false)
+                       and not coalesce(o.expires_at operator(pg_catalog.<=) p_as_of, false)
+                       and o.memory_type <> 'summary'
+                       and o.memory_type <> all (p_excluded_types)
+                       and o.sensitivity <= p_max_sensitivity as live
                   from owned o
-                 where coalesce(o.valid operator(pg_catalog.@>) p_as_of, false)
-                   and not coalesce(o.expires_at operator(pg_catalog.<=) p_as_of, false)
-                   and o.memory_type <> 'summary'
-                   and o.memory_type <> all (p_excluded_types)
-                   and o.sensitivity <= p_max_sensitivity
-            ), docs as materialized (
-                -- the matches, each with its query terms only (as the owner pass marks
-                -- and keeps them)
-                select l.tenant_id, l.id,
-                       greatest(pg_catalog.length(l.fts), 1)::double precision as dl,
-                       pg_catalog.ts_filter(pg_catalog.setweight(l.fts, 'A', v_terms),
-                                            '{a}') as terms
-                  from live l
-                 where v_tsq is not null
-                   and coalesce(l.fts operator(pg_catalog.@@) v_tsq, false)
-            ), postings as materialized (
-                select x.tenant_id, x.id, x.dl, (x.u).lexeme as lexeme,
-                       coalesce(cardinality((x.u).positions), 1)::double precision as tf
-                  from (select d.tenant_id, d.id, d.dl, pg_catalog.unnest(d.terms) as u
-                          from docs d) x
-            ), df as (
-                select p.lexeme, count(*)::double precision as n
-                  from postings p group by p.lexeme
-            ), avgdl as (
-                select greatest(avg(d.dl), 1) as v from docs d
-            ), scored as (
-                select p.tenant_id, p.id,
-                       sum(ln(1 + (greatest(v_seen::double precision, df.n) - df.n + 0.5)
-                                  / (df.n + 0.5))
-                           * p.tf * 2.2 / (p.tf + 1.2 * (0.25 + 0.75 * p.dl / a.v))) as score
-                  from postings p join df on df.lexeme = p.lexeme cross join avgdl a
-                 group by p.tenant_id, p.id
+            ), counted as materialized (
+                -- each term's rows: the owner's (the leg's counts in the owner-term
+                -- index) and the matches' (the owner pass's document frequency); and
+                -- whether the leg apart would read only the rows holding a rarer term:
+                -- an owner above p_term_limit rows, whose matches its lookup cannot find
+                -- (a term in more than p_term_limit rows, or more matches than that),
+                -- asked at most 16 lexemes, with a term in 90% of its rows and another
+                -- in fewer (those terms: rarer)
+                select array_agg(c.lexeme) as lexemes, array_agg(c.n_all) as n_all,
+                       array_agg(c.n_matched) as n_matched,
+                       coalesce(array_agg(c.lexeme) filter (where c.n_all < 0.9 * v_seen),
+                                '{}') as rarer,
+                       coalesce(v_seen > p_term_limit and p_term_limit > 0
+                                and cardinality(v_terms) <= 16
+                                and (max(c.n_all) > p_term_limit
+                                     or (select count(*) from marked m
+                                          where m.live and m.hit) > p_term_limit)
+                                and bool_or(c.n_all >= 0.9 * v_seen)
+                                and bool_or(c.n_all < 0.9 * v_seen), false) as rare
+                  from (select u.lexeme, count(*)::double precision as n_all,
+                               count(*) filter (where m.live and m.hit)::double precision
+                                   as n_matched
+                          from marked m
+                          cross join lateral pg_catalog.unnest(m.terms) u
+                         group by u.lexeme) c
+            ), matches as materialized (
+                -- the matches the lexical leg ranks (with the rule above, those holding
+                -- a rarer term)
+                select m.tenant_id, m.id, m.dl, m.terms
+                  from marked m cross join counted c
+                 where m.live and m.hit
+                   and (not c.rare
+                        or pg_catalog.tsvector_to_array(m.terms) operator(pg_catalog.&&)
+                           c.rarer)
             ), lexical as materialized (
-                select t.tenant_id, t.id,
-                       (rank() over (order by t.score desc))::integer as rnk, t.score
-                  from (select s.tenant_id, s.id, s.score
-                          from scored s
-                         order by s.score desc, s.id
+                -- BM25, each match's terms summed in their order in its vector, as the
+                -- leg's paths sum them (in another order a sum may differ in its last
+                -- bit, and two rows of equal scores would not tie)
+                select t.tenant_id, t.id, (rank() over (order by t.score desc))::integer as rnk,
+                       t.score
+                  from (select d.tenant_id, d.id,
+                               (select sum(ln(1 + (greatest(v_seen::double precision, x.df)
+                                                   - x.df + 0.5) / (x.df + 0.5))
+                                           * x.tf * 2.2
+                                           / (x.tf + 1.2 * (0.25 + 0.75 * d.dl / a.v)))
+                                  from (select coalesce(cardinality(u.positions), 1)
+                                                   ::double precision as tf,
+                                               case when c.rare
+                                                    then c.n_all[pg_catalog.array_position(
+                                                                     c.lexemes, u.lexeme)]
+                                                    else c.n_matched[pg_catalog.array_position(
+                                                                         c.lexemes, u.lexeme)]
+                                               end as df
+                                          from pg_catalog.unnest(d.terms) u) x) as score
+                          from matches d
+                          cross join counted c
+                          cross join (select greatest(avg(m.dl), 1) as v from matches m) a
+                         order by 3 desc, 2
                          limit p_limit) t
             ), vectors as (
                 -- the owner keys' vectors of the model, from the two indexes the dense
-                -- leg's exact scan reads; each memory at its nearer vector's distance
-                select e.tenant_id, e.memory_id, min(e.dist) as dist
-                  from (select e.tenant_id, e.memory_id,
-                               e.embedding operator(public.<=>) p_embedding as dist
-                          from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user,
-                                                   v_session, v_run) k
-                          cross join lateral (
-                              select e.tenant_id, e.memory_id, e.embedding
-                                from harbor.memory_embeddings e
-                               where harbor.vector_owner_key(e.tenant_id, e.model_id,
-                                                             e.scope, e.user_id,
-                                                             e.project_id, e.session_id,
-                                                             e.run_id) collate "C"
-                                     = harbor.vector_owner_key(k.tenant_id, p_model_id,
-                                                               k.scope, k.user_id,
-                                                               k.project_id, k.session_id,
-                                                               k.run_id) collate "C"
-                                 and harbor.vector_owner_entry_fits(e.dims, e.tenant_id,
-                                                                    e.model_id,
-                                                                    e.project_id,
-                                                                    e.user_id,
-                                                                    e.session_id,
-                                                                    e.run_id, e.memory_id)
-                              offset 0) e
-                         where v_dims = 384
-                        union all
-                        select e.tenant_id, e.memory_id,
-                               e.embedding operator(public.<=>) p_embedding
-                          from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user,
-                                                   v_session, v_run) k
-                          cross join lateral (
-                              select e.tenant_id, e.memory_id, e.embedding
-                                from harbor.memory_embeddings e
-                               where e.tenant_id = k.tenant_id and e.model_id = p_model_id
-                                 and e.scope = k.scope and e.user_id = k.user_id
-                                 and e.project_id = k.project_id
-                                 and e.session_id = k.session_id and e.run_id = k.run_id
-                                 and not harbor.vector_owner_entry_fits(e.dims, e.tenant_id,
-                                                                        e.model_id,
-                                                                        e.project_id,
-                                                                        e.user_id,
-                                                                        e.session_id,
-                                                                        e.run_id,
-                                                                        e.memory_id)
-                                 and e.dims = v_dims
-                              offset 0) e) e
-                 group by e.tenant_id, e.memory_id
+                -- leg's exact scan reads
+                select e.tenant_id, e.memory_id,
+                       e.embedding operator(public.<=>) p_embedding as dist
+                  from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user,
+                                           v_session, v_run) k
+                  cross join lateral (
+                      select e.tenant_id, e.memory_id, e.embedding
+                        from harbor.memory_embeddings e
+                       where harbor.vector_owner_key(e.tenant_id, e.model_id,
+                                                     e.scope, e.user_id,
+                                                     e.project_id, e.session_id,
+                                                     e.run_id) collate "C"
+                             = harbor.vector_owner_key(k.tenant_id, p_model_id,
+                                                       k.scope, k.user_id,
+                                                       k.project_id, k.session_id,
+                                                       k.run_id) collate "C"
+                         and harbor.vector_owner_entry_fits(e.dims, e.tenant_id,
+                                                            e.model_id,
+                                                            e.project_id,
+                                                            e.user_id,
+                                                            e.session_id,
+                                                            e.run_id, e.memory_id)
+                      offset 0) e
+                 where v_dims = 384
+                union all
+                select e.tenant_id, e.memory_id,
+                       e.embedding operator(public.<=>) p_embedding
+                  from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user,
+                                           v_session, v_run) k
+                  cross join lateral (
+                      select e.tenant_id, e.memory_id, e.embedding
+                        from harbor.memory_embeddings e
+                       where e.tenant_id = k.tenant_id and e.model_id = p_model_id
+                         and e.scope = k.scope and e.user_id = k.user_id
+                         and e.project_id = k.project_id
+                         and e.session_id = k.session_id and e.run_id = k.run_id
+                         and not harbor.vector_owner_entry_fits(e.dims, e.tenant_id,
+                                                                e.model_id,
+                                                                e.project_id,
+                                                                e.user_id,
+                                                                e.session_id,
+                                                                e.run_id,
+                                                                e.memory_id)
+                         and e.dims = v_dims
+                      offset 0) e
             ), dense as materialized (
+                -- each memory either leg may return at its nearer vector's distance
                 select t.tenant_id, t.memory_id,
                        (rank() over (order by t.dist))::integer as rnk,
                        1 - t.dist as similarity
-                  from (select v.tenant_id, v.memory_id, v.dist
-                          from vectors v
-                          join live l on l.tenant_id = v.tenant_id and l.id = v.memory_id
-                         order by v.dist, v.memory_id
+                  from (select v.tenant_id, v.memory_id, min(v.dist) as dist
+                          from (select e.tenant_id, e.memory_id, e.dist, false as live
+                                  from vectors e
+                                union all
+                                select m.tenant_id, m.id, null, true
+                                  from marked m where m.live) v
+                         group by v.tenant_id, v.memory_id
+                        having bool_or(v.live) and min(v.dist) is not null
+                         order by 3, 2
                          limit p_limit) t
             )
-            select l.tenant_id, l.id, x.rnk, x.score, l.scope, l.memory_type, l.importance,
-                   lower(l.valid), l.content_hash, l.entity_ids, v_seen, l.context_hash,
-                   d.rnk, d.similarity
-              from live l
-              left join dense d on d.tenant_id = l.tenant_id and d.memory_id = l.id
-              left join lexical x on x.tenant_id = l.tenant_id and x.id = l.id
-             where d.memory_id is not null or x.id is not null
+            select r.tenant_id, r.id, r.lexical_rank, r.lexical_score, r.scope,
+                   r.memory_type, r.importance, r.valid_from, r.content_hash, r.entity_ids,
+                   v_seen, r.context_hash, r.dense_rank, r.similarity
+              from (select u.tenant_id, u.id, max(u.lexical_rank) as lexical_rank,
+                           max(u.lexical_score) as lexical_score,
+                           max(u.dense_rank) as dense_rank, max(u.similarity) as similarity,
+                           any_value(u.scope) as scope, any_value(u.memory_type) as memory_type,
+                           any_value(u.importance) as importance,
+                           any_value(u.valid_from) as valid_from,
+                           any_value(u.content_hash) as content_hash,
+                           any_value(u.entity_ids) as entity_ids,
+                           any_value(u.context_hash) as context_hash
+                      from (select m.tenant_id, m.id, null::integer as lexical_rank,
+                                   null::double precision as lexical_score,
+                                   null::integer as dense_rank,
+                                   null::double precision as similarity, m.scope,
+                                   m.memory_type, m.importance, m.valid_from,
+                                   m.content_hash, m.entity_ids, m.context_hash
+                              from marked m where m.live
+                            union all
+                            select x.tenant_id, x.id, x.rnk, x.score, null, null, null, null,
+                                   null, null, null, null, null
+                              from lexical x
+                            union all
+                            select d.tenant_id, d.memory_id, null, null, d.rnk, d.similarity,
+                                   null, null, null, null, null, null, null
+                              from dense d) u
+                     group by u.tenant_id, u.id
+                    having max(u.lexical_rank) is not null or max(u.dense_rank) is not null) r
             union all
             select null, null, null, null, null, null, null, null, null, null, v_seen, null,
                    0, null;
@@ -845,6 +919,6 @@ $$;
 grant create on schema harbor to harbor_search;
 alter function harbor._lexical_candidates(text, harbor.memory_scope[], timestamptz, integer,
                                           integer, integer, harbor.sensitivity,
-                                          harbor.memory_type[], public.vector, text)
+                                          harbor.memory_type[], public.vector, text, integer)
     owner to harbor_search;
 revoke create on schema harbor from harbor_search;
