@@ -544,6 +544,11 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
         "select create_distributed_function(%s, %s, colocate_with => %s)",
         (SAVE_FUNCTION, "p_tenant_id", "harbor.memories"),
     )
+    # and a search's, called in autocommit too (sql/citus/search.sql)
+    conn.execute(
+        "select create_distributed_function(%s, %s, colocate_with => %s)",
+        (SEARCH_FUNCTION, "p_tenant_id", "harbor.memories"),
+    )
     if conn.execute("select to_regprocedure('harbor.graph_min_vectors()')").fetchone()[0]:  # type: ignore[index]
         conn.execute(
             "create or replace function harbor.graph_min_vectors() returns integer"
@@ -713,6 +718,11 @@ RECALL_FUNCTION = (
     " double precision, double precision, double precision, integer, double precision,"
     " integer, integer, double precision, double precision, text, harbor.sensitivity,"
     " double precision, double precision, double precision, harbor.memory_type[])"
+)
+
+#: a lexical search in one call Citus delegates to the tenant's worker (sql/citus/search.sql)
+SEARCH_FUNCTION = (
+    "harbor.search_delegated(text, text, text, text, text, text, text, timestamptz, integer)"
 )
 
 #: a memory's save in one call Citus delegates to the tenant's worker (sql/citus/save.sql)

@@ -49,6 +49,7 @@ CITUS_FILES: tuple[str, ...] = (
     "citus/append.sql",
     "citus/recall.sql",
     "citus/save.sql",
+    "citus/search.sql",
 )
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z0-9_]+)\s*$", re.MULTILINE)

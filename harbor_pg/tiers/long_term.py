@@ -45,6 +45,12 @@ __all__ = [
 ]
 
 
+def _search_order(row: dict[str, Any]) -> tuple[float, float, float, bytes]:
+    """A search's order (search_memories): the rank, the importance and the start of
+    validity, each highest first, then the id (in C collation: by its bytes)."""
+    return (-row["rank"], -row["importance"], -row["valid_from"].timestamp(), row["id"].encode())
+
+
 def _summary_params(owner: MemoryOwner, memory: Memory, memory_id: str) -> dict[str, Any]:
     if memory.memory_type is not MemoryType.SUMMARY or memory.scope is not MemoryScope.SESSION:
         raise MemoryValidationError("a session summary must have scope SESSION and type SUMMARY")
@@ -684,16 +690,26 @@ class PostgresLongTermStore:
     ) -> list[Memory]:
         if not query_text.strip():
             return []
-        rows = await self.db.fetch_in_one_round_trip(
-            owner,
-            query("search_memories_citus" if self.db.set_local else "search_memories"),
-            {
-                "tenant_id": owner.tenant_id,
-                "query": query_text[:20000],
-                "as_of": as_of,
-                "limit": limit,
-            },
-        )
+        params = {
+            "tenant_id": owner.tenant_id,
+            "query": query_text[:20000],
+            "as_of": as_of,
+            "limit": limit,
+        }
+        if self.db.set_local:
+            # on a distributed database, two statements at once, on two connections: the
+            # tenant's memories in one call that Citus delegates to the tenant's worker
+            # (the identity as its arguments), the global ones from their shard's node
+            # (sql/citus/search.sql); merged in the one server's order
+            own, shared = await asyncio.gather(
+                self.db.fetch_delegated(
+                    query("search_delegated"), {**params, **carried_identity(owner)}
+                ),
+                self.db.fetch_delegated(query("search_global"), params),
+            )
+            rows = sorted(own + shared, key=_search_order)[:limit]
+        else:
+            rows = await self.db.fetch_in_one_round_trip(owner, query("search_memories"), params)
         return [memory_from_row(r) for r in rows]
 
     # -- extraction (ExtractionStore) ------------------------------------------------

@@ -171,28 +171,42 @@ select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, 
   from harbor.memories m
  where m.tenant_id = %(tenant_id)s::text and m.id = %(id)s::text
 
--- name: search_memories_citus
--- search_memories on a distributed database: the tenant's rows under the policies (Citus
--- cannot push down search_memories' per-key read, a LATERAL subquery with OFFSET, once
--- the global shard is one of the two it reads).
--- Lexical search (OR semantics) with a substring fallback, valid (and not expired) at
--- as_of; no summaries.
--- get_memory's column list, repeated on purpose (see there).
+-- name: search_delegated
+-- search_memories on a distributed database, the tenant's memories: one call of
+-- harbor.search_delegated (sql/citus/search.sql), which Citus sends whole to the tenant's
+-- worker. The identity is its first arguments (the worker checks them against the
+-- caller's); sent in autocommit, it needs no transaction block. With search_global, sent
+-- at the same time; the facade merges the two by rank, importance, the newest, the id.
+select s.*
+  from harbor.search_delegated(
+      %(tenant_id)s::text, %(project_id)s::text, %(principal_id)s::text, %(user_id)s::text,
+      %(session_id)s::text, %(run_id)s::text,
+      %(query)s::text, %(as_of)s::timestamptz, %(limit)s::integer) s
+
+-- name: search_global
+-- search_memories on a distributed database, the global memories (tenant '', scope
+-- global, which every caller may read: no identity needed): one statement Citus routes to
+-- their shard's node, in autocommit. With search_delegated (above). One table, the
+-- distribution column equal to a constant, no subquery: Citus's fast path, which keeps
+-- the plan of a prepared statement (with the query's tsquery in a subquery, each call was
+-- planned in full, about 1 ms).
+-- get_memory's column list, repeated on purpose (see there), and the rank.
 select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, m.user_id,
        m.session_id, m.run_id, m.memory_type::text as memory_type, m.content, m.content_hash,
        m.importance, m.entity_ids, m.source, m.sensitivity::text as sensitivity,
        lower(m.valid) as valid_from, upper(m.valid) as invalid_at, m.superseded_by,
        m.source_session_id, m.source_message_ids, m.metadata, m.context, m.created_at,
-       m.updated_at, m.expires_at
-  from harbor.memories m,
-       (select harbor.or_tsquery(%(query)s::text) as tsq) q
- where m.tenant_id = any (array['', %(tenant_id)s::text])
+       m.updated_at, m.expires_at,
+       pg_catalog.ts_rank_cd(m.fts, harbor.or_tsquery(%(query)s::text)) as rank
+  from harbor.memories m
+ where m.tenant_id = ''
+   and m.scope = 'global'
    and m.valid @> coalesce(%(as_of)s::timestamptz, pg_catalog.now())
    and not coalesce(m.expires_at <= coalesce(%(as_of)s::timestamptz, pg_catalog.now()), false)
    and m.memory_type <> 'summary'
-   and (m.fts @@ q.tsq
+   and (m.fts @@ harbor.or_tsquery(%(query)s::text)
         or pg_catalog.strpos(pg_catalog.lower(m.content), pg_catalog.lower(%(query)s::text)) > 0)
- order by pg_catalog.ts_rank_cd(m.fts, q.tsq) desc, m.importance desc, lower(m.valid) desc
+ order by rank desc, m.importance desc, lower(m.valid) desc, m.id collate "C"
  limit %(limit)s::integer
 
 -- name: recall_delegated

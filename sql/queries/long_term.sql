@@ -149,7 +149,7 @@ select harbor.expire_memories() as closed
 -- name ('' and the caller's, as the policies allow); the policies still filter each row.
 -- A read of the tenant's rows tested every user's memories of the tenant with the policy
 -- as a filter (a 100-memory owner's search beside a user of 100,000: 38 ms). On a
--- distributed database, search_memories_citus (sql/queries/citus.sql).
+-- distributed database, search_delegated and search_global (sql/queries/citus.sql).
 -- get_memory's column list, repeated on purpose (see there).
 select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, m.user_id,
        m.session_id, m.run_id, m.memory_type::text as memory_type, m.content, m.content_hash,
@@ -175,7 +175,8 @@ select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, 
    and m.memory_type <> 'summary'
    and (m.fts @@ q.tsq
         or pg_catalog.strpos(pg_catalog.lower(m.content), pg_catalog.lower(%(query)s::text)) > 0)
- order by pg_catalog.ts_rank_cd(m.fts, q.tsq) desc, m.importance desc, lower(m.valid) desc
+ order by pg_catalog.ts_rank_cd(m.fts, q.tsq) desc, m.importance desc, lower(m.valid) desc,
+          m.id collate "C"
  limit %(limit)s::integer
 
 -- name: save_memories

@@ -19,7 +19,6 @@ SAME_COLUMNS = (
     "get_memories",
     "get_memory_citus",
     "search_memories",
-    "search_memories_citus",
     "context_load_summary",
     "extraction_current_memories",
     "memory_history",
