@@ -25,6 +25,7 @@ from harbor_pg.ranking import RecallRequest
 from harbor_pg.records import Memory
 from harbor_pg.tiers.rows import recall_in_one_round_trip, recall_params
 from tests.citus.conftest import ClusterDatabase
+from tests.citus.delegated import HOWS, assert_refused, attacks, bound_login
 from tests.citus.test_cluster_routing import _facade_commands, _queries, _save
 
 ANN = MemoryOwner(tenant_id="recall-a", principal_id="ann", session_id="s1")
@@ -126,19 +127,8 @@ def test_recall_with_global_memories_still_answers_on_the_cluster(stored: Cluste
 @pytest.fixture(scope="module")
 def bound_role(stored: ClusterDatabase) -> Iterator[str]:
     """A login bound to tenant recall-a as user ann, with harbor_app's rights, without SET."""
-    with psycopg.connect(stored.superuser_url, autocommit=True) as su:
-        su.execute(f"drop role if exists {ROLE}")
-        su.execute(f"create role {ROLE} login")
-        su.execute(f"grant harbor_app to {ROLE} with inherit true, set false")
-    with psycopg.connect(stored.admin_url) as admin:
-        admin.execute("set local harbor.tenant_id = 'recall-a'")
-        admin.execute("select harbor.bind_role(%s, 'recall-a', user_id => 'ann')", (ROLE,))
-    yield ROLE
-    with psycopg.connect(stored.admin_url) as admin:
-        admin.execute("set local harbor.tenant_id = 'recall-a'")
-        admin.execute("select harbor.unbind_role(%s)", (ROLE,))
-    with psycopg.connect(stored.superuser_url, autocommit=True) as su:
-        su.execute(f"drop role {ROLE}")
+    with bound_login(stored, ROLE, "recall-a", "ann") as role:
+        yield role
 
 
 def test_a_bound_role_recalls_its_own_memories(stored: ClusterDatabase, bound_role: str) -> None:
@@ -147,17 +137,11 @@ def test_a_bound_role_recalls_its_own_memories(stored: ClusterDatabase, bound_ro
     assert [r[10] for r in rows] == ["ann: the delegated memo"]
 
 
-ATTACKS = {
-    # the distribution argument names bob's tenant: the call goes to its worker
-    "another tenant": {"tenant_id": "recall-b", "user_id": "bob", "principal_id": "bob"},
-    "another tenant, own user": {"tenant_id": "recall-b"},
-    "another user of its tenant": {"user_id": "carl", "principal_id": "carl"},
-    "no user": {"user_id": "", "principal_id": ""},
-}
+ATTACKS = attacks("recall-b")
 
 
 @pytest.mark.parametrize("attack", sorted(ATTACKS))
-@pytest.mark.parametrize("how", ["autocommit", "set local", "worker"])
+@pytest.mark.parametrize("how", HOWS)
 def test_a_bound_role_naming_another_owner_in_the_call_is_refused(
     stored: ClusterDatabase, bound_role: str, attack: str, how: str
 ) -> None:
@@ -165,24 +149,9 @@ def test_a_bound_role_naming_another_owner_in_the_call_is_refused(
     # (delegated), in a transaction whose SET LOCALs name the same owner (run on the
     # coordinator), or on the named tenant's worker directly: refused before any row is
     # read, whatever the way
-    params = _params(ANN, **ATTACKS[attack])
-    victim = str(params["tenant_id"])
-    if how == "worker":
-        node = stored.node_of(victim)
-        index = [w.port for w in stored.cluster.workers].index(node.port)
-        url = stored.worker_url(index, bound_role)
-    else:
-        url = stored.url_for(bound_role)
-    with psycopg.connect(url, autocommit=how == "autocommit") as conn:
-        if how != "autocommit":
-            for name in ("tenant_id", "project_id", "principal_id", "user_id", "session_id"):
-                conn.execute(
-                    sql.SQL("set local {} = {}").format(
-                        sql.Identifier("harbor", name), sql.Literal(str(params[name]))
-                    )
-                )
-        with pytest.raises(errors.InsufficientPrivilege, match="not the caller's"):
-            conn.execute(query("recall_delegated"), params)
+    assert_refused(
+        stored, bound_role, query("recall_delegated"), _params(ANN, **ATTACKS[attack]), how
+    )
 
 
 def test_a_caller_cannot_hold_another_tenants_shard(stored: ClusterDatabase) -> None:

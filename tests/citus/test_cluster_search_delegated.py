@@ -15,13 +15,13 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg import errors, sql
 
 from harbor_pg.db.connection import carried_identity
 from harbor_pg.db.sqlfiles import query
 from harbor_pg.manager import MemoryManager
 from harbor_pg.owner import MemoryOwner
 from tests.citus.conftest import ClusterDatabase
+from tests.citus.delegated import HOWS, assert_refused, attacks, bound_login
 from tests.citus.test_cluster_routing import _facade_commands, _queries, _save
 
 ANN = MemoryOwner(tenant_id="search-a", principal_id="ann", session_id="s1")
@@ -100,19 +100,8 @@ def test_the_global_statement_reads_the_global_rows_alone(stored: ClusterDatabas
 @pytest.fixture(scope="module")
 def bound_role(stored: ClusterDatabase) -> Iterator[str]:
     """A login bound to tenant search-a as user ann, with harbor_app's rights, without SET."""
-    with psycopg.connect(stored.superuser_url, autocommit=True) as su:
-        su.execute(f"drop role if exists {ROLE}")
-        su.execute(f"create role {ROLE} login")
-        su.execute(f"grant harbor_app to {ROLE} with inherit true, set false")
-    with psycopg.connect(stored.admin_url) as admin:
-        admin.execute("set local harbor.tenant_id = 'search-a'")
-        admin.execute("select harbor.bind_role(%s, 'search-a', user_id => 'ann')", (ROLE,))
-    yield ROLE
-    with psycopg.connect(stored.admin_url) as admin:
-        admin.execute("set local harbor.tenant_id = 'search-a'")
-        admin.execute("select harbor.unbind_role(%s)", (ROLE,))
-    with psycopg.connect(stored.superuser_url, autocommit=True) as su:
-        su.execute(f"drop role {ROLE}")
+    with bound_login(stored, ROLE, "search-a", "ann") as role:
+        yield role
 
 
 def test_a_bound_role_searches_its_own_memories(stored: ClusterDatabase, bound_role: str) -> None:
@@ -121,17 +110,11 @@ def test_a_bound_role_searches_its_own_memories(stored: ClusterDatabase, bound_r
     assert [r[9] for r in rows] == ["ann: the searched harbor"]
 
 
-ATTACKS = {
-    # the distribution argument names bob's tenant: the call goes to its worker
-    "another tenant": {"tenant_id": "search-b", "user_id": "bob", "principal_id": "bob"},
-    "another tenant, own user": {"tenant_id": "search-b"},
-    "another user of its tenant": {"user_id": "carl", "principal_id": "carl"},
-    "no user": {"user_id": "", "principal_id": ""},
-}
+ATTACKS = attacks("search-b")
 
 
 @pytest.mark.parametrize("attack", sorted(ATTACKS))
-@pytest.mark.parametrize("how", ["autocommit", "set local", "worker"])
+@pytest.mark.parametrize("how", HOWS)
 def test_a_bound_role_naming_another_owner_in_the_call_is_refused(
     stored: ClusterDatabase, bound_role: str, attack: str, how: str
 ) -> None:
@@ -139,21 +122,6 @@ def test_a_bound_role_naming_another_owner_in_the_call_is_refused(
     # (delegated), in a transaction whose SET LOCALs name the same owner (run on the
     # coordinator), or on the named tenant's worker directly: refused before any row is
     # read, whatever the way
-    params = _params(ANN, **ATTACKS[attack])
-    victim = str(params["tenant_id"])
-    if how == "worker":
-        node = stored.node_of(victim)
-        index = [w.port for w in stored.cluster.workers].index(node.port)
-        url = stored.worker_url(index, bound_role)
-    else:
-        url = stored.url_for(bound_role)
-    with psycopg.connect(url, autocommit=how == "autocommit") as conn:
-        if how != "autocommit":
-            for name in ("tenant_id", "project_id", "principal_id", "user_id", "session_id"):
-                conn.execute(
-                    sql.SQL("set local {} = {}").format(
-                        sql.Identifier("harbor", name), sql.Literal(str(params[name]))
-                    )
-                )
-        with pytest.raises(errors.InsufficientPrivilege, match="not the caller's"):
-            conn.execute(query("search_delegated"), params)
+    assert_refused(
+        stored, bound_role, query("search_delegated"), _params(ANN, **ATTACKS[attack]), how
+    )

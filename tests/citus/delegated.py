@@ -1,0 +1,79 @@
+"""What the tests of the delegated calls (recall, search) share: a bound login, and
+the attack of such a login that names another owner in a call's identity arguments."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import errors, sql
+
+from tests.citus.conftest import ClusterDatabase
+
+#: the ways a bound role can make a call: in autocommit (delegated to the worker), in a
+#: transaction whose SET LOCALs name the same owner (run on the coordinator), or on the
+#: named tenant's worker directly
+HOWS = ("autocommit", "set local", "worker")
+
+
+def attacks(other_tenant: str) -> dict[str, dict[str, str]]:
+    """A bound role's (bound to user ann) changes to a call's identity arguments, each of
+    which names another owner than its own (carl: another user of its tenant)."""
+    return {
+        # the distribution argument names bob's tenant: the call goes to its worker
+        "another tenant": {"tenant_id": other_tenant, "user_id": "bob", "principal_id": "bob"},
+        "another tenant, own user": {"tenant_id": other_tenant},
+        "another user of its tenant": {"user_id": "carl", "principal_id": "carl"},
+        "no user": {"user_id": "", "principal_id": ""},
+    }
+
+
+@contextmanager
+def bound_login(db: ClusterDatabase, role: str, tenant: str, user: str) -> Iterator[str]:
+    """A login bound to ``tenant`` as ``user``, with harbor_app's rights, without SET."""
+    with psycopg.connect(db.superuser_url, autocommit=True) as su:
+        su.execute(sql.SQL("drop role if exists {}").format(sql.Identifier(role)))
+        su.execute(sql.SQL("create role {} login").format(sql.Identifier(role)))
+        su.execute(
+            sql.SQL("grant harbor_app to {} with inherit true, set false").format(
+                sql.Identifier(role)
+            )
+        )
+    with psycopg.connect(db.admin_url) as admin:
+        # (SET LOCAL: Citus sends it on to the nodes that write the bindings)
+        admin.execute(sql.SQL("set local harbor.tenant_id = {}").format(sql.Literal(tenant)))
+        admin.execute("select harbor.bind_role(%s, %s, user_id => %s)", (role, tenant, user))
+    try:
+        yield role
+    finally:
+        with psycopg.connect(db.admin_url) as admin:
+            admin.execute(sql.SQL("set local harbor.tenant_id = {}").format(sql.Literal(tenant)))
+            admin.execute("select harbor.unbind_role(%s)", (role,))
+        with psycopg.connect(db.superuser_url, autocommit=True) as su:
+            su.execute(sql.SQL("drop role {}").format(sql.Identifier(role)))
+
+
+def assert_refused(
+    db: ClusterDatabase, role: str, statement: str, params: dict[str, Any], how: str
+) -> None:
+    """``role`` runs ``statement`` (a delegated call) with ``params`` the way ``how``
+    says: refused before any row is read."""
+    if how == "worker":
+        node = db.node_of(str(params["tenant_id"]))
+        index = [w.port for w in db.cluster.workers].index(node.port)
+        url = db.worker_url(index, role)
+    else:
+        url = db.url_for(role)
+    with psycopg.connect(url, autocommit=how == "autocommit") as conn:
+        if how != "autocommit":
+            for name in ("tenant_id", "project_id", "principal_id", "user_id", "session_id"):
+                conn.execute(
+                    sql.SQL("set local {} = {}").format(
+                        sql.Identifier("harbor", name), sql.Literal(str(params[name]))
+                    )
+                )
+        with pytest.raises(errors.InsufficientPrivilege, match="not the caller's"):
+            conn.execute(statement, params)
