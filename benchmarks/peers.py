@@ -1290,12 +1290,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--model-path", default=os.environ.get("HARBOR_EMBED_MODEL_PATH", DEFAULT_MODEL)
     )
-    ap.add_argument("--users", type=int, default=1000)
-    ap.add_argument("--per-user", type=int, default=100)
-    ap.add_argument("--questions", type=int, default=300)
-    ap.add_argument("--ingest", type=int, default=2000, help="rows per system and ingest mode")
-    ap.add_argument("--scaling-max", type=int, default=100_000)
-    ap.add_argument("--scaling-questions", type=int, default=100)
+    # (the sizes' defaults are filled in after parsing, so that --quick can tell a size
+    # given on the command line, even one equal to a default, from one left out)
+    ap.add_argument("--users", type=int, help="owners of the users workload (1,000)")
+    ap.add_argument("--per-user", type=int, help="memories an owner (100)")
+    ap.add_argument("--questions", type=int, help="questions of the users workload (300)")
+    ap.add_argument("--ingest", type=int, help="rows per system and ingest mode (2,000)")
+    ap.add_argument(
+        "--scaling-max", type=int, help="the scaling workload's largest owner (100,000)"
+    )
+    ap.add_argument("--scaling-questions", type=int, help="questions a size (100)")
     ap.add_argument(
         "--durable",
         action="store_true",
@@ -1303,18 +1307,26 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--record", action="store_true", help="write the tables into RESULTS.md")
     args = ap.parse_args(argv)
+    sizes = {
+        "users": 1000,
+        "per_user": 100,
+        "questions": 300,
+        "ingest": 2000,
+        "scaling_max": 100_000,
+        "scaling_questions": 100,
+    }
     if args.quick:  # smaller defaults; a size given on the command line stays
-        quick = {
-            "users": 100,
-            "per_user": 20,
-            "questions": 100,
-            "ingest": 500,
-            "scaling_max": 10_000,
-            "scaling_questions": 50,
-        }
-        for name, value in quick.items():
-            if getattr(args, name) == ap.get_default(name):
-                setattr(args, name, value)
+        sizes.update(
+            users=100,
+            per_user=20,
+            questions=100,
+            ingest=500,
+            scaling_max=10_000,
+            scaling_questions=50,
+        )
+    for name, value in sizes.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     asyncio.run(run(args))
     return 0
 
