@@ -45,10 +45,13 @@ __all__ = [
 ]
 
 
-def _search_order(row: dict[str, Any]) -> tuple[float, float, float, bytes]:
-    """A search's order (search_memories): the rank, the importance and the start of
-    validity, each highest first, then the id (in C collation: by its bytes)."""
-    return (-row["rank"], -row["importance"], -row["valid_from"].timestamp(), row["id"].encode())
+def _in_search_order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` in a search's order (search_memories' ORDER BY): the rank, the importance
+    and the start of validity, each highest first, then the id in C collation (by its
+    bytes). Two stable sorts, the last key first: each key compared as it is, no key
+    turned into a number to negate it."""
+    rows = sorted(rows, key=lambda r: r["id"].encode())
+    return sorted(rows, key=lambda r: (r["rank"], r["importance"], r["valid_from"]), reverse=True)
 
 
 def _summary_params(owner: MemoryOwner, memory: Memory, memory_id: str) -> dict[str, Any]:
@@ -707,7 +710,7 @@ class PostgresLongTermStore:
                 ),
                 self.db.fetch_delegated(query("search_global"), params),
             )
-            rows = sorted(own + shared, key=_search_order)[:limit]
+            rows = _in_search_order(own + shared)[:limit]
         else:
             rows = await self.db.fetch_in_one_round_trip(owner, query("search_memories"), params)
         return [memory_from_row(r) for r in rows]

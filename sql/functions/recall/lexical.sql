@@ -190,22 +190,7 @@ begin
         -- as long); sets meet by UNION ALL and GROUP BY, and the terms' counts are
         -- looked up in arrays.
         return query
-            with owned as materialized (
-                select m.tenant_id, m.id, m.fts, m.scope, m.memory_type, m.importance,
-                       m.valid, m.expires_at, m.sensitivity, m.content_hash, m.entity_ids,
-                       m.context_hash
-                  from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user,
-                                           v_session, v_run) k
-                  cross join lateral (
-                      select m.tenant_id, m.id, m.fts, m.scope, m.memory_type,
-                             m.importance, m.valid, m.expires_at, m.sensitivity,
-                             m.content_hash, m.entity_ids, m.context_hash
-                        from harbor.memories m
-                       where m.tenant_id = k.tenant_id and m.scope = k.scope
-                         and m.user_id = k.user_id and m.project_id = k.project_id
-                         and m.session_id = k.session_id and m.run_id = k.run_id
-                      offset 0) m
-            ), marked as materialized (
+            with marked as materialized (
                 -- every row of the owner's (of every type and validity: BM25's
                 -- collection) with its query terms only (marked with weight A, then
                 -- kept, as the owner pass does), whether it matches the query, and
@@ -222,7 +207,17 @@ begin
                        and o.memory_type <> 'summary'
                        and o.memory_type <> all (p_excluded_types)
                        and o.sensitivity <= p_max_sensitivity as live
-                  from owned o
+                  from harbor._recall_keys(p_scopes, v_tenant, v_project, v_user,
+                                           v_session, v_run) k
+                  cross join lateral (
+                      select m.tenant_id, m.id, m.fts, m.scope, m.memory_type,
+                             m.importance, m.valid, m.expires_at, m.sensitivity,
+                             m.content_hash, m.entity_ids, m.context_hash
+                        from harbor.memories m
+                       where m.tenant_id = k.tenant_id and m.scope = k.scope
+                         and m.user_id = k.user_id and m.project_id = k.project_id
+                         and m.session_id = k.session_id and m.run_id = k.run_id
+                      offset 0) o
             ), counted as materialized (
                 -- each term's rows: the owner's (the leg's counts in the owner-term
                 -- index) and the matches' (the owner pass's document frequency); and
