@@ -6,8 +6,9 @@ users each), loaded with one INSERT ... SELECT as the superuser, no vectors
 (harbor_pg.testing.nodes: shared_buffers 128MB, fsync off); the cluster is a
 coordinator and two workers, 8 shards a table. Then, through the wrapper
 (MemoryManager on Database pools, identity by set_config on one server and by
-SET LOCAL on Citus), ROUNDS calls each of recall, search, append and save for
-random owners: p50/p99 in ms. recall() never raises: the calls it answered with
+SET LOCAL on Citus), ROUNDS calls each of recall, search, append, recent (the
+session's newest 12 turns, after the append) and save for random owners: p50/p99 in
+ms. recall() never raises: the calls it answered with
 a WARNING (a statement Citus could not plan) are counted.
 
     .venv/bin/python benchmarks/citus.py [MEMORIES] [TENANTS] [ROUNDS] [--record]
@@ -60,6 +61,10 @@ select 't' || (i %% %(tenants)s), 'user', 'u' || ((i / %(tenants)s) %% 10),
 """
 
 
+#: the calls measured, in the order each round makes them
+CALLS = ("recall", "search", "append", "recent", "save")
+
+
 class _Count(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
@@ -75,7 +80,7 @@ async def _measure(app: str, admin: str, tenants: int, rounds: int) -> dict[str,
     await db.open()
     manager = MemoryManager.from_database(db)
     rng = random.Random(7)
-    out: dict[str, list[float]] = {"recall": [], "search": [], "append": [], "save": []}
+    out: dict[str, list[float]] = {name: [] for name in CALLS}
     for i in range(rounds):
         t, u = rng.randrange(tenants), rng.randrange(10)
         owner = MemoryOwner(tenant_id=f"t{t}", principal_id=f"u{u}", session_id="bench")
@@ -88,9 +93,11 @@ async def _measure(app: str, admin: str, tenants: int, rounds: int) -> dict[str,
         t2 = time.perf_counter()
         await manager.append(owner, message)
         t3 = time.perf_counter()
-        await manager.save(owner, Memory(content=f"bench fact {i} {question}"))
+        await manager.recent(owner, 12)
         t4 = time.perf_counter()
-        for name, took in zip(out, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
+        await manager.save(owner, Memory(content=f"bench fact {i} {question}"))
+        t5 = time.perf_counter()
+        for name, took in zip(CALLS, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4), strict=True):
             out[name].append(took)
     await manager.close()
     await db.close()
@@ -103,9 +110,6 @@ def _load(url: str, n: int, tenants: int) -> float:
         conn.execute(LOAD, {"n": n, "tenants": tenants, "words": WORDS})
         conn.execute("analyze")
     return time.perf_counter() - t0
-
-
-CALLS = ("recall", "search", "append", "save")
 
 
 def table(results: dict[str, dict[str, list[float]]], rounds: int) -> list[list[str]]:

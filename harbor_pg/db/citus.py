@@ -549,6 +549,11 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
         "select create_distributed_function(%s, %s, colocate_with => %s)",
         (SEARCH_FUNCTION, "p_tenant_id", "harbor.memories"),
     )
+    # and reading a session's newest turns, called in autocommit too (sql/citus/recent.sql)
+    conn.execute(
+        "select create_distributed_function(%s, %s, colocate_with => %s)",
+        (RECENT_FUNCTION, "p_tenant_id", "harbor.messages"),
+    )
     if conn.execute("select to_regprocedure('harbor.graph_min_vectors()')").fetchone()[0]:  # type: ignore[index]
         conn.execute(
             "create or replace function harbor.graph_min_vectors() returns integer"
@@ -723,6 +728,12 @@ RECALL_FUNCTION = (
 #: a lexical search in one call Citus delegates to the tenant's worker (sql/citus/search.sql)
 SEARCH_FUNCTION = (
     "harbor.search_delegated(text, text, text, text, text, text, text, timestamptz, integer)"
+)
+
+#: a session's newest turns in one call Citus delegates to the tenant's worker
+#: (sql/citus/recent.sql)
+RECENT_FUNCTION = (
+    "harbor.recent_turns_delegated(text, text, text, text, text, text, integer, double precision)"
 )
 
 #: a memory's save in one call Citus delegates to the tenant's worker (sql/citus/save.sql)

@@ -50,6 +50,7 @@ CITUS_FILES: tuple[str, ...] = (
     "citus/recall.sql",
     "citus/save.sql",
     "citus/search.sql",
+    "citus/recent.sql",
 )
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z0-9_]+)\s*$", re.MULTILINE)

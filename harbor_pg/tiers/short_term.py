@@ -7,7 +7,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from harbor_pg.db.connection import Database, identity_params
+from harbor_pg.db.connection import Database, carried_identity, identity_params
 from harbor_pg.db.sqlfiles import query
 from harbor_pg.owner import MemoryOwner
 from harbor_pg.records import ConversationMessage
@@ -249,12 +249,15 @@ class PostgresShortTermStore:
         """The newest ``limit`` turns, oldest first; with ``ttl_seconds``, only those a
         session TTL of inactivity has not expired (see :mod:`harbor_pg.tiers.session_ttl`)."""
         session_key(owner)  # the owner must address a session
-        name, params = _recent_query(owner, limit, ttl_seconds)
         if self.db.set_local:
-            # on Citus the identity reaches the workers only by SET LOCAL, in a
-            # transaction block (Database.fetch_in_one_round_trip, one round trip too)
-            found = await self.db.fetch_in_one_round_trip(owner, query(name), params)
+            # a distributed database: one call that Citus delegates to the tenant's
+            # worker, the identity its arguments (sql/citus/recent.sql)
+            found = await self.db.fetch_delegated(
+                query("recent_turns_delegated"),
+                {**carried_identity(owner), "limit": limit, "ttl_seconds": ttl_seconds},
+            )
             return [message_from_row(r) for r in found]
+        name, params = _recent_query(owner, limit, ttl_seconds)
         # one statement that sets the identity itself: one round trip
         rows = await self.db.fetch_self_identified(query(name), params)
         return [message_from_row(r) for r in rows]

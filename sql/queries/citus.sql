@@ -171,6 +171,18 @@ select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, 
   from harbor.memories m
  where m.tenant_id = %(tenant_id)s::text and m.id = %(id)s::text
 
+-- name: recent_turns_delegated
+-- recent_turns (short_term.sql), and recent_live_turns with %(ttl_seconds)s not null, on a
+-- distributed database: one call of harbor.recent_turns_delegated (sql/citus/recent.sql),
+-- which Citus sends whole to the tenant's worker. The identity is its first arguments (the
+-- worker checks them against the caller's); sent in autocommit, it needs no transaction
+-- block.
+select r.id, r.role, r.content, r.name, r.tool_calls, r.tool_call_id, r.metadata, r.created_at
+  from harbor.recent_turns_delegated(
+      %(tenant_id)s::text, %(project_id)s::text, %(principal_id)s::text, %(user_id)s::text,
+      %(session_id)s::text, %(run_id)s::text, %(limit)s::integer,
+      %(ttl_seconds)s::double precision) r
+
 -- name: search_delegated
 -- search_memories on a distributed database, the tenant's memories: one call of
 -- harbor.search_delegated (sql/citus/search.sql), which Citus sends whole to the tenant's

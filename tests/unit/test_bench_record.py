@@ -36,6 +36,7 @@ def _citus(path: Path) -> None:
         "recall": [0.010, 0.020, 0.030],
         "search": [0.005, 0.006, 0.007],
         "append": [0.004, 0.005, 0.006],
+        "recent": [0.002, 0.003, 0.004],
         "save": [0.008, 0.009, 0.010],
         "failed recalls": [0.0],
     }
@@ -145,7 +146,11 @@ def _recall_ab(path: Path) -> None:
 WRITERS: dict[str, tuple[Callable[[Path], None], list[str]]] = {
     "citus": (
         _citus,
-        ["| recall | 20.00 / ", "| recalls answered empty (WARNING) | 0 of 3 | 1 of 3 |"],
+        [
+            "| recall | 20.00 / ",
+            "| recent | 3.00 / ",
+            "| recalls answered empty (WARNING) | 0 of 3 | 1 of 3 |",
+        ],
     ),
     "erasure-residue": (
         _erasure,
