@@ -432,6 +432,29 @@ class PostgresLongTermStore:
             )
             for i, memory in enumerate(memories)
         ]
+        return await self.save_many_embedded(owner, memories, checked, model_id)
+
+    async def save_many_embedded(
+        self,
+        owner: MemoryOwner,
+        memories: Sequence[Memory],
+        vectors: Sequence[MemoryVectors | None] | None,
+        model_id: str | None,
+    ) -> list[SaveResult]:
+        """:meth:`save_many` with each memory's vectors already checked, as
+        :meth:`save_embedded` takes them (``vectors[i]`` those of ``memories[i]``, None
+        for none): an embedder's output after
+        :func:`~harbor_pg.embedders.base.normalize_vector`, not checked again (23 us a
+        vector). The model id is checked here."""
+        checked: Sequence[MemoryVectors | None] = (
+            [None] * len(memories) if vectors is None else vectors
+        )
+        if len(checked) != len(memories):
+            raise MemoryValidationError(
+                f"{len(memories)} memories but {len(checked)} vectors were given"
+            )
+        if any(v is not None for v in checked):
+            _checked_model_id(model_id)
         kinds = {m.scope in ELEVATED_SCOPES for m in memories}
         if len(kinds) > 1:
             raise MemoryValidationError(

@@ -186,23 +186,14 @@ class LongTermWrites(FacadeBase):
             model_id = embedder.model_id if vectors is not None and embedder else None
             one_role = len({m.scope in ELEVATED_SCOPES for m in batch}) == 1
             if isinstance(store, PostgresLongTermStore):
-                content = [v.content for v in vectors] if vectors is not None else None
-                contextual = [v.with_context for v in vectors] if vectors is not None else None
+                # (normalized, so checked: not checked again, as in save)
                 if one_role:
-                    results.extend(
-                        await store.save_many(
-                            caller, batch, content, model_id, context_vectors=contextual
-                        )
-                    )
+                    results.extend(await store.save_many_embedded(caller, batch, vectors, model_id))
                 else:
                     for i, memory in enumerate(batch):
                         results.append(
-                            await store.save(
-                                caller,
-                                memory,
-                                content[i] if content is not None else None,
-                                model_id,
-                                context_embedding=contextual[i] if contextual else None,
+                            await store.save_embedded(
+                                caller, memory, vectors[i] if vectors else None, model_id
                             )
                         )
             else:

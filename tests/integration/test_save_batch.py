@@ -4,14 +4,21 @@ one round trip."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
 import psycopg
+import pytest
 
 from harbor_pg.db.connection import Database
+from harbor_pg.embedders.base import normalize_vector
+from harbor_pg.embedders.hashing import HashingEmbedder
+from harbor_pg.errors import MemoryValidationError
 from harbor_pg.manager import MemoryManager
 from harbor_pg.owner import MemoryOwner
-from harbor_pg.records import Memory
+from harbor_pg.records import Memory, embedding_texts
+from harbor_pg.tiers import long_term
 from harbor_pg.tiers.long_term import PostgresLongTermStore
 from tests.conftest import PgDatabase
 from tests.roundtrips import RoundTripProxy
@@ -194,3 +201,52 @@ async def test_save_and_save_many_run_the_generic_plan(
         assert custom_after == 0 and generic_after == 8
     finally:
         await db.close()
+
+
+async def test_the_facade_checks_an_embedders_vectors_once(
+    database: Database, fresh_db: PgDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """save_many through the facade stores the embedder's normalised vectors (both for a
+    memory with a context; in a batch of one role, and in one mixing the elevated role's
+    scopes with the caller's, saved a memory at a time) without checking them a second
+    time; vectors a caller gives the store are still checked."""
+    checked: list[int] = []
+    real = long_term.check_vector
+
+    def counting(embedding: Sequence[float]) -> list[float]:
+        checked.append(len(embedding))
+        return real(embedding)
+
+    monkeypatch.setattr(long_term, "check_vector", counting)
+    embedder = HashingEmbedder(16)
+    manager = MemoryManager.from_database(database, embedder=embedder)
+    batches = [
+        [Memory(content="Alice moved", context="About her flat"), Memory(content="Alice ran")],
+        [
+            Memory(content="Tea is served at four", scope="tenant", context="The office"),
+            Memory(content="Alice swam"),
+        ],
+    ]
+    for memories in batches:
+        results = await manager.save_many(ALICE, memories)
+        assert all(r.created for r in results)
+    assert checked == []
+    with psycopg.connect(fresh_db.superuser_url) as conn:
+        stored = conn.execute(
+            "select m.content, e.with_context, e.model_id, e.embedding::real[]::float8[]"
+            " from harbor.memory_embeddings e join harbor.memories m on m.id = e.memory_id"
+        ).fetchall()
+    expected = []
+    for m in (m for memories in batches for m in memories):
+        content, with_context = embedding_texts(m)
+        for flag, text in ((False, content), (True, with_context)):
+            if text is not None:
+                [raw] = await embedder.embed([text])
+                unit = normalize_vector(raw, dimensions=16, model_id=embedder.model_id)
+                as_stored = np.array(unit, dtype=np.float32).astype(float).tolist()
+                expected.append((m.content, flag, embedder.model_id, as_stored))
+    assert sorted(stored) == sorted(expected)
+    store = PostgresLongTermStore(database)
+    with pytest.raises(MemoryValidationError, match="NaN or infinity"):
+        await store.save_many(ALICE, [Memory(content="x")], [[float("nan")] * 16], "m")
+    assert checked == [16]
