@@ -554,6 +554,11 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
         "select create_distributed_function(%s, %s, colocate_with => %s)",
         (RECENT_FUNCTION, "p_tenant_id", "harbor.messages"),
     )
+    # and reading a run's working state, called in autocommit too (sql/citus/working.sql)
+    conn.execute(
+        "select create_distributed_function(%s, %s, colocate_with => %s)",
+        (WORKING_FUNCTION, "p_tenant_id", "harbor.working_state"),
+    )
     if conn.execute("select to_regprocedure('harbor.graph_min_vectors()')").fetchone()[0]:  # type: ignore[index]
         conn.execute(
             "create or replace function harbor.graph_min_vectors() returns integer"
@@ -735,6 +740,10 @@ SEARCH_FUNCTION = (
 RECENT_FUNCTION = (
     "harbor.recent_turns_delegated(text, text, text, text, text, text, integer, double precision)"
 )
+
+#: a run's working state read in one call Citus delegates to the tenant's worker
+#: (sql/citus/working.sql)
+WORKING_FUNCTION = "harbor.working_state_delegated(text, text, text, text, text, text)"
 
 #: a memory's save in one call Citus delegates to the tenant's worker (sql/citus/save.sql)
 SAVE_FUNCTION = (

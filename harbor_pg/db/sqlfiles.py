@@ -51,6 +51,7 @@ CITUS_FILES: tuple[str, ...] = (
     "citus/save.sql",
     "citus/search.sql",
     "citus/recent.sql",
+    "citus/working.sql",
 )
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z0-9_]+)\s*$", re.MULTILINE)

@@ -6,7 +6,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from harbor_pg.db.connection import Database
+from harbor_pg.db.connection import Database, carried_identity
 from harbor_pg.db.sqlfiles import query
 from harbor_pg.owner import MemoryOwner
 
@@ -34,7 +34,15 @@ class PostgresWorkingStore:
         self.db = db
 
     async def get(self, owner: MemoryOwner) -> dict[str, Any]:
-        rows = await self.db.fetch_in_one_round_trip(owner, query("scratch"), run_key(owner))
+        key = run_key(owner)
+        if self.db.set_local:
+            # a distributed database: one call that Citus delegates to the tenant's
+            # worker, the identity its arguments (sql/citus/working.sql)
+            rows = await self.db.fetch_delegated(
+                query("working_state_delegated"), carried_identity(owner)
+            )
+        else:
+            rows = await self.db.fetch_in_one_round_trip(owner, query("scratch"), key)
         return dict(rows[0]["state"]) if rows else {}
 
     async def update(

@@ -183,6 +183,16 @@ select r.id, r.role, r.content, r.name, r.tool_calls, r.tool_call_id, r.metadata
       %(session_id)s::text, %(run_id)s::text, %(limit)s::integer,
       %(ttl_seconds)s::double precision) r
 
+-- name: working_state_delegated
+-- scratch (working.sql) on a distributed database: one call of
+-- harbor.working_state_delegated (sql/citus/working.sql), which Citus sends whole to the
+-- tenant's worker. The identity is its arguments (the worker checks them against the
+-- caller's); sent in autocommit, it needs no transaction block.
+select w.state, w.expires_at
+  from harbor.working_state_delegated(
+      %(tenant_id)s::text, %(project_id)s::text, %(principal_id)s::text, %(user_id)s::text,
+      %(session_id)s::text, %(run_id)s::text) w
+
 -- name: search_delegated
 -- search_memories on a distributed database, the tenant's memories: one call of
 -- harbor.search_delegated (sql/citus/search.sql), which Citus sends whole to the tenant's
