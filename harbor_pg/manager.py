@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import logging
@@ -10,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -79,6 +80,8 @@ from harbor_pg.validation import (
 __all__ = ["MemoryManager", "MemoryManagerConfig", "MemorySnapshot"]
 
 log = logging.getLogger("harbor_pg")
+
+T = TypeVar("T")
 
 #: what a model is asked when it writes an observation (MemoryManager.observe)
 OBSERVE_SYSTEM = (
@@ -1051,8 +1054,9 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction, Reembed
     ) -> MemorySnapshot:
         """Recent turns, working state and memories matching ``query``.
 
-        On PostgreSQL this is one database round trip. Rejects an owner that is
-        not the caller this manager was bound to.
+        On PostgreSQL this is one database round trip (on Citus, three calls sent at
+        once, each delegated to the tenant's worker). Rejects an owner that is not the
+        caller this manager was bound to.
         """
         self._check_caller(owner)
         check_text(query, "query", optional=True)
@@ -1081,22 +1085,25 @@ class MemoryManager(LongTermWrites, Governance, Portability, Extraction, Reembed
                 top_k=self.config.snapshot_top_k,
                 with_working=self.working is not None,
             )
-        recent = (
-            (await self.recent(owner, limit))
+        # three reads, sent at once (on Citus each is one call delegated to the tenant's
+        # worker, on a pooled connection of its own)
+        recent, working, memories = await asyncio.gather(
+            self.recent(owner, limit)
             if self.short_term and owner.can_address(MemoryScope.SESSION)
-            else []
-        )
-        working = (
-            (await self.scratch(owner))
+            else _resolved(list[ConversationMessage]()),
+            self.scratch(owner)
             if self.working and owner.can_address(MemoryScope.RUN)
-            else {}
-        )
-        memories = (
-            list(await self.recall(owner, text, top_k=self.config.snapshot_top_k))
+            else _resolved(dict[str, Any]()),
+            self.recall(owner, text, top_k=self.config.snapshot_top_k)
             if self.long_term and text.strip()
-            else []
+            else _resolved(tuple[Memory, ...]()),
         )
-        return MemorySnapshot(recent=recent, working_state=working, memories=memories)
+        return MemorySnapshot(recent=recent, working_state=working, memories=list(memories))
+
+
+async def _resolved(value: T) -> T:
+    """``value``, as an awaitable (a part of a snapshot that is not read)."""
+    return value
 
 
 def _to_message(turn: ConversationMessage | dict[str, Any] | Any) -> ConversationMessage:
