@@ -544,6 +544,11 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
         "select create_distributed_function(%s, %s, colocate_with => %s)",
         (SAVE_FUNCTION, "p_tenant_id", "harbor.memories"),
     )
+    # and a batch's save (save_many), called in autocommit too (sql/citus/save.sql)
+    conn.execute(
+        "select create_distributed_function(%s, %s, colocate_with => %s)",
+        (SAVE_MANY_FUNCTION, "p_tenant_id", "harbor.memories"),
+    )
     # and a search's, called in autocommit too (sql/citus/search.sql)
     conn.execute(
         "select create_distributed_function(%s, %s, colocate_with => %s)",
@@ -739,6 +744,14 @@ SEARCH_FUNCTION = (
 #: (sql/citus/recent.sql)
 RECENT_FUNCTION = (
     "harbor.recent_turns_delegated(text, text, text, text, text, text, integer, double precision)"
+)
+
+#: a batch's save in one call Citus delegates to the tenant's worker (sql/citus/save.sql)
+SAVE_MANY_FUNCTION = (
+    "harbor.save_memories_delegated(text, text, text, text, text, text, text[],"
+    " harbor.memory_scope[], text[], text[], text[], text[], text[], harbor.memory_type[],"
+    " real[], text[], text[], text[], jsonb[], text[], harbor.sensitivity[], text[], jsonb[],"
+    " jsonb[], timestamptz[], timestamptz[], text, public.vector[], public.vector[])"
 )
 
 #: a run's working state read in one call Citus delegates to the tenant's worker

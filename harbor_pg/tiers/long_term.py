@@ -503,9 +503,22 @@ class PostgresLongTermStore:
                 _delegated_save_params(owner, params[0], vectors[0], model_id),
             )
             return _save_results(rows)
+        if self.db.set_local and not admin:
+            # a batch of the caller's own tenant: one call that Citus delegates to the
+            # tenant's worker, which saves each memory as the call above does, in the
+            # call's one transaction (sql/citus/save.sql)
+            rows = await self.db.fetch_delegated(
+                query("save_memories_delegated"),
+                {
+                    **_batch_params(params, vectors, model_id),
+                    **carried_identity(owner, "caller_"),
+                },
+            )
+            return _save_results(rows)
         if self.db.set_local:
             # Citus refuses save_memories (a correlated subquery over a CTE): on a
-            # distributed database each memory is saved by the per-row statements
+            # distributed database each memory of the elevated scopes is saved by the
+            # per-row statements
             async with self.db.transaction(owner, admin=admin) as conn:
                 return [
                     await self._save_one(conn, owner, p, v, model_id)

@@ -73,18 +73,23 @@ alter function harbor._save_statements(text) owner to harbor_owner;
 revoke all on function harbor._save_statements(text) from public;
 grant execute on function harbor._save_statements(text) to harbor_app;
 
-create or replace function harbor.save_memory_delegated(
-    p_tenant_id text, p_project_id text, p_principal_id text, p_user_id text,
-    p_session_id text, p_run_id text,
+-- One memory's save on the tenant's shard tables (or, on the coordinator, the distributed
+-- tables), for the delegated calls below, once the identity is checked and the statements
+-- of harbor._save_statements prepared (p_key: the suffix of their names). The memory is
+-- inserted unless a current duplicate is in the way: one past its expiry is closed at its
+-- expiry and the memory inserted again (close_expired_duplicate_citus); another comes back
+-- instead, with created false (find_current_duplicate). An inserted memory's vectors follow
+-- (insert_embedding): of the content, and of the context line followed by the content.
+create or replace function harbor._save_memory_on_shard(
+    p_key text, p_tenant_id text,
     p_id text, p_scope harbor.memory_scope, p_key_project_id text, p_key_user_id text,
     p_key_session_id text, p_key_run_id text, p_writer_id text,
     p_memory_type harbor.memory_type, p_importance real, p_content text,
     p_content_hash text, p_context text, p_entity_ids text[], p_source text,
     p_sensitivity harbor.sensitivity, p_source_session_id text,
     p_source_message_ids text[], p_metadata jsonb, p_valid_from timestamptz,
-    p_expires_at timestamptz,
-    p_model_id text default null, p_embedding public.vector default null,
-    p_context_embedding public.vector default null)
+    p_expires_at timestamptz, p_model_id text, p_embedding public.vector,
+    p_context_embedding public.vector)
     returns table (
         id text, tenant_id text, scope text, project_id text, principal_id text,
         user_id text, session_id text, run_id text, memory_type text, content text,
@@ -100,17 +105,10 @@ declare
     v_row harbor.memories%rowtype;
     v_created boolean := false;
     v_closed bigint;
-    v_key text;  -- the suffix of the prepared statements' names
 begin
-    -- the identity set and checked, the shard held (sql/citus/delegated.sql)
-    perform harbor._delegated_caller(
-        'harbor.save_memory_delegated', 'harbor.memories', p_tenant_id, p_project_id, p_principal_id,
-        p_user_id, p_session_id, p_run_id);
-    -- the insert and the vectors through the statements above
-    v_key := harbor._save_statements(p_tenant_id);
     for attempt in 1..2 loop
         execute format('execute harbor_save_insert_%s(%L, %L, %L, %L, %L, %L, %L, %L, %L,'
-                       ' %L, %L, %L, %L, %L, %L, %L, %L, %L, %L, %L, %L)', v_key,
+                       ' %L, %L, %L, %L, %L, %L, %L, %L, %L, %L, %L, %L)', p_key,
                        p_tenant_id, p_id, p_scope, p_key_project_id, p_key_user_id,
                        p_key_session_id, p_key_run_id, p_writer_id, p_memory_type,
                        p_importance, p_content, p_content_hash, p_context, p_entity_ids,
@@ -156,7 +154,7 @@ begin
         -- followed by the content; in the graph as insert_embedding decides (at once
         -- on a distributed database, where graph_min_vectors() is 0)
         execute format('execute harbor_save_vectors_%s(%L, %L, %L, %L, %L, %L, %L, %L, %L, %L)',
-                       v_key, v_row.tenant_id, v_row.id, coalesce(p_model_id, ''), v_row.scope,
+                       p_key, v_row.tenant_id, v_row.id, coalesce(p_model_id, ''), v_row.scope,
                        v_row.project_id, v_row.user_id, v_row.session_id, v_row.run_id,
                        p_embedding, p_context_embedding);
     end if;
@@ -171,6 +169,60 @@ begin
            v_row.created_at, v_row.updated_at, v_row.expires_at, v_created;
 end
 $$;
+alter function harbor._save_memory_on_shard(text, text, text, harbor.memory_scope, text, text,
+    text, text, text, harbor.memory_type, real, text, text, text, text[], text,
+    harbor.sensitivity, text, text[], jsonb, timestamptz, timestamptz, text, public.vector,
+    public.vector)
+    owner to harbor_owner;
+revoke all on function harbor._save_memory_on_shard(text, text, text, harbor.memory_scope,
+    text, text, text, text, text, harbor.memory_type, real, text, text, text, text[], text,
+    harbor.sensitivity, text, text[], jsonb, timestamptz, timestamptz, text, public.vector,
+    public.vector)
+    from public, harbor_admin, harbor_search;
+grant execute on function harbor._save_memory_on_shard(text, text, text, harbor.memory_scope,
+    text, text, text, text, text, harbor.memory_type, real, text, text, text, text[], text,
+    harbor.sensitivity, text, text[], jsonb, timestamptz, timestamptz, text, public.vector,
+    public.vector)
+    to harbor_app;
+
+create or replace function harbor.save_memory_delegated(
+    p_tenant_id text, p_project_id text, p_principal_id text, p_user_id text,
+    p_session_id text, p_run_id text,
+    p_id text, p_scope harbor.memory_scope, p_key_project_id text, p_key_user_id text,
+    p_key_session_id text, p_key_run_id text, p_writer_id text,
+    p_memory_type harbor.memory_type, p_importance real, p_content text,
+    p_content_hash text, p_context text, p_entity_ids text[], p_source text,
+    p_sensitivity harbor.sensitivity, p_source_session_id text,
+    p_source_message_ids text[], p_metadata jsonb, p_valid_from timestamptz,
+    p_expires_at timestamptz,
+    p_model_id text default null, p_embedding public.vector default null,
+    p_context_embedding public.vector default null)
+    returns table (
+        id text, tenant_id text, scope text, project_id text, principal_id text,
+        user_id text, session_id text, run_id text, memory_type text, content text,
+        content_hash text, importance real, entity_ids text[], source text,
+        sensitivity text, valid_from timestamptz, invalid_at timestamptz,
+        superseded_by text, source_session_id text, source_message_ids text[],
+        metadata jsonb, context text, created_at timestamptz, updated_at timestamptz,
+        expires_at timestamptz, created boolean)
+    language plpgsql volatile security invoker
+    set search_path to pg_catalog, pg_temp
+as $$
+begin
+    -- the identity set and checked, the shard held (sql/citus/delegated.sql)
+    perform harbor._delegated_caller(
+        'harbor.save_memory_delegated', 'harbor.memories', p_tenant_id, p_project_id, p_principal_id,
+        p_user_id, p_session_id, p_run_id);
+    -- the insert and the vectors through the statements above
+    return query
+    select * from harbor._save_memory_on_shard(
+        harbor._save_statements(p_tenant_id), p_tenant_id, p_id, p_scope, p_key_project_id,
+        p_key_user_id, p_key_session_id, p_key_run_id, p_writer_id, p_memory_type,
+        p_importance, p_content, p_content_hash, p_context, p_entity_ids, p_source,
+        p_sensitivity, p_source_session_id, p_source_message_ids, p_metadata, p_valid_from,
+        p_expires_at, p_model_id, p_embedding, p_context_embedding);
+end
+$$;
 alter function harbor.save_memory_delegated(text, text, text, text, text, text, text, harbor.memory_scope, text, text, text, text,
     text, harbor.memory_type, real, text, text, text, text[], text, harbor.sensitivity, text,
     text[], jsonb, timestamptz, timestamptz, text, public.vector, public.vector)
@@ -182,4 +234,81 @@ revoke all on function harbor.save_memory_delegated(text, text, text, text, text
 grant execute on function harbor.save_memory_delegated(text, text, text, text, text, text, text, harbor.memory_scope, text, text, text, text,
     text, harbor.memory_type, real, text, text, text, text[], text, harbor.sensitivity, text,
     text[], jsonb, timestamptz, timestamptz, text, public.vector, public.vector)
+    to harbor_app;
+
+-- A batch's save (save_many) on a distributed database, in one call that Citus delegates
+-- whole to the tenant's worker, as save_memory_delegated's (above): the identity checked
+-- first, then each memory saved by the same steps, in the order given (the facade sorts a
+-- batch by dedup key, so two batches of the same facts wait for each other instead of
+-- deadlocking), in the call's one transaction: all or nothing, committed on the worker
+-- in one phase. The statements it replaces were each memory's insert and vectors, each
+-- sent from the coordinator in the batch's transaction (a hop and two plannings each).
+-- Each array has one element per memory, as save_memories' (sql/queries/long_term.sql):
+-- every memory of the batch is of the caller's tenant (a batch of the elevated scopes is
+-- not delegated); entity_ids and source_message_ids are one JSON array of strings each.
+-- One row per memory, in input order.
+create or replace function harbor.save_memories_delegated(
+    p_tenant_id text, p_project_id text, p_principal_id text, p_user_id text,
+    p_session_id text, p_run_id text,
+    p_ids text[], p_scopes harbor.memory_scope[], p_key_project_ids text[],
+    p_key_user_ids text[], p_key_session_ids text[], p_key_run_ids text[],
+    p_writer_ids text[], p_memory_types harbor.memory_type[], p_importances real[],
+    p_contents text[], p_content_hashes text[], p_contexts text[], p_entity_ids jsonb[],
+    p_sources text[], p_sensitivities harbor.sensitivity[], p_source_session_ids text[],
+    p_source_message_ids jsonb[], p_metadata jsonb[], p_valid_froms timestamptz[],
+    p_expires_ats timestamptz[], p_model_id text default null,
+    p_embeddings public.vector[] default null, p_context_embeddings public.vector[] default null)
+    returns table (
+        id text, tenant_id text, scope text, project_id text, principal_id text,
+        user_id text, session_id text, run_id text, memory_type text, content text,
+        content_hash text, importance real, entity_ids text[], source text,
+        sensitivity text, valid_from timestamptz, invalid_at timestamptz,
+        superseded_by text, source_session_id text, source_message_ids text[],
+        metadata jsonb, context text, created_at timestamptz, updated_at timestamptz,
+        expires_at timestamptz, created boolean)
+    language plpgsql volatile security invoker
+    set search_path to pg_catalog, pg_temp
+as $$
+declare
+    v_key text;  -- the suffix of the prepared statements' names
+begin
+    -- the identity set and checked, the shard held (sql/citus/delegated.sql)
+    perform harbor._delegated_caller(
+        'harbor.save_memories_delegated', 'harbor.memories', p_tenant_id, p_project_id,
+        p_principal_id, p_user_id, p_session_id, p_run_id);
+    if coalesce(cardinality(p_contents), 0) = 0 then
+        return;
+    end if;
+    v_key := harbor._save_statements(p_tenant_id);
+    for i in 1..cardinality(p_contents) loop
+        return query
+        select * from harbor._save_memory_on_shard(
+            v_key, p_tenant_id, p_ids[i], p_scopes[i], p_key_project_ids[i],
+            p_key_user_ids[i], p_key_session_ids[i], p_key_run_ids[i], p_writer_ids[i],
+            p_memory_types[i], p_importances[i], p_contents[i], p_content_hashes[i],
+            p_contexts[i],
+            array(select pg_catalog.jsonb_array_elements_text(p_entity_ids[i])),
+            p_sources[i], p_sensitivities[i], p_source_session_ids[i],
+            array(select pg_catalog.jsonb_array_elements_text(p_source_message_ids[i])),
+            p_metadata[i], p_valid_froms[i], p_expires_ats[i], p_model_id, p_embeddings[i],
+            p_context_embeddings[i]);
+    end loop;
+end
+$$;
+alter function harbor.save_memories_delegated(text, text, text, text, text, text, text[],
+    harbor.memory_scope[], text[], text[], text[], text[], text[], harbor.memory_type[],
+    real[], text[], text[], text[], jsonb[], text[], harbor.sensitivity[], text[], jsonb[],
+    jsonb[], timestamptz[], timestamptz[], text, public.vector[], public.vector[])
+    owner to harbor_owner;
+revoke all on function harbor.save_memories_delegated(text, text, text, text, text, text,
+    text[], harbor.memory_scope[], text[], text[], text[], text[], text[],
+    harbor.memory_type[], real[], text[], text[], text[], jsonb[], text[],
+    harbor.sensitivity[], text[], jsonb[], jsonb[], timestamptz[], timestamptz[], text,
+    public.vector[], public.vector[])
+    from public, harbor_admin, harbor_search;
+grant execute on function harbor.save_memories_delegated(text, text, text, text, text, text,
+    text[], harbor.memory_scope[], text[], text[], text[], text[], text[],
+    harbor.memory_type[], real[], text[], text[], text[], jsonb[], text[],
+    harbor.sensitivity[], text[], jsonb[], jsonb[], timestamptz[], timestamptz[], text,
+    public.vector[], public.vector[])
     to harbor_app;

@@ -264,6 +264,26 @@ select r.*
       importance_half_life_hours => %(importance_half_life)s::double precision,
       excluded_types => %(excluded)s::text[]::harbor.memory_type[]) r
 
+-- name: save_memories_delegated
+-- A batch's save on a distributed database (save_memories' arrays, without the tenants:
+-- every memory is the caller's tenant's): one call of harbor.save_memories_delegated
+-- (sql/citus/save.sql), which Citus sends whole to the tenant's worker. The caller's
+-- identity is its first arguments; sent in autocommit, the batch is the call's one
+-- transaction. One row per memory, in input order.
+select s.*
+  from harbor.save_memories_delegated(
+      %(caller_tenant_id)s::text, %(caller_project_id)s::text, %(caller_principal_id)s::text,
+      %(caller_user_id)s::text, %(caller_session_id)s::text, %(caller_run_id)s::text,
+      %(ids)s::text[], %(scopes)s::harbor.memory_scope[], %(project_ids)s::text[],
+      %(user_ids)s::text[], %(session_ids)s::text[], %(run_ids)s::text[],
+      %(principal_ids)s::text[], %(memory_types)s::harbor.memory_type[],
+      %(importances)s::real[], %(contents)s::text[], %(content_hashes)s::text[],
+      %(contexts)s::text[], %(entity_ids)s::jsonb[], %(sources)s::text[],
+      %(sensitivities)s::harbor.sensitivity[], %(source_session_ids)s::text[],
+      %(source_message_ids)s::jsonb[], %(metadata)s::jsonb[], %(valid_froms)s::timestamptz[],
+      %(expires_ats)s::timestamptz[], %(model_id)s::text, %(embeddings)s::public.vector[],
+      %(context_embeddings)s::public.vector[]) s
+
 -- name: save_memory_delegated
 -- One memory's save on a distributed database (insert_memory_citus and the statements
 -- around it): one call of harbor.save_memory_delegated (sql/citus/save.sql), which Citus

@@ -187,3 +187,157 @@ def test_on_the_worker_the_save_runs_on_the_shard_tables_prepared_once(
             ).fetchall()
         )
     assert vectors == {saved[0]: 2, other[0]: 1}
+
+
+def _batch(owner: MemoryOwner, memories: list[Memory], **overrides: Any) -> dict[str, Any]:
+    """save_memories_delegated's parameters for user memories of ``owner``, without
+    vectors (``overrides``: what an attacker changes)."""
+    from harbor_pg.db.connection import carried_identity
+    from harbor_pg.tiers.long_term import _batch_params
+
+    params = [memory_params(owner, m) for m in memories]
+    return {
+        **_batch_params(params, [None] * len(params), None),
+        # (no vectors: a plain connection has no dumper for PgVectorArray)
+        "embeddings": None,
+        "context_embeddings": None,
+        **carried_identity(owner, "caller_"),
+        **overrides,
+    }
+
+
+def test_the_facades_batch_is_saved_by_one_call_as_one_server_saves_it(
+    cluster_db: ClusterDatabase,
+) -> None:
+    # save_many through the facade (one delegated call, tests/citus/test_cluster_routing):
+    # each memory inserted once with its vectors, a duplicate of a stored memory and a
+    # repeat within the batch answered by the memory already there (created false), in
+    # the input's order, as one server's save_many answers
+    import asyncio
+
+    from harbor_pg.db.connection import Database
+    from harbor_pg.manager import MemoryManager
+
+    owner = MemoryOwner(tenant_id="save-a", principal_id="ann", session_id="s-batch")
+    stored = Memory(content="ann: stored before the batch")
+    batch = [
+        Memory(content="ann: batch one", context="the turn before"),
+        Memory(content="ann: stored before the batch"),
+        Memory(content="ann: batch two"),
+        Memory(content="ann: batch one", context="the turn before"),
+    ]
+    vectors = {
+        "ann: stored before the batch": [1.0, 0.0],
+        "ann: batch one": [0.0, 1.0],
+        "the turn before\nann: batch one": [0.6, 0.8],
+        "ann: batch two": [0.8, 0.6],
+    }
+
+    async def run() -> tuple[Any, list[Any]]:
+        db = Database(cluster_db.app_url, cluster_db.admin_url, min_size=1, max_size=1)
+        await db.open()
+        manager = MemoryManager.from_database(db, embedder=_Lookup(vectors))
+        try:
+            first = await manager.save(owner, stored)
+            return first, await manager.save_many(owner, batch)
+        finally:
+            await manager.close()
+            await db.close()
+
+    first, results = asyncio.run(run())
+    assert [r.created for r in results] == [True, False, True, False]
+    assert [r.memory.content for r in results] == [m.content for m in batch]
+    assert results[1].memory.id == first.memory.id
+    assert results[3].memory.id == results[0].memory.id
+    with psycopg.connect(cluster_db.superuser_url) as su:
+        counts = dict(
+            su.execute(
+                "select m.content, count(e.memory_id) from harbor.memories m"
+                " left join harbor.memory_embeddings e"
+                "   on e.tenant_id = m.tenant_id and e.memory_id = m.id"
+                " where m.tenant_id = %s and m.content = any(%s) group by m.content",
+                (owner.tenant_id, list(vectors)),
+            ).fetchall()
+        )
+    assert counts == {
+        "ann: stored before the batch": 1,
+        "ann: batch one": 2,
+        "ann: batch two": 1,
+    }
+
+
+class _Lookup:
+    """An embedder that looks its 2-d vectors up (every text given beforehand)."""
+
+    model_id = "test-lookup"
+    dimensions = 2
+    relevance_threshold = 0.0
+
+    def __init__(self, vectors: dict[str, list[float]]) -> None:
+        self.vectors = vectors
+
+    async def embed(self, texts: Any) -> list[list[float]]:
+        return [self.vectors[t] for t in texts]
+
+    async def embed_query(self, text: str) -> list[float]:
+        return self.vectors[text]
+
+
+def test_a_batch_that_fails_on_one_memory_saves_none(
+    cluster_db: ClusterDatabase, bound_role: str
+) -> None:
+    # the bound role's own identity, its batch's second memory keyed to carl: the
+    # policies refuse that row, and the call's one transaction keeps the first out too
+    memories = [Memory(content="ann: batch before the refused one"), Memory(content="x")]
+    params = _batch(ANN, memories)
+    params["user_ids"] = ["ann", "carl"]
+    params["principal_ids"] = ["ann", "carl"]
+    before = _contents(cluster_db.superuser_url, "save-a")
+    with (
+        psycopg.connect(cluster_db.url_for(bound_role), autocommit=True) as conn,
+        pytest.raises(errors.InsufficientPrivilege),
+    ):
+        conn.execute(query("save_memories_delegated"), params)
+    assert _contents(cluster_db.superuser_url, "save-a") == before
+
+
+BATCH_ATTACKS = {
+    name: {
+        key: [value] if key in {"user_id", "principal_id"} else value
+        for key, value in changes.items()
+    }
+    for name, changes in ATTACKS.items()
+}
+
+
+@pytest.mark.parametrize("attack", sorted(BATCH_ATTACKS))
+@pytest.mark.parametrize("how", ["autocommit", "set local", "worker"])
+def test_a_bound_role_naming_another_owner_in_a_batch_is_refused(
+    cluster_db: ClusterDatabase, bound_role: str, attack: str, how: str
+) -> None:
+    changes = dict(BATCH_ATTACKS[attack])
+    # (the memory's own owner fields are arrays in a batch)
+    for key in ("user_id", "principal_id"):
+        if key in changes:
+            changes[key + "s"] = changes.pop(key)
+    changes.pop("tenant_id", None)  # (a batch's memories are all of the call's tenant)
+    params = _batch(ANN, [Memory(content="forged batch fact")], **changes)
+    before = {t: _contents(cluster_db.superuser_url, t) for t in ("save-a", "save-b")}
+    if how == "worker":
+        node = cluster_db.node_of(str(params["caller_tenant_id"]))
+        index = [w.port for w in cluster_db.cluster.workers].index(node.port)
+        url = cluster_db.worker_url(index, bound_role)
+    else:
+        url = cluster_db.url_for(bound_role)
+    with psycopg.connect(url, autocommit=how == "autocommit") as conn:
+        if how != "autocommit":
+            for name in ("tenant_id", "project_id", "principal_id", "user_id", "session_id"):
+                conn.execute(
+                    sql.SQL("set local {} = {}").format(
+                        sql.Identifier("harbor", name), sql.Literal(str(params[f"caller_{name}"]))
+                    )
+                )
+        with pytest.raises(errors.InsufficientPrivilege):
+            conn.execute(query("save_memories_delegated"), params)
+    after = {t: _contents(cluster_db.superuser_url, t) for t in ("save-a", "save-b")}
+    assert after == before
