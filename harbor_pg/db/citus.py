@@ -559,6 +559,12 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
         "select create_distributed_function(%s, %s, colocate_with => %s)",
         (RECENT_FUNCTION, "p_tenant_id", "harbor.messages"),
     )
+    # and reading a session's rolling summary, called in autocommit too
+    # (sql/citus/summary.sql)
+    conn.execute(
+        "select create_distributed_function(%s, %s, colocate_with => %s)",
+        (SUMMARY_FUNCTION, "p_tenant_id", "harbor.memories"),
+    )
     # and reading a run's working state, called in autocommit too (sql/citus/working.sql)
     conn.execute(
         "select create_distributed_function(%s, %s, colocate_with => %s)",
@@ -753,6 +759,10 @@ SAVE_MANY_FUNCTION = (
     " real[], text[], text[], text[], jsonb[], text[], harbor.sensitivity[], text[], jsonb[],"
     " jsonb[], timestamptz[], timestamptz[], text, public.vector[], public.vector[])"
 )
+
+#: a session's rolling summary read in one call Citus delegates to the tenant's worker
+#: (sql/citus/summary.sql)
+SUMMARY_FUNCTION = "harbor.session_summary_delegated(text, text, text, text, text, text)"
 
 #: a run's working state read in one call Citus delegates to the tenant's worker
 #: (sql/citus/working.sql)

@@ -52,6 +52,7 @@ CITUS_FILES: tuple[str, ...] = (
     "citus/search.sql",
     "citus/recent.sql",
     "citus/working.sql",
+    "citus/summary.sql",
 )
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z0-9_]+)\s*$", re.MULTILINE)

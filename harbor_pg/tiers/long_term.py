@@ -1011,7 +1011,14 @@ class PostgresLongTermStore:
     async def load_summary(self, owner: MemoryOwner) -> Memory | None:
         """The newest valid SESSION/SUMMARY memory of ``owner``'s session (see SummaryStore)."""
         key = owner.key(MemoryScope.SESSION)
-        rows = await self.db.fetch_in_one_round_trip(owner, query("context_load_summary"), key)
+        if self.db.set_local:
+            # a distributed database: one call that Citus delegates to the tenant's
+            # worker, the identity its arguments (sql/citus/summary.sql)
+            rows = await self.db.fetch_delegated(
+                query("session_summary_delegated"), carried_identity(owner)
+            )
+        else:
+            rows = await self.db.fetch_in_one_round_trip(owner, query("context_load_summary"), key)
         return memory_from_row(rows[0]) if rows else None
 
     async def save_summary(

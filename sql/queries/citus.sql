@@ -193,6 +193,16 @@ select w.state, w.expires_at
       %(tenant_id)s::text, %(project_id)s::text, %(principal_id)s::text, %(user_id)s::text,
       %(session_id)s::text, %(run_id)s::text) w
 
+-- name: session_summary_delegated
+-- context_load_summary (context.sql) on a distributed database: one call of
+-- harbor.session_summary_delegated (sql/citus/summary.sql), which Citus sends whole to the
+-- tenant's worker. The identity is its arguments (the worker checks them against the
+-- caller's); sent in autocommit, it needs no transaction block.
+select s.*
+  from harbor.session_summary_delegated(
+      %(tenant_id)s::text, %(project_id)s::text, %(principal_id)s::text, %(user_id)s::text,
+      %(session_id)s::text, %(run_id)s::text) s
+
 -- name: search_delegated
 -- search_memories on a distributed database, the tenant's memories: one call of
 -- harbor.search_delegated (sql/citus/search.sql), which Citus sends whole to the tenant's
