@@ -1,4 +1,4 @@
-"""Vectors sent to PostgreSQL in pgvector's binary format.
+"""Vectors, and a batch's array parameters, sent to PostgreSQL in binary form.
 
 A 384-float vector as text costs the client about 0.3 ms to format (and the
 server a parse); packed as pgvector's binary form it costs a few microseconds
@@ -7,6 +7,12 @@ registered on psycopg's global adapters when this module is imported, with no
 type OID, so the server takes the type from the statement's
 ``%(name)s::public.vector`` cast. Every statement that takes a PgVector must
 cast it so, everywhere it uses it.
+
+:class:`BinaryArray` is a list that psycopg sends as a binary array (its element
+type that of its first non-null element, a ``text[]`` of strings, a ``jsonb[]`` of
+:class:`~psycopg.types.json.Jsonb`), where a plain list goes as text: psycopg
+builds an array's text form in Python, quoting and escaping each element (JSON's
+quotes all escaped), about 60 us a memory over a batch's columns.
 """
 
 from __future__ import annotations
@@ -17,8 +23,9 @@ from collections.abc import Sequence
 import psycopg
 from psycopg.adapt import Dumper
 from psycopg.pq import Format
+from psycopg.types.array import ListBinaryDumper
 
-__all__ = ["PgVector", "PgVectorArray", "register_vector_array"]
+__all__ = ["BinaryArray", "PgVector", "PgVectorArray", "register_vector_array"]
 
 
 class PgVector:
@@ -96,3 +103,16 @@ def register_vector_array(conn: psycopg.AsyncConnection[object], vector_oid: int
             return b"".join(parts)
 
     conn.adapters.register_dumper(PgVectorArray, _Dumper)
+
+
+class BinaryArray(list):  # type: ignore[type-arg]
+    """A list parameter sent in PostgreSQL's binary array form (psycopg's own binary
+    dumpers, each element by the dumper of the first non-null one): for elements all of
+    one type, strings (``text[]``), :class:`~psycopg.types.json.Jsonb` (``jsonb[]``) or
+    time-zone-aware datetimes (``timestamptz[]``); one of only None goes as a plain
+    list does. The statement casts it to its array type."""
+
+    __slots__ = ()
+
+
+psycopg.adapters.register_dumper(BinaryArray, ListBinaryDumper)

@@ -15,7 +15,7 @@ from psycopg.types.json import Jsonb
 from harbor_pg.consolidation import ConsolidationReport, ConsolidationRequest, Merge
 from harbor_pg.db.connection import Connection, Database, carried_identity
 from harbor_pg.db.sqlfiles import query
-from harbor_pg.db.vectors import PgVector, PgVectorArray
+from harbor_pg.db.vectors import BinaryArray, PgVector, PgVectorArray
 from harbor_pg.errors import MemoryScopeError, MemoryValidationError
 from harbor_pg.owner import MemoryOwner, MemoryScope
 from harbor_pg.profile import ProfileEntry, ProfileRequest, UserProfile
@@ -197,37 +197,54 @@ def _batch_params(
     vectors: Sequence[MemoryVectors | None],
     model_id: str | None,
 ) -> dict[str, Any]:
-    """The array parameters of ``save_memories`` (one element per memory)."""
+    """The array parameters of ``save_memories`` (one element per memory): the text
+    and jsonb arrays, and the starts of validity when all carry a time zone, in binary
+    form (:class:`~harbor_pg.db.vectors.BinaryArray`; the enum, real and small jsonb
+    arrays cost no more as text)."""
 
     def column(name: str) -> list[Any]:
         return [p[name] for p in params]
 
+    def binary(name: str) -> BinaryArray:
+        return BinaryArray([p[name] for p in params])
+
     return {
-        "tenant_ids": column("tenant_id"),
-        "ids": column("id"),
+        "tenant_ids": binary("tenant_id"),
+        "ids": binary("id"),
         "scopes": column("scope"),
-        "project_ids": column("project_id"),
-        "user_ids": column("user_id"),
-        "session_ids": column("session_id"),
-        "run_ids": column("run_id"),
-        "principal_ids": column("principal_id"),
+        "project_ids": binary("project_id"),
+        "user_ids": binary("user_id"),
+        "session_ids": binary("session_id"),
+        "run_ids": binary("run_id"),
+        "principal_ids": binary("principal_id"),
         "memory_types": column("memory_type"),
         "importances": column("importance"),
-        "contents": column("content"),
-        "content_hashes": column("content_hash"),
-        "contexts": column("context"),
+        "contents": binary("content"),
+        "content_hashes": binary("content_hash"),
+        "contexts": binary("context"),
         "entity_ids": [Jsonb(p["entity_ids"]) for p in params],
-        "sources": column("source"),
+        "sources": binary("source"),
         "sensitivities": column("sensitivity"),
-        "source_session_ids": column("source_session_id"),
+        "source_session_ids": binary("source_session_id"),
         "source_message_ids": [Jsonb(p["source_message_ids"]) for p in params],
-        "metadata": column("metadata"),
-        "valid_froms": column("valid_from"),
+        "metadata": binary("metadata"),
+        "valid_froms": _starts(column("valid_from")),
         "expires_ats": column("expires_at"),
         "embeddings": PgVectorArray([v.content if v else None for v in vectors]),
         "context_embeddings": PgVectorArray([v.with_context if v else None for v in vectors]),
         "model_id": model_id or "",
     }
+
+
+def _starts(starts: list[datetime | None]) -> list[Any]:
+    """A batch's starts of validity as the ``timestamptz[]`` parameter: in binary form
+    when all carry a time zone; else each as its ISO text, which the server reads with
+    its offset, or without one in the session's time zone. (psycopg dumps a list's
+    elements by its first one's dumper: a start with a time zone after a naive one
+    lost its offset.)"""
+    if all(v is None or v.utcoffset() is not None for v in starts):
+        return BinaryArray(starts)
+    return [None if v is None else v.isoformat() for v in starts]
 
 
 def _one_params(

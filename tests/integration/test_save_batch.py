@@ -5,7 +5,7 @@ one round trip."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import numpy as np
 import psycopg
@@ -250,3 +250,57 @@ async def test_the_facade_checks_an_embedders_vectors_once(
     with pytest.raises(MemoryValidationError, match="NaN or infinity"):
         await store.save_many(ALICE, [Memory(content="x")], [[float("nan")] * 16], "m")
     assert checked == [16]
+
+
+async def test_a_batchs_text_json_and_times_are_stored_as_given(database: Database) -> None:
+    """The batch's text, jsonb and timestamptz arrays (sent in binary form) store every
+    element as given: quotes, backslashes, braces, commas, the word NULL, an empty
+    context, non-ASCII text; starts of validity all with a time zone (binary), and a
+    batch mixing a naive one (read in the server's time zone, as before)."""
+    store = PostgresLongTermStore(database)
+    aware = datetime(2024, 5, 1, 12, 30, 15, 123456, tzinfo=timezone(timedelta(hours=-7)))
+    tricky = [
+        'say "hi", {x}',
+        "back\\slash \\\\ \\N",
+        "NULL",
+        "é ü 日本 \U0001f600",
+        "tab\tnew\nline",
+        " padded ",
+    ]
+    memories = [
+        Memory(
+            id=f"tricky-{i}",
+            content=f"{text} #{i}",
+            context=text if i % 2 else None,
+            source_session_id=text if i % 3 == 0 else None,
+            metadata={"text": text, "n": i, "nested": {"q": '"', "b": "\\"}},
+            valid_from=aware + timedelta(days=i) if i % 2 else None,
+        )
+        for i, text in enumerate(tricky)
+    ]
+    saved = await store.save_many(ALICE, memories)
+    for memory, result in zip(memories, saved, strict=True):
+        got = result.memory
+        assert (got.id, got.content, got.context, got.source_session_id, got.metadata) == (
+            memory.id,
+            memory.content,
+            memory.context,
+            memory.source_session_id,
+            memory.metadata,
+        )
+        if memory.valid_from is not None:
+            assert got.valid_from == memory.valid_from
+        stored = await store.get(ALICE, memory.id or "")
+        assert stored is not None and stored.content == memory.content
+    naive = datetime(2024, 5, 1, 12, 30)
+    mixed = [
+        Memory(content="a naive start", valid_from=naive),
+        Memory(content="an aware start", valid_from=aware),
+    ]
+    [first, second] = await store.save_many(ALICE, mixed)
+    async with database.transaction(ALICE) as conn:
+        row = await (
+            await conn.execute("select %s::timestamp::timestamptz as t", [naive])
+        ).fetchone()
+    assert row is not None
+    assert (first.memory.valid_from, second.memory.valid_from) == (row["t"], aware)
