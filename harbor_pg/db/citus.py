@@ -570,6 +570,11 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
         "select create_distributed_function(%s, %s, colocate_with => %s)",
         (WORKING_FUNCTION, "p_tenant_id", "harbor.working_state"),
     )
+    # and writing it (sql/citus/working.sql)
+    conn.execute(
+        "select create_distributed_function(%s, %s, colocate_with => %s)",
+        (WORKING_UPDATE_FUNCTION, "p_tenant_id", "harbor.working_state"),
+    )
     if conn.execute("select to_regprocedure('harbor.graph_min_vectors()')").fetchone()[0]:  # type: ignore[index]
         conn.execute(
             "create or replace function harbor.graph_min_vectors() returns integer"
@@ -767,6 +772,11 @@ SUMMARY_FUNCTION = "harbor.session_summary_delegated(text, text, text, text, tex
 #: a run's working state read in one call Citus delegates to the tenant's worker
 #: (sql/citus/working.sql)
 WORKING_FUNCTION = "harbor.working_state_delegated(text, text, text, text, text, text)"
+#: a run's working state written in one call Citus delegates to the tenant's worker
+#: (sql/citus/working.sql)
+WORKING_UPDATE_FUNCTION = (
+    "harbor.working_update_delegated(text, text, text, text, text, text, jsonb, double precision)"
+)
 
 #: a memory's save in one call Citus delegates to the tenant's worker (sql/citus/save.sql)
 SAVE_FUNCTION = (

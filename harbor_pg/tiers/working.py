@@ -48,6 +48,14 @@ class PostgresWorkingStore:
     async def update(
         self, owner: MemoryOwner, state: dict[str, Any], ttl_seconds: float | None
     ) -> dict[str, Any]:
+        if self.db.set_local:
+            # a distributed database: one call that Citus delegates to the tenant's
+            # worker, the identity its arguments (sql/citus/working.sql)
+            [found] = await self.db.fetch_delegated(
+                query("working_update_delegated"),
+                {**carried_identity(owner), "state": Jsonb(state), "ttl_seconds": ttl_seconds},
+            )
+            return dict(found["state"])
         params = {
             **run_key(owner),
             "principal_id": owner.principal_id or "",

@@ -203,6 +203,17 @@ select s.*
       %(tenant_id)s::text, %(project_id)s::text, %(principal_id)s::text, %(user_id)s::text,
       %(session_id)s::text, %(run_id)s::text) s
 
+-- name: working_update_delegated
+-- lock_run and update_working (working.sql) on a distributed database: one call of
+-- harbor.working_update_delegated (sql/citus/working.sql), which Citus sends whole to the
+-- tenant's worker. The identity is its arguments (the worker checks them against the
+-- caller's); sent in autocommit, the call is its own transaction.
+select w.state, w.expires_at
+  from harbor.working_update_delegated(
+      %(tenant_id)s::text, %(project_id)s::text, %(principal_id)s::text, %(user_id)s::text,
+      %(session_id)s::text, %(run_id)s::text, %(state)s::jsonb,
+      %(ttl_seconds)s::double precision) w
+
 -- name: search_delegated
 -- search_memories on a distributed database, the tenant's memories: one call of
 -- harbor.search_delegated (sql/citus/search.sql), which Citus sends whole to the tenant's

@@ -126,3 +126,110 @@ def test_a_bound_role_naming_another_owner_in_the_call_is_refused(
         _params(ANN, **ATTACKS[attack]),
         how,
     )
+
+
+def _rows(url: str, owner: MemoryOwner) -> list[tuple[int, Any]]:
+    """(id, state) of every version of ``owner``'s run, newest first (superuser)."""
+    with psycopg.connect(url) as conn:
+        return [
+            (int(r[0]), r[1])
+            for r in conn.execute(
+                "select id, state from harbor.working_state where tenant_id = %s"
+                " and user_id = %s and session_id = %s and run_id = %s order by id desc",
+                (owner.tenant_id, owner.principal_id, owner.session_id, owner.run_id),
+            ).fetchall()
+        ]
+
+
+def test_the_facades_working_state_write_is_one_call_on_the_tenants_worker(
+    stored: ClusterDatabase,
+) -> None:
+    owner = MemoryOwner(tenant_id="working-a", principal_id="ann", session_id="s1", run_id="w1")
+    found: list[dict[str, Any]] = []
+
+    async def run(manager: MemoryManager) -> None:
+        found.append(await manager.update(owner, {"a": 1, "b": [1, 2]}))
+
+    sent = asyncio.run(_facade_commands(stored, run))
+    assert _queries(sent) == sent  # no BEGIN, SET LOCAL or COMMIT
+    assert len(sent) == 1, sent
+    [(to, command)] = sent
+    assert to == stored.node_of(owner.tenant_id).port
+    assert re.match(r"SELECT .* FROM harbor\.working_update_delegated\('working-a'::text", command)
+    assert found == [{"a": 1, "b": [1, 2]}]
+
+
+def test_the_delegated_write_merges_and_keeps_one_version_as_one_server_does(
+    stored: ClusterDatabase,
+) -> None:
+    # each write merges its keys into the newest state and drops the older versions; a
+    # TTL hides the state once it passes (and the next write starts from nothing)
+    owner = MemoryOwner(tenant_id="working-a", principal_id="ann", session_id="s1", run_id="w2")
+
+    async def run() -> list[dict[str, Any]]:
+        db = Database(stored.app_url, stored.admin_url, min_size=1, max_size=1)
+        await db.open()
+        manager = MemoryManager.from_database(db)
+        try:
+            seen = [await manager.update(owner, {"step": 1, "plan": "draft"})]
+            seen.append(await manager.update(owner, {"step": 2}))
+            seen.append(await manager.scratch(owner))
+            seen.append(await manager.update(owner, {"gone": True}, ttl_seconds=0.001))
+            await asyncio.sleep(0.05)
+            seen.append(await manager.scratch(owner))
+            seen.append(await manager.update(owner, {"after": 1}))
+            return seen
+        finally:
+            await manager.close()
+            await db.close()
+
+    assert asyncio.run(run()) == [
+        {"step": 1, "plan": "draft"},
+        {"step": 2, "plan": "draft"},
+        {"step": 2, "plan": "draft"},
+        {"step": 2, "plan": "draft", "gone": True},
+        {},
+        {"after": 1},
+    ]
+    # the expired version stays (invisible) until the purge; the visible ones are one
+    states = [state for _id, state in _rows(stored.superuser_url, owner)]
+    assert states == [{"after": 1}, {"step": 2, "plan": "draft", "gone": True}]
+
+
+def test_a_version_written_on_the_worker_stays_above_the_runs_newest(
+    stored: ClusterDatabase,
+) -> None:
+    # a version with an id above the worker's range (as a tenant moved from a node with
+    # a higher range would have): the next write's id is above it, merges its state, and
+    # drops it
+    owner = MemoryOwner(tenant_id="working-a", principal_id="ann", session_id="s1", run_id="w3")
+    high = 2**62
+    with psycopg.connect(stored.superuser_url) as conn:
+        conn.execute(
+            "insert into harbor.working_state (tenant_id, id, user_id, session_id, run_id,"
+            " principal_id, state) overriding system value values (%s, %s, %s, %s, %s, %s,"
+            " '{\"moved\": true}')",
+            (owner.tenant_id, high, "ann", "s1", "w3", "ann"),
+        )
+    with psycopg.connect(stored.app_url, autocommit=True) as conn:
+        [row] = conn.execute(
+            query("working_update_delegated"),
+            {**carried_identity(owner), "state": '{"next": 1}', "ttl_seconds": None},
+        ).fetchall()
+    assert row[0] == {"moved": True, "next": 1}
+    [(version, state)] = _rows(stored.superuser_url, owner)
+    assert version > high and state == {"moved": True, "next": 1}
+
+
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+@pytest.mark.parametrize("how", HOWS)
+def test_a_bound_role_naming_another_owner_in_a_write_is_refused(
+    stored: ClusterDatabase, bound_role: str, attack: str, how: str
+) -> None:
+    params = {**_params(ANN, **ATTACKS[attack]), "state": '{"forged": 1}', "ttl_seconds": None}
+    with psycopg.connect(stored.superuser_url) as conn:
+        before = conn.execute("select count(*) from harbor.working_state").fetchone()
+    assert_refused(stored, bound_role, query("working_update_delegated"), params, how)
+    with psycopg.connect(stored.superuser_url) as conn:
+        after = conn.execute("select count(*) from harbor.working_state").fetchone()
+    assert after == before
