@@ -279,10 +279,9 @@ def _save_results(rows: Sequence[dict[str, Any]]) -> list[SaveResult]:
     return [SaveResult(memory=_stored_memory(r), created=bool(r["created"])) for r in rows]
 
 
-def _dedup_key(owner: MemoryOwner, memory: Memory) -> tuple[str, ...]:
+def _dedup_key(params: dict[str, Any]) -> tuple[str, ...]:
     """What the unique index on current duplicates compares (owner key and content
-    hash): the order a batch locks its rows in."""
-    params = memory_params(owner, memory)
+    hash) of a memory's ``memory_params``: the order a batch locks its rows in."""
     return tuple(
         str(params[name] or "")
         for name in (
@@ -413,7 +412,9 @@ class PostgresLongTermStore:
             assert fact.memory is not None
             return SaveResult(memory=fact.memory, created=fact.created)
         [result] = await self.db.retrying(
-            lambda: self._save_batch(owner, [memory], [vectors], model_id, admin=admin)
+            lambda: self._save_batch(
+                owner, [memory_params(owner, memory)], [vectors], model_id, admin=admin
+            )
         )
         return result
 
@@ -483,11 +484,14 @@ class PostgresLongTermStore:
         # rows are locked in one order, that of the dedup key, so two batches of the
         # same facts in different orders cannot deadlock; a deadlock or serialization
         # failure that still happens rolls the batch back and it runs again
-        order = sorted(range(len(memories)), key=lambda i: _dedup_key(owner, memories[i]))
+        # (each memory's parameters made once: they were made again for the statement,
+        # 17 us a memory)
+        params = [memory_params(owner, m) for m in memories]
+        order = sorted(range(len(memories)), key=lambda i: _dedup_key(params[i]))
         saved = await self.db.retrying(
             lambda: self._save_batch(
                 owner,
-                [memories[i] for i in order],
+                [params[i] for i in order],
                 [checked[i] for i in order],
                 model_id,
                 admin=admin,
@@ -501,17 +505,16 @@ class PostgresLongTermStore:
     async def _save_batch(
         self,
         owner: MemoryOwner,
-        memories: Sequence[Memory],
+        params: Sequence[dict[str, Any]],
         vectors: Sequence[MemoryVectors | None],
         model_id: str | None,
         *,
         admin: bool,
     ) -> list[SaveResult]:
-        """Save ``memories`` (in the order given) in one transaction: ``save_memory`` for
-        one memory, else ``save_memories`` once, or once per run of distinct ids when an
-        id repeats; then look up, in a transaction of its own, any duplicate the
-        statement could not see."""
-        params = [memory_params(owner, m) for m in memories]
+        """Save the memories of ``params`` (their ``memory_params``, in the order given)
+        in one transaction: ``save_memory`` for one memory, else ``save_memories`` once,
+        or once per run of distinct ids when an id repeats; then look up, in a
+        transaction of its own, any duplicate the statement could not see."""
         if self.db.set_local and len(params) == 1 and not admin:
             # one memory of the caller's own tenant: one call that Citus delegates to the
             # tenant's worker, the identity its arguments (sql/citus/save.sql)
