@@ -737,6 +737,18 @@ class PostgresLongTermStore:
         return int(row["closed"]) if row else 0
 
     async def get(self, owner: MemoryOwner, memory_id: str) -> Memory | None:
+        if self.db.set_local:
+            # a distributed database: one shard at a time, the caller's tenant's, then
+            # the global memories' (get_memory reads both at once, a statement Citus
+            # sends to two shards, often on two workers: 4.8 against 3.2 ms p50 when the
+            # memory is the caller's tenant's)
+            for tenant in dict.fromkeys([owner.tenant_id, ""]):
+                found = await self.db.fetch_in_one_round_trip(
+                    owner, query("get_memory_citus"), {"tenant_id": tenant, "id": memory_id}
+                )
+                if found:
+                    return memory_from_row(found[0])
+            return None
         rows = await self.db.fetch_in_one_round_trip(
             owner, query("get_memory"), {"tenant_id": owner.tenant_id, "id": memory_id}
         )

@@ -1,11 +1,13 @@
 """On the cluster, the facade's history of a memory (its supersession chain) answers as on
 one server: Citus plans memory_history's recursive CTEs only with one value of the
 distribution column, so the chain is read for the caller's tenant, then for the global
-memories (a chain never leaves its tenant)."""
+memories (a chain never leaves its tenant). A get reads the same way, one shard at a
+time."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import psycopg
 import pytest
@@ -14,6 +16,7 @@ from harbor_pg.db.connection import Database
 from harbor_pg.manager import MemoryManager
 from harbor_pg.owner import MemoryOwner
 from tests.citus.conftest import ClusterDatabase
+from tests.citus.test_cluster_routing import _facade_commands, _queries
 
 ANN = MemoryOwner(tenant_id="history-a", principal_id="ann", session_id="s1")
 BOB = MemoryOwner(tenant_id="history-b", principal_id="bob", session_id="s1")
@@ -83,3 +86,26 @@ def test_a_global_memorys_history_is_read_from_the_global_shard(stored: ClusterD
 
 def test_another_tenants_memory_has_no_history_for_the_caller(stored: ClusterDatabase) -> None:
     assert _history(stored, ANN, "history-b-1") == []
+
+
+def _get(db: ClusterDatabase, owner: MemoryOwner, memory_id: str) -> tuple[Any, list[int]]:
+    """The facade's get of ``memory_id``, and the nodes its statements reached, in order."""
+    found: list[Any] = []
+
+    async def run(manager: MemoryManager) -> None:
+        found.append(await manager.get(owner, memory_id))
+
+    sent = asyncio.run(_facade_commands(db, run))
+    return found[0], [port for port, _command in _queries(sent)]
+
+
+def test_a_get_reads_the_callers_shard_then_the_global_one(stored: ClusterDatabase) -> None:
+    tenant, shared = stored.node_of("history-a").port, stored.node_of("").port
+    own, reached = _get(stored, ANN, "history-a-2")
+    assert own is not None and own.content == "ann: third"
+    assert reached == [tenant]
+    global_memory, reached = _get(stored, ANN, "global-1")
+    assert global_memory is not None and global_memory.content == "global: second"
+    assert reached == [tenant, shared]
+    missing, reached = _get(stored, ANN, "history-b-1")  # another tenant's: not found
+    assert missing is None and reached == [tenant, shared]
