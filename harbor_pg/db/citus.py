@@ -533,48 +533,13 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
         "select create_distributed_function(%s, %s, colocate_with => %s, force_delegation => true)",
         (APPEND_FUNCTION, "p_tenant_id", "harbor.messages"),
     )
-    # and recall's, called in autocommit (sql/citus/recall.sql); in a transaction block
-    # it runs on the coordinator, as harbor.recall() does
-    conn.execute(
-        "select create_distributed_function(%s, %s, colocate_with => %s)",
-        (RECALL_FUNCTION, "p_tenant_id", "harbor.memories"),
-    )
-    # and a memory's save, called in autocommit too (sql/citus/save.sql)
-    conn.execute(
-        "select create_distributed_function(%s, %s, colocate_with => %s)",
-        (SAVE_FUNCTION, "p_tenant_id", "harbor.memories"),
-    )
-    # and a batch's save (save_many), called in autocommit too (sql/citus/save.sql)
-    conn.execute(
-        "select create_distributed_function(%s, %s, colocate_with => %s)",
-        (SAVE_MANY_FUNCTION, "p_tenant_id", "harbor.memories"),
-    )
-    # and a search's, called in autocommit too (sql/citus/search.sql)
-    conn.execute(
-        "select create_distributed_function(%s, %s, colocate_with => %s)",
-        (SEARCH_FUNCTION, "p_tenant_id", "harbor.memories"),
-    )
-    # and reading a session's newest turns, called in autocommit too (sql/citus/recent.sql)
-    conn.execute(
-        "select create_distributed_function(%s, %s, colocate_with => %s)",
-        (RECENT_FUNCTION, "p_tenant_id", "harbor.messages"),
-    )
-    # and reading a session's rolling summary, called in autocommit too
-    # (sql/citus/summary.sql)
-    conn.execute(
-        "select create_distributed_function(%s, %s, colocate_with => %s)",
-        (SUMMARY_FUNCTION, "p_tenant_id", "harbor.memories"),
-    )
-    # and reading a run's working state, called in autocommit too (sql/citus/working.sql)
-    conn.execute(
-        "select create_distributed_function(%s, %s, colocate_with => %s)",
-        (WORKING_FUNCTION, "p_tenant_id", "harbor.working_state"),
-    )
-    # and writing it (sql/citus/working.sql)
-    conn.execute(
-        "select create_distributed_function(%s, %s, colocate_with => %s)",
-        (WORKING_UPDATE_FUNCTION, "p_tenant_id", "harbor.working_state"),
-    )
+    # the other delegated calls, sent in autocommit (in a transaction block they run on the
+    # coordinator, as the statements they stand for do)
+    for signature, table in DELEGATED_CALLS:
+        conn.execute(
+            "select create_distributed_function(%s, %s, colocate_with => %s)",
+            (signature, "p_tenant_id", table),
+        )
     if conn.execute("select to_regprocedure('harbor.graph_min_vectors()')").fetchone()[0]:  # type: ignore[index]
         conn.execute(
             "create or replace function harbor.graph_min_vectors() returns integer"
@@ -786,6 +751,20 @@ SAVE_FUNCTION = (
     " timestamptz, text, public.vector, public.vector)"
 )
 
+
+#: the calls Citus delegates to the tenant's worker when sent in autocommit (beside the
+#: append, delegated inside a transaction block too): each signature and the table it is
+#: co-located with (its distribution argument is p_tenant_id)
+DELEGATED_CALLS: tuple[tuple[str, str], ...] = (
+    (RECALL_FUNCTION, "harbor.memories"),  # sql/citus/recall.sql
+    (SAVE_FUNCTION, "harbor.memories"),  # sql/citus/save.sql
+    (SAVE_MANY_FUNCTION, "harbor.memories"),  # sql/citus/save.sql
+    (SEARCH_FUNCTION, "harbor.memories"),  # sql/citus/search.sql
+    (RECENT_FUNCTION, "harbor.messages"),  # sql/citus/recent.sql
+    (SUMMARY_FUNCTION, "harbor.memories"),  # sql/citus/summary.sql
+    (WORKING_FUNCTION, "harbor.working_state"),  # sql/citus/working.sql
+    (WORKING_UPDATE_FUNCTION, "harbor.working_state"),  # sql/citus/working.sql
+)
 
 # harbor._binding() on Citus: the single-server statement (sql/functions/identity.sql)
 # reading the node's own placement of the bindings, in a string body written fully

@@ -30,43 +30,28 @@ declare
     v_user  text := coalesce(nullif(p_user_id, ''), p_principal_id, '');
     v_shard bigint;  -- the tenant's shard of harbor.messages
     v_name  text;    -- the prepared statement's name
+    v_table text;    -- the table it reads
 begin
     -- the identity set and checked, the shard held (sql/citus/delegated.sql)
     perform harbor._delegated_caller(
         'harbor.recent_turns_delegated', 'harbor.messages', p_tenant_id, p_project_id,
         p_principal_id, v_user, p_session_id, p_run_id);
-    if (select g.groupid from pg_dist_local_group g) = 0 then
-        -- on the coordinator (a call in a transaction block, not delegated): the session's
-        -- turns under the policies, routed by Citus to the tenant's shard
-        return query
-        select l.id, l.role, l.content, l.name, l.tool_calls, l.tool_call_id, l.metadata,
-               l.created_at
-          from (select g.*,
-                       bool_or(g.gap_after) over (order by g.id desc
-                                                  rows between unbounded preceding
-                                                           and current row) as expired
-                  from (select r.*,
-                               coalesce(lag(r.created_at) over (order by r.id desc),
-                                        pg_catalog.now()) - r.created_at
-                                   > make_interval(secs => p_ttl_seconds) as gap_after
-                          from (select m.id, m.role::text as role, m.content, m.name,
-                                       m.tool_calls, m.tool_call_id, m.metadata, m.created_at
-                                  from harbor.messages m
-                                 where m.tenant_id = p_tenant_id and m.user_id = v_user
-                                   and m.session_id = p_session_id
-                                 order by m.id desc
-                                 limit p_limit) r) g) l
-         where p_ttl_seconds is null or not l.expired
-         order by l.id;
-        return;
-    end if;
-    -- on the worker that holds the tenant's shard: the same statement over the shard
+    -- on the worker that holds the tenant's shard, one server's statement over the shard
     -- table, which carries the distributed table's policies, prepared once a connection
     -- (harbor._prepare_on_shard, sql/citus/delegated.sql; Citus keeps its connections to
-    -- the workers open) and run by name. On the distributed table it would pay Citus's
-    -- planning and execution on the worker on every call.
-    v_shard := get_shard_id_for_distribution_column('harbor.messages'::regclass, p_tenant_id);
-    v_name := 'harbor_recent_' || v_shard;
+    -- the workers open) and run by name: on the distributed table it would pay Citus's
+    -- planning and execution on the worker on every call. On the coordinator (a call in a
+    -- transaction block, not delegated) the same statement over the distributed table,
+    -- which Citus routes to the tenant's shard.
+    if (select g.groupid from pg_dist_local_group g) = 0 then
+        v_table := 'harbor.messages';
+        v_name := 'harbor_recent_tables';
+    else
+        v_shard := get_shard_id_for_distribution_column('harbor.messages'::regclass,
+                                                        p_tenant_id);
+        v_table := shard_name('harbor.messages'::regclass, v_shard);
+        v_name := 'harbor_recent_' || v_shard;
+    end if;
     perform harbor._prepare_on_shard(array[v_name], array[pg_catalog.format($q$
         prepare %s(text, text, text, integer, double precision) as
         select l.id, l.role, l.content, l.name, l.tool_calls, l.tool_call_id, l.metadata,
@@ -87,7 +72,7 @@ begin
                                  order by m.id desc
                                  limit $4) r) g) l
          where $5 is null or not l.expired
-         order by l.id $q$, v_name, shard_name('harbor.messages'::regclass, v_shard))]);
+         order by l.id $q$, v_name, v_table)]);
     return query execute pg_catalog.format('execute %s(%L, %L, %L, %L, %L)', v_name,
                                            p_tenant_id, v_user, p_session_id, p_limit,
                                            p_ttl_seconds);
