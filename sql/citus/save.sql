@@ -106,6 +106,12 @@ declare
     v_created boolean := false;
     v_closed bigint;
 begin
+    -- (the suffix is part of the statements' names below: harbor._save_statements's,
+    -- a shard id or 'tables', nothing else)
+    if p_key is null or p_key !~ '^([0-9]+|tables)$' then
+        raise exception 'harbor._save_memory_on_shard: not a statement suffix'
+            using errcode = '22023';
+    end if;
     for attempt in 1..2 loop
         execute format('execute harbor_save_insert_%s(%L, %L, %L, %L, %L, %L, %L, %L, %L,'
                        ' %L, %L, %L, %L, %L, %L, %L, %L, %L, %L, %L, %L)', p_key,

@@ -341,3 +341,19 @@ def test_a_bound_role_naming_another_owner_in_a_batch_is_refused(
             conn.execute(query("save_memories_delegated"), params)
     after = {t: _contents(cluster_db.superuser_url, t) for t in ("save-a", "save-b")}
     assert after == before
+
+
+def test_the_shared_save_step_takes_only_a_statement_suffix(
+    cluster_db: ClusterDatabase, bound_role: str
+) -> None:
+    # harbor._save_memory_on_shard names its prepared statements by the suffix it is
+    # given: anything but a shard id or 'tables' is refused before a statement runs
+    with (
+        psycopg.connect(cluster_db.url_for(bound_role), autocommit=True) as conn,
+        pytest.raises(errors.InvalidParameterValue, match="not a statement suffix"),
+    ):
+        conn.execute(
+            "select * from harbor._save_memory_on_shard('1(null); select 1; --', 'save-a',"
+            " null, 'user', '', 'ann', '', '', 'ann', 'fact', 0.5, 'x', repeat('a', 64),"
+            " null, '{}', 'user', 'none', null, '{}', '{}', null, null, null, null, null)"
+        )
