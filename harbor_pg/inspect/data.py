@@ -200,7 +200,12 @@ class Reader:
             row = await (await conn.execute(query("inspect_memory"), params)).fetchone()
             if row is None:
                 return None
-            chain = await (await conn.execute(query("memory_history"), params)).fetchall()
+            chain = await (
+                await conn.execute(
+                    query("memory_history"),
+                    {"tenants": ["", owner.tenant_id], "id": memory_id},
+                )
+            ).fetchall()
             neighbours: list[dict[str, Any]] = []
             if row["entity_ids"]:
                 cur = await conn.execute(

@@ -1,25 +1,29 @@
 -- name: memory_history
 -- A memory's supersession chain, oldest first: the rows it replaced (superseded_by links
 -- back to it), itself, and the rows that replaced it, as far as the caller may see them.
+-- %(tenants)s: the tenants whose rows it reads, the caller's and '' (the global memories);
+-- on Citus one at a time, since it plans the recursive CTEs only with one value of the
+-- distribution column (a chain never leaves its tenant: superseded_by names a memory of
+-- the same one).
 with recursive back (id, depth) as (
     select m.id, 0
       from harbor.memories m
-     where m.tenant_id = any (array['', %(tenant_id)s::text]) and m.id = %(id)s::text
+     where m.tenant_id = any (%(tenants)s::text[]) and m.id = %(id)s::text
     union
     select p.id, b.depth - 1
       from back b
       join harbor.memories p
-        on p.tenant_id = any (array['', %(tenant_id)s::text]) and p.superseded_by = b.id
+        on p.tenant_id = any (%(tenants)s::text[]) and p.superseded_by = b.id
      where b.depth > -1000
 ), ahead (id, next_id, depth) as (
     select m.id, m.superseded_by, 0
       from harbor.memories m
-     where m.tenant_id = any (array['', %(tenant_id)s::text]) and m.id = %(id)s::text
+     where m.tenant_id = any (%(tenants)s::text[]) and m.id = %(id)s::text
     union
     select n.id, n.superseded_by, a.depth + 1
       from ahead a
       join harbor.memories n
-        on n.tenant_id = any (array['', %(tenant_id)s::text]) and n.id = a.next_id
+        on n.tenant_id = any (%(tenants)s::text[]) and n.id = a.next_id
      where a.depth < 1000
 ), chain (id, depth) as (
     select id, depth from back
@@ -36,5 +40,5 @@ select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, 
        m.updated_at, m.expires_at
   from (select id, min(depth) as depth from chain group by id) c
   join harbor.memories m
-    on m.tenant_id = any (array['', %(tenant_id)s::text]) and m.id = c.id
+    on m.tenant_id = any (%(tenants)s::text[]) and m.id = c.id
  order by c.depth, lower(m.valid), m.id

@@ -99,14 +99,23 @@ def test_a_bound_role_naming_another_owner_in_the_call_is_refused(
     cluster_db: ClusterDatabase, bound_role: str, attack: str, how: str
 ) -> None:
     params = _params(ANN, "forged fact", **ATTACKS[attack])
-    victim = str(params["tenant_id"])
+    _refused_writing_nothing(cluster_db, bound_role, query("save_memory_delegated"), params, how)
+
+
+def _refused_writing_nothing(
+    cluster_db: ClusterDatabase, role: str, statement: str, params: dict[str, Any], how: str
+) -> None:
+    """``role`` runs ``statement`` (a delegated save) with ``params`` the way ``how`` says
+    (in autocommit, delegated; in a transaction whose SET LOCALs name the call's caller,
+    on the coordinator; on the worker of the tenant the call names): refused, and
+    neither tenant's memories change."""
     before = {t: _contents(cluster_db.superuser_url, t) for t in ("save-a", "save-b")}
     if how == "worker":
-        node = cluster_db.node_of(victim)
+        node = cluster_db.node_of(str(params["caller_tenant_id"]))
         index = [w.port for w in cluster_db.cluster.workers].index(node.port)
-        url = cluster_db.worker_url(index, bound_role)
+        url = cluster_db.worker_url(index, role)
     else:
-        url = cluster_db.url_for(bound_role)
+        url = cluster_db.url_for(role)
     with psycopg.connect(url, autocommit=how == "autocommit") as conn:
         if how != "autocommit":
             for name in ("tenant_id", "project_id", "principal_id", "user_id", "session_id"):
@@ -116,7 +125,7 @@ def test_a_bound_role_naming_another_owner_in_the_call_is_refused(
                     )
                 )
         with pytest.raises(errors.InsufficientPrivilege):
-            conn.execute(query("save_memory_delegated"), params)
+            conn.execute(statement, params)
     after = {t: _contents(cluster_db.superuser_url, t) for t in ("save-a", "save-b")}
     assert after == before
 
@@ -301,46 +310,26 @@ def test_a_batch_that_fails_on_one_memory_saves_none(
     assert _contents(cluster_db.superuser_url, "save-a") == before
 
 
-BATCH_ATTACKS = {
-    name: {
-        key: [value] if key in {"user_id", "principal_id"} else value
+def _batch_changes(changes: dict[str, str]) -> dict[str, Any]:
+    """An attack's changes to a one-memory call as a batch's: the memory's owner fields
+    as arrays, and no tenant of its own (a batch's memories are all of the call's)."""
+    renamed = {"user_id": "user_ids", "principal_id": "principal_ids"}
+    return {
+        renamed.get(key, key): [value] if key in renamed else value
         for key, value in changes.items()
+        if key != "tenant_id"
     }
-    for name, changes in ATTACKS.items()
-}
 
 
-@pytest.mark.parametrize("attack", sorted(BATCH_ATTACKS))
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
 @pytest.mark.parametrize("how", ["autocommit", "set local", "worker"])
 def test_a_bound_role_naming_another_owner_in_a_batch_is_refused(
     cluster_db: ClusterDatabase, bound_role: str, attack: str, how: str
 ) -> None:
-    changes = dict(BATCH_ATTACKS[attack])
-    # (the memory's own owner fields are arrays in a batch)
-    for key in ("user_id", "principal_id"):
-        if key in changes:
-            changes[key + "s"] = changes.pop(key)
-    changes.pop("tenant_id", None)  # (a batch's memories are all of the call's tenant)
-    params = _batch(ANN, [Memory(content="forged batch fact")], **changes)
-    before = {t: _contents(cluster_db.superuser_url, t) for t in ("save-a", "save-b")}
-    if how == "worker":
-        node = cluster_db.node_of(str(params["caller_tenant_id"]))
-        index = [w.port for w in cluster_db.cluster.workers].index(node.port)
-        url = cluster_db.worker_url(index, bound_role)
-    else:
-        url = cluster_db.url_for(bound_role)
-    with psycopg.connect(url, autocommit=how == "autocommit") as conn:
-        if how != "autocommit":
-            for name in ("tenant_id", "project_id", "principal_id", "user_id", "session_id"):
-                conn.execute(
-                    sql.SQL("set local {} = {}").format(
-                        sql.Identifier("harbor", name), sql.Literal(str(params[f"caller_{name}"]))
-                    )
-                )
-        with pytest.raises(errors.InsufficientPrivilege):
-            conn.execute(query("save_memories_delegated"), params)
-    after = {t: _contents(cluster_db.superuser_url, t) for t in ("save-a", "save-b")}
-    assert after == before
+    params = _batch(ANN, [Memory(content="forged batch fact")], **_batch_changes(ATTACKS[attack]))
+    _refused_writing_nothing(
+        cluster_db, bound_role, query("save_memories_delegated"), params, how
+    )
 
 
 def test_the_shared_save_step_takes_only_a_statement_suffix(

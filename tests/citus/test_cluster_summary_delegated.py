@@ -19,6 +19,8 @@ import pytest
 from harbor_pg.db.connection import Database, carried_identity
 from harbor_pg.db.sqlfiles import query
 from harbor_pg.owner import MemoryOwner, MemoryScope
+from harbor_pg.records import Memory, MemoryType
+from harbor_pg.tiers.base import summary_memory_id
 from harbor_pg.tiers.long_term import PostgresLongTermStore
 from tests.citus.conftest import ClusterDatabase
 from tests.citus.delegated import HOWS, assert_refused, attacks, bound_login
@@ -33,28 +35,31 @@ ROLE = "harbor_test_summary_bound"
 
 @pytest.fixture(scope="module")
 def stored(cluster_db: ClusterDatabase) -> ClusterDatabase:
-    with psycopg.connect(cluster_db.superuser_url) as conn:
-        for owner, text in (
-            (ANN, "ann: the summary of s1"),
-            (ANN_OTHER, "ann: the summary of s2"),
-            (CARL, "carl: his summary"),
-            (BOB, "bob: his summary"),
-        ):
-            conn.execute(
-                "insert into harbor.memories (tenant_id, scope, user_id, session_id,"
-                " principal_id, memory_type, content, content_hash, source)"
-                " values (%s, 'session', %s, %s, %s, 'summary', %s, md5(%s) || md5(%s),"
-                " 'summary')",
-                (
-                    owner.tenant_id,
-                    owner.principal_id,
-                    owner.session_id,
-                    owner.principal_id,
-                    text,
-                    text,
-                    text,
-                ),
-            )
+    # each owner's summary saved as the per-turn context saves it (the application role,
+    # its identity set: PostgresLongTermStore.save_summary)
+    async def write() -> None:
+        db = Database(cluster_db.app_url, cluster_db.admin_url, min_size=1, max_size=1)
+        await db.open()
+        store = PostgresLongTermStore(db)
+        try:
+            for owner, text in (
+                (ANN, "ann: the summary of s1"),
+                (ANN_OTHER, "ann: the summary of s2"),
+                (CARL, "carl: his summary"),
+                (BOB, "bob: his summary"),
+            ):
+                summary = Memory(
+                    id=summary_memory_id(owner),
+                    scope=MemoryScope.SESSION,
+                    memory_type=MemoryType.SUMMARY,
+                    content=text,
+                    source="summary",
+                )
+                assert await store.save_summary(owner, summary, expected_frontier=None)
+        finally:
+            await db.close()
+
+    asyncio.run(write())
     return cluster_db
 
 
