@@ -435,6 +435,53 @@ REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
         " where m.tenant_id = \\1 and m.user_id = \\2 and m.session_id = \\3"
         " limit \\4) x)",
     ),
+    # consolidation's content vectors: one server reads them in a LATERAL range scan an
+    # owner key, kept whole by OFFSET 0, which Citus cannot push down over the owner keys'
+    # VALUES ("Offset clause is currently unsupported when a lateral subquery references a
+    # column from a VALUES clause"). On Citus they are read first, in a statement of their
+    # own whose literal tenant predicate routes it to the tenant's shard (one task), into
+    # two arrays (ids and vectors, aggregated in one pass: the same order); the grouping
+    # statement reads them back and so reads no distributed table (PostgreSQL alone plans
+    # it; a memory whose vector is stored between the two statements is compared with the
+    # others at the next run). With the predicate in the grouping statement itself, Citus
+    # routed all of it to the worker, where harbor._owner_memories() is a distributed query
+    # from a query on a shard; as a plain join it was sent to every shard. The same rows
+    # either way: every owner key is of the caller's tenant (the global and tenant scopes
+    # are refused first)
+    (
+        "consolidate_memories",
+        re.compile(r"\n(\s*)v_new    text;"),
+        "\\g<0>"
+        "\n\\1v_vector_ids text[];  -- (Citus: the owner keys' content vectors' memories)"
+        "\n\\1v_vectors public.vector[];  -- (Citus: and the vectors, in the same order)",
+    ),
+    (
+        "consolidate_memories",
+        re.compile(r"\n(\s*)-- the groups, from one snapshot: "),
+        "\n\\1if consolidate_memories.min_similarity is not null then"
+        "\n\\1    select pg_catalog.array_agg(e.memory_id), pg_catalog.array_agg(e.embedding)"
+        "\n\\1      into v_vector_ids, v_vectors"
+        "\n\\1      from harbor._recall_keys(consolidate_memories.scopes, v_id.tenant_id,"
+        "\n\\1                               v_id.project_id, v_id.user_id, v_id.session_id,"
+        "\n\\1                               v_id.run_id) k"
+        "\n\\1      join harbor.memory_embeddings e"
+        "\n\\1        on e.tenant_id = k.tenant_id and e.scope = k.scope"
+        "\n\\1       and e.user_id = k.user_id and e.project_id = k.project_id"
+        "\n\\1       and e.session_id = k.session_id and e.run_id = k.run_id"
+        "\n\\1     where e.tenant_id = v_id.tenant_id"
+        "\n\\1       and e.model_id = consolidate_memories.model_id and not e.with_context;"
+        "\n\\1end if;"
+        "\\g<0>",
+    ),
+    (
+        "consolidate_memories",
+        re.compile(
+            r"select e\.memory_id, e\.embedding\s+from harbor\._recall_keys\(.*?offset 0\) e",
+            re.DOTALL,
+        ),
+        "select x.memory_id, x.embedding"
+        "\n          from unnest(v_vector_ids, v_vectors) x(memory_id, embedding)",
+    ),
 )
 
 
