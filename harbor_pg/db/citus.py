@@ -90,6 +90,9 @@ _SUPERSEDED_FK = "memories_superseded_by_fkey"
 #: SQL files of Citus forms, applied by citus_functions() (after the single-server files;
 #: listed in harbor_pg.db.sqlfiles, whose sha256 of the re-runnable files covers them)
 CITUS_FILES: tuple[str, ...] = sqlfiles.CITUS_FILES
+#: the placeholder of the Citus forms (sql/citus/delegated.sql) for the version of those
+#: files, which marks the statements a delegated call prepares on a worker connection
+STATEMENTS_VERSION = "@statements_version@"
 
 
 def citus_policies(text: str | None = None) -> str:
@@ -517,9 +520,12 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
     # the Citus forms kept as SQL files of their own (sql/citus/): the view
     # harbor.memory_history, whose recursive CTE Citus refuses, and the trigger that
     # stands for the superseded_by key's ON DELETE SET NULL
+    # (the statements the delegated calls prepare on a worker connection are marked with
+    # this version of the files: harbor._prepared_on_shard, sql/citus/delegated.sql)
+    version = sqlfiles.idempotent_sha256()[:16]
     for file in CITUS_FILES:
         for statement in _statements(read_sql(file)):
-            conn.execute(statement)
+            conn.execute(statement.replace(STATEMENTS_VERSION, version))
     conn.execute("select create_distributed_function('harbor._memory_history_citus()')")
     # what the delegated calls do first, on every node (sql/citus/delegated.sql)
     conn.execute("select create_distributed_function('harbor._hold_tenant_shard(regclass, text)')")

@@ -107,6 +107,12 @@ begin
     if (select g.groupid from pg_dist_local_group g) <> 0 then
         v_key := get_shard_id_for_distribution_column('harbor.messages'::regclass,
                                                       p_tenant_id)::text;
+    end if;
+    -- (prepared already: their names are all this needs)
+    if harbor._prepared_on_shard('harbor_append_lock_' || v_key) then
+        return v_key;
+    end if;
+    if v_key <> 'tables' then
         v_messages := shard_name('harbor.messages'::regclass, v_key::bigint);
         v_locks := shard_name('harbor.owner_locks'::regclass,
                               get_shard_id_for_distribution_column(

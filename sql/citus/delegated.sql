@@ -91,7 +91,8 @@ grant execute on function harbor._delegated_caller(text, regclass, text, text, t
 -- Each is checked by its whole text; when one is missing or another text holds its name
 -- (whoever prepared it), all are dropped and prepared again. Prepared statements last as
 -- long as the connection, and Citus keeps its connections to the workers open, so each
--- is prepared once for many calls. Run as the caller, as the statements are.
+-- is prepared once for many calls. Run as the caller, as the statements are. Done, it
+-- marks the connection (harbor._prepared_on_shard, below).
 create or replace function harbor._prepare_on_shard(p_names text[], p_texts text[])
     returns void
     language plpgsql volatile security invoker
@@ -116,8 +117,32 @@ begin
             execute v_text;
         end loop;
     end if;
+    perform pg_catalog.set_config('harbor.prepared_' || p_names[1], '@statements_version@',
+                                  false);
 end
 $$;
 alter function harbor._prepare_on_shard(text[], text[]) owner to harbor_owner;
 revoke all on function harbor._prepare_on_shard(text[], text[]) from public;
 grant execute on function harbor._prepare_on_shard(text[], text[]) to harbor_app;
+
+-- harbor._prepared_on_shard: whether this connection holds the statements that
+-- harbor._prepare_on_shard prepared under p_name (the first of their names) in this
+-- version of the Citus forms (@statements_version@: a digest of the SQL files, set when
+-- `harbor-pg distribute` applies them), by the mark it left: a setting of the session,
+-- read without listing the connection's prepared statements and comparing their texts
+-- (pg_prepared_statements builds a row with the text of every statement the connection
+-- holds, about a tenth of a short delegated call's time on the worker). A caller
+-- builds and checks its statements' texts only when the mark is missing or older: on a
+-- new connection, after `harbor-pg distribute` changed them, or after a transaction that
+-- set the mark was rolled back. A session that drops the statements itself (DEALLOCATE)
+-- keeps the mark, and its next call fails on the missing statement; DISCARD ALL drops
+-- both. The mark says nothing to anyone else: the statements run as the caller, under
+-- the caller's policies, whoever prepared them.
+create or replace function harbor._prepared_on_shard(p_name text) returns boolean
+    language sql stable security invoker parallel safe
+return coalesce(pg_catalog.current_setting('harbor.prepared_' operator(pg_catalog.||)
+                                           p_name, true), '')
+       operator(pg_catalog.=) '@statements_version@';
+alter function harbor._prepared_on_shard(text) owner to harbor_owner;
+revoke all on function harbor._prepared_on_shard(text) from public;
+grant execute on function harbor._prepared_on_shard(text) to harbor_app;

@@ -52,27 +52,29 @@ begin
         v_table := shard_name('harbor.messages'::regclass, v_shard);
         v_name := 'harbor_recent_' || v_shard;
     end if;
-    perform harbor._prepare_on_shard(array[v_name], array[pg_catalog.format($q$
-        prepare %s(text, text, text, integer, double precision) as
-        select l.id, l.role, l.content, l.name, l.tool_calls, l.tool_call_id, l.metadata,
-               l.created_at
-          from (select g.*,
-                       bool_or(g.gap_after) over (order by g.id desc
-                                                  rows between unbounded preceding
-                                                           and current row) as expired
-                  from (select r.*,
-                               coalesce(lag(r.created_at) over (order by r.id desc),
-                                        pg_catalog.now()) - r.created_at
-                                   > make_interval(secs => $5) as gap_after
-                          from (select m.id, m.role::text as role, m.content, m.name,
-                                       m.tool_calls, m.tool_call_id, m.metadata, m.created_at
-                                  from %s m
-                                 where m.tenant_id = $1 and m.user_id = $2
-                                   and m.session_id = $3
-                                 order by m.id desc
-                                 limit $4) r) g) l
-         where $5 is null or not l.expired
-         order by l.id $q$, v_name, v_table)]);
+    if not harbor._prepared_on_shard(v_name) then
+        perform harbor._prepare_on_shard(array[v_name], array[pg_catalog.format($q$
+            prepare %s(text, text, text, integer, double precision) as
+            select l.id, l.role, l.content, l.name, l.tool_calls, l.tool_call_id, l.metadata,
+                   l.created_at
+              from (select g.*,
+                           bool_or(g.gap_after) over (order by g.id desc
+                                                      rows between unbounded preceding
+                                                               and current row) as expired
+                      from (select r.*,
+                                   coalesce(lag(r.created_at) over (order by r.id desc),
+                                            pg_catalog.now()) - r.created_at
+                                       > make_interval(secs => $5) as gap_after
+                              from (select m.id, m.role::text as role, m.content, m.name,
+                                           m.tool_calls, m.tool_call_id, m.metadata, m.created_at
+                                      from %s m
+                                     where m.tenant_id = $1 and m.user_id = $2
+                                       and m.session_id = $3
+                                     order by m.id desc
+                                     limit $4) r) g) l
+             where $5 is null or not l.expired
+             order by l.id $q$, v_name, v_table)]);
+    end if;
     return query execute pg_catalog.format('execute %s(%L, %L, %L, %L, %L)', v_name,
                                            p_tenant_id, v_user, p_session_id, p_limit,
                                            p_ttl_seconds);

@@ -39,6 +39,12 @@ begin
     if (select g.groupid from pg_dist_local_group g) <> 0 then
         v_key := get_shard_id_for_distribution_column('harbor.memories'::regclass,
                                                       p_tenant_id)::text;
+    end if;
+    -- (prepared already: their names are all this needs)
+    if harbor._prepared_on_shard('harbor_save_insert_' || v_key) then
+        return v_key;
+    end if;
+    if v_key <> 'tables' then
         v_memories := shard_name('harbor.memories'::regclass, v_key::bigint);
         v_vectors := shard_name('harbor.memory_embeddings'::regclass,
                                 get_shard_id_for_distribution_column(

@@ -79,34 +79,36 @@ begin
     -- EXECUTE its planning (1.4 ms).
     v_shard := get_shard_id_for_distribution_column('harbor.memories'::regclass, p_tenant_id);
     v_name := 'harbor_search_' || v_shard;
-    perform harbor._prepare_on_shard(array[v_name], array[pg_catalog.format($q$
-        prepare %s(text, timestamptz, integer) as
-        select m.id, m.tenant_id, m.scope::text, m.project_id, m.principal_id, m.user_id,
-               m.session_id, m.run_id, m.memory_type::text, m.content, m.content_hash,
-               m.importance, m.entity_ids, m.source, m.sensitivity::text, lower(m.valid),
-               upper(m.valid), m.superseded_by, m.source_session_id, m.source_message_ids,
-               m.metadata, m.context, m.created_at, m.updated_at, m.expires_at,
-               pg_catalog.ts_rank_cd(m.fts, q.tsq)
-          from (select harbor.or_tsquery($1) as tsq) q,
-               harbor._caller_identity() i
-         cross join lateral harbor._recall_keys('{tenant,project,user,session,run}',
-                                                i.tenant_id, i.project_id, i.user_id,
-                                                i.session_id, i.run_id) k
-         cross join lateral (
-             select m.*
-               from %s m
-              where m.tenant_id = k.tenant_id and m.scope = k.scope
-                and m.user_id = k.user_id and m.project_id = k.project_id
-                and m.session_id = k.session_id and m.run_id = k.run_id
-             offset 0) m
-         where m.valid operator(pg_catalog.@>) $2
-           and not coalesce(m.expires_at operator(pg_catalog.<=) $2, false)
-           and m.memory_type operator(pg_catalog.<>) 'summary'
-           and (m.fts operator(pg_catalog.@@) q.tsq
-                or pg_catalog.strpos(pg_catalog.lower(m.content), pg_catalog.lower($1)) > 0)
-         order by pg_catalog.ts_rank_cd(m.fts, q.tsq) desc, m.importance desc,
-                  lower(m.valid) desc, m.id collate "C"
-         limit $3 $q$, v_name, shard_name('harbor.memories'::regclass, v_shard))]);
+    if not harbor._prepared_on_shard(v_name) then
+        perform harbor._prepare_on_shard(array[v_name], array[pg_catalog.format($q$
+            prepare %s(text, timestamptz, integer) as
+            select m.id, m.tenant_id, m.scope::text, m.project_id, m.principal_id, m.user_id,
+                   m.session_id, m.run_id, m.memory_type::text, m.content, m.content_hash,
+                   m.importance, m.entity_ids, m.source, m.sensitivity::text, lower(m.valid),
+                   upper(m.valid), m.superseded_by, m.source_session_id, m.source_message_ids,
+                   m.metadata, m.context, m.created_at, m.updated_at, m.expires_at,
+                   pg_catalog.ts_rank_cd(m.fts, q.tsq)
+              from (select harbor.or_tsquery($1) as tsq) q,
+                   harbor._caller_identity() i
+             cross join lateral harbor._recall_keys('{tenant,project,user,session,run}',
+                                                    i.tenant_id, i.project_id, i.user_id,
+                                                    i.session_id, i.run_id) k
+             cross join lateral (
+                 select m.*
+                   from %s m
+                  where m.tenant_id = k.tenant_id and m.scope = k.scope
+                    and m.user_id = k.user_id and m.project_id = k.project_id
+                    and m.session_id = k.session_id and m.run_id = k.run_id
+                 offset 0) m
+             where m.valid operator(pg_catalog.@>) $2
+               and not coalesce(m.expires_at operator(pg_catalog.<=) $2, false)
+               and m.memory_type operator(pg_catalog.<>) 'summary'
+               and (m.fts operator(pg_catalog.@@) q.tsq
+                    or pg_catalog.strpos(pg_catalog.lower(m.content), pg_catalog.lower($1)) > 0)
+             order by pg_catalog.ts_rank_cd(m.fts, q.tsq) desc, m.importance desc,
+                      lower(m.valid) desc, m.id collate "C"
+             limit $3 $q$, v_name, shard_name('harbor.memories'::regclass, v_shard))]);
+    end if;
     return query execute pg_catalog.format('execute %s(%L, %L, %L)', v_name, v_query, v_as_of,
                                            search_delegated.result_limit);
 end

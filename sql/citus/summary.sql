@@ -51,19 +51,21 @@ begin
         v_table := shard_name('harbor.memories'::regclass, v_shard);
         v_name := 'harbor_summary_' || v_shard;
     end if;
-    perform harbor._prepare_on_shard(array[v_name], array[pg_catalog.format($q$
-        prepare %s(text, text, text) as
-        select m.id, m.tenant_id, m.scope::text, m.project_id, m.principal_id, m.user_id,
-               m.session_id, m.run_id, m.memory_type::text, m.content, m.content_hash,
-               m.importance, m.entity_ids, m.source, m.sensitivity::text, lower(m.valid),
-               upper(m.valid), m.superseded_by, m.source_session_id, m.source_message_ids,
-               m.metadata, m.context, m.created_at, m.updated_at, m.expires_at
-          from %s m
-         where m.tenant_id = $1 and m.scope = 'session'
-           and m.user_id = $2 and m.session_id = $3
-           and m.memory_type = 'summary' and upper_inf(m.valid)
-         order by m.updated_at desc, m.id
-         limit 1 $q$, v_name, v_table)]);
+    if not harbor._prepared_on_shard(v_name) then
+        perform harbor._prepare_on_shard(array[v_name], array[pg_catalog.format($q$
+            prepare %s(text, text, text) as
+            select m.id, m.tenant_id, m.scope::text, m.project_id, m.principal_id, m.user_id,
+                   m.session_id, m.run_id, m.memory_type::text, m.content, m.content_hash,
+                   m.importance, m.entity_ids, m.source, m.sensitivity::text, lower(m.valid),
+                   upper(m.valid), m.superseded_by, m.source_session_id, m.source_message_ids,
+                   m.metadata, m.context, m.created_at, m.updated_at, m.expires_at
+              from %s m
+             where m.tenant_id = $1 and m.scope = 'session'
+               and m.user_id = $2 and m.session_id = $3
+               and m.memory_type = 'summary' and upper_inf(m.valid)
+             order by m.updated_at desc, m.id
+             limit 1 $q$, v_name, v_table)]);
+    end if;
     return query execute pg_catalog.format('execute %s(%L, %L, %L)', v_name, p_tenant_id,
                                            v_user, p_session_id);
 end

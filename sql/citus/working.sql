@@ -42,14 +42,16 @@ begin
         v_table := shard_name('harbor.working_state'::regclass, v_shard);
         v_name := 'harbor_working_' || v_shard;
     end if;
-    perform harbor._prepare_on_shard(array[v_name], array[pg_catalog.format($q$
-        prepare %s(text, text, text, text, text) as
-        select w.state, w.expires_at
-          from %s w
-         where w.tenant_id = $1 and w.user_id = $2 and w.session_id = $3
-           and w.run_id = $4 and w.project_id = $5
-         order by w.id desc
-         limit 1 $q$, v_name, v_table)]);
+    if not harbor._prepared_on_shard(v_name) then
+        perform harbor._prepare_on_shard(array[v_name], array[pg_catalog.format($q$
+            prepare %s(text, text, text, text, text) as
+            select w.state, w.expires_at
+              from %s w
+             where w.tenant_id = $1 and w.user_id = $2 and w.session_id = $3
+               and w.run_id = $4 and w.project_id = $5
+             order by w.id desc
+             limit 1 $q$, v_name, v_table)]);
+    end if;
     return query execute pg_catalog.format('execute %s(%L, %L, %L, %L, %L)', v_name,
                                            p_tenant_id, v_user, p_session_id, p_run_id,
                                            p_project_id);
@@ -89,6 +91,12 @@ begin
     if (select g.groupid from pg_dist_local_group g) <> 0 then
         v_key := get_shard_id_for_distribution_column('harbor.working_state'::regclass,
                                                       p_tenant_id)::text;
+    end if;
+    -- (prepared already: their names are all this needs)
+    if harbor._prepared_on_shard('harbor_working_lock_' || v_key) then
+        return v_key;
+    end if;
+    if v_key <> 'tables' then
         v_state := shard_name('harbor.working_state'::regclass, v_key::bigint);
         v_locks := shard_name('harbor.owner_locks'::regclass,
                               get_shard_id_for_distribution_column(

@@ -140,3 +140,34 @@ def test_a_bound_role_naming_another_owner_in_the_call_is_refused(
         _params(ANN, **ATTACKS[attack]),
         how,
     )
+
+
+def test_a_worker_connection_prepares_again_what_an_older_version_prepared(
+    stored: ClusterDatabase,
+) -> None:
+    # the call prepares its statement once a connection and marks the connection with the
+    # version of the Citus forms (harbor._prepared_on_shard): a connection marked by
+    # another version, holding another statement under the name, gets this version's
+    # statement again (as after `harbor-pg distribute` changed the files), and its answer
+    node = stored.node_of(ANN.tenant_id)
+    index = [w.port for w in stored.cluster.workers].index(node.port)
+    with psycopg.connect(stored.worker_url(index, "harbor_app"), autocommit=True) as conn:
+        first = conn.execute(query("recent_turns_delegated"), _params(ANN)).fetchall()
+        [(name,)] = conn.execute(
+            "select name from pg_prepared_statements where name like 'harbor_recent_%'"
+        ).fetchall()
+        mark = f"harbor.prepared_{name}"
+        version = conn.execute("select current_setting(%s)", (mark,)).fetchone()
+        assert version is not None and re.fullmatch(r"[0-9a-f]{16}", version[0])
+        # an older version's mark and statement (under the same name, answering nothing)
+        conn.execute(f"deallocate {name}")
+        conn.execute(
+            f"prepare {name}(text, text, text, integer, double precision) as"
+            " select null::bigint, null::text, null::text, null::text, null::jsonb,"
+            " null::text, null::jsonb, null::timestamptz where false"
+        )
+        conn.execute("select set_config(%s, 'an older one', false)", (mark,))
+        again = conn.execute(query("recent_turns_delegated"), _params(ANN)).fetchall()
+        assert conn.execute("select current_setting(%s)", (mark,)).fetchone() == version
+    assert _contents(first) == _contents(again) == TURNS[-3:]
+    assert first == again
