@@ -749,6 +749,10 @@ WORKING_UPDATE_FUNCTION = (
     "harbor.working_update_delegated(text, text, text, text, text, text, jsonb, double precision)"
 )
 
+#: memories read by id, the caller's tenant's, in one call Citus delegates to the tenant's
+#: worker (sql/citus/get.sql)
+GET_FUNCTION = "harbor.get_memories_delegated(text, text, text, text, text, text, text[])"
+
 #: a memory's save in one call Citus delegates to the tenant's worker (sql/citus/save.sql)
 SAVE_FUNCTION = (
     "harbor.save_memory_delegated(text, text, text, text, text, text, text,"
@@ -770,6 +774,7 @@ DELEGATED_CALLS: tuple[tuple[str, str], ...] = (
     (SUMMARY_FUNCTION, "harbor.memories"),  # sql/citus/summary.sql
     (WORKING_FUNCTION, "harbor.working_state"),  # sql/citus/working.sql
     (WORKING_UPDATE_FUNCTION, "harbor.working_state"),  # sql/citus/working.sql
+    (GET_FUNCTION, "harbor.memories"),  # sql/citus/get.sql
 )
 
 # harbor._binding() on Citus: the single-server statement (sql/functions/identity.sql)

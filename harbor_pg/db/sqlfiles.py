@@ -53,6 +53,7 @@ CITUS_FILES: tuple[str, ...] = (
     "citus/recent.sql",
     "citus/working.sql",
     "citus/summary.sql",
+    "citus/get.sql",
 )
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z0-9_]+)\s*$", re.MULTILINE)

@@ -726,12 +726,12 @@ class PostgresLongTermStore:
 
     async def get(self, owner: MemoryOwner, memory_id: str) -> Memory | None:
         if self.db.set_local:
-            # one shard at a time (get_memory reads both tenants at once, a statement
-            # Citus sends to two shards, often on two workers: 4.8 against 3.2 ms p50 when
-            # the memory is the caller's tenant's)
-            rows = await self._tenant_then_global(
-                owner, query("get_memory_citus"), lambda t: {"tenant_id": t, "id": memory_id}
-            )
+            # one call delegated to the tenant's worker, then, only when that finds
+            # nothing, the global memories' shard (get_memory reads both tenants at once,
+            # a statement Citus sends to two shards, often on two workers)
+            rows = await self._get_delegated(owner, [memory_id])
+            if not rows:
+                rows = await self._get_global([memory_id])
         else:
             rows = await self.db.fetch_in_one_round_trip(
                 owner, query("get_memory"), {"tenant_id": owner.tenant_id, "id": memory_id}
@@ -739,13 +739,38 @@ class PostgresLongTermStore:
         return memory_from_row(rows[0]) if rows else None
 
     async def get_many(self, owner: MemoryOwner, memory_ids: Sequence[str]) -> list[Memory]:
-        """The memories of ``memory_ids`` that ``owner`` may see, in one statement."""
+        """The memories of ``memory_ids`` that ``owner`` may see, in one statement (on a
+        distributed database, the tenant's in one delegated call and the global ones in
+        one routed statement, sent at once)."""
         if not memory_ids:
             return []
-        rows = await self.db.fetch_in_one_round_trip(
-            owner, query("get_memories"), {"tenant_id": owner.tenant_id, "ids": list(memory_ids)}
-        )
+        if self.db.set_local:
+            own, shared = await asyncio.gather(
+                self._get_delegated(owner, list(memory_ids)), self._get_global(list(memory_ids))
+            )
+            rows = own + shared
+        else:
+            rows = await self.db.fetch_in_one_round_trip(
+                owner,
+                query("get_memories"),
+                {"tenant_id": owner.tenant_id, "ids": list(memory_ids)},
+            )
         return [memory_from_row(r) for r in rows]
+
+    async def _get_delegated(self, owner: MemoryOwner, ids: list[str]) -> list[dict[str, Any]]:
+        """The caller's tenant's memories of ``ids`` on a distributed database: one call
+        Citus delegates to the tenant's worker, the identity its arguments
+        (sql/citus/get.sql)."""
+        if not owner.tenant_id:
+            return []
+        return await self.db.fetch_delegated(
+            query("get_memories_delegated"), {**carried_identity(owner), "ids": ids}
+        )
+
+    async def _get_global(self, ids: list[str]) -> list[dict[str, Any]]:
+        """The global memories of ``ids`` on a distributed database: one statement routed
+        to their shard, which any caller may read."""
+        return await self.db.fetch_delegated(query("get_global_memories"), {"ids": ids})
 
     async def search(
         self,

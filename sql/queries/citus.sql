@@ -171,6 +171,31 @@ select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, 
   from harbor.memories m
  where m.tenant_id = %(tenant_id)s::text and m.id = %(id)s::text
 
+-- name: get_memories_delegated
+-- get_memories (long_term.sql) on a distributed database, the caller's tenant's memories:
+-- one call of harbor.get_memories_delegated (sql/citus/get.sql), which Citus sends whole
+-- to the tenant's worker. The identity is its first arguments (the worker checks them
+-- against the caller's); sent in autocommit, it needs no transaction block.
+select g.*
+  from harbor.get_memories_delegated(
+      %(tenant_id)s::text, %(project_id)s::text, %(principal_id)s::text, %(user_id)s::text,
+      %(session_id)s::text, %(run_id)s::text, %(ids)s::text[]) g
+
+-- name: get_global_memories
+-- get_memories (long_term.sql) on a distributed database, the global memories (tenant '',
+-- scope global, which every caller may read: no identity needed): one statement Citus
+-- routes to their shard's node, in autocommit (its fast path: one table, the distribution
+-- column equal to a constant). With get_memories_delegated (above).
+-- get_memory's column list, repeated on purpose (see there).
+select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, m.user_id,
+       m.session_id, m.run_id, m.memory_type::text as memory_type, m.content, m.content_hash,
+       m.importance, m.entity_ids, m.source, m.sensitivity::text as sensitivity,
+       lower(m.valid) as valid_from, upper(m.valid) as invalid_at, m.superseded_by,
+       m.source_session_id, m.source_message_ids, m.metadata, m.context, m.created_at,
+       m.updated_at, m.expires_at
+  from harbor.memories m
+ where m.tenant_id = '' and m.scope = 'global' and m.id = any (%(ids)s::text[])
+
 -- name: recent_turns_delegated
 -- recent_turns (short_term.sql), and recent_live_turns with %(ttl_seconds)s not null, on a
 -- distributed database: one call of harbor.recent_turns_delegated (sql/citus/recent.sql),
