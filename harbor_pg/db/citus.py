@@ -753,6 +753,13 @@ WORKING_UPDATE_FUNCTION = (
 #: worker (sql/citus/get.sql)
 GET_FUNCTION = "harbor.get_memories_delegated(text, text, text, text, text, text, text[])"
 
+#: the caller's current memories in one call Citus delegates to the tenant's worker
+#: (sql/citus/current.sql)
+CURRENT_FUNCTION = (
+    "harbor.current_memories_delegated(text, text, text, text, text, text, text, text, text,"
+    " text, integer)"
+)
+
 #: a memory's save in one call Citus delegates to the tenant's worker (sql/citus/save.sql)
 SAVE_FUNCTION = (
     "harbor.save_memory_delegated(text, text, text, text, text, text, text,"
@@ -775,6 +782,7 @@ DELEGATED_CALLS: tuple[tuple[str, str], ...] = (
     (WORKING_FUNCTION, "harbor.working_state"),  # sql/citus/working.sql
     (WORKING_UPDATE_FUNCTION, "harbor.working_state"),  # sql/citus/working.sql
     (GET_FUNCTION, "harbor.memories"),  # sql/citus/get.sql
+    (CURRENT_FUNCTION, "harbor.memories"),  # sql/citus/current.sql
 )
 
 # harbor._binding() on Citus: the single-server statement (sql/functions/identity.sql)

@@ -54,6 +54,7 @@ CITUS_FILES: tuple[str, ...] = (
     "citus/working.sql",
     "citus/summary.sql",
     "citus/get.sql",
+    "citus/current.sql",
 )
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z0-9_]+)\s*$", re.MULTILINE)

@@ -880,9 +880,16 @@ class PostgresLongTermStore:
         params = current_memories_params(owner, scopes, limit)
         if params is None:
             return []
-        rows = await self.db.fetch_in_one_round_trip(
-            owner, query("extraction_current_memories"), params
-        )
+        if self.db.set_local:
+            # a distributed database: one call that Citus delegates to the tenant's
+            # worker, the identity its arguments (sql/citus/current.sql)
+            rows = await self.db.fetch_delegated(
+                query("current_memories_delegated"), {**params, **carried_identity(owner)}
+            )
+        else:
+            rows = await self.db.fetch_in_one_round_trip(
+                owner, query("extraction_current_memories"), params
+            )
         return [memory_from_row(r) for r in rows]
 
     async def nearest_in_scope(

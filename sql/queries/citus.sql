@@ -196,6 +196,18 @@ select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, 
   from harbor.memories m
  where m.tenant_id = '' and m.scope = 'global' and m.id = any (%(ids)s::text[])
 
+-- name: current_memories_delegated
+-- extraction_current_memories (extraction.sql) on a distributed database: one call of
+-- harbor.current_memories_delegated (sql/citus/current.sql), which Citus sends whole to the
+-- tenant's worker. The identity is its first arguments (the worker checks them against the
+-- caller's); sent in autocommit, it needs no transaction block.
+select c.*
+  from harbor.current_memories_delegated(
+      %(tenant_id)s::text, %(project_id)s::text, %(principal_id)s::text, %(user_id)s::text,
+      %(session_id)s::text, %(run_id)s::text, %(user_user_id)s::text,
+      %(session_user_id)s::text, %(session_session_id)s::text,
+      %(project_project_id)s::text, %(limit)s::integer) c
+
 -- name: recent_turns_delegated
 -- recent_turns (short_term.sql), and recent_live_turns with %(ttl_seconds)s not null, on a
 -- distributed database: one call of harbor.recent_turns_delegated (sql/citus/recent.sql),
