@@ -577,6 +577,12 @@ _ON_SHARD = (
     "_substring_matches",
     "_decayed_importance",
     "recall",
+    # a delegated profile's (sql/citus/profile.sql), made with recall's: the owner keys'
+    # memories and their recall counts read on the shard tables, not through Citus's
+    # planning of each statement on the worker
+    "_owner_memories",
+    "_memory_hits_of",
+    "profile",
 )
 #: (the candidate legs: definers on one server)
 _ON_SHARD_DEFINERS = ("_lexical_candidates", "_dense_candidates")
@@ -760,6 +766,12 @@ CURRENT_FUNCTION = (
     " text, integer)"
 )
 
+#: a user's profile in one call Citus delegates to the tenant's worker (sql/citus/profile.sql)
+PROFILE_FUNCTION = (
+    "harbor.profile_delegated(text, text, text, text, text, text, harbor.memory_scope[],"
+    " integer, interval, timestamptz, harbor.sensitivity)"
+)
+
 #: a memory's save in one call Citus delegates to the tenant's worker (sql/citus/save.sql)
 SAVE_FUNCTION = (
     "harbor.save_memory_delegated(text, text, text, text, text, text, text,"
@@ -783,6 +795,7 @@ DELEGATED_CALLS: tuple[tuple[str, str], ...] = (
     (WORKING_UPDATE_FUNCTION, "harbor.working_state"),  # sql/citus/working.sql
     (GET_FUNCTION, "harbor.memories"),  # sql/citus/get.sql
     (CURRENT_FUNCTION, "harbor.memories"),  # sql/citus/current.sql
+    (PROFILE_FUNCTION, "harbor.memories"),  # sql/citus/profile.sql
 )
 
 # harbor._binding() on Citus: the single-server statement (sql/functions/identity.sql)

@@ -55,6 +55,7 @@ CITUS_FILES: tuple[str, ...] = (
     "citus/summary.sql",
     "citus/get.sql",
     "citus/current.sql",
+    "citus/profile.sql",
 )
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z0-9_]+)\s*$", re.MULTILINE)

@@ -863,9 +863,17 @@ class PostgresLongTermStore:
         scopes = [s for s in request.scopes if owner.can_address(s)]
         if not scopes:
             return UserProfile()
-        rows = await self.db.fetch_in_one_round_trip(
-            owner, query("profile"), profile_params(request, scopes)
-        )
+        if self.db.set_local:
+            # a distributed database: one call that Citus delegates to the tenant's
+            # worker, the identity its arguments (sql/citus/profile.sql)
+            rows = await self.db.fetch_delegated(
+                query("profile_delegated"),
+                {**profile_params(request, scopes), **carried_identity(owner)},
+            )
+        else:
+            rows = await self.db.fetch_in_one_round_trip(
+                owner, query("profile"), profile_params(request, scopes)
+            )
         sections: dict[str, list[ProfileEntry]] = {"stable": [], "recent": []}
         for row in rows:
             sections[row["section"]].append(

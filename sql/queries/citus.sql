@@ -208,6 +208,21 @@ select c.*
       %(session_user_id)s::text, %(session_session_id)s::text,
       %(project_project_id)s::text, %(limit)s::integer) c
 
+-- name: profile_delegated
+-- profile (recall.sql) on a distributed database: one call of harbor.profile_delegated
+-- (sql/citus/profile.sql), which Citus sends whole to the tenant's worker. The identity is
+-- its first arguments (the worker checks them against the caller's); sent in autocommit,
+-- it needs no transaction block.
+select p.*
+  from harbor.profile_delegated(
+      %(tenant_id)s::text, %(project_id)s::text, %(principal_id)s::text, %(user_id)s::text,
+      %(session_id)s::text, %(run_id)s::text,
+      scopes => %(scopes)s::text[]::harbor.memory_scope[],
+      token_budget => %(token_budget)s::integer,
+      stable_after => %(stable_after)s::interval,
+      as_of => %(as_of)s::timestamptz,
+      max_sensitivity => %(max_sensitivity)s::harbor.sensitivity) p
+
 -- name: recent_turns_delegated
 -- recent_turns (short_term.sql), and recent_live_turns with %(ttl_seconds)s not null, on a
 -- distributed database: one call of harbor.recent_turns_delegated (sql/citus/recent.sql),

@@ -334,8 +334,9 @@ def test_recalls_twins_are_the_connections_own_and_keep_the_legs_rights(
     # a delegated recall makes recall's twins for its tenant's shard in the worker's
     # connection, once: temporary functions (no other connection sees them), the legs'
     # SECURITY DEFINER owned by harbor_search as the legs are on one server, the others
-    # (recall's and the functions it calls that read a table) invokers; the next recall
-    # on that shard uses them again
+    # (recall's and the functions it calls that read a table, and the profile's, made
+    # with them: sql/citus/profile.sql) invokers; the next recall on that shard uses
+    # them again
     conn, _notes = _on_worker(stored, dina)
     twins = (
         "select p.proname::text, p.prosecdef, pg_get_userbyid(p.proowner)::text"
@@ -349,7 +350,10 @@ def test_recalls_twins_are_the_connections_own_and_keep_the_legs_rights(
                 ("_decayed_importance", False, "harbor_search"),
                 ("_dense_candidates", True, "harbor_search"),
                 ("_lexical_candidates", True, "harbor_search"),
+                ("_memory_hits_of", False, "harbor_search"),
+                ("_owner_memories", False, "harbor_search"),
                 ("_substring_matches", False, "harbor_search"),
+                ("profile", False, "harbor_search"),
                 ("recall", False, "harbor_search"),
             ]
         shard = conn.execute(

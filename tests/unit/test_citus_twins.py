@@ -23,7 +23,8 @@ def _definition(name: str, body: str, *, definer: bool = False) -> str:
 
 BODY = """begin
     perform harbor._lexical_candidates(1), harbor._dense_candidates(2),
-            harbor._substring_matches(3), harbor._decayed_importance(4), harbor.recall(5);
+            harbor._substring_matches(3), harbor._decayed_importance(4), harbor.recall(5),
+            harbor._owner_memories(6), harbor._memory_hits_of(7), harbor.profile(8);
     return (select count(*) from harbor.memories m
               join harbor.memory_embeddings e on e.tenant_id = m.tenant_id
               join harbor.memory_hits h on h.tenant_id = m.tenant_id
