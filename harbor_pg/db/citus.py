@@ -772,6 +772,10 @@ PROFILE_FUNCTION = (
     " integer, interval, timestamptz, harbor.sensitivity)"
 )
 
+#: one of the caller's memories deleted in one call Citus delegates to the tenant's worker
+#: (sql/citus/delete.sql)
+DELETE_FUNCTION = "harbor.delete_memory_delegated(text, text, text, text, text, text, text)"
+
 #: a memory's save in one call Citus delegates to the tenant's worker (sql/citus/save.sql)
 SAVE_FUNCTION = (
     "harbor.save_memory_delegated(text, text, text, text, text, text, text,"
@@ -796,6 +800,7 @@ DELEGATED_CALLS: tuple[tuple[str, str], ...] = (
     (GET_FUNCTION, "harbor.memories"),  # sql/citus/get.sql
     (CURRENT_FUNCTION, "harbor.memories"),  # sql/citus/current.sql
     (PROFILE_FUNCTION, "harbor.memories"),  # sql/citus/profile.sql
+    (DELETE_FUNCTION, "harbor.memories"),  # sql/citus/delete.sql
 )
 
 # harbor._binding() on Citus: the single-server statement (sql/functions/identity.sql)

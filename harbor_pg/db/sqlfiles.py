@@ -56,6 +56,7 @@ CITUS_FILES: tuple[str, ...] = (
     "citus/get.sql",
     "citus/current.sql",
     "citus/profile.sql",
+    "citus/delete.sql",
 )
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z0-9_]+)\s*$", re.MULTILINE)

@@ -1062,6 +1062,13 @@ class PostgresLongTermStore:
         return memory_from_row(row)
 
     async def delete(self, owner: MemoryOwner, memory_id: str) -> bool:
+        if self.db.set_local:
+            # a distributed database: one call that Citus delegates to the tenant's
+            # worker, the identity its arguments (sql/citus/delete.sql)
+            rows = await self.db.fetch_delegated(
+                query("delete_memory_delegated"), {**carried_identity(owner), "id": memory_id}
+            )
+            return bool(rows)
         async with self.db.transaction(owner) as conn:
             cur = await conn.execute(
                 query("delete_memory"), {"tenant_id": owner.tenant_id, "id": memory_id}

@@ -223,6 +223,16 @@ select p.*
       as_of => %(as_of)s::timestamptz,
       max_sensitivity => %(max_sensitivity)s::harbor.sensitivity) p
 
+-- name: delete_memory_delegated
+-- delete_memory (long_term.sql) on a distributed database: one call of
+-- harbor.delete_memory_delegated (sql/citus/delete.sql), which Citus sends whole to the
+-- tenant's worker. The identity is its first arguments (the worker checks them against the
+-- caller's); sent in autocommit, the call is its own transaction.
+select d.id
+  from harbor.delete_memory_delegated(
+      %(tenant_id)s::text, %(project_id)s::text, %(principal_id)s::text, %(user_id)s::text,
+      %(session_id)s::text, %(run_id)s::text, %(id)s::text) d
+
 -- name: recent_turns_delegated
 -- recent_turns (short_term.sql), and recent_live_turns with %(ttl_seconds)s not null, on a
 -- distributed database: one call of harbor.recent_turns_delegated (sql/citus/recent.sql),
