@@ -87,10 +87,10 @@ grant execute on function harbor._delegated_session_turns(text, text, text) to h
 -- coordinator (a call Citus did not delegate) the same statements name the distributed
 -- tables.
 --
--- harbor._append_statements: the six statements for p_tenant_id, prepared in this
--- connection unless they already are (harbor._prepare_on_shard, sql/citus/delegated.sql);
--- returns the suffix of their names (the messages shard's id; 'tables' on the
--- coordinator).
+-- harbor._append_statements: the six statements for p_tenant_id (seven on a worker),
+-- prepared in this connection unless they already are (harbor._prepare_on_shard,
+-- sql/citus/delegated.sql); returns the suffix of their names (the messages shard's id;
+-- 'tables' on the coordinator).
 drop function if exists harbor._shard_statements(text);
 create or replace function harbor._append_statements(p_tenant_id text) returns text
     language plpgsql volatile security invoker
@@ -158,6 +158,33 @@ begin
                ' session_id, scope) values ($1, $2, '''', ''user''), ($1, $2, $3, ''session'')'
                ' on conflict (tenant_id, user_id, session_id, scope, project_id, run_id)'
                ' do update set scope = excluded.scope where false', v_names[6], v_locks)];
+    if v_key <> 'tables' then
+        -- on the tenant's worker, the usual append as one statement (one server's
+        -- append_message on the shard tables): the user's and the session's locks (their
+        -- rows made or locked, the user's first), then, the aggregate having read them,
+        -- the id drawn and the turn inserted. The id is also kept above the session's
+        -- last turn this statement sees (a tenant moved from a worker with a higher range
+        -- of the sequence); a concurrent append committed while this one waited for the
+        -- locks is not seen, and its id is either below the one drawn here or equal to
+        -- it: then nothing is inserted (ON CONFLICT DO NOTHING), and harbor._append_steps
+        -- takes the steps apart, each with a snapshot of its own.
+        v_names := v_names || ('harbor_append_one_' || v_key);
+        v_texts := v_texts || format(
+            'prepare %s(text, text, text, text, text, harbor.message_role, text, text,'
+            ' jsonb, text, jsonb, integer) as with locks as (insert into %s as l'
+            ' (tenant_id, user_id, session_id, scope) values ($1, $2, '''', ''user''),'
+            ' ($1, $2, $3, ''session'') on conflict (tenant_id, user_id, session_id, scope,'
+            ' project_id, run_id) do update set scope = excluded.scope where false'
+            ' returning 1) insert into %s as m (tenant_id, id, user_id, session_id,'
+            ' project_id, principal_id, role, content, name, tool_calls, tool_call_id,'
+            ' metadata, token_estimate) overriding system value select $1,'
+            ' greatest(pg_catalog.nextval(''harbor.messages_id_seq''::pg_catalog.regclass),'
+            ' coalesce((select p.id from %s p where p.tenant_id = $1 and p.user_id = $2'
+            ' and p.session_id = $3 order by p.id desc limit 1), 0) + 1), $2, $3, $4, $5,'
+            ' $6, $7, $8, $9, $10, $11, $12 from (select count(*) as n from locks) locked'
+            ' where locked.n >= 0 on conflict do nothing returning m.id, m.created_at',
+            v_names[7], v_locks, v_messages, v_messages);
+    end if;
     perform harbor._prepare_on_shard(v_names, v_texts);
     return v_key;
 end
@@ -192,33 +219,44 @@ declare
     v_turns_at_summary bigint;
     v_turns bigint;
 begin
-    execute format('execute harbor_append_lock_%s(%L, %L, %L, %L)', v_key, p_tenant_id,
-                   p_user_id, '', 'user') into v_locked;
-    execute format('execute harbor_append_lock_%s(%L, %L, %L, %L)', v_key, p_tenant_id,
-                   p_user_id, p_session_id, 'session') into v_session_locked;
-    if v_locked + v_session_locked < 2 then
-        -- (the first turn of the user or the session: its lock rows written, on the
-        -- shard too; as a statement on the distributed table it cost the worker Citus's
-        -- planning of it, about 0.7 ms of a 1.4 ms append on the test cluster)
-        execute format('execute harbor_append_locks_%s(%L, %L, %L)', v_key, p_tenant_id,
-                       p_user_id, p_session_id);
-    end if;
-    execute format('execute harbor_append_last_%s(%L, %L, %L)', v_key, p_tenant_id,
-                   p_user_id, p_session_id) into v_last;
-    v_id := pg_catalog.nextval('harbor.messages_id_seq'::pg_catalog.regclass);
-    loop
-        if v_id <= v_last then
-            v_id := v_last + 1;
-        end if;
-        execute format('execute harbor_append_insert_%s(%L, %L, %L, %L, %L, %L, %L, %L, %L,'
-                       ' %L, %L, %L, %L)', v_key, p_tenant_id, v_id, p_user_id, p_session_id,
+    if v_key <> 'tables' then
+        -- (harbor._append_statements: the append in one statement, the steps below when
+        -- it inserted nothing)
+        execute format('execute harbor_append_one_%s(%L, %L, %L, %L, %L, %L, %L, %L, %L,'
+                       ' %L, %L, %L)', v_key, p_tenant_id, p_user_id, p_session_id,
                        p_project_id, p_principal_id, p_role, p_content, p_name, p_tool_calls,
                        p_tool_call_id, p_metadata, p_token_estimate)
             into id, created_at;
-        exit when id is not null;
-        -- (the id is another session's of the tenant: the next one)
-        v_last := v_id;
-    end loop;
+    end if;
+    if id is null then
+        execute format('execute harbor_append_lock_%s(%L, %L, %L, %L)', v_key, p_tenant_id,
+                       p_user_id, '', 'user') into v_locked;
+        execute format('execute harbor_append_lock_%s(%L, %L, %L, %L)', v_key, p_tenant_id,
+                       p_user_id, p_session_id, 'session') into v_session_locked;
+        if v_locked + v_session_locked < 2 then
+            -- (the first turn of the user or the session: its lock rows written, on the
+            -- shard too; as a statement on the distributed table it cost the worker Citus's
+            -- planning of it, about 0.7 ms of a 1.4 ms append on the test cluster)
+            execute format('execute harbor_append_locks_%s(%L, %L, %L)', v_key, p_tenant_id,
+                           p_user_id, p_session_id);
+        end if;
+        execute format('execute harbor_append_last_%s(%L, %L, %L)', v_key, p_tenant_id,
+                       p_user_id, p_session_id) into v_last;
+        v_id := pg_catalog.nextval('harbor.messages_id_seq'::pg_catalog.regclass);
+        loop
+            if v_id <= v_last then
+                v_id := v_last + 1;
+            end if;
+            execute format('execute harbor_append_insert_%s(%L, %L, %L, %L, %L, %L, %L, %L, %L,'
+                           ' %L, %L, %L, %L)', v_key, p_tenant_id, v_id, p_user_id, p_session_id,
+                           p_project_id, p_principal_id, p_role, p_content, p_name, p_tool_calls,
+                           p_tool_call_id, p_metadata, p_token_estimate)
+                into id, created_at;
+            exit when id is not null;
+            -- (the id is another session's of the tenant: the next one)
+            v_last := v_id;
+        end loop;
+    end if;
     if p_min_turns is null then
         return;
     end if;

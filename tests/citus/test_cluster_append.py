@@ -522,9 +522,10 @@ def test_on_the_worker_the_append_runs_on_the_shard_tables_prepared_once(
 ) -> None:
     # on the tenant's worker the append's statements address the tenant's own shards
     # (harbor._append_steps), prepared in the connection on its first append and used
-    # again by the next ones: after two appends there are six, each naming a shard of the
-    # tenant, and the turns are stored with the session's ids in order; the first turn of
-    # a user and session writes their lock rows through one of them
+    # again by the next ones: after two appends there are seven (the append as one
+    # statement, and its steps apart), each naming a shard of the tenant, and the turns
+    # are stored with the session's ids in order; the first turn of a user and session
+    # writes their lock rows
     owner = MemoryOwner(tenant_id="append-a", principal_id="pia", session_id="s-prepared")
     locks_before = _locks(cluster_db.superuser_url, owner.tenant_id)
     shards = _shard_tables(cluster_db, owner.tenant_id)
@@ -543,7 +544,8 @@ def test_on_the_worker_the_append_runs_on_the_shard_tables_prepared_once(
                 first = _prepared(conn)
         prepared = _prepared(conn)
     assert prepared == first
-    assert len(prepared) == 6, prepared
+    assert len(prepared) == 7, prepared
+    assert any(name.startswith("harbor_append_one_") for name in prepared), prepared
     suffix = shards["harbor.messages"].rsplit("_", 1)[1]
     assert all(name.endswith("_" + suffix) for name in prepared), prepared
     for text in prepared.values():
