@@ -776,6 +776,13 @@ PROFILE_FUNCTION = (
 #: (sql/citus/delete.sql)
 DELETE_FUNCTION = "harbor.delete_memory_delegated(text, text, text, text, text, text, text)"
 
+#: a session's turns deleted in one call Citus delegates to the tenant's worker
+#: (sql/citus/clear.sql)
+CLEAR_SESSION_FUNCTION = "harbor.clear_session_delegated(text, text, text, text, text, text)"
+#: a run's working state deleted in one call Citus delegates to the tenant's worker
+#: (sql/citus/clear.sql)
+CLEAR_WORKING_FUNCTION = "harbor.clear_working_delegated(text, text, text, text, text, text)"
+
 #: a memory's save in one call Citus delegates to the tenant's worker (sql/citus/save.sql)
 SAVE_FUNCTION = (
     "harbor.save_memory_delegated(text, text, text, text, text, text, text,"
@@ -801,6 +808,8 @@ DELEGATED_CALLS: tuple[tuple[str, str], ...] = (
     (CURRENT_FUNCTION, "harbor.memories"),  # sql/citus/current.sql
     (PROFILE_FUNCTION, "harbor.memories"),  # sql/citus/profile.sql
     (DELETE_FUNCTION, "harbor.memories"),  # sql/citus/delete.sql
+    (CLEAR_SESSION_FUNCTION, "harbor.messages"),  # sql/citus/clear.sql
+    (CLEAR_WORKING_FUNCTION, "harbor.working_state"),  # sql/citus/clear.sql
 )
 
 # harbor._binding() on Citus: the single-server statement (sql/functions/identity.sql)

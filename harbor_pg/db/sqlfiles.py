@@ -57,6 +57,7 @@ CITUS_FILES: tuple[str, ...] = (
     "citus/current.sql",
     "citus/profile.sql",
     "citus/delete.sql",
+    "citus/clear.sql",
 )
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z0-9_]+)\s*$", re.MULTILINE)

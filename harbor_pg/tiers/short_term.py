@@ -320,6 +320,14 @@ class PostgresShortTermStore:
         return int(rows[0]["n"]) if rows else 0
 
     async def clear(self, owner: MemoryOwner) -> int:
+        if self.db.set_local:
+            # a distributed database: one call that Citus delegates to the tenant's
+            # worker, the identity its arguments (sql/citus/clear.sql)
+            session_key(owner)  # (the owner must name a session)
+            rows = await self.db.fetch_delegated(
+                query("clear_session_delegated"), carried_identity(owner)
+            )
+            return int(rows[0]["deleted"])
         async with self.db.transaction(owner) as conn:
             cur = await conn.execute(query("clear_messages"), session_key(owner))
             return cur.rowcount

@@ -233,6 +233,25 @@ select d.id
       %(tenant_id)s::text, %(project_id)s::text, %(principal_id)s::text, %(user_id)s::text,
       %(session_id)s::text, %(run_id)s::text, %(id)s::text) d
 
+-- name: clear_session_delegated
+-- clear_messages (short_term.sql) on a distributed database: one call of
+-- harbor.clear_session_delegated (sql/citus/clear.sql), which Citus sends whole to the
+-- tenant's worker. The identity is its arguments (the worker checks them against the
+-- caller's); sent in autocommit, the call is its own transaction. How many turns it deleted.
+select harbor.clear_session_delegated(
+           %(tenant_id)s::text, %(project_id)s::text, %(principal_id)s::text,
+           %(user_id)s::text, %(session_id)s::text, %(run_id)s::text) as deleted
+
+-- name: clear_working_delegated
+-- clear_working (working.sql) on a distributed database: one call of
+-- harbor.clear_working_delegated (sql/citus/clear.sql), which Citus sends whole to the
+-- tenant's worker. The identity is its arguments (the worker checks them against the
+-- caller's); sent in autocommit, the call is its own transaction. How many versions of the
+-- run's state it deleted.
+select harbor.clear_working_delegated(
+           %(tenant_id)s::text, %(project_id)s::text, %(principal_id)s::text,
+           %(user_id)s::text, %(session_id)s::text, %(run_id)s::text) as deleted
+
 -- name: recent_turns_delegated
 -- recent_turns (short_term.sql), and recent_live_turns with %(ttl_seconds)s not null, on a
 -- distributed database: one call of harbor.recent_turns_delegated (sql/citus/recent.sql),
