@@ -783,6 +783,13 @@ CLEAR_SESSION_FUNCTION = "harbor.clear_session_delegated(text, text, text, text,
 #: (sql/citus/clear.sql)
 CLEAR_WORKING_FUNCTION = "harbor.clear_working_delegated(text, text, text, text, text, text)"
 
+#: a session's rolling summary written in one call Citus delegates to the tenant's worker
+#: (sql/citus/summary_write.sql)
+SUMMARY_WRITE_FUNCTION = (
+    "harbor.save_summary_delegated(text, text, text, text, text, text, text, real, text, text,"
+    " text[], jsonb, text, boolean, bigint)"
+)
+
 #: a memory's save in one call Citus delegates to the tenant's worker (sql/citus/save.sql)
 SAVE_FUNCTION = (
     "harbor.save_memory_delegated(text, text, text, text, text, text, text,"
@@ -810,6 +817,7 @@ DELEGATED_CALLS: tuple[tuple[str, str], ...] = (
     (DELETE_FUNCTION, "harbor.memories"),  # sql/citus/delete.sql
     (CLEAR_SESSION_FUNCTION, "harbor.messages"),  # sql/citus/clear.sql
     (CLEAR_WORKING_FUNCTION, "harbor.working_state"),  # sql/citus/clear.sql
+    (SUMMARY_WRITE_FUNCTION, "harbor.memories"),  # sql/citus/summary_write.sql
 )
 
 # harbor._binding() on Citus: the single-server statement (sql/functions/identity.sql)

@@ -58,6 +58,7 @@ CITUS_FILES: tuple[str, ...] = (
     "citus/profile.sql",
     "citus/delete.sql",
     "citus/clear.sql",
+    "citus/summary_write.sql",
 )
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z0-9_]+)\s*$", re.MULTILINE)

@@ -1135,6 +1135,21 @@ class PostgresLongTermStore:
         params = _summary_params(owner, memory, memory.id)
         expected = "" if expected_frontier is None else str(expected_frontier)
         folded = [int(i) for i in memory.source_message_ids if str(i).isdigit()]
+        if self.db.set_local:
+            # a distributed database: one call that Citus delegates to the tenant's
+            # worker, the identity its arguments, the same steps in its one transaction
+            # (sql/citus/summary_write.sql)
+            rows = await self.db.fetch_delegated(
+                query("save_summary_delegated"),
+                {
+                    **params,
+                    **carried_identity(owner),
+                    "expected_frontier": expected,
+                    "create": expected_frontier is None,
+                    "turn_id": max(folded) if folded and owner.session_id is not None else None,
+                },
+            )
+            return memory_from_row(rows[0]) if rows else None
         async with self.db.transaction(owner) as conn:
             if folded and owner.session_id is not None:
                 for guard, guard_params in job_write_guards(owner, max(folded)):

@@ -252,6 +252,22 @@ select harbor.clear_working_delegated(
            %(tenant_id)s::text, %(project_id)s::text, %(principal_id)s::text,
            %(user_id)s::text, %(session_id)s::text, %(run_id)s::text) as deleted
 
+-- name: save_summary_delegated
+-- A session summary's write (job_write_lock and job_turn_present with a turn id,
+-- context_refresh_summary, context_insert_summary when %(create)s, the row read back) on a
+-- distributed database: one call of harbor.save_summary_delegated
+-- (sql/citus/summary_write.sql), which Citus sends whole to the tenant's worker. The
+-- identity is its first arguments (the worker checks them against the caller's); sent in
+-- autocommit, the call is its own transaction. The row written, none when another writer
+-- got there first.
+select s.*
+  from harbor.save_summary_delegated(
+      %(tenant_id)s::text, %(project_id)s::text, %(principal_id)s::text, %(user_id)s::text,
+      %(session_id)s::text, %(run_id)s::text, %(id)s::text, %(importance)s::real,
+      %(content)s::text, %(content_hash)s::text, %(source_message_ids)s::text[],
+      %(metadata)s::jsonb, %(expected_frontier)s::text, %(create)s::boolean,
+      %(turn_id)s::bigint) s
+
 -- name: recent_turns_delegated
 -- recent_turns (short_term.sql), and recent_live_turns with %(ttl_seconds)s not null, on a
 -- distributed database: one call of harbor.recent_turns_delegated (sql/citus/recent.sql),
