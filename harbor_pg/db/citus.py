@@ -790,6 +790,13 @@ SUMMARY_WRITE_FUNCTION = (
     " text[], jsonb, text, boolean, bigint)"
 )
 
+#: a consolidation in one call Citus delegates to the tenant's worker
+#: (sql/citus/consolidate.sql)
+CONSOLIDATE_FUNCTION = (
+    "harbor.consolidate_delegated(text, text, text, text, text, text, harbor.memory_scope[],"
+    " double precision, text, integer, boolean, timestamptz, jsonb)"
+)
+
 #: a memory's save in one call Citus delegates to the tenant's worker (sql/citus/save.sql)
 SAVE_FUNCTION = (
     "harbor.save_memory_delegated(text, text, text, text, text, text, text,"
@@ -818,6 +825,7 @@ DELEGATED_CALLS: tuple[tuple[str, str], ...] = (
     (CLEAR_SESSION_FUNCTION, "harbor.messages"),  # sql/citus/clear.sql
     (CLEAR_WORKING_FUNCTION, "harbor.working_state"),  # sql/citus/clear.sql
     (SUMMARY_WRITE_FUNCTION, "harbor.memories"),  # sql/citus/summary_write.sql
+    (CONSOLIDATE_FUNCTION, "harbor.memories"),  # sql/citus/consolidate.sql
 )
 
 # harbor._binding() on Citus: the single-server statement (sql/functions/identity.sql)

@@ -59,6 +59,7 @@ CITUS_FILES: tuple[str, ...] = (
     "citus/delete.sql",
     "citus/clear.sql",
     "citus/summary_write.sql",
+    "citus/consolidate.sql",
 )
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z0-9_]+)\s*$", re.MULTILINE)

@@ -814,34 +814,38 @@ class PostgresLongTermStore:
         scopes = [s.value for s in request.scopes if owner.can_address(s)]
         if not scopes:
             return ConsolidationReport()
-        rows = await self.db.fetch_in_one_round_trip(
-            owner,
-            query("consolidate"),
-            {
-                "scopes": scopes,
-                "min_similarity": request.min_similarity,
-                "model_id": request.model_id,
-                "max_merges": request.max_merges,
-                "dry_run": request.dry_run,
-                "since": request.since,
-                "merged": None
-                if request.merged is None
-                else Jsonb(
-                    {
-                        head: {
-                            "content": text.content,
-                            "content_hash": text.content_hash,
-                            **(
-                                {"embedding": vector_literal(check_vector(text.embedding))}
-                                if text.embedding is not None
-                                else {}
-                            ),
-                        }
-                        for head, text in request.merged.items()
+        params = {
+            "scopes": scopes,
+            "min_similarity": request.min_similarity,
+            "model_id": request.model_id,
+            "max_merges": request.max_merges,
+            "dry_run": request.dry_run,
+            "since": request.since,
+            "merged": None
+            if request.merged is None
+            else Jsonb(
+                {
+                    head: {
+                        "content": text.content,
+                        "content_hash": text.content_hash,
+                        **(
+                            {"embedding": vector_literal(check_vector(text.embedding))}
+                            if text.embedding is not None
+                            else {}
+                        ),
                     }
-                ),
-            },
-        )
+                    for head, text in request.merged.items()
+                }
+            ),
+        }
+        if self.db.set_local:
+            # a distributed database: one call that Citus delegates to the tenant's
+            # worker, the identity its arguments (sql/citus/consolidate.sql)
+            rows = await self.db.fetch_delegated(
+                query("consolidate_delegated"), {**params, **carried_identity(owner)}
+            )
+        else:
+            rows = await self.db.fetch_in_one_round_trip(owner, query("consolidate"), params)
         written = request.merged or {}
         return ConsolidationReport(
             merges=tuple(

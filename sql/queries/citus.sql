@@ -268,6 +268,23 @@ select s.*
       %(metadata)s::jsonb, %(expected_frontier)s::text, %(create)s::boolean,
       %(turn_id)s::bigint) s
 
+-- name: consolidate_delegated
+-- consolidate (recall.sql) on a distributed database: one call of
+-- harbor.consolidate_delegated (sql/citus/consolidate.sql), which Citus sends whole to the
+-- tenant's worker. The identity is its first arguments (the worker checks them against the
+-- caller's); sent in autocommit, the call is its own transaction.
+select c.*
+  from harbor.consolidate_delegated(
+      %(tenant_id)s::text, %(project_id)s::text, %(principal_id)s::text, %(user_id)s::text,
+      %(session_id)s::text, %(run_id)s::text,
+      scopes => %(scopes)s::text[]::harbor.memory_scope[],
+      min_similarity => %(min_similarity)s::double precision,
+      model_id => %(model_id)s::text,
+      max_merges => %(max_merges)s::integer,
+      dry_run => %(dry_run)s::boolean,
+      since => %(since)s::timestamptz,
+      merged => %(merged)s::jsonb) c
+
 -- name: recent_turns_delegated
 -- recent_turns (short_term.sql), and recent_live_turns with %(ttl_seconds)s not null, on a
 -- distributed database: one call of harbor.recent_turns_delegated (sql/citus/recent.sql),

@@ -1,4 +1,4 @@
-"""Consolidation with vectors on the cluster merges what one server merges.
+"""Consolidation with vectors on the cluster merges what one server merges, in one call.
 
 The same memories (the same ids, texts, dates and vectors of the hashing embedder) are
 saved through the facade into a one-server database and into the distributed one; then
@@ -6,25 +6,35 @@ the same consolidations (a dry run, a run comparing every pair, a run with ``sin
 must report the same groups, matched the same way, and leave the same memories current.
 On the cluster the content vectors are read by a statement of their own routed to the
 tenant's shard (``harbor_pg.db.citus_rewrites``): with them in the grouping statement,
-Citus refused it ("cannot push down this subquery").
+Citus refused it ("cannot push down this subquery"). The facade's consolidation is one
+call that Citus delegates to the tenant's worker (harbor.consolidate_delegated,
+sql/citus/consolidate.sql): one command to one node, with no BEGIN, SET LOCAL or COMMIT;
+the identity it carries is checked on the worker against the caller's binding, so a bound
+role that names another tenant or user is refused before anything is read or merged.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
-from collections.abc import AsyncIterator
+import re
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import psycopg
 import pytest
 
 from harbor_pg.consolidation import ConsolidationReport
-from harbor_pg.db.connection import Database
+from harbor_pg.db.connection import Database, carried_identity
+from harbor_pg.db.sqlfiles import query
 from harbor_pg.embedders.hashing import HashingEmbedder
 from harbor_pg.manager import MemoryManager
 from harbor_pg.owner import MemoryOwner
 from harbor_pg.records import Memory
 from tests.citus.conftest import ClusterDatabase
+from tests.citus.delegated import HOWS, assert_refused, attacks, bound_login
+from tests.citus.test_cluster_routing import _facade_commands, _queries
 from tests.conftest import PgDatabase
 
 START = datetime(2025, 3, 1, tzinfo=UTC)
@@ -122,3 +132,75 @@ async def test_consolidation_with_vectors_merges_what_one_server_merges(
     assert later, "the later memories match earlier ones"
     assert _groups(await cluster.consolidate(ANN, since=since)) == later
     assert await _current(cluster, ANN) == await _current(one, ANN)
+
+
+def test_the_facades_consolidation_is_one_call_on_the_tenants_worker(
+    cluster_db: ClusterDatabase,
+) -> None:
+    owner = MemoryOwner(tenant_id="cons-a", principal_id="cleo", session_id="s1")
+    found: list[ConsolidationReport] = []
+
+    async def run(manager: MemoryManager) -> None:
+        await manager.save(owner, Memory(content="cleo waters the ferns"))
+        await manager.save(owner, Memory(content="Cleo waters the ferns!"))
+        found.append(await manager.consolidate(owner))
+
+    sent = asyncio.run(_facade_commands(cluster_db, run))
+    calls = [(to, c) for to, c in sent if "consolidate_delegated" in c]
+    assert _queries(sent) == sent  # no BEGIN, SET LOCAL or COMMIT
+    assert len(calls) == 1 and len(sent) == 3, sent  # (the two saves, then the call)
+    [(to, command)] = calls
+    assert to == cluster_db.node_of(owner.tenant_id).port
+    assert re.match(r"SELECT .* FROM harbor\.consolidate_delegated\('cons-a'::text", command)
+    [report] = found
+    assert [m.content for m in report.merges] == ["Cleo waters the ferns!"]
+
+
+ROLE = "harbor_test_consolidate_bound"
+ATTACKS = attacks("cons-b")
+
+
+@pytest.fixture(scope="module")
+def bound_role(cluster_db: ClusterDatabase) -> Iterator[str]:
+    """A login bound to tenant cons-a as user ann, with harbor_app's rights, without SET."""
+    with bound_login(cluster_db, ROLE, "cons-a", "ann") as role:
+        yield role
+
+
+def _params(**overrides: Any) -> dict[str, Any]:
+    """consolidate_delegated's parameters for ann, a dry run (``overrides``: what an
+    attacker changes)."""
+    return {
+        **carried_identity(ANN),
+        "scopes": ["user"],
+        "min_similarity": None,
+        "model_id": None,
+        "max_merges": 1000,
+        "dry_run": True,
+        "since": None,
+        "merged": None,
+        **overrides,
+    }
+
+
+def test_a_bound_role_consolidates_its_own(cluster_db: ClusterDatabase, bound_role: str) -> None:
+    with psycopg.connect(cluster_db.url_for(bound_role), autocommit=True) as conn:
+        conn.execute(query("consolidate_delegated"), _params()).fetchall()
+
+
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+@pytest.mark.parametrize("how", HOWS)
+def test_a_bound_role_naming_another_owner_in_the_call_is_refused(
+    cluster_db: ClusterDatabase, bound_role: str, attack: str, how: str
+) -> None:
+    # what the bound role can do: call the function with any arguments, in autocommit
+    # (delegated), in a transaction whose SET LOCALs name the same owner (run on the
+    # coordinator), or on the named tenant's worker directly: refused before any row is
+    # read or merged
+    assert_refused(
+        cluster_db,
+        bound_role,
+        query("consolidate_delegated"),
+        _params(dry_run=False, **ATTACKS[attack]),
+        how,
+    )
