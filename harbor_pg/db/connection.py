@@ -658,8 +658,17 @@ class Database:
         the worker.
         """
 
+        # (in one exchange of the extended protocol, as the one-round-trip calls: the
+        # statement prepared on its first run on the connection, without psycopg's work
+        # per statement; one statement and the sync, so the call is in no transaction
+        # block and Citus delegates it)
+        call = _server_call(statement, params) if _EXCHANGE else None
+
         async def once() -> list[Row]:
             async with wrap_db_errors(), self._connection(self._pool) as conn:
+                if call is not None:
+                    [rows] = await _exchange_retried(conn, [call], row_factory, identity=False)
+                    return rows
                 cur = conn.cursor(row_factory=row_factory)
                 await cur.execute(statement, params)
                 return await cur.fetchall()
