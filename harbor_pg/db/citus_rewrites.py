@@ -482,6 +482,34 @@ REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
         "select x.memory_id, x.embedding"
         "\n          from unnest(v_vector_ids, v_vectors) x(memory_id, embedding)",
     ),
+    # a queued job's guards (harbor.require_turn, harbor.require_memories: the turn a write
+    # folded, or the memories an observation read, still stored) read by id alone, under
+    # the policies, which hold them to the caller's tenant (and the global memories): Citus
+    # cannot prune on that, and sent each check to every shard (a session summary's write
+    # 28 ms). Each gets the tenants it may find the rows in as a literal predicate, from a
+    # variable of a block of its own (a stable function's call in the predicate is not
+    # pruned on): the caller's for a turn, the caller's and '' for memories. The same rows:
+    # a row of another tenant is not visible to the caller anyway
+    (
+        "require_turn",
+        re.compile(
+            r"(if not exists \(select 1 from harbor\.messages m where )(m\.id = turn_id\) then"
+            r".*?end if;)",
+            re.DOTALL,
+        ),
+        "declare v_tenant text := harbor.caller_tenant();\n    begin\n    "
+        "\\1m.tenant_id = v_tenant and \\2\n    end;",
+    ),
+    (
+        "require_memories",
+        re.compile(
+            r"(if \(select count\(distinct m\.id\) from harbor\.memories m where )"
+            r"(m\.id = any \(memory_ids\)\).*?end if;)",
+            re.DOTALL,
+        ),
+        "declare v_tenant text := harbor.caller_tenant();\n    begin\n    "
+        "\\1m.tenant_id = any (array['', v_tenant]) and \\2\n    end;",
+    ),
 )
 
 
