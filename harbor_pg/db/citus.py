@@ -797,6 +797,10 @@ CONSOLIDATE_FUNCTION = (
     " double precision, text, integer, boolean, timestamptz, jsonb)"
 )
 
+#: a memory's history, the caller's tenant's chain, in one call Citus delegates to the
+#: tenant's worker (sql/citus/history.sql)
+HISTORY_FUNCTION = "harbor.memory_history_delegated(text, text, text, text, text, text, text)"
+
 #: a memory's save in one call Citus delegates to the tenant's worker (sql/citus/save.sql)
 SAVE_FUNCTION = (
     "harbor.save_memory_delegated(text, text, text, text, text, text, text,"
@@ -826,6 +830,7 @@ DELEGATED_CALLS: tuple[tuple[str, str], ...] = (
     (CLEAR_WORKING_FUNCTION, "harbor.working_state"),  # sql/citus/clear.sql
     (SUMMARY_WRITE_FUNCTION, "harbor.memories"),  # sql/citus/summary_write.sql
     (CONSOLIDATE_FUNCTION, "harbor.memories"),  # sql/citus/consolidate.sql
+    (HISTORY_FUNCTION, "harbor.memories"),  # sql/citus/history.sql
 )
 
 # harbor._binding() on Citus: the single-server statement (sql/functions/identity.sql)

@@ -60,6 +60,7 @@ CITUS_FILES: tuple[str, ...] = (
     "citus/clear.sql",
     "citus/summary_write.sql",
     "citus/consolidate.sql",
+    "citus/history.sql",
 )
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z0-9_]+)\s*$", re.MULTILINE)

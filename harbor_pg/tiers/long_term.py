@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -1084,10 +1084,19 @@ class PostgresLongTermStore:
         (empty when the memory is not visible)."""
         if self.db.set_local:
             # Citus plans its recursive CTEs only with one value of the distribution
-            # column: the caller's tenant's chain, else the global memories'
-            rows = await self._tenant_then_global(
-                owner, query("memory_history"), lambda t: {"tenants": [t], "id": memory_id}
-            )
+            # column: the caller's tenant's chain, in one call delegated to the tenant's
+            # worker (sql/citus/history.sql), else the global memories', which any caller
+            # may read, in one statement routed to their shard
+            rows = []
+            if owner.tenant_id:
+                rows = await self.db.fetch_delegated(
+                    query("memory_history_delegated"),
+                    {**carried_identity(owner), "id": memory_id},
+                )
+            if not rows:
+                rows = await self.db.fetch_delegated(
+                    query("memory_history"), {"tenants": [""], "id": memory_id}
+                )
         else:
             rows = await self.db.fetch_in_one_round_trip(
                 owner,
@@ -1095,22 +1104,6 @@ class PostgresLongTermStore:
                 {"tenants": ["", owner.tenant_id], "id": memory_id},
             )
         return [memory_from_row(r) for r in rows]
-
-    async def _tenant_then_global(
-        self,
-        owner: MemoryOwner,
-        statement: str,
-        params: Callable[[str], dict[str, Any]],
-    ) -> list[dict[str, Any]]:
-        """On a distributed database, ``statement`` (with ``params(tenant)``) for the
-        caller's tenant, one shard, and only when it finds nothing for the global
-        memories' (tenant ''): what reads a memory by id, which is one tenant's or
-        global, instead of one statement Citus sends to both shards."""
-        for tenant in dict.fromkeys([owner.tenant_id, ""]):
-            rows = await self.db.fetch_in_one_round_trip(owner, statement, params(tenant))
-            if rows:
-                return rows
-        return []
 
     async def load_summary(self, owner: MemoryOwner) -> Memory | None:
         """The newest valid SESSION/SUMMARY memory of ``owner``'s session (see SummaryStore)."""

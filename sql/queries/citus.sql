@@ -285,6 +285,16 @@ select c.*
       since => %(since)s::timestamptz,
       merged => %(merged)s::jsonb) c
 
+-- name: memory_history_delegated
+-- memory_history (history.sql) on a distributed database, the caller's tenant's chain: one
+-- call of harbor.memory_history_delegated (sql/citus/history.sql), which Citus sends whole
+-- to the tenant's worker. The identity is its first arguments (the worker checks them
+-- against the caller's); sent in autocommit, it needs no transaction block.
+select h.*
+  from harbor.memory_history_delegated(
+      %(tenant_id)s::text, %(project_id)s::text, %(principal_id)s::text, %(user_id)s::text,
+      %(session_id)s::text, %(run_id)s::text, %(id)s::text) h
+
 -- name: recent_turns_delegated
 -- recent_turns (short_term.sql), and recent_live_turns with %(ttl_seconds)s not null, on a
 -- distributed database: one call of harbor.recent_turns_delegated (sql/citus/recent.sql),
