@@ -253,6 +253,39 @@ def test_an_append_after_a_move_to_a_lower_range_stays_above_the_sessions_turns(
     assert second[0] == high + 3
 
 
+def test_concurrent_appends_after_a_move_to_a_lower_range_keep_their_commit_order(
+    cluster_db: ClusterDatabase,
+) -> None:
+    # the same property where each append's id comes from the session's last turn, not
+    # the node's sequence (a turn planted above the node's range, as after a move): the
+    # appends that committed while one waited for the locks took the ids it would take,
+    # so it stores its turn by the steps apart (sql/citus/append.sql), after them
+    owner = MemoryOwner(tenant_id="append-a", principal_id="ann", session_id="s-order-moved")
+    with psycopg.connect(cluster_db.superuser_url) as su:
+        su.execute(
+            "insert into harbor.messages (tenant_id, id, user_id, session_id, principal_id,"
+            " role, content) overriding system value"
+            " values ('append-a', %s, 'ann', 's-order-moved', 'ann', 'user', 'planted')",
+            (9 << 48,),
+        )
+
+    async def run() -> tuple[list[int], set[int]]:
+        db = Database(cluster_db.app_url, cluster_db.admin_url, min_size=4, max_size=4)
+        await db.open()
+        try:
+            return await follow_concurrent_appends(
+                PostgresShortTermStore(db), owner, WRITERS, PER_WRITER
+            )
+        finally:
+            await db.close()
+
+    seen, appended = asyncio.run(run())
+    assert len(appended) == WRITERS * PER_WRITER
+    assert min(appended) > 9 << 48
+    assert sorted(seen) == seen
+    assert set(seen) == appended | {9 << 48}
+
+
 # (session_state's row before the append, or None; turns before it; the answer)
 DUE_CASES = {
     "first turn, below min_turns": (None, 0, False),
