@@ -801,6 +801,16 @@ CONSOLIDATE_FUNCTION = (
 #: tenant's worker (sql/citus/history.sql)
 HISTORY_FUNCTION = "harbor.memory_history_delegated(text, text, text, text, text, text, text)"
 
+#: a session's summary lease taken, and finished or released, each in one call Citus
+#: delegates to the tenant's worker (sql/citus/lease.sql)
+LEASE_ACQUIRE_FUNCTION = (
+    "harbor.summary_lease_acquire_delegated(text, text, text, text, text, text, bigint,"
+    " double precision, double precision)"
+)
+LEASE_END_FUNCTION = (
+    "harbor.summary_lease_end_delegated(text, text, text, text, text, text, timestamptz, bigint)"
+)
+
 #: a memory's save in one call Citus delegates to the tenant's worker (sql/citus/save.sql)
 SAVE_FUNCTION = (
     "harbor.save_memory_delegated(text, text, text, text, text, text, text,"
@@ -831,6 +841,8 @@ DELEGATED_CALLS: tuple[tuple[str, str], ...] = (
     (SUMMARY_WRITE_FUNCTION, "harbor.memories"),  # sql/citus/summary_write.sql
     (CONSOLIDATE_FUNCTION, "harbor.memories"),  # sql/citus/consolidate.sql
     (HISTORY_FUNCTION, "harbor.memories"),  # sql/citus/history.sql
+    (LEASE_ACQUIRE_FUNCTION, "harbor.session_state"),  # sql/citus/lease.sql
+    (LEASE_END_FUNCTION, "harbor.session_state"),  # sql/citus/lease.sql
 )
 
 # harbor._binding() on Citus: the single-server statement (sql/functions/identity.sql)

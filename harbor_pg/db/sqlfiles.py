@@ -61,6 +61,7 @@ CITUS_FILES: tuple[str, ...] = (
     "citus/summary_write.sql",
     "citus/consolidate.sql",
     "citus/history.sql",
+    "citus/lease.sql",
 )
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z0-9_]+)\s*$", re.MULTILINE)

@@ -360,7 +360,11 @@ class PostgresShortTermStore:
             "lease_seconds": lease_seconds,
         }
         if self.db.set_local:
-            rows = await self._acquire_summary_lease_citus(owner, params)
+            # a distributed database: one call that Citus delegates to the tenant's
+            # worker, the identity its arguments (sql/citus/lease.sql)
+            rows = await self.db.fetch_delegated(
+                query("summary_lease_acquire_delegated"), {**params, **carried_identity(owner)}
+            )
         else:
             rows = await self.db.fetch_in_one_round_trip(
                 owner, query("context_acquire_summary_lease"), params
@@ -384,13 +388,10 @@ class PostgresShortTermStore:
             "turns_at_summary": turns_at_summary,
         }
         if self.db.set_local:
-            [clock] = await self.db.fetch_in_one_round_trip(
-                owner,
-                query("context_lease_clock_citus"),
-                {**session_key(owner), "lease_seconds": 0, "cooldown_seconds": 0},
-            )
-            rows = await self.db.fetch_in_one_round_trip(
-                owner, query("context_finish_summary_lease_citus"), {**params, "now": clock["now"]}
+            # a distributed database: one call that Citus delegates to the tenant's
+            # worker, the identity its arguments (sql/citus/lease.sql)
+            rows = await self.db.fetch_delegated(
+                query("summary_lease_end_delegated"), {**params, **carried_identity(owner)}
             )
         else:
             rows = await self.db.fetch_in_one_round_trip(
@@ -401,28 +402,16 @@ class PostgresShortTermStore:
     async def release_summary_lease(self, owner: MemoryOwner, lease: SummaryLease) -> bool:
         """Drop the lease without recording a summary, if ``lease`` still holds it (a
         queued fold that failed: its retry finds the session still due)."""
-        rows = await self.db.fetch_in_one_round_trip(
-            owner,
-            query("context_release_summary_lease"),
-            {**session_key(owner), "lease_until": lease.token},
-        )
-        return bool(rows)
-
-    async def _acquire_summary_lease_citus(
-        self, owner: MemoryOwner, params: dict[str, Any]
-    ) -> list[dict[str, Any]]:
-        """The lease on a distributed database (sql/queries/citus.sql): the time and the
-        turn count read first, then bound into the one atomic lease statement."""
-        [clock] = await self.db.fetch_in_one_round_trip(
-            owner, query("context_lease_clock_citus"), params
-        )
-        if int(clock["n"]) < int(params["min_turns"]):
-            return []
-        bound = {key: clock[key] for key in ("now", "lease_until", "cooled")}
-        return list(
-            await self.db.fetch_in_one_round_trip(
-                owner,
-                query("context_acquire_summary_lease_citus"),
-                {**params, **bound, "turns": int(clock["n"])},
+        params = {**session_key(owner), "lease_until": lease.token}
+        if self.db.set_local:
+            # a distributed database: one call that Citus delegates to the tenant's
+            # worker, the identity its arguments (sql/citus/lease.sql)
+            rows = await self.db.fetch_delegated(
+                query("summary_lease_end_delegated"),
+                {**params, **carried_identity(owner), "turns_at_summary": None},
             )
-        )
+        else:
+            rows = await self.db.fetch_in_one_round_trip(
+                owner, query("context_release_summary_lease"), params
+            )
+        return bool(rows)

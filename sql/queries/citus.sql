@@ -1,55 +1,3 @@
--- The Citus forms of the summary lease (context.sql's context_acquire_summary_lease and
--- context_finish_summary_lease), used by harbor_pg.tiers.short_term on a distributed
--- database (Database.set_local). Citus refuses the single-server statements: an ON
--- CONFLICT ... WHERE may call only IMMUTABLE functions (clock_timestamp(), and even
--- statement_timestamp(), are refused) and an UPDATE no VOLATILE one. So the time and the
--- session's turn count are read first (context_lease_clock_citus) and bound into the
--- lease statement; the lease itself is still taken by one atomic INSERT ... ON CONFLICT
--- DO UPDATE ... WHERE, so of concurrent callers exactly one gets a row back. A caller
--- skips the lease statement when the count is below min_turns (the single-server
--- statement inserts nothing then either).
-
--- name: context_lease_clock_citus
--- The time now, the lease's end and the cooldown's start (timestamptz arithmetic is
--- STABLE, refused there too, so it is done here) and the session's turn count (one
--- shard: the tenant is given).
-select pg_catalog.statement_timestamp() as now,
-       pg_catalog.statement_timestamp()
-           + make_interval(secs => %(lease_seconds)s::double precision) as lease_until,
-       pg_catalog.statement_timestamp()
-           - make_interval(secs => %(cooldown_seconds)s::double precision) as cooled,
-       count(*) as n
-  from harbor.messages m
- where m.tenant_id = %(tenant_id)s::text and m.user_id = %(user_id)s::text
-   and m.session_id = %(session_id)s::text
-
--- name: context_acquire_summary_lease_citus
--- context_acquire_summary_lease with the times (%(now)s, %(lease_until)s, %(cooled)s) and
--- the turn count (%(turns)s) of context_lease_clock_citus bound.
-insert into harbor.session_state as s (tenant_id, user_id, session_id, summary_lease_until,
-                                       turns_at_summary)
-values (%(tenant_id)s::text, %(user_id)s::text, %(session_id)s::text,
-        %(lease_until)s::timestamptz, 0)
-on conflict (tenant_id, user_id, session_id) do update
-   set summary_lease_until = excluded.summary_lease_until
- where (s.summary_lease_until is null or s.summary_lease_until <= %(now)s::timestamptz)
-   and (s.summarised_at is null
-        or s.summarised_at <= %(cooled)s::timestamptz)
-   and (%(turns)s::bigint < s.turns_at_summary
-        or %(turns)s::bigint - s.turns_at_summary >= %(min_turns)s::bigint)
-returning s.summary_lease_until, s.turns_at_summary, %(turns)s::bigint as turns
-
--- name: context_finish_summary_lease_citus
--- context_finish_summary_lease with the time bound (%(now)s, from context_lease_clock_citus).
-update harbor.session_state s
-   set summarised_at = %(now)s::timestamptz,
-       turns_at_summary = %(turns_at_summary)s::bigint,
-       summary_lease_until = null
- where s.tenant_id = %(tenant_id)s::text and s.user_id = %(user_id)s::text
-   and s.session_id = %(session_id)s::text
-   and s.summary_lease_until = %(lease_until)s::timestamptz
-returning s.session_id
-
 -- The bound roles that can SET ROLE to another role holding harbor-pg rights: a
 -- harbor-pg role, or any member of one (another bound role, an unbound login granted
 -- harbor_app), directly or through a role granted to them with SET. Citus opens its
@@ -294,6 +242,29 @@ select h.*
   from harbor.memory_history_delegated(
       %(tenant_id)s::text, %(project_id)s::text, %(principal_id)s::text, %(user_id)s::text,
       %(session_id)s::text, %(run_id)s::text, %(id)s::text) h
+
+-- name: summary_lease_acquire_delegated
+-- context_acquire_summary_lease (context.sql) on a distributed database: one call of
+-- harbor.summary_lease_acquire_delegated (sql/citus/lease.sql), which Citus sends whole to
+-- the tenant's worker. The identity is its first arguments (the worker checks them against
+-- the caller's); sent in autocommit, the call is its own transaction.
+select l.summary_lease_until, l.turns_at_summary, l.turns
+  from harbor.summary_lease_acquire_delegated(
+      %(tenant_id)s::text, %(project_id)s::text, %(principal_id)s::text, %(user_id)s::text,
+      %(session_id)s::text, %(run_id)s::text, %(min_turns)s::bigint,
+      %(cooldown_seconds)s::double precision, %(lease_seconds)s::double precision) l
+
+-- name: summary_lease_end_delegated
+-- context_finish_summary_lease (%(turns_at_summary)s given) or
+-- context_release_summary_lease (null) (context.sql) on a distributed database: one call of
+-- harbor.summary_lease_end_delegated (sql/citus/lease.sql), which Citus sends whole to the
+-- tenant's worker. The identity is its first arguments (the worker checks them against the
+-- caller's); sent in autocommit, the call is its own transaction.
+select l.session_id
+  from harbor.summary_lease_end_delegated(
+      %(tenant_id)s::text, %(project_id)s::text, %(principal_id)s::text, %(user_id)s::text,
+      %(session_id)s::text, %(run_id)s::text, %(lease_until)s::timestamptz,
+      %(turns_at_summary)s::bigint) l
 
 -- name: recent_turns_delegated
 -- recent_turns (short_term.sql), and recent_live_turns with %(ttl_seconds)s not null, on a

@@ -1,4 +1,4 @@
-"""The background summary's lease on the cluster (the Citus form of sql/queries/citus.sql):
+"""The background summary's lease on the cluster (delegated calls, sql/citus/lease.sql):
 taken by exactly one of concurrent callers, held until it expires or is finished, and
 the session summarised end to end."""
 
