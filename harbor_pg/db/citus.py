@@ -810,6 +810,11 @@ LEASE_ACQUIRE_FUNCTION = (
 LEASE_END_FUNCTION = (
     "harbor.summary_lease_end_delegated(text, text, text, text, text, text, timestamptz, bigint)"
 )
+#: whether a session is due a background summary (read only), in one call Citus delegates
+#: to the tenant's worker (sql/citus/lease.sql)
+SUMMARY_DUE_FUNCTION = (
+    "harbor.summary_due_delegated(text, text, text, text, text, text, bigint, double precision)"
+)
 
 #: a memory's save in one call Citus delegates to the tenant's worker (sql/citus/save.sql)
 SAVE_FUNCTION = (
@@ -843,6 +848,7 @@ DELEGATED_CALLS: tuple[tuple[str, str], ...] = (
     (HISTORY_FUNCTION, "harbor.memories"),  # sql/citus/history.sql
     (LEASE_ACQUIRE_FUNCTION, "harbor.session_state"),  # sql/citus/lease.sql
     (LEASE_END_FUNCTION, "harbor.session_state"),  # sql/citus/lease.sql
+    (SUMMARY_DUE_FUNCTION, "harbor.session_state"),  # sql/citus/lease.sql
 )
 
 # harbor._binding() on Citus: the single-server statement (sql/functions/identity.sql)

@@ -341,7 +341,14 @@ class PostgresShortTermStore:
             "min_turns": min_turns,
             "cooldown_seconds": cooldown_seconds,
         }
-        [row] = await self.db.fetch_in_one_round_trip(owner, query("summary_due"), params)
+        if self.db.set_local:
+            # a distributed database: one call that Citus delegates to the tenant's
+            # worker, the identity its arguments (sql/citus/lease.sql)
+            [row] = await self.db.fetch_delegated(
+                query("summary_due_delegated"), {**params, **carried_identity(owner)}
+            )
+        else:
+            [row] = await self.db.fetch_in_one_round_trip(owner, query("summary_due"), params)
         return bool(row["due"])
 
     async def acquire_summary_lease(

@@ -219,3 +219,88 @@ revoke all on function harbor.summary_lease_end_delegated(text, text, text, text
 grant execute on function harbor.summary_lease_end_delegated(text, text, text, text, text,
                                                              text, timestamptz, bigint)
     to harbor_app;
+
+-- Whether the session is due a background summary (PostgresShortTermStore.summary_due:
+-- whether taking the lease would succeed now), on a distributed database one call Citus
+-- delegates whole to the tenant's worker, registered and checked as the lease's calls
+-- above. It reads only. On the worker harbor.summary_due_rows's rule (sql/functions/
+-- tiers.sql) runs over the tenant's shard tables, the session's turns counted in the
+-- statement under the shard's policies (at most p_min_turns of them before the first
+-- summary), prepared once a connection; on the coordinator (a call in a transaction block,
+-- not delegated) the rule itself runs, in the form Citus accepts there
+-- (harbor_pg.db.citus_rewrites).
+create or replace function harbor.summary_due_delegated(
+    p_tenant_id text, p_project_id text, p_principal_id text, p_user_id text,
+    p_session_id text, p_run_id text,
+    p_min_turns bigint, p_cooldown_seconds double precision
+) returns boolean
+    language plpgsql volatile security invoker
+    set search_path to pg_catalog, pg_temp
+as $$
+declare
+    v_user  text := coalesce(nullif(p_user_id, ''), p_principal_id, '');
+    v_shard bigint;  -- the tenant's shard of harbor.session_state
+    v_name  text;    -- the prepared statement's name
+    v_due   boolean;
+begin
+    -- the identity set and checked, the shard held (sql/citus/delegated.sql)
+    perform harbor._delegated_caller(
+        'harbor.summary_due_delegated', 'harbor.session_state', p_tenant_id, p_project_id,
+        p_principal_id, v_user, p_session_id, p_run_id);
+    if (select g.groupid from pg_dist_local_group g) = 0 then
+        select d.due into v_due
+          from harbor.summary_due_rows(p_tenant_id, v_user, p_session_id, p_min_turns,
+                                       p_cooldown_seconds) d;
+        return v_due;
+    end if;
+    v_shard := get_shard_id_for_distribution_column('harbor.session_state'::regclass,
+                                                    p_tenant_id);
+    v_name := 'harbor_summary_due_' || v_shard;
+    if not harbor._prepared_on_shard(v_name) then
+        perform harbor._prepare_on_shard(array[v_name], array[pg_catalog.format($q$
+            prepare %1$s(text, text, text, bigint, double precision) as
+            select case
+                     when s.session_id is null then
+                       (select pg_catalog.count(*)
+                          from (select 1 from %2$s m
+                                 where m.tenant_id = $1 and m.user_id = $2
+                                   and m.session_id = $3
+                                 limit $4) x) >= $4
+                     when s.summary_lease_until > pg_catalog.clock_timestamp()
+                          or s.summarised_at > pg_catalog.clock_timestamp()
+                                               - make_interval(secs => $5)
+                     then false
+                     else
+                       (select c.n >= $4
+                               and (c.n < s.turns_at_summary
+                                    or c.n - s.turns_at_summary >= $4)
+                          from (select pg_catalog.count(*) as n
+                                  from %2$s m
+                                 where m.tenant_id = $1 and m.user_id = $2
+                                   and m.session_id = $3
+                                offset 0) c)
+                   end
+              from (select) one
+              left join %3$s s
+                on s.tenant_id = $1 and s.user_id = $2 and s.session_id = $3 $q$,
+            v_name,
+            shard_name('harbor.messages'::regclass,
+                       get_shard_id_for_distribution_column('harbor.messages'::regclass,
+                                                            p_tenant_id)),
+            shard_name('harbor.session_state'::regclass, v_shard))]);
+    end if;
+    execute pg_catalog.format('execute %s(%L, %L, %L, %L, %L)', v_name, p_tenant_id, v_user,
+                              p_session_id, p_min_turns, p_cooldown_seconds)
+        into v_due;
+    return v_due;
+end
+$$;
+alter function harbor.summary_due_delegated(text, text, text, text, text, text, bigint,
+                                            double precision)
+    owner to harbor_owner;
+revoke all on function harbor.summary_due_delegated(text, text, text, text, text, text,
+                                                    bigint, double precision)
+    from public, harbor_admin;
+grant execute on function harbor.summary_due_delegated(text, text, text, text, text, text,
+                                                       bigint, double precision)
+    to harbor_app;

@@ -418,3 +418,13 @@ select s.*
       %(source_message_ids)s::text[], %(metadata)s::jsonb, %(valid_from)s::timestamptz,
       %(expires_at)s::timestamptz, %(model_id)s::text, %(embedding)s::public.vector,
       %(context_embedding)s::public.vector) s
+
+-- name: summary_due_delegated
+-- summary_due (short_term.sql) on a distributed database: one call of
+-- harbor.summary_due_delegated (sql/citus/lease.sql), which Citus sends whole to the
+-- tenant's worker. The identity is its first arguments (the worker checks them against the
+-- caller's); sent in autocommit, the call is its own transaction.
+select harbor.summary_due_delegated(
+      %(tenant_id)s::text, %(project_id)s::text, %(principal_id)s::text, %(user_id)s::text,
+      %(session_id)s::text, %(run_id)s::text, %(min_turns)s::bigint,
+      %(cooldown_seconds)s::double precision) as due
