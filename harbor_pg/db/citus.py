@@ -810,6 +810,12 @@ LEASE_ACQUIRE_FUNCTION = (
 LEASE_END_FUNCTION = (
     "harbor.summary_lease_end_delegated(text, text, text, text, text, text, timestamptz, bigint)"
 )
+#: a current memory closed with no successor in one call Citus delegates to the tenant's
+#: worker (sql/citus/close.sql)
+CLOSE_FUNCTION = (
+    "harbor.close_memory_delegated(text, text, text, text, text, text, harbor.memory_scope,"
+    " text, text, text, text, text)"
+)
 #: whether a session is due a background summary (read only), in one call Citus delegates
 #: to the tenant's worker (sql/citus/lease.sql)
 SUMMARY_DUE_FUNCTION = (
@@ -849,6 +855,7 @@ DELEGATED_CALLS: tuple[tuple[str, str], ...] = (
     (LEASE_ACQUIRE_FUNCTION, "harbor.session_state"),  # sql/citus/lease.sql
     (LEASE_END_FUNCTION, "harbor.session_state"),  # sql/citus/lease.sql
     (SUMMARY_DUE_FUNCTION, "harbor.session_state"),  # sql/citus/lease.sql
+    (CLOSE_FUNCTION, "harbor.memories"),  # sql/citus/close.sql
 )
 
 # harbor._binding() on Citus: the single-server statement (sql/functions/identity.sql)

@@ -62,6 +62,7 @@ CITUS_FILES: tuple[str, ...] = (
     "citus/consolidate.sql",
     "citus/history.sql",
     "citus/lease.sql",
+    "citus/close.sql",
 )
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z0-9_]+)\s*$", re.MULTILINE)

@@ -970,7 +970,21 @@ class PostgresLongTermStore:
         ``close_memory``)."""
         if scope in ELEVATED_SCOPES:
             raise MemoryScopeError("close_memory closes only the caller's own scopes")
-        params = {**owner.key(scope), "scope": scope.value, "id": memory_id}
+        key = owner.key(scope)
+        if self.db.set_local:
+            # a distributed database: one call that Citus delegates to the tenant's
+            # worker, the identity its arguments (sql/citus/close.sql)
+            rows = await self.db.fetch_delegated(
+                query("close_memory_delegated"),
+                {
+                    **carried_identity(owner),
+                    **{f"key_{f}": v for f, v in key.items() if f != "tenant_id"},
+                    "scope": scope.value,
+                    "id": memory_id,
+                },
+            )
+            return bool(rows)
+        params = {**key, "scope": scope.value, "id": memory_id}
         rows = await self.db.fetch_in_one_round_trip(owner, query("close_memory"), params)
         return bool(rows)
 

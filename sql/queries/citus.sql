@@ -428,3 +428,16 @@ select harbor.summary_due_delegated(
       %(tenant_id)s::text, %(project_id)s::text, %(principal_id)s::text, %(user_id)s::text,
       %(session_id)s::text, %(run_id)s::text, %(min_turns)s::bigint,
       %(cooldown_seconds)s::double precision) as due
+
+-- name: close_memory_delegated
+-- close_memory (extraction.sql) on a distributed database: one call of
+-- harbor.close_memory_delegated (sql/citus/close.sql), which Citus sends whole to the
+-- tenant's worker, for the scope and owner key (key_*) given. The identity is its first
+-- arguments (the worker checks them against the caller's); sent in autocommit, the call is
+-- its own transaction.
+select c.id
+  from harbor.close_memory_delegated(
+      %(tenant_id)s::text, %(project_id)s::text, %(principal_id)s::text, %(user_id)s::text,
+      %(session_id)s::text, %(run_id)s::text, %(scope)s::harbor.memory_scope,
+      %(key_project_id)s::text, %(key_user_id)s::text, %(key_session_id)s::text,
+      %(key_run_id)s::text, %(id)s::text) c
