@@ -816,6 +816,14 @@ CLOSE_FUNCTION = (
     "harbor.close_memory_delegated(text, text, text, text, text, text, harbor.memory_scope,"
     " text, text, text, text, text)"
 )
+#: a page of a session's turns after a cursor id, and the newest turns up to one, each
+#: in one call Citus delegates to the tenant's worker (sql/citus/turns.sql)
+MESSAGES_AFTER_FUNCTION = (
+    "harbor.messages_after_delegated(text, text, text, text, text, text, bigint, bigint, integer)"
+)
+TURNS_THROUGH_FUNCTION = (
+    "harbor.turns_through_delegated(text, text, text, text, text, text, bigint, integer)"
+)
 #: whether a session is due a background summary (read only), in one call Citus delegates
 #: to the tenant's worker (sql/citus/lease.sql)
 SUMMARY_DUE_FUNCTION = (
@@ -856,6 +864,8 @@ DELEGATED_CALLS: tuple[tuple[str, str], ...] = (
     (LEASE_END_FUNCTION, "harbor.session_state"),  # sql/citus/lease.sql
     (SUMMARY_DUE_FUNCTION, "harbor.session_state"),  # sql/citus/lease.sql
     (CLOSE_FUNCTION, "harbor.memories"),  # sql/citus/close.sql
+    (MESSAGES_AFTER_FUNCTION, "harbor.messages"),  # sql/citus/turns.sql
+    (TURNS_THROUGH_FUNCTION, "harbor.messages"),  # sql/citus/turns.sql
 )
 
 # harbor._binding() on Citus: the single-server statement (sql/functions/identity.sql)

@@ -63,6 +63,7 @@ CITUS_FILES: tuple[str, ...] = (
     "citus/history.sql",
     "citus/lease.sql",
     "citus/close.sql",
+    "citus/turns.sql",
 )
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z0-9_]+)\s*$", re.MULTILINE)

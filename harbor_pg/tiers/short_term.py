@@ -271,7 +271,14 @@ class PostgresShortTermStore:
             "before_id": before_id,
             "limit": limit,
         }
-        rows = await self.db.fetch_in_one_round_trip(owner, query("messages_after"), params)
+        if self.db.set_local:
+            # a distributed database: one call that Citus delegates to the tenant's
+            # worker, the identity its arguments (sql/citus/turns.sql)
+            rows = await self.db.fetch_delegated(
+                query("messages_after_delegated"), {**params, **carried_identity(owner)}
+            )
+        else:
+            rows = await self.db.fetch_in_one_round_trip(owner, query("messages_after"), params)
         return [message_from_row(r) for r in rows]
 
     async def turns_through(
@@ -281,7 +288,14 @@ class PostgresShortTermStore:
         ``message_id``, oldest first (a queued extraction's turns, however many came
         after them)."""
         params = {**session_key(owner), "message_id": message_id, "limit": limit}
-        rows = await self.db.fetch_in_one_round_trip(owner, query("turns_through"), params)
+        if self.db.set_local:
+            # a distributed database: one call that Citus delegates to the tenant's
+            # worker, the identity its arguments (sql/citus/turns.sql)
+            rows = await self.db.fetch_delegated(
+                query("turns_through_delegated"), {**params, **carried_identity(owner)}
+            )
+        else:
+            rows = await self.db.fetch_in_one_round_trip(owner, query("turns_through"), params)
         return [message_from_row(r) for r in rows]
 
     async def claim_extraction(

@@ -441,3 +441,24 @@ select c.id
       %(session_id)s::text, %(run_id)s::text, %(scope)s::harbor.memory_scope,
       %(key_project_id)s::text, %(key_user_id)s::text, %(key_session_id)s::text,
       %(key_run_id)s::text, %(id)s::text) c
+
+-- name: messages_after_delegated
+-- messages_after (short_term.sql) on a distributed database: one call of
+-- harbor.messages_after_delegated (sql/citus/turns.sql), which Citus sends whole to the
+-- tenant's worker. The identity is its first arguments (the worker checks them against the
+-- caller's); sent in autocommit, the call is its own transaction.
+select t.id, t.role, t.content, t.name, t.tool_calls, t.tool_call_id, t.metadata, t.created_at
+  from harbor.messages_after_delegated(
+      %(tenant_id)s::text, %(project_id)s::text, %(principal_id)s::text, %(user_id)s::text,
+      %(session_id)s::text, %(run_id)s::text, %(after_id)s::bigint, %(before_id)s::bigint,
+      %(limit)s::integer) t
+
+-- name: turns_through_delegated
+-- turns_through (short_term.sql) on a distributed database: one call of
+-- harbor.turns_through_delegated (sql/citus/turns.sql), which Citus sends whole to the
+-- tenant's worker. The identity is its first arguments (the worker checks them against the
+-- caller's); sent in autocommit, the call is its own transaction.
+select t.id, t.role, t.content, t.name, t.tool_calls, t.tool_call_id, t.metadata, t.created_at
+  from harbor.turns_through_delegated(
+      %(tenant_id)s::text, %(project_id)s::text, %(principal_id)s::text, %(user_id)s::text,
+      %(session_id)s::text, %(run_id)s::text, %(message_id)s::bigint, %(limit)s::integer) t
