@@ -27,32 +27,20 @@ create or replace function harbor.clear_session_delegated(
 as $$
 declare
     v_user    text := coalesce(nullif(p_user_id, ''), p_principal_id, '');
-    v_shard   bigint;  -- the tenant's shard of harbor.messages
     v_name    text;    -- the prepared statement's name
-    v_table   text;    -- the table it deletes from
     v_deleted bigint;
 begin
     -- the identity set and checked, the shard held (sql/citus/delegated.sql)
     perform harbor._delegated_caller(
         'harbor.clear_session_delegated', 'harbor.messages', p_tenant_id, p_project_id,
         p_principal_id, v_user, p_session_id, p_run_id);
-    if (select g.groupid from pg_dist_local_group g) = 0 then
-        v_table := 'harbor.messages';
-        v_name := 'harbor_clear_session_tables';
-    else
-        v_shard := get_shard_id_for_distribution_column('harbor.messages'::regclass,
-                                                        p_tenant_id);
-        v_table := shard_name('harbor.messages'::regclass, v_shard);
-        v_name := 'harbor_clear_session_' || v_shard;
-    end if;
-    if not harbor._prepared_on_shard(v_name) then
-        perform harbor._prepare_on_shard(array[v_name], array[pg_catalog.format($q$
-            prepare %s(text, text, text) as
-            with d as (delete from %s x
-                        where x.tenant_id = $1 and x.user_id = $2 and x.session_id = $3
-                       returning 1)
-            select pg_catalog.count(*) from d $q$, v_name, v_table)]);
-    end if;
+    v_name := harbor._statement_on_shard(
+        'harbor_clear_session_', 'harbor.messages', p_tenant_id, $q$
+        prepare %s(text, text, text) as
+        with d as (delete from %s x
+                    where x.tenant_id = $1 and x.user_id = $2 and x.session_id = $3
+                   returning 1)
+        select pg_catalog.count(*) from d $q$);
     execute pg_catalog.format('execute %s(%L, %L, %L)', v_name, p_tenant_id, v_user,
                               p_session_id)
         into v_deleted;
@@ -75,33 +63,21 @@ create or replace function harbor.clear_working_delegated(
 as $$
 declare
     v_user    text := coalesce(nullif(p_user_id, ''), p_principal_id, '');
-    v_shard   bigint;  -- the tenant's shard of harbor.working_state
     v_name    text;    -- the prepared statement's name
-    v_table   text;    -- the table it deletes from
     v_deleted bigint;
 begin
     -- the identity set and checked, the shard held (sql/citus/delegated.sql)
     perform harbor._delegated_caller(
         'harbor.clear_working_delegated', 'harbor.working_state', p_tenant_id, p_project_id,
         p_principal_id, v_user, p_session_id, p_run_id);
-    if (select g.groupid from pg_dist_local_group g) = 0 then
-        v_table := 'harbor.working_state';
-        v_name := 'harbor_clear_working_tables';
-    else
-        v_shard := get_shard_id_for_distribution_column('harbor.working_state'::regclass,
-                                                        p_tenant_id);
-        v_table := shard_name('harbor.working_state'::regclass, v_shard);
-        v_name := 'harbor_clear_working_' || v_shard;
-    end if;
-    if not harbor._prepared_on_shard(v_name) then
-        perform harbor._prepare_on_shard(array[v_name], array[pg_catalog.format($q$
-            prepare %s(text, text, text, text, text) as
-            with d as (delete from %s x
-                        where x.tenant_id = $1 and x.user_id = $2 and x.session_id = $3
-                          and x.run_id = $4 and x.project_id = $5
-                       returning 1)
-            select pg_catalog.count(*) from d $q$, v_name, v_table)]);
-    end if;
+    v_name := harbor._statement_on_shard(
+        'harbor_clear_working_', 'harbor.working_state', p_tenant_id, $q$
+        prepare %s(text, text, text, text, text) as
+        with d as (delete from %s x
+                    where x.tenant_id = $1 and x.user_id = $2 and x.session_id = $3
+                      and x.run_id = $4 and x.project_id = $5
+                   returning 1)
+        select pg_catalog.count(*) from d $q$);
     execute pg_catalog.format('execute %s(%L, %L, %L, %L, %L)', v_name, p_tenant_id, v_user,
                               p_session_id, coalesce(p_run_id, ''), coalesce(p_project_id, ''))
         into v_deleted;

@@ -25,38 +25,26 @@ create or replace function harbor.close_memory_delegated(
     set search_path to pg_catalog, pg_temp
 as $$
 declare
-    v_shard bigint;  -- the tenant's shard of harbor.memories
     v_name  text;    -- the prepared statement's name
-    v_table text;    -- the table it updates
 begin
     -- the identity set and checked, the shard held (sql/citus/delegated.sql)
     perform harbor._delegated_caller(
         'harbor.close_memory_delegated', 'harbor.memories', p_tenant_id, p_project_id,
         p_principal_id, coalesce(nullif(p_user_id, ''), p_principal_id, ''), p_session_id,
         p_run_id);
-    if (select g.groupid from pg_dist_local_group g) = 0 then
-        v_table := 'harbor.memories';
-        v_name := 'harbor_close_tables';
-    else
-        v_shard := get_shard_id_for_distribution_column('harbor.memories'::regclass,
-                                                        p_tenant_id);
-        v_table := shard_name('harbor.memories'::regclass, v_shard);
-        v_name := 'harbor_close_' || v_shard;
-    end if;
-    if not harbor._prepared_on_shard(v_name) then
-        perform harbor._prepare_on_shard(array[v_name], array[pg_catalog.format($q$
-            prepare %s(text, text, harbor.memory_scope, text, text, text, text) as
-            update %s m
-               set valid = tstzrange(lower(m.valid), pg_catalog.now(), '[)')
-             where m.tenant_id = $1 and m.id = $2
-               and m.scope = $3 and m.project_id = $4
-               and m.user_id = $5 and m.session_id = $6
-               and m.run_id = $7
-               and m.memory_type <> 'summary'
-               and m.superseded_by is null
-               and upper_inf(m.valid) and lower(m.valid) < pg_catalog.now()
-            returning m.id $q$, v_name, v_table)]);
-    end if;
+    v_name := harbor._statement_on_shard(
+        'harbor_close_', 'harbor.memories', p_tenant_id, $q$
+        prepare %s(text, text, harbor.memory_scope, text, text, text, text) as
+        update %s m
+           set valid = tstzrange(lower(m.valid), pg_catalog.now(), '[)')
+         where m.tenant_id = $1 and m.id = $2
+           and m.scope = $3 and m.project_id = $4
+           and m.user_id = $5 and m.session_id = $6
+           and m.run_id = $7
+           and m.memory_type <> 'summary'
+           and m.superseded_by is null
+           and upper_inf(m.valid) and lower(m.valid) < pg_catalog.now()
+        returning m.id $q$);
     return query execute pg_catalog.format('execute %s(%L, %L, %L, %L, %L, %L, %L)', v_name,
                                            p_tenant_id, p_id, p_scope, p_key_project_id,
                                            p_key_user_id, p_key_session_id, p_key_run_id);

@@ -31,56 +31,40 @@ create or replace function harbor.current_memories_delegated(
 as $$
 declare
     v_user  text := coalesce(nullif(p_user_id, ''), p_principal_id, '');
-    v_shard bigint;  -- the tenant's shard of harbor.memories
     v_name  text;    -- the prepared statement's name
-    v_table text;    -- the table it reads
 begin
     -- the identity set and checked, the shard held (sql/citus/delegated.sql)
     perform harbor._delegated_caller(
         'harbor.current_memories_delegated', 'harbor.memories', p_tenant_id, p_project_id,
         p_principal_id, v_user, p_session_id, p_run_id);
-    -- on the worker that holds the tenant's shard, one server's statement over the shard
-    -- table, which carries the distributed table's policies, prepared once a connection
-    -- (harbor._prepare_on_shard, unless harbor._prepared_on_shard finds them) and run by
-    -- name; on the coordinator (a call in a transaction block, not delegated) over the
-    -- distributed table, which Citus routes to the tenant's shard
-    if (select g.groupid from pg_dist_local_group g) = 0 then
-        v_table := 'harbor.memories';
-        v_name := 'harbor_current_tables';
-    else
-        v_shard := get_shard_id_for_distribution_column('harbor.memories'::regclass,
-                                                        p_tenant_id);
-        v_table := shard_name('harbor.memories'::regclass, v_shard);
-        v_name := 'harbor_current_' || v_shard;
-    end if;
-    if not harbor._prepared_on_shard(v_name) then
-        perform harbor._prepare_on_shard(array[v_name], array[pg_catalog.format($q$
-            prepare %1$s(text, text, text, text, text, integer) as
-            select m.id, m.tenant_id, m.scope::text, m.project_id, m.principal_id, m.user_id,
-                   m.session_id, m.run_id, m.memory_type::text, m.content, m.content_hash,
-                   m.importance, m.entity_ids, m.source, m.sensitivity::text, lower(m.valid),
-                   upper(m.valid), m.superseded_by, m.source_session_id, m.source_message_ids,
-                   m.metadata, m.context, m.created_at, m.updated_at, m.expires_at
-              from (select * from %2$s u
-                     where u.tenant_id = $1 and u.scope = 'user'
-                       and u.user_id = $2 and u.project_id = ''
-                       and u.session_id = '' and u.run_id = ''
-                    union all
-                    select * from %2$s s
-                     where s.tenant_id = $1 and s.scope = 'session'
-                       and s.user_id = $3 and s.project_id = ''
-                       and s.session_id = $4 and s.run_id = ''
-                    union all
-                    select * from %2$s p
-                     where p.tenant_id = $1 and p.scope = 'project'
-                       and p.project_id = $5 and p.user_id = ''
-                       and p.session_id = '' and p.run_id = '') m
-             where m.memory_type <> 'summary'
-               and upper_inf(m.valid) and lower(m.valid) <= pg_catalog.now()
-               and not coalesce(m.expires_at <= pg_catalog.now(), false)
-             order by lower(m.valid) desc, m.id
-             limit $6 $q$, v_name, v_table)]);
-    end if;
+    -- one server's statement, on the tenant's shard table (sql/citus/delegated.sql)
+    v_name := harbor._statement_on_shard(
+        'harbor_current_', 'harbor.memories', p_tenant_id, $q$
+        prepare %1$s(text, text, text, text, text, integer) as
+        select m.id, m.tenant_id, m.scope::text, m.project_id, m.principal_id, m.user_id,
+               m.session_id, m.run_id, m.memory_type::text, m.content, m.content_hash,
+               m.importance, m.entity_ids, m.source, m.sensitivity::text, lower(m.valid),
+               upper(m.valid), m.superseded_by, m.source_session_id, m.source_message_ids,
+               m.metadata, m.context, m.created_at, m.updated_at, m.expires_at
+          from (select * from %2$s u
+                 where u.tenant_id = $1 and u.scope = 'user'
+                   and u.user_id = $2 and u.project_id = ''
+                   and u.session_id = '' and u.run_id = ''
+                union all
+                select * from %2$s s
+                 where s.tenant_id = $1 and s.scope = 'session'
+                   and s.user_id = $3 and s.project_id = ''
+                   and s.session_id = $4 and s.run_id = ''
+                union all
+                select * from %2$s p
+                 where p.tenant_id = $1 and p.scope = 'project'
+                   and p.project_id = $5 and p.user_id = ''
+                   and p.session_id = '' and p.run_id = '') m
+         where m.memory_type <> 'summary'
+           and upper_inf(m.valid) and lower(m.valid) <= pg_catalog.now()
+           and not coalesce(m.expires_at <= pg_catalog.now(), false)
+         order by lower(m.valid) desc, m.id
+         limit $6 $q$);
     return query execute pg_catalog.format('execute %s(%L, %L, %L, %L, %L, %L)', v_name,
                                            p_tenant_id, p_user_user_id, p_session_user_id,
                                            p_session_session_id, p_project_project_id,

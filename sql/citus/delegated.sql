@@ -125,6 +125,40 @@ alter function harbor._prepare_on_shard(text[], text[]) owner to harbor_owner;
 revoke all on function harbor._prepare_on_shard(text[], text[]) from public;
 grant execute on function harbor._prepare_on_shard(text[], text[]) to harbor_app;
 
+-- harbor._statement_on_shard: the name of a delegated call's one statement for
+-- p_tenant_id, prepared in this connection unless the mark says it is (above): on the
+-- worker that holds the tenant's shard, p_prefix and the shard's id, the statement over
+-- the shard table (which carries the distributed table's policies); on the coordinator (a
+-- call in a transaction block, not delegated), p_prefix and 'tables', over the
+-- distributed table, which Citus routes to the tenant's shard. p_prepare is the PREPARE
+-- command with two %s: its name, then the table. Run as the caller, as the statement is.
+create or replace function harbor._statement_on_shard(
+    p_prefix text, p_table regclass, p_tenant_id text, p_prepare text)
+    returns text
+    language plpgsql volatile security invoker
+    set search_path to pg_catalog, pg_temp
+as $$
+declare
+    v_shard bigint;
+    v_name  text := p_prefix || 'tables';
+begin
+    if (select g.groupid from pg_dist_local_group g) <> 0 then
+        v_shard := get_shard_id_for_distribution_column(p_table, p_tenant_id);
+        v_name := p_prefix || v_shard;
+    end if;
+    if not harbor._prepared_on_shard(v_name) then
+        perform harbor._prepare_on_shard(array[v_name], array[pg_catalog.format(
+            p_prepare, v_name,
+            case when v_shard is null then p_table::text
+                 else shard_name(p_table, v_shard) end)]);
+    end if;
+    return v_name;
+end
+$$;
+alter function harbor._statement_on_shard(text, regclass, text, text) owner to harbor_owner;
+revoke all on function harbor._statement_on_shard(text, regclass, text, text) from public;
+grant execute on function harbor._statement_on_shard(text, regclass, text, text) to harbor_app;
+
 -- harbor._prepared_on_shard: whether this connection holds the statements that
 -- harbor._prepare_on_shard prepared under p_name (the first of their names) in this
 -- version of the Citus forms (@statements_version@: a digest of the SQL files, set when

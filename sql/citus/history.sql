@@ -30,64 +30,48 @@ create or replace function harbor.memory_history_delegated(
     set search_path to pg_catalog, pg_temp
 as $$
 declare
-    v_shard bigint;  -- the tenant's shard of harbor.memories
     v_name  text;    -- the prepared statement's name
-    v_table text;    -- the table it reads
 begin
     -- the identity set and checked, the shard held (sql/citus/delegated.sql)
     perform harbor._delegated_caller(
         'harbor.memory_history_delegated', 'harbor.memories', p_tenant_id, p_project_id,
         p_principal_id, coalesce(nullif(p_user_id, ''), p_principal_id, ''), p_session_id,
         p_run_id);
-    -- on the worker that holds the tenant's shard, the statement over the shard table,
-    -- prepared once a connection (harbor._prepare_on_shard, unless
-    -- harbor._prepared_on_shard finds it) and run by name; on the coordinator (a call in a
-    -- transaction block, not delegated) over the distributed table, the tenant a literal
-    -- of the statement's parameters, as Citus plans the recursive CTEs
-    if (select g.groupid from pg_dist_local_group g) = 0 then
-        v_table := 'harbor.memories';
-        v_name := 'harbor_history_tables';
-    else
-        v_shard := get_shard_id_for_distribution_column('harbor.memories'::regclass,
-                                                        p_tenant_id);
-        v_table := shard_name('harbor.memories'::regclass, v_shard);
-        v_name := 'harbor_history_' || v_shard;
-    end if;
-    if not harbor._prepared_on_shard(v_name) then
-        perform harbor._prepare_on_shard(array[v_name], array[pg_catalog.format($q$
-            prepare %1$s(text, text) as
-            with recursive back (id, depth) as (
-                select m.id, 0
-                  from %2$s m
-                 where m.tenant_id = $1 and m.id = $2
-                union
-                select p.id, b.depth - 1
-                  from back b
-                  join %2$s p on p.tenant_id = $1 and p.superseded_by = b.id
-                 where b.depth > -1000
-            ), ahead (id, next_id, depth) as (
-                select m.id, m.superseded_by, 0
-                  from %2$s m
-                 where m.tenant_id = $1 and m.id = $2
-                union
-                select n.id, n.superseded_by, a.depth + 1
-                  from ahead a
-                  join %2$s n on n.tenant_id = $1 and n.id = a.next_id
-                 where a.depth < 1000
-            ), chain (id, depth) as (
-                select id, depth from back
-                union
-                select id, depth from ahead
-            )
-            select m.id, m.tenant_id, m.scope::text, m.project_id, m.principal_id, m.user_id,
-                   m.session_id, m.run_id, m.memory_type::text, m.content, m.content_hash,
-                   m.importance, m.entity_ids, m.source, m.sensitivity::text, lower(m.valid),
-                   upper(m.valid), m.superseded_by, m.source_session_id, m.source_message_ids,
-                   m.metadata, m.context, m.created_at, m.updated_at, m.expires_at
-              from (select id, min(depth) as depth from chain group by id) c
-              join %2$s m on m.tenant_id = $1 and m.id = c.id
-             order by c.depth, lower(m.valid), m.id $q$, v_name, v_table)]);
-    end if;
+    -- one server's statement, on the tenant's shard table (sql/citus/delegated.sql)
+    v_name := harbor._statement_on_shard(
+        'harbor_history_', 'harbor.memories', p_tenant_id, $q$
+        prepare %1$s(text, text) as
+        with recursive back (id, depth) as (
+            select m.id, 0
+              from %2$s m
+             where m.tenant_id = $1 and m.id = $2
+            union
+            select p.id, b.depth - 1
+              from back b
+              join %2$s p on p.tenant_id = $1 and p.superseded_by = b.id
+             where b.depth > -1000
+        ), ahead (id, next_id, depth) as (
+            select m.id, m.superseded_by, 0
+              from %2$s m
+             where m.tenant_id = $1 and m.id = $2
+            union
+            select n.id, n.superseded_by, a.depth + 1
+              from ahead a
+              join %2$s n on n.tenant_id = $1 and n.id = a.next_id
+             where a.depth < 1000
+        ), chain (id, depth) as (
+            select id, depth from back
+            union
+            select id, depth from ahead
+        )
+        select m.id, m.tenant_id, m.scope::text, m.project_id, m.principal_id, m.user_id,
+               m.session_id, m.run_id, m.memory_type::text, m.content, m.content_hash,
+               m.importance, m.entity_ids, m.source, m.sensitivity::text, lower(m.valid),
+               upper(m.valid), m.superseded_by, m.source_session_id, m.source_message_ids,
+               m.metadata, m.context, m.created_at, m.updated_at, m.expires_at
+          from (select id, min(depth) as depth from chain group by id) c
+          join %2$s m on m.tenant_id = $1 and m.id = c.id
+         order by c.depth, lower(m.valid), m.id $q$);
     return query execute pg_catalog.format('execute %s(%L, %L)', v_name, p_tenant_id, p_id);
 end
 $$;

@@ -28,53 +28,35 @@ create or replace function harbor.recent_turns_delegated(
 as $$
 declare
     v_user  text := coalesce(nullif(p_user_id, ''), p_principal_id, '');
-    v_shard bigint;  -- the tenant's shard of harbor.messages
     v_name  text;    -- the prepared statement's name
-    v_table text;    -- the table it reads
 begin
     -- the identity set and checked, the shard held (sql/citus/delegated.sql)
     perform harbor._delegated_caller(
         'harbor.recent_turns_delegated', 'harbor.messages', p_tenant_id, p_project_id,
         p_principal_id, v_user, p_session_id, p_run_id);
-    -- on the worker that holds the tenant's shard, one server's statement over the shard
-    -- table, which carries the distributed table's policies, prepared once a connection
-    -- (harbor._prepare_on_shard, sql/citus/delegated.sql; Citus keeps its connections to
-    -- the workers open) and run by name: on the distributed table it would pay Citus's
-    -- planning and execution on the worker on every call. On the coordinator (a call in a
-    -- transaction block, not delegated) the same statement over the distributed table,
-    -- which Citus routes to the tenant's shard.
-    if (select g.groupid from pg_dist_local_group g) = 0 then
-        v_table := 'harbor.messages';
-        v_name := 'harbor_recent_tables';
-    else
-        v_shard := get_shard_id_for_distribution_column('harbor.messages'::regclass,
-                                                        p_tenant_id);
-        v_table := shard_name('harbor.messages'::regclass, v_shard);
-        v_name := 'harbor_recent_' || v_shard;
-    end if;
-    if not harbor._prepared_on_shard(v_name) then
-        perform harbor._prepare_on_shard(array[v_name], array[pg_catalog.format($q$
-            prepare %s(text, text, text, integer, double precision) as
-            select l.id, l.role, l.content, l.name, l.tool_calls, l.tool_call_id, l.metadata,
-                   l.created_at
-              from (select g.*,
-                           bool_or(g.gap_after) over (order by g.id desc
-                                                      rows between unbounded preceding
-                                                               and current row) as expired
-                      from (select r.*,
-                                   coalesce(lag(r.created_at) over (order by r.id desc),
-                                            pg_catalog.now()) - r.created_at
-                                       > make_interval(secs => $5) as gap_after
-                              from (select m.id, m.role::text as role, m.content, m.name,
-                                           m.tool_calls, m.tool_call_id, m.metadata, m.created_at
-                                      from %s m
-                                     where m.tenant_id = $1 and m.user_id = $2
-                                       and m.session_id = $3
-                                     order by m.id desc
-                                     limit $4) r) g) l
-             where $5 is null or not l.expired
-             order by l.id $q$, v_name, v_table)]);
-    end if;
+    -- one server's statement, on the tenant's shard table (sql/citus/delegated.sql)
+    v_name := harbor._statement_on_shard(
+        'harbor_recent_', 'harbor.messages', p_tenant_id, $q$
+        prepare %s(text, text, text, integer, double precision) as
+        select l.id, l.role, l.content, l.name, l.tool_calls, l.tool_call_id, l.metadata,
+               l.created_at
+          from (select g.*,
+                       bool_or(g.gap_after) over (order by g.id desc
+                                                  rows between unbounded preceding
+                                                           and current row) as expired
+                  from (select r.*,
+                               coalesce(lag(r.created_at) over (order by r.id desc),
+                                        pg_catalog.now()) - r.created_at
+                                   > make_interval(secs => $5) as gap_after
+                          from (select m.id, m.role::text as role, m.content, m.name,
+                                       m.tool_calls, m.tool_call_id, m.metadata, m.created_at
+                                  from %s m
+                                 where m.tenant_id = $1 and m.user_id = $2
+                                   and m.session_id = $3
+                                 order by m.id desc
+                                 limit $4) r) g) l
+         where $5 is null or not l.expired
+         order by l.id $q$);
     return query execute pg_catalog.format('execute %s(%L, %L, %L, %L, %L)', v_name,
                                            p_tenant_id, v_user, p_session_id, p_limit,
                                            p_ttl_seconds);

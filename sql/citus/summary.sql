@@ -29,43 +29,27 @@ create or replace function harbor.session_summary_delegated(
 as $$
 declare
     v_user  text := coalesce(nullif(p_user_id, ''), p_principal_id, '');
-    v_shard bigint;  -- the tenant's shard of harbor.memories
     v_name  text;    -- the prepared statement's name
-    v_table text;    -- the table it reads
 begin
     -- the identity set and checked, the shard held (sql/citus/delegated.sql)
     perform harbor._delegated_caller(
         'harbor.session_summary_delegated', 'harbor.memories', p_tenant_id, p_project_id,
         p_principal_id, v_user, p_session_id, p_run_id);
-    -- on the worker that holds the tenant's shard, one server's statement over the shard
-    -- table, which carries the distributed table's policies, prepared once a connection
-    -- (harbor._prepare_on_shard) and run by name; on the coordinator (a call in a
-    -- transaction block, not delegated) over the distributed table, which Citus routes to
-    -- the tenant's shard
-    if (select g.groupid from pg_dist_local_group g) = 0 then
-        v_table := 'harbor.memories';
-        v_name := 'harbor_summary_tables';
-    else
-        v_shard := get_shard_id_for_distribution_column('harbor.memories'::regclass,
-                                                        p_tenant_id);
-        v_table := shard_name('harbor.memories'::regclass, v_shard);
-        v_name := 'harbor_summary_' || v_shard;
-    end if;
-    if not harbor._prepared_on_shard(v_name) then
-        perform harbor._prepare_on_shard(array[v_name], array[pg_catalog.format($q$
-            prepare %s(text, text, text) as
-            select m.id, m.tenant_id, m.scope::text, m.project_id, m.principal_id, m.user_id,
-                   m.session_id, m.run_id, m.memory_type::text, m.content, m.content_hash,
-                   m.importance, m.entity_ids, m.source, m.sensitivity::text, lower(m.valid),
-                   upper(m.valid), m.superseded_by, m.source_session_id, m.source_message_ids,
-                   m.metadata, m.context, m.created_at, m.updated_at, m.expires_at
-              from %s m
-             where m.tenant_id = $1 and m.scope = 'session'
-               and m.user_id = $2 and m.session_id = $3
-               and m.memory_type = 'summary' and upper_inf(m.valid)
-             order by m.updated_at desc, m.id
-             limit 1 $q$, v_name, v_table)]);
-    end if;
+    -- one server's statement, on the tenant's shard table (sql/citus/delegated.sql)
+    v_name := harbor._statement_on_shard(
+        'harbor_summary_', 'harbor.memories', p_tenant_id, $q$
+        prepare %s(text, text, text) as
+        select m.id, m.tenant_id, m.scope::text, m.project_id, m.principal_id, m.user_id,
+               m.session_id, m.run_id, m.memory_type::text, m.content, m.content_hash,
+               m.importance, m.entity_ids, m.source, m.sensitivity::text, lower(m.valid),
+               upper(m.valid), m.superseded_by, m.source_session_id, m.source_message_ids,
+               m.metadata, m.context, m.created_at, m.updated_at, m.expires_at
+          from %s m
+         where m.tenant_id = $1 and m.scope = 'session'
+           and m.user_id = $2 and m.session_id = $3
+           and m.memory_type = 'summary' and upper_inf(m.valid)
+         order by m.updated_at desc, m.id
+         limit 1 $q$);
     return query execute pg_catalog.format('execute %s(%L, %L, %L)', v_name, p_tenant_id,
                                            v_user, p_session_id);
 end

@@ -27,35 +27,23 @@ create or replace function harbor.messages_after_delegated(
 as $$
 declare
     v_user  text := coalesce(nullif(p_user_id, ''), p_principal_id, '');
-    v_shard bigint;  -- the tenant's shard of harbor.messages
     v_name  text;    -- the prepared statement's name
-    v_table text;    -- the table it reads
 begin
     -- the identity set and checked, the shard held (sql/citus/delegated.sql)
     perform harbor._delegated_caller(
         'harbor.messages_after_delegated', 'harbor.messages', p_tenant_id, p_project_id,
         p_principal_id, v_user, p_session_id, p_run_id);
-    if (select g.groupid from pg_dist_local_group g) = 0 then
-        v_table := 'harbor.messages';
-        v_name := 'harbor_messages_after_tables';
-    else
-        v_shard := get_shard_id_for_distribution_column('harbor.messages'::regclass,
-                                                        p_tenant_id);
-        v_table := shard_name('harbor.messages'::regclass, v_shard);
-        v_name := 'harbor_messages_after_' || v_shard;
-    end if;
-    if not harbor._prepared_on_shard(v_name) then
-        perform harbor._prepare_on_shard(array[v_name], array[pg_catalog.format($q$
-            prepare %s(text, text, text, bigint, bigint, integer) as
-            select m.id, m.role::text as role, m.content, m.name, m.tool_calls,
-                   m.tool_call_id, m.metadata, m.created_at
-              from %s m
-             where m.tenant_id = $1 and m.user_id = $2
-               and m.session_id = $3 and m.id > $4
-               and ($5 is null or m.id < $5)
-             order by m.id
-             limit $6 $q$, v_name, v_table)]);
-    end if;
+    v_name := harbor._statement_on_shard(
+        'harbor_messages_after_', 'harbor.messages', p_tenant_id, $q$
+        prepare %s(text, text, text, bigint, bigint, integer) as
+        select m.id, m.role::text as role, m.content, m.name, m.tool_calls,
+               m.tool_call_id, m.metadata, m.created_at
+          from %s m
+         where m.tenant_id = $1 and m.user_id = $2
+           and m.session_id = $3 and m.id > $4
+           and ($5 is null or m.id < $5)
+         order by m.id
+         limit $6 $q$);
     return query execute pg_catalog.format('execute %s(%L, %L, %L, %L, %L, %L)', v_name,
                                            p_tenant_id, v_user, p_session_id, p_after_id,
                                            p_before_id, p_limit);
@@ -81,37 +69,25 @@ create or replace function harbor.turns_through_delegated(
 as $$
 declare
     v_user  text := coalesce(nullif(p_user_id, ''), p_principal_id, '');
-    v_shard bigint;  -- the tenant's shard of harbor.messages
     v_name  text;    -- the prepared statement's name
-    v_table text;    -- the table it reads
 begin
     -- the identity set and checked, the shard held (sql/citus/delegated.sql)
     perform harbor._delegated_caller(
         'harbor.turns_through_delegated', 'harbor.messages', p_tenant_id, p_project_id,
         p_principal_id, v_user, p_session_id, p_run_id);
-    if (select g.groupid from pg_dist_local_group g) = 0 then
-        v_table := 'harbor.messages';
-        v_name := 'harbor_turns_through_tables';
-    else
-        v_shard := get_shard_id_for_distribution_column('harbor.messages'::regclass,
-                                                        p_tenant_id);
-        v_table := shard_name('harbor.messages'::regclass, v_shard);
-        v_name := 'harbor_turns_through_' || v_shard;
-    end if;
-    if not harbor._prepared_on_shard(v_name) then
-        perform harbor._prepare_on_shard(array[v_name], array[pg_catalog.format($q$
-            prepare %s(text, text, text, bigint, integer) as
-            select t.id, t.role, t.content, t.name, t.tool_calls, t.tool_call_id,
-                   t.metadata, t.created_at
-              from (select m.id, m.role::text as role, m.content, m.name, m.tool_calls,
-                           m.tool_call_id, m.metadata, m.created_at
-                      from %s m
-                     where m.tenant_id = $1 and m.user_id = $2
-                       and m.session_id = $3 and m.id <= $4
-                     order by m.id desc
-                     limit $5) t
-             order by t.id $q$, v_name, v_table)]);
-    end if;
+    v_name := harbor._statement_on_shard(
+        'harbor_turns_through_', 'harbor.messages', p_tenant_id, $q$
+        prepare %s(text, text, text, bigint, integer) as
+        select t.id, t.role, t.content, t.name, t.tool_calls, t.tool_call_id,
+               t.metadata, t.created_at
+          from (select m.id, m.role::text as role, m.content, m.name, m.tool_calls,
+                       m.tool_call_id, m.metadata, m.created_at
+                  from %s m
+                 where m.tenant_id = $1 and m.user_id = $2
+                   and m.session_id = $3 and m.id <= $4
+                 order by m.id desc
+                 limit $5) t
+         order by t.id $q$);
     return query execute pg_catalog.format('execute %s(%L, %L, %L, %L, %L)', v_name,
                                            p_tenant_id, v_user, p_session_id, p_message_id,
                                            p_limit);

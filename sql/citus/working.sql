@@ -20,38 +20,22 @@ create or replace function harbor.working_state_delegated(
 as $$
 declare
     v_user  text := coalesce(nullif(p_user_id, ''), p_principal_id, '');
-    v_shard bigint;  -- the tenant's shard of harbor.working_state
     v_name  text;    -- the prepared statement's name
-    v_table text;    -- the table it reads
 begin
     -- the identity set and checked, the shard held (sql/citus/delegated.sql)
     perform harbor._delegated_caller(
         'harbor.working_state_delegated', 'harbor.working_state', p_tenant_id, p_project_id,
         p_principal_id, v_user, p_session_id, p_run_id);
-    -- on the worker that holds the tenant's shard, one server's statement over the shard
-    -- table, which carries the distributed table's policies, prepared once a connection
-    -- (harbor._prepare_on_shard) and run by name; on the coordinator (a call in a
-    -- transaction block, not delegated) over the distributed table, which Citus routes to
-    -- the tenant's shard
-    if (select g.groupid from pg_dist_local_group g) = 0 then
-        v_table := 'harbor.working_state';
-        v_name := 'harbor_working_tables';
-    else
-        v_shard := get_shard_id_for_distribution_column('harbor.working_state'::regclass,
-                                                        p_tenant_id);
-        v_table := shard_name('harbor.working_state'::regclass, v_shard);
-        v_name := 'harbor_working_' || v_shard;
-    end if;
-    if not harbor._prepared_on_shard(v_name) then
-        perform harbor._prepare_on_shard(array[v_name], array[pg_catalog.format($q$
-            prepare %s(text, text, text, text, text) as
-            select w.state, w.expires_at
-              from %s w
-             where w.tenant_id = $1 and w.user_id = $2 and w.session_id = $3
-               and w.run_id = $4 and w.project_id = $5
-             order by w.id desc
-             limit 1 $q$, v_name, v_table)]);
-    end if;
+    -- one server's statement, on the tenant's shard table (sql/citus/delegated.sql)
+    v_name := harbor._statement_on_shard(
+        'harbor_working_', 'harbor.working_state', p_tenant_id, $q$
+        prepare %s(text, text, text, text, text) as
+        select w.state, w.expires_at
+          from %s w
+         where w.tenant_id = $1 and w.user_id = $2 and w.session_id = $3
+           and w.run_id = $4 and w.project_id = $5
+         order by w.id desc
+         limit 1 $q$);
     return query execute pg_catalog.format('execute %s(%L, %L, %L, %L, %L)', v_name,
                                            p_tenant_id, v_user, p_session_id, p_run_id,
                                            p_project_id);
