@@ -829,6 +829,9 @@ TURNS_THROUGH_FUNCTION = (
 SUMMARY_DUE_FUNCTION = (
     "harbor.summary_due_delegated(text, text, text, text, text, text, bigint, double precision)"
 )
+#: the caller's memories past their expiry closed in one call Citus delegates to the
+#: tenant's worker (sql/citus/expire.sql)
+EXPIRE_FUNCTION = "harbor.expire_memories_delegated(text, text, text, text, text, text)"
 
 #: a memory's save in one call Citus delegates to the tenant's worker (sql/citus/save.sql)
 SAVE_FUNCTION = (
@@ -866,6 +869,7 @@ DELEGATED_CALLS: tuple[tuple[str, str], ...] = (
     (CLOSE_FUNCTION, "harbor.memories"),  # sql/citus/close.sql
     (MESSAGES_AFTER_FUNCTION, "harbor.messages"),  # sql/citus/turns.sql
     (TURNS_THROUGH_FUNCTION, "harbor.messages"),  # sql/citus/turns.sql
+    (EXPIRE_FUNCTION, "harbor.memories"),  # sql/citus/expire.sql
 )
 
 # harbor._binding() on Citus: the single-server statement (sql/functions/identity.sql)

@@ -64,6 +64,7 @@ CITUS_FILES: tuple[str, ...] = (
     "citus/lease.sql",
     "citus/close.sql",
     "citus/turns.sql",
+    "citus/expire.sql",
 )
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z0-9_]+)\s*$", re.MULTILINE)

@@ -714,7 +714,14 @@ class PostgresLongTermStore:
     async def expire_memories(self, owner: MemoryOwner) -> int:
         """Close the memories past their expiry that ``owner`` may write
         (``harbor.expire_memories()`` as the application role); returns how many."""
-        rows = await self.db.fetch_in_one_round_trip(owner, query("expire_memories"), {})
+        if self.db.set_local and owner.tenant_id:
+            # a distributed database: one call that Citus delegates to the tenant's
+            # worker, the identity its arguments (sql/citus/expire.sql)
+            rows = await self.db.fetch_delegated(
+                query("expire_memories_delegated"), carried_identity(owner)
+            )
+        else:
+            rows = await self.db.fetch_in_one_round_trip(owner, query("expire_memories"), {})
         return int(rows[0]["closed"])
 
     async def expire_every_tenant(self) -> int:

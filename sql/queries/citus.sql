@@ -462,3 +462,13 @@ select t.id, t.role, t.content, t.name, t.tool_calls, t.tool_call_id, t.metadata
   from harbor.turns_through_delegated(
       %(tenant_id)s::text, %(project_id)s::text, %(principal_id)s::text, %(user_id)s::text,
       %(session_id)s::text, %(run_id)s::text, %(message_id)s::bigint, %(limit)s::integer) t
+
+-- name: expire_memories_delegated
+-- expire_memories (long_term.sql) on a distributed database: one call of
+-- harbor.expire_memories_delegated (sql/citus/expire.sql), which Citus sends whole to the
+-- tenant's worker. The identity is its arguments (the worker checks them against the
+-- caller's); sent in autocommit, the call is its own transaction. How many of the caller's
+-- expired memories it closed.
+select harbor.expire_memories_delegated(
+           %(tenant_id)s::text, %(project_id)s::text, %(principal_id)s::text,
+           %(user_id)s::text, %(session_id)s::text, %(run_id)s::text) as closed
