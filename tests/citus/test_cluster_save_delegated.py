@@ -166,8 +166,7 @@ def test_on_the_worker_the_save_runs_on_the_shard_tables_prepared_once(
         ).fetchone()
         prepared = dict(
             conn.execute(
-                "select name, statement from pg_prepared_statements"
-                " where name like 'harbor_save_%'"
+                "select name, statement from pg_prepared_statements where name like 'harbor_save_%'"
             ).fetchall()
         )
         other = conn.execute(
@@ -327,9 +326,7 @@ def test_a_bound_role_naming_another_owner_in_a_batch_is_refused(
     cluster_db: ClusterDatabase, bound_role: str, attack: str, how: str
 ) -> None:
     params = _batch(ANN, [Memory(content="forged batch fact")], **_batch_changes(ATTACKS[attack]))
-    _refused_writing_nothing(
-        cluster_db, bound_role, query("save_memories_delegated"), params, how
-    )
+    _refused_writing_nothing(cluster_db, bound_role, query("save_memories_delegated"), params, how)
 
 
 def test_the_shared_save_step_takes_only_a_statement_suffix(
