@@ -358,6 +358,10 @@ create table harbor.session_state (
     summarised_at    timestamptz,
     summary_lease_until timestamptz,
     turns_at_summary bigint not null default 0,
+    -- the id of the last of the turns_at_summary turns (in id order) while no turn of
+    -- the session was deleted since: the summary rule then counts only the turns after
+    -- it (harbor.summary_due_rows); null: unknown, every turn is counted
+    summarised_through bigint,
     primary key (tenant_id, user_id, session_id)
 );
 

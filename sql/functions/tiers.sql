@@ -68,12 +68,118 @@ grant create on schema harbor to harbor_search;
 alter function harbor._session_turns(text, text, text, bigint) owner to harbor_search;
 revoke create on schema harbor from harbor_search;
 
+grant create on schema harbor to harbor_search;
+-- How many of the caller's own session's turns came after the last summary's last turn
+-- (session_state.summarised_through), counting at most p_limit; null when that turn is
+-- not known (no summary yet, or turns deleted since: the summary rule then counts every
+-- turn, harbor._session_turns above). A range of the session's index from that turn on,
+-- so its cost follows the new turns, not the session. The session is tested once against
+-- the caller's identity, as by harbor._session_turns; another session's: null. SECURITY
+-- DEFINER, owned by harbor_search (BYPASSRLS, NOLOGIN), as harbor._session_turns.
+-- A deletion of a session's turns forgets where its last summary ended: the turns up to
+-- it no longer number turns_at_summary. A trigger on harbor.messages, once a statement,
+-- whoever deletes (an erasure, retention, a clear, a DELETE of the application's own),
+-- SECURITY DEFINER as well (the administrator who erases may not update session_state),
+-- and refuses to run as any other table's trigger.
+-- Not on a distributed database (a shard's trigger cannot write another distributed
+-- table; harbor_pg.db.citus drops it), where the rule does not read the column.
+-- Both need the column (migration 0032): on an earlier revision the function is a stub
+-- that knows no turn, and there is no trigger.
+do $frontier$
+declare
+    distributed boolean := false;
+begin
+    if not exists (select 1 from pg_catalog.pg_attribute
+                    where attrelid = 'harbor.session_state'::pg_catalog.regclass
+                      and attname = 'summarised_through' and not attisdropped) then
+        create or replace function harbor._session_turns_since_summary(
+            p_tenant text, p_user text, p_session text, p_limit bigint
+        ) returns bigint
+            language plpgsql stable security definer
+            set search_path to pg_catalog, pg_temp
+        as $f$
+        begin
+            return null;
+        end
+        $f$;
+        drop trigger if exists messages_forget_summary_frontier on harbor.messages;
+    else
+        create or replace function harbor._session_turns_since_summary(
+            p_tenant text, p_user text, p_session text, p_limit bigint
+        ) returns bigint
+            language plpgsql stable security definer
+            set search_path to pg_catalog, pg_temp
+        as $f$
+        declare
+            v_after bigint;
+        begin
+            if not coalesce(harbor._visible_keys('session', p_tenant, '', p_user, p_session, '',
+                                                 harbor.caller_tenant(),
+                                                 harbor._caller_keys()), false) then
+                return null;
+            end if;
+            select s.summarised_through into v_after
+              from harbor.session_state s
+             where s.tenant_id = p_tenant and s.user_id = p_user and s.session_id = p_session;
+            if v_after is null then
+                return null;
+            end if;
+            return (select pg_catalog.count(*)
+                      from (select 1 from harbor.messages m
+                             where m.tenant_id = p_tenant and m.user_id = p_user
+                               and m.session_id = p_session and m.id > v_after
+                             limit p_limit) x);
+        end
+        $f$;
+        create or replace function harbor._forget_summary_frontier() returns trigger
+            language plpgsql volatile security definer
+            set search_path to pg_catalog, pg_temp
+        as $f$
+        begin
+            -- (a definer: attached to any other table, e.g. a caller's own temporary one
+            -- whose rows name other sessions, it refuses)
+            if tg_op <> 'DELETE' or tg_level <> 'STATEMENT'
+               or tg_relid <> 'harbor.messages'::pg_catalog.regclass then
+                raise exception 'harbor._forget_summary_frontier() is the trigger of '
+                                'deletions from harbor.messages' using errcode = '42501';
+            end if;
+            update harbor.session_state s
+               set summarised_through = null
+              from (select distinct o.tenant_id, o.user_id, o.session_id from gone o) g
+             where s.tenant_id = g.tenant_id and s.user_id = g.user_id
+               and s.session_id = g.session_id and s.summarised_through is not null;
+            return null;
+        end
+        $f$;
+        grant select, update (summarised_through) on harbor.session_state to harbor_search;
+        alter function harbor._forget_summary_frontier() owner to harbor_search;
+        revoke all on function harbor._forget_summary_frontier() from public;
+        if exists (select 1 from pg_catalog.pg_extension where extname = 'citus') then
+            execute 'select exists (select 1 from pg_catalog.pg_dist_partition'
+                    ' where logicalrelid = ''harbor.messages''::pg_catalog.regclass)'
+               into distributed;
+        end if;
+        if not distributed then
+            create or replace trigger messages_forget_summary_frontier
+                after delete on harbor.messages
+                referencing old table as gone
+                for each statement execute function harbor._forget_summary_frontier();
+        end if;
+    end if;
+    alter function harbor._session_turns_since_summary(text, text, text, bigint)
+        owner to harbor_search;
+end
+$frontier$;
+
+revoke create on schema harbor from harbor_search;
+
 -- Whether the caller's session is due a background summary, by the rules of
 -- context_acquire_summary_lease (enough turns, no live lease, cooldown passed,
 -- enough new turns since the last summary). A read: finding nothing due writes
 -- nothing, and the lease statement stays the one that decides. The session's
 -- turns are counted only when lease and cooldown allow a summary, and at most
--- min_turns of them before the first. p_unseen: turns the caller's statement
+-- min_turns of them before the first, or after the last summary's last turn while
+-- session_state knows it (summarised_through). p_unseen: turns the caller's statement
 -- has written that its snapshot does not show yet (1 inside an append).
 --
 -- The rule is written once, as a one-row set-returning function with an
@@ -81,7 +187,8 @@ revoke create on schema harbor from harbor_search;
 -- statement that calls it from FROM (the append statement does): a function
 -- called through the executor cost the append about 0.6 ms. The read-only due
 -- check (short_term.sql, summary_due) calls it the same way. On Citus it counts the turns
--- in its own statement, under the shard's policies (harbor_pg.db.citus_rewrites).
+-- in its own statement, under the shard's policies, and every turn: nothing there clears
+-- summarised_through when turns are deleted (harbor_pg.db.citus_rewrites).
 create or replace function harbor.summary_due_rows(
     p_tenant text, p_user text, p_session text, p_min_turns bigint,
     p_cooldown_seconds double precision, p_unseen integer default 0
@@ -98,13 +205,27 @@ begin atomic
                       operator(pg_catalog.-) pg_catalog.make_interval(secs => p_cooldown_seconds))
              then false
              else
-               (select c.n operator(pg_catalog.>=) p_min_turns
-                       and (c.n operator(pg_catalog.<) s.turns_at_summary
-                            or (c.n operator(pg_catalog.-) s.turns_at_summary)
-                               operator(pg_catalog.>=) p_min_turns)
-                  -- (OFFSET 0: one count, not one for each use of n)
-                  from (select harbor._session_turns(p_tenant, p_user, p_session, null)
-                               operator(pg_catalog.+) p_unseen as n offset 0) c)
+               -- the last summary's last turn known: the session holds turns_at_summary
+               -- turns up to it and n = turns_at_summary + the turns after it, so the
+               -- rule below holds exactly when at least p_min_turns came after it;
+               -- otherwise every turn counted
+               (select case
+                         when a.n is not null then
+                           a.n operator(pg_catalog.+) p_unseen operator(pg_catalog.>=)
+                             p_min_turns
+                         else
+                           (select c.n operator(pg_catalog.>=) p_min_turns
+                                   and (c.n operator(pg_catalog.<) s.turns_at_summary
+                                        or (c.n operator(pg_catalog.-) s.turns_at_summary)
+                                           operator(pg_catalog.>=) p_min_turns)
+                              -- (OFFSET 0: one count, not one for each use of n)
+                              from (select harbor._session_turns(p_tenant, p_user, p_session,
+                                                                 null)
+                                           operator(pg_catalog.+) p_unseen as n offset 0) c)
+                       end
+                  from (select harbor._session_turns_since_summary(p_tenant, p_user, p_session,
+                                                                   p_min_turns) as n
+                        offset 0) a)
            end
       from (select) one
       left join harbor.session_state s

@@ -19,10 +19,13 @@ select b.tenant_id, b.role_name, array_agg(x.rolname::text order by x.rolname) a
 
 -- name: drop_change_triggers
 -- The triggers that announce changes to memories (sql/functions/changes.sql), dropped
--- before the table is distributed: a notification cannot come from a shard.
+-- before the table is distributed: a notification cannot come from a shard. And the one
+-- that forgets a session's last summarised turn when its turns are deleted
+-- (sql/functions/tiers.sql): a shard's trigger cannot write another distributed table.
 drop trigger if exists memories_announce_insert on harbor.memories;
 drop trigger if exists memories_announce_update on harbor.memories;
-drop trigger if exists memories_announce_delete on harbor.memories
+drop trigger if exists memories_announce_delete on harbor.memories;
+drop trigger if exists messages_forget_summary_frontier on harbor.messages
 
 -- The Citus form of a memory's save (long_term.sql's insert_memory and get_memory),
 -- used on a distributed database (Database.set_local). One statement with a writing CTE

@@ -92,11 +92,22 @@ update harbor.session_state s
 returning s.session_id
 
 -- name: context_finish_summary_lease
--- Record a finished summary and drop the lease, if the caller still holds it.
+-- Record a finished summary and drop the lease, if the caller still holds it. With the count
+-- goes the id of the last of that many turns, in id order (summarised_through): from then
+-- on the summary rule counts only the turns after it (harbor.summary_due_rows). Null when
+-- the session no longer holds that many turns (some were deleted since the count).
 update harbor.session_state s
    set summarised_at = pg_catalog.clock_timestamp(),
        turns_at_summary = %(turns_at_summary)s::bigint,
-       summary_lease_until = null
+       summary_lease_until = null,
+       summarised_through = (
+           select case when pg_catalog.count(*) = %(turns_at_summary)s::bigint
+                       then coalesce(pg_catalog.max(t.id), 0) end
+             from (select m.id from harbor.messages m
+                    where m.tenant_id = %(tenant_id)s::text and m.user_id = %(user_id)s::text
+                      and m.session_id = %(session_id)s::text
+                    order by m.id
+                    limit %(turns_at_summary)s::bigint) t)
  where s.tenant_id = %(tenant_id)s::text and s.user_id = %(user_id)s::text
    and s.session_id = %(session_id)s::text
    and s.summary_lease_until = %(lease_until)s::timestamptz

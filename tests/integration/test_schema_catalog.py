@@ -92,11 +92,16 @@ def test_functions_are_pinned(module_db: PgDatabase) -> None:
     # key's new vectors go; tests/security/test_graph_promotion.py; consolidation_owners:
     # owner ids, for the unbound administrator only,
     # tests/integration/test_jobs_periodic_consolidation.py; _session_turns: the turn
-    # count of the caller's own session, 0 for any other, tests/security/test_isolation.py)
+    # count of the caller's own session, 0 for any other, and _session_turns_since_summary
+    # those after its last summarised turn, null for any other; _forget_summary_frontier:
+    # the trigger that clears that turn, on harbor.messages only;
+    # tests/security/test_isolation.py)
     assert definers <= {
         "_dense_candidates",
         "_lexical_candidates",
         "_session_turns",
+        "_session_turns_since_summary",
+        "_forget_summary_frontier",
         "promote_vector_owner",
         "vector_owner_graph",
         "consolidation_owners",

@@ -51,6 +51,7 @@ FROZEN = {
     "0029_session_extraction_flag.py": "9561349214f2a779",
     "0030_compact_scope_key.py": "70c4dda0ed86e45b",
     "0031_no_own_role_bindings.py": "4df31004a690bf97",
+    "0032_summary_frontier.py": "63a76fe2fa2675fc",
 }
 
 

@@ -606,5 +606,5 @@ def test_0031_refuses_a_database_that_binds_an_own_role(empty_db: PgDatabase) ->
     assert migrate.current_revision(empty_db.owner_url) == "0030"
     with psycopg.connect(empty_db.superuser_url, autocommit=True) as su:
         su.execute("delete from harbor.role_bindings")
-    migrate.upgrade(empty_db.owner_url)
+    migrate.upgrade(empty_db.owner_url, "0031")
     assert migrate.current_revision(empty_db.owner_url) == "0031"

@@ -13,6 +13,7 @@ import psycopg
 import pytest
 from psycopg import errors
 
+from tests.conftest import PgDatabase
 from tests.security.conftest import (
     BOUND_ROLE,
     connect,
@@ -91,6 +92,42 @@ def test_cannot_count_other_sessions_turns(
             "select harbor._session_turns(%s, %s, %s, %s)", (tenant, user, session, limit)
         ).fetchone()
         assert row == (0,)
+    # nor the turns after another session's last summarised turn: unknown (null)
+    row = attacker.execute(
+        "select harbor._session_turns_since_summary(%s, %s, %s, 10)", (tenant, user, session)
+    ).fetchone()
+    assert row == (None,)
+
+
+def test_cannot_forget_another_sessions_summarised_turn(attacker: Conn, seeded: PgDatabase) -> None:
+    # the trigger that clears a session's last summarised turn on a deletion of its turns
+    # is a definer: attached to the attacker's own table, whose rows name another tenant's
+    # session, it refuses, and that session's mark stays
+    with psycopg.connect(seeded.superuser_url, autocommit=True) as su:
+        su.execute(
+            "insert into harbor.session_state (tenant_id, user_id, session_id,"
+            " turns_at_summary, summarised_through) values ('t2', 'u1', 's1', 1, 7)"
+        )
+    try:
+        attacker.execute(
+            "create temp table gone_turns (tenant_id text, user_id text, session_id text)"
+        )
+        attacker.execute("insert into gone_turns values ('t2', 'u1', 's1')")
+        with pytest.raises((errors.InsufficientPrivilege, errors.UndefinedFunction)):
+            attacker.execute(
+                "create trigger forget after delete on gone_turns"
+                " referencing old table as gone for each statement"
+                " execute function harbor._forget_summary_frontier()"
+            )
+            attacker.execute("delete from gone_turns")
+        with psycopg.connect(seeded.superuser_url) as su:
+            mark = su.execute(
+                "select summarised_through from harbor.session_state where tenant_id = 't2'"
+            ).fetchone()
+        assert mark == (7,)
+    finally:
+        with psycopg.connect(seeded.superuser_url, autocommit=True) as su:
+            su.execute("delete from harbor.session_state where tenant_id = 't2'")
 
 
 def test_cannot_read_other_runs_working_state(attacker: Conn) -> None:
@@ -121,8 +158,12 @@ def test_only_candidate_functions_are_security_definers(attacker: Conn) -> None:
     # _hold_tenant_shard, on Citus only, takes a shared lock on the caller's own
     # tenant's shard and says whether this node holds it, and refuses another tenant:
     # tests/citus/test_cluster_recall_delegated.py;
-    # _session_turns counts the turns of the caller's own session only, 0 for any other:
-    # test_cannot_count_other_sessions_turns; _delegated_session_turns, on Citus only,
+    # _session_turns counts the turns of the caller's own session only, 0 for any other,
+    # and _session_turns_since_summary those after its last summarised turn, null for any
+    # other: test_cannot_count_other_sessions_turns; _forget_summary_frontier, the trigger
+    # that clears that turn when turns are deleted, refuses to run on any table but
+    # harbor.messages: test_cannot_forget_another_sessions_summarised_turn;
+    # _delegated_session_turns, on Citus only,
     # the same count on the worker of a delegated append:
     # tests/citus/test_cluster_append.py; _recall_twin, on Citus only, makes the twins of
     # recall and its candidate legs on the caller's own tenant's shard tables, temporary
@@ -132,6 +173,8 @@ def test_only_candidate_functions_are_security_definers(attacker: Conn) -> None:
         "_recall_twin",
         "_hold_tenant_shard",
         "_session_turns",
+        "_session_turns_since_summary",
+        "_forget_summary_frontier",
         "_delegated_session_turns",
         "consolidation_owners",
         "_dense_candidates",
