@@ -9,6 +9,11 @@ on and the identity set per transaction:
   * append(owner, turn) on random sessions summarised just now (the due check
     runs, no summary starts), and on sessions due a summary (each append
     starts a background summary that shares the loop and the pool),
+  * append(owner, turn) on long sessions (--long-turns each) summarised a day
+    ago, past their cooldown, a few turns short of the next summary: the due
+    check asks how many turns came since that summary, counting the turns after
+    its last one; and on the same kind of session after a deletion of turns,
+    where it counts every turn,
   * snapshot(owner, query=..., recent_limit=12) with the long-term table filled.
 """
 
@@ -57,7 +62,10 @@ WORDS = [
 ]
 
 
-def build(su: str, turns: int, sessions: int, memories: int) -> None:
+LONG_SESSIONS = 40  # half with the last summarised turn known, half after a deletion
+
+
+def build(su: str, turns: int, sessions: int, memories: int, long_turns: int) -> None:
     per_session = turns // sessions
     t0 = time.perf_counter()
     with psycopg.connect(with_params(su, dbname="harbor"), autocommit=True) as c:
@@ -103,11 +111,38 @@ def build(su: str, turns: int, sessions: int, memories: int) -> None:
         """,
             {"tenants": TENANTS, "sessions": sessions, "per": per_session},
         )
+        # the long sessions, summarised a day ago with every turn counted: the even ones
+        # know the summary's last turn, the odd ones do not (as after a deletion)
+        c.execute(
+            """
+            insert into harbor.messages (tenant_id, user_id, session_id, role, content,
+                                         token_estimate)
+            select 't' || (s %% %(tenants)s), 'ul' || s, 'sl' || s,
+                   (case when i %% 2 = 0 then 'user' else 'assistant' end)::harbor.message_role,
+                   'turn ' || i || ' of long session ' || s, 8
+              from generate_series(1, %(long)s) s, generate_series(1, %(turns)s) i
+        """,
+            {"tenants": TENANTS, "long": LONG_SESSIONS, "turns": long_turns},
+        )
+        c.execute(
+            """
+            insert into harbor.session_state (tenant_id, user_id, session_id, summarised_at,
+                                              turns_at_summary, summarised_through)
+            select 't' || (s %% %(tenants)s), 'ul' || s, 'sl' || s, now() - interval '1 day',
+                   %(turns)s,
+                   case when s %% 2 = 0 then
+                       (select max(m.id) from harbor.messages m
+                         where m.tenant_id = 't' || (s %% %(tenants)s)
+                           and m.user_id = 'ul' || s and m.session_id = 'sl' || s) end
+              from generate_series(1, %(long)s) s
+        """,
+            {"tenants": TENANTS, "long": LONG_SESSIONS, "turns": long_turns},
+        )
         c.execute("vacuum analyze harbor.messages")
         c.execute("vacuum analyze harbor.memories")
 
 
-async def measure(app_url: str, sessions: int, n: int) -> dict[str, list[float]]:
+async def measure(app_url: str, sessions: int, n: int, long_turns: int) -> dict[str, list[float]]:
     db = Database(app_url, min_size=1, max_size=2)
     await db.open()
     manager = MemoryManager.from_database(db)
@@ -125,6 +160,8 @@ async def measure(app_url: str, sessions: int, n: int) -> dict[str, list[float]]
         "recent": [],
         "append": [],
         "append, summary due": [],
+        f"append, {long_turns:,}-turn session, summary's last turn known": [],
+        f"append, {long_turns:,}-turn session, after a deletion": [],
         "snapshot": [],
     }
     for _ in range(50):  # warm up the pool and the driver's prepared statements
@@ -150,6 +187,20 @@ async def measure(app_url: str, sessions: int, n: int) -> dict[str, list[float]]
         await manager.append(o, ConversationMessage(role="user", content=f"benchmark turn {i}"))
         out["append, summary due"].append(time.perf_counter() - t)
     await manager.drain()
+    # the long sessions: each gets at most ten of these appends (the next summary is
+    # min_turns, 20, away), in turn, so none becomes due
+    calls = min(n, 10 * LONG_SESSIONS // 2)
+    for parity, name in (
+        (0, f"append, {long_turns:,}-turn session, summary's last turn known"),
+        (1, f"append, {long_turns:,}-turn session, after a deletion"),
+    ):
+        for i in range(calls):
+            s = 2 * (i % (LONG_SESSIONS // 2)) + 2 - parity
+            o = MemoryOwner(tenant_id=f"t{s % TENANTS}", principal_id=f"ul{s}", session_id=f"sl{s}")
+            t = time.perf_counter()
+            await manager.append(o, ConversationMessage(role="user", content=f"long turn {i}"))
+            out[name].append(time.perf_counter() - t)
+    await manager.drain()
     for _ in range(n):
         o = owner()
         t = time.perf_counter()
@@ -170,6 +221,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sessions", type=int, default=10_000)
     ap.add_argument("--memories", type=int, default=100_000)
     ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--long-turns", type=int, default=5000, help="turns of each long session")
     ap.add_argument(
         "--record", action="store_true", help="write the figures into benchmarks/RESULTS.md"
     )
@@ -177,14 +229,19 @@ def main(argv: list[str] | None = None) -> None:
     with private_server() as (su, _base):
         server.bootstrap(su)
         migrate.upgrade(with_params(su, dbname="harbor", user="harbor_owner"))
-        build(su, args.turns, args.sessions, args.memories)
+        build(su, args.turns, args.sessions, args.memories, args.long_turns)
         res = asyncio.run(
-            measure(with_params(su, dbname="harbor", user="harbor_app"), args.sessions, args.calls)
+            measure(
+                with_params(su, dbname="harbor", user="harbor_app"),
+                args.sessions,
+                args.calls,
+                args.long_turns,
+            )
         )
     print(f"\nmachine: {machine()}")
     print(
         f"data: {args.turns:,} turns in {args.sessions:,} sessions, {args.memories:,} "
-        f"memories, {TENANTS} tenants"
+        f"memories, {TENANTS} tenants; {LONG_SESSIONS} sessions of {args.long_turns:,} turns"
     )
     for name, values in res.items():
         print(f"{name:20s} {summary_ms(values)}")
@@ -193,7 +250,9 @@ def main(argv: list[str] | None = None) -> None:
             "tiers",
             title="Tier calls through the wrapper (`tiers`)",
             data=f"{args.turns:,} turns in {args.sessions:,} sessions, {args.memories:,}"
-            f" memories, {TENANTS} tenants; {args.calls} calls each",
+            f" memories, {TENANTS} tenants, and {LONG_SESSIONS} sessions of"
+            f" {args.long_turns:,} turns; {args.calls} calls each"
+            f" ({min(args.calls, 10 * LONG_SESSIONS // 2)} on the long sessions)",
             header=["call", "p50 ms", "p95 ms", "p99 ms"],
             rows=[latency_row(name, values) for name, values in res.items()],
         )
