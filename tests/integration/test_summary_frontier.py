@@ -45,16 +45,23 @@ def turn_ids(db: PgDatabase, session: str = "s1") -> list[int]:
     return [r[0] for r in rows]
 
 
+def as_app(db: PgDatabase, owner: MemoryOwner) -> psycopg.Connection[Any]:
+    """A connection of the application role with ``owner``'s identity set for its first
+    transaction."""
+    conn = psycopg.connect(db.app_url)
+    conn.execute(
+        "select set_config('harbor.tenant_id', %s, true),"
+        " set_config('harbor.principal_id', %s, true),"
+        " set_config('harbor.session_id', %s, true)",
+        (owner.tenant_id, owner.principal_id, owner.session_id),
+    )
+    return conn
+
+
 def due_both_ways(db: PgDatabase, owner: MemoryOwner = OWNER) -> tuple[bool, bool]:
     """The rule as the application asks it (harbor.summary_due_rows, cooldown 0), with the
     recorded last turn and with it cleared in a transaction rolled back."""
-    with psycopg.connect(db.app_url) as conn:
-        conn.execute(
-            "select set_config('harbor.tenant_id', %s, true),"
-            " set_config('harbor.principal_id', %s, true),"
-            " set_config('harbor.session_id', %s, true)",
-            (owner.tenant_id, owner.principal_id, owner.session_id),
-        )
+    with as_app(db, owner) as conn:
         ask = (
             "select due from harbor.summary_due_rows(%s, %s, %s, %s, 0)",
             (owner.tenant_id, owner.principal_id, owner.session_id, MIN_TURNS),
@@ -110,12 +117,7 @@ async def test_deleting_turns_forgets_the_last_turn_and_the_rule_counts_every_tu
     await append(store, 2)
     oldest = turn_ids(fresh_db)[:5]
     # the application deletes five of its own turns, in a statement of its own
-    with psycopg.connect(fresh_db.app_url) as conn:
-        conn.execute(
-            "select set_config('harbor.tenant_id', 't1', true),"
-            " set_config('harbor.principal_id', 'alice', true),"
-            " set_config('harbor.session_id', 's1', true)"
-        )
+    with as_app(fresh_db, OWNER) as conn:
         deleted = conn.execute("delete from harbor.messages where id = any(%s)", (oldest,))
         assert deleted.rowcount == 5
     assert state(fresh_db) == {"turns_at_summary": 12, "summarised_through": None}
@@ -167,12 +169,7 @@ async def test_another_session_learns_nothing_from_the_count(
     await append(store, MIN_TURNS)
     # bob asks about alice's session: her turns are not his to count, with or without
     # the mark (the count is 0; no session_state row of his)
-    with psycopg.connect(fresh_db.app_url) as conn:
-        conn.execute(
-            "select set_config('harbor.tenant_id', 't1', true),"
-            " set_config('harbor.principal_id', 'bob', true),"
-            " set_config('harbor.session_id', 's9', true)"
-        )
+    with as_app(fresh_db, OTHER) as conn:
         row = conn.execute(
             "select harbor._session_turns_since_summary('t1', 'alice', 's1', 100)"
         ).fetchone()
