@@ -131,6 +131,35 @@ def test_the_delegated_call_answers_as_the_coordinators_statement_and_one_server
     assert answers == {"delegated": expected, "coordinated": expected, "one": expected}
 
 
+def test_the_cluster_counts_every_turn_whatever_the_summarys_last_turn_says(
+    cluster_db: ClusterDatabase,
+) -> None:
+    # one server counts only the turns after the last summary's last turn
+    # (session_state.summarised_through), which a trigger clears when turns are deleted;
+    # the cluster has no such trigger, so its rule counts every turn and never reads the
+    # mark: one that says no turn came since (here the newest turn's id) changes nothing
+    owner = _prepare(cluster_db, "marked", 3, "finished")  # summarised at 3, 5 turns now
+    with psycopg.connect(cluster_db.superuser_url, autocommit=True) as su:
+        marked = su.execute(
+            "update harbor.session_state s set summarised_through = (select max(m.id)"
+            " from harbor.messages m where m.tenant_id = s.tenant_id"
+            " and m.user_id = s.user_id and m.session_id = s.session_id)"
+            " where s.tenant_id = %s and s.session_id = 'marked'",
+            (TENANT,),
+        )
+        assert marked.rowcount == 1
+    params = _params(owner, 1, 0.0)
+    with psycopg.connect(cluster_db.app_url, autocommit=True) as conn:
+        assert conn.execute(query("summary_due_delegated"), params).fetchall() == [(True,)]
+    with psycopg.connect(cluster_db.app_url) as conn:
+        for setting, value in carried_identity(owner).items():
+            conn.execute(f"set local harbor.{setting} = '{value}'")
+        due = conn.execute(
+            query("summary_due"), {**session_key(owner), "min_turns": 1, "cooldown_seconds": 0}
+        ).fetchall()
+        assert due == [(True,)]
+
+
 @pytest.fixture(scope="module")
 def bound_role(cluster_db: ClusterDatabase) -> Iterator[str]:
     """A login bound to tenant due-a as user ann, with harbor_app's rights, without SET."""
