@@ -102,9 +102,11 @@ def test_cannot_count_other_sessions_turns(
 def test_cannot_forget_another_sessions_summarised_turn(attacker: Conn, seeded: PgDatabase) -> None:
     # the trigger that clears a session's last summarised turn on a deletion of its turns
     # is a definer: attached to the attacker's own table, whose rows name another tenant's
-    # session, it refuses, and that session's mark stays
-    with psycopg.connect(seeded.superuser_url, autocommit=True) as su:
-        su.execute(
+    # session, it refuses, and that session's mark stays (written by the application
+    # role as that session's owner)
+    with connect(seeded.url_for("harbor_app"), autocommit=True) as victim:
+        victim.execute("select harbor.set_identity('t2', null, 'u1', null, 's1', null)")
+        victim.execute(
             "insert into harbor.session_state (tenant_id, user_id, session_id,"
             " turns_at_summary, summarised_through) values ('t2', 'u1', 's1', 1, 7)"
         )
