@@ -152,7 +152,8 @@ async def test_a_finish_after_turns_were_deleted_records_no_last_turn(
         OWNER, min_turns=MIN_TURNS, cooldown_seconds=0, lease_seconds=60
     )
     assert lease is not None and lease.turns == 8
-    with psycopg.connect(fresh_db.superuser_url, autocommit=True) as conn:
+    # the application deletes one of its turns while the summary runs
+    with as_app(fresh_db, OWNER) as conn:
         conn.execute("delete from harbor.messages where id = %s", (turn_ids(fresh_db)[3],))
     assert await store.finish_summary_lease(OWNER, lease, turns_at_summary=lease.turns)
     assert state(fresh_db) == {"turns_at_summary": 8, "summarised_through": None}
