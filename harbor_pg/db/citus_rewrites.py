@@ -95,13 +95,11 @@ REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
         " with SET, then bind it.';"
         "\n    end if;",
     ),
-    # recall's hydration (and its neighbour expansion's context probe, in the same form):
-    # a LATERAL probe with OFFSET 0 over a CTE ("Offset clause is
+    # recall's hydration: a LATERAL probe with OFFSET 0 over a CTE ("Offset clause is
     # currently unsupported when a lateral subquery references ... CTEs") becomes a
     # join on the distribution column and the id (the same rows: the probe's tenant
-    # test was the join's). The split below then replaces both joins: the context
-    # probe by the contexts read before the ranking, the hydration's by the top_k's
-    # rows read in a routed statement of their own
+    # test was the join's). The split below then replaces the join by the top_k's rows
+    # read in a routed statement of their own
     (
         "recall",
         re.compile(
@@ -113,14 +111,13 @@ REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
         r"join harbor.memories \3 on \3.tenant_id = \2.tenant_id and \3.id = \2.memory_id"
         "\n         where true",
     ),
-    # recall's hydration (and its neighbour expansion's context probe) routed to the
-    # tenant's shard: the statement is split in two. The first runs the legs and fuses
-    # their candidates into a jsonb value; the second reads them back (a function in
-    # FROM: no distributed table), ranks them and joins them to harbor.memories, both
-    # probes with a literal tenant predicate, so Citus routes it whole to the tenant's
-    # worker, one task (and the '' shard too with the global scope). In one statement
-    # the tenant predicate made the whole statement, leg calls included, one router
-    # query sent to the worker, where the legs' own statements are refused as nested
+    # recall's hydration routed to the tenant's shard: the statement is split in two.
+    # The first runs the legs and fuses their candidates into a jsonb value; the second
+    # reads them back (a function in FROM: no distributed table), ranks them and joins
+    # them to harbor.memories with a literal tenant predicate, so Citus routes it whole
+    # to the tenant's worker, one task (and the '' shard too with the global scope). In
+    # one statement the tenant predicate made the whole statement, leg calls included,
+    # one router query sent to the worker, where the legs' own statements are refused as nested
     # distributed queries ("cannot execute a distributed query from a query on a shard").
     # The second is split again: the ranking, up to the top_k with every signal, into
     # a jsonb value too, in a statement that reads no distributed table (PostgreSQL
@@ -130,14 +127,13 @@ REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     # 200 lines, Citus planned it on every call (custom plans): split so, a recall of
     # benchmarks/citus.py took 12.0-12.2 ms at p50 against 16.4-17.0 ms (ranked apart
     # with the hydration's join routed: 12.7-13.8 ms). What the ranking read of
-    # harbor.memories (the substring fallback's contexts) and of harbor.memory_hits (the
-    # importance decay) is read before it, each in a short routed statement run only
-    # when needed
+    # harbor.memory_hits (the importance decay) is read before it, in a short routed
+    # statement run only when needed (the substring fallback's rows carry their context
+    # keys, as the legs' do)
     (
         "recall",
         re.compile(r"\n(\s*)v_years  integer\[\];[^\n]*"),
         "\\g<0>\n\\1v_candidates jsonb;  -- (Citus: the candidates, between the two statements)"
-        "\n\\1v_contexts jsonb;  -- (Citus: the substring fallback's contexts)"
         "\n\\1v_hits jsonb;  -- (Citus: the candidates' last recall, for the importance decay)"
         "\n\\1v_ranked jsonb;  -- (Citus: the top_k ranked, between the ranking and the hydration)"
         "\n\\1v_ids text[];  -- (Citus: their ids)"
@@ -152,22 +148,10 @@ REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ),
     (
         "recall",
-        re.compile(r"\n(\s*)\), contexts as \("),
+        re.compile(r"\n(\s*)\), linked as \("),
         "\n\\1)\n\\1select * from candidates) c;"
-        # the substring fallback's contexts and the candidates' hits, each a short
-        # statement routed by the tenant predicate, run only when needed
-        "\n\\1if recall.neighbour_weight > 0"
-        " and v_candidates @> '[{\"substring_match\": true}]'::jsonb then"
-        "\n\\1    select pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object("
-        "'tenant_id', x.tenant_id, 'memory_id', x.id, 'context_hash', x.context_hash))"
-        " into v_contexts"
-        "\n\\1      from pg_catalog.jsonb_to_recordset(v_candidates)"
-        " as c(tenant_id text, memory_id text, substring_match boolean)"
-        "\n\\1      join harbor.memories x on x.tenant_id = c.tenant_id and x.id = c.memory_id"
-        " and x.tenant_id = any "
-        + _TENANTS.format(scopes="recall.scopes", tenant="v_tenant")
-        + "\n\\1     where c.substring_match and x.context_hash is not null;"
-        "\n\\1end if;"
+        # the candidates' hits, a short statement routed by the tenant predicate, run
+        # only when needed
         "\n\\1if recall.importance_half_life_hours is not null then"
         "\n\\1    select pg_catalog.jsonb_object_agg("
         "pg_catalog.jsonb_build_array(h.tenant_id, h.memory_id)::text, h.last_recalled_at)"
@@ -187,20 +171,7 @@ REWRITES: tuple[tuple[str, re.Pattern[str], str], ...] = (
         " relevance double precision, scope harbor.memory_scope,"
         " memory_type harbor.memory_type, importance real, valid_from timestamptz,"
         " content_hash text, entity_ids text[], context_key text)"
-        "\n\\1), contexts as (",
-    ),
-    # the contexts CTE reads what the statement before the ranking read (v_contexts)
-    (
-        "recall",
-        re.compile(
-            r"select c\.tenant_id, c\.memory_id, x\.context_hash\s+from candidates c\s+"
-            r"join harbor\.memories x on x\.tenant_id = c\.tenant_id and x\.id = c\.memory_id"
-            r"\s+where true\s+and c\.substring_match\s+"
-            r"and recall\.neighbour_weight > 0 and x\.context_hash is not null"
-        ),
-        "select x.tenant_id, x.memory_id, x.context_hash"
-        " from pg_catalog.jsonb_to_recordset(v_contexts)"
-        " as x(tenant_id text, memory_id text, context_hash text)",
+        "\n\\1), linked as (",
     ),
     # the ranking ends at `ranked`, the top_k kept in v_ranked; the hydration reads them
     # back
@@ -548,7 +519,7 @@ def rewrite(name: str, definition: str) -> str:
         # (recall's split is two rewrites that must both match, or neither)
         raise MemoryConfigurationError(
             f"harbor.{name}: sql/functions/recall/ranking.sql no longer has the shape"
-            " harbor_pg.db.citus splits for Citus (its statement's start or the contexts"
+            " harbor_pg.db.citus splits for Citus (its statement's start or the linked"
             " CTE moved)"
         )
     if rewritten.count(" into v_ranked, v_ids from (") != rewritten.count(
@@ -556,6 +527,6 @@ def rewrite(name: str, definition: str) -> str:
     ):
         raise MemoryConfigurationError(
             f"harbor.{name}: sql/functions/recall/ranking.sql no longer has the shape"
-            " harbor_pg.db.citus splits for Citus (its contexts or hydrated CTE moved)"
+            " harbor_pg.db.citus splits for Citus (its linked or hydrated CTE moved)"
         )
     return rewritten

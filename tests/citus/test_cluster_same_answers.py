@@ -159,9 +159,10 @@ def _recall_rows(url: str, owner: MemoryOwner, question: str) -> list[tuple[Any,
 async def test_recall_signals_are_the_same_with_hits_and_the_substring_fallback(
     managers: tuple[MemoryManager, MemoryManager], cluster_db: ClusterDatabase, fresh_db: PgDatabase
 ) -> None:
-    # the cluster ranks in a statement of its own and reads the fallback's contexts and
-    # the hits apart (harbor_pg.db.citus_rewrites): the same scores, neighbours and
-    # decay. A memory recalled after ASOF is not decayed at ASOF; the others are
+    # the cluster ranks in a statement of its own and reads the hits apart
+    # (harbor_pg.db.citus_rewrites), the fallback's rows carrying their context keys:
+    # the same scores, neighbours and decay. A memory recalled after ASOF is not decayed
+    # at ASOF; the others are
     owner = OWNERS[0]
     for url in (fresh_db.app_url, cluster_db.app_url):
         with psycopg.connect(url) as conn:

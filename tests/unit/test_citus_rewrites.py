@@ -43,7 +43,7 @@ def test_recall_is_split_in_two_statements() -> None:
 
 def test_half_a_split_is_refused() -> None:
     [(_file, text)] = _definitions("recall")
-    moved = text.replace("), contexts as (", "), context_keys as (")
+    moved = text.replace("), linked as (", "), linked_rows as (")
     with pytest.raises(MemoryConfigurationError, match=r"ranking\.sql no longer has the shape"):
         rewrite("recall", moved)
 

@@ -28,28 +28,48 @@
 -- in one statement instead (harbor_pg/db/citus_rewrites.py): the caller's tenant as
 -- recall() read it, a value Citus prunes the shards by (it cannot with a function call
 -- such as harbor.caller_tenant()); the policies still decide what is visible.
+-- It returns each match's context key (memories.context_hash) too, the neighbour
+-- signal's link, as the legs do with theirs: recall reads no row of its own for it.
+-- PL/pgSQL (its statement checked when first run): the file is applied at revisions
+-- older than the context key's column too.
 drop function if exists harbor._substring_matches(text, harbor.memory_scope[], timestamptz,
                                                   integer);
 drop function if exists harbor._substring_matches(text, harbor.memory_scope[], timestamptz,
                                                   integer, harbor.sensitivity);
+do $$
+begin
+    -- (the form without the context key: a function's columns cannot be replaced)
+    if exists (select 1 from pg_catalog.pg_proc p
+                where p.oid = to_regprocedure('harbor._substring_matches(text, '
+                                              'harbor.memory_scope[], timestamptz, integer, '
+                                              'harbor.sensitivity, text)')
+                  and not 'context_hash' = any (p.proargnames)) then
+        drop function harbor._substring_matches(text, harbor.memory_scope[], timestamptz,
+                                                integer, harbor.sensitivity, text);
+    end if;
+end
+$$;
 create or replace function harbor._substring_matches(
     p_query text, p_scopes harbor.memory_scope[], p_as_of timestamptz, p_limit integer,
     p_max_sensitivity harbor.sensitivity default 'sensitive', p_tenant text default null
 ) returns table (tenant_id text, memory_id text, scope harbor.memory_scope,
                  memory_type harbor.memory_type, importance real, valid_from timestamptz,
-                 content_hash text, entity_ids text[])
-    language sql stable security invoker parallel safe
+                 content_hash text, entity_ids text[], context_hash text)
+    language plpgsql stable security invoker parallel safe
     set search_path to pg_catalog, pg_temp
     set plan_cache_mode to force_generic_plan
 as $$
+#variable_conflict use_column
+begin
+    return query
     select m.tenant_id, m.id, m.scope, m.memory_type, m.importance, lower(m.valid),
-           m.content_hash, m.entity_ids
+           m.content_hash, m.entity_ids, m.context_hash
       from harbor._caller_identity() i
      cross join lateral harbor._recall_keys(p_scopes, i.tenant_id, i.project_id, i.user_id,
                                             i.session_id, i.run_id) k
      cross join lateral (
          select m.tenant_id, m.id, m.scope, m.memory_type, m.importance, m.valid,
-                m.content_hash, m.entity_ids, m.sensitivity, m.content
+                m.content_hash, m.entity_ids, m.sensitivity, m.content, m.context_hash
            from harbor.memories m
           where m.tenant_id = k.tenant_id and m.scope = k.scope and m.user_id = k.user_id
             and m.project_id = k.project_id and m.session_id = k.session_id
@@ -59,7 +79,8 @@ as $$
        and m.memory_type <> 'summary'
        and m.sensitivity <= p_max_sensitivity
        and strpos(lower(m.content), lower(btrim(left(p_query, 1000)))) > 0
-     limit p_limit
+     limit p_limit;
+end
 $$;
 
 -- Ranked recall for the caller (the identity set with harbor.set_identity()),
@@ -358,33 +379,22 @@ begin
                case when recall.fusion = 'weighted' then 1::double precision
                     else 1::double precision / (recall.rrf_k + 1) end,
                s.scope, s.memory_type, s.importance, s.valid_from, s.content_hash, s.entity_ids,
-               null::text
+               s.context_hash
           from harbor._substring_matches(v_query, recall.scopes, v_as_of, v_n,
                                          recall.max_sensitivity) s
          where recall.query_embedding is null
            and btrim(v_query) <> ''
            and not exists (select 1 from fused)
-    ), contexts as (
-        -- ---- neighbour expansion. A memory's context is the text
-        -- before it (a conversation's previous turn), stored with the key it
-        -- would have as content (memories.context_hash, harbor.context_hash()).
-        -- The legs return it with their rows; the substring fallback's rows are
-        -- read here, by primary key as the invoker (the probe's form is the
-        -- hydration's below, which harbor_pg.db.citus rewrites into a join for Citus)
-        select c.tenant_id, c.memory_id, x.context_hash
-          from candidates c
-          cross join lateral (
-              select m1.* from harbor.memories m1 where m1.id = c.memory_id offset 0) x
-         where x.tenant_id = c.tenant_id
-           and c.substring_match
-           and recall.neighbour_weight > 0 and x.context_hash is not null
     ), linked as (
-        -- a candidate follows the candidate whose content hash is its context's
+        -- ---- neighbour expansion. A memory's context is the text before it (a
+        -- conversation's previous turn), stored with the key it would have as content
+        -- (memories.context_hash, harbor.context_hash()). The legs and the substring
+        -- fallback return it with their rows (no probe of recall's own: each node of
+        -- this statement is set up on every call, run or not). A candidate follows the
+        -- candidate whose content hash is its context's
         select c.*,
-               case when recall.neighbour_weight > 0
-                    then coalesce(c.context_key, k.context_hash) end as context_hash
+               case when recall.neighbour_weight > 0 then c.context_key end as context_hash
           from candidates c
-          left join contexts k on k.tenant_id = c.tenant_id and k.memory_id = c.memory_id
     ), neighboured as (
         -- each candidate's neighbour signal: the higher fused relevance of the
         -- candidate before it and the candidate after it (0 when neither is one)
