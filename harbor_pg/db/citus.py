@@ -832,6 +832,14 @@ SUMMARY_DUE_FUNCTION = (
 #: the caller's memories past their expiry closed in one call Citus delegates to the
 #: tenant's worker (sql/citus/expire.sql)
 EXPIRE_FUNCTION = "harbor.expire_memories_delegated(text, text, text, text, text, text)"
+#: an extracted fact's write (the gate, the supersede or the insert, and their guards) in
+#: one call Citus delegates to the tenant's worker (sql/citus/fact.sql)
+FACT_FUNCTION = (
+    "harbor.add_fact_delegated(text, text, text, text, text, text, harbor.memory_scope, text,"
+    " text, text, text, text, text, harbor.memory_type, real, text, text, text, text[], text,"
+    " harbor.sensitivity, text, text[], jsonb, timestamptz, text, integer, public.vector,"
+    " double precision, text[], text, boolean, bigint, text[])"
+)
 
 #: a memory's save in one call Citus delegates to the tenant's worker (sql/citus/save.sql)
 SAVE_FUNCTION = (
@@ -870,6 +878,7 @@ DELEGATED_CALLS: tuple[tuple[str, str], ...] = (
     (MESSAGES_AFTER_FUNCTION, "harbor.messages"),  # sql/citus/turns.sql
     (TURNS_THROUGH_FUNCTION, "harbor.messages"),  # sql/citus/turns.sql
     (EXPIRE_FUNCTION, "harbor.memories"),  # sql/citus/expire.sql
+    (FACT_FUNCTION, "harbor.memories"),  # sql/citus/fact.sql
 )
 
 # harbor._binding() on Citus: the single-server statement (sql/functions/identity.sql)

@@ -65,6 +65,7 @@ CITUS_FILES: tuple[str, ...] = (
     "citus/close.sql",
     "citus/turns.sql",
     "citus/expire.sql",
+    "citus/fact.sql",
 )
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z0-9_]+)\s*$", re.MULTILINE)

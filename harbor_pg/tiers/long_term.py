@@ -964,6 +964,16 @@ class PostgresLongTermStore:
             "exclude_ids": [],
         }
         read = _observed_ids(memory)
+        if self.db.set_local:
+            # a distributed database: one call that Citus delegates to the tenant's
+            # worker, the guards with it (sql/citus/fact.sql); None: not decided there
+            delegated = await self._fact_delegated(
+                owner, write, insert_if_gone=False, turn_id=None, read_ids=read
+            )
+            if delegated is not None:
+                if not delegated["found"]:
+                    return None
+                return await self._delegated_saved(owner, params, delegated)
         [row] = await self.db.fetch_in_one_round_trip(
             owner,
             query("extraction_supersede_memory"),
@@ -1033,6 +1043,19 @@ class PostgresLongTermStore:
             "dedup_threshold": dedup_threshold if gated else None,
             "exclude_ids": [replaces] if replaces else [],
         }
+        if self.db.set_local:
+            # a distributed database: the guards, the gate and the write in one call that
+            # Citus delegates to the tenant's worker (sql/citus/fact.sql); None: not
+            # decided there (an observation read a memory not on the tenant's shard)
+            delegated = await self._fact_delegated(
+                owner,
+                {**write, "replaces": replaces},
+                insert_if_gone=True,
+                turn_id=for_turn,
+                read_ids=read,
+            )
+            if delegated is not None:
+                return await self._fact_result(owner, params, delegated, replaces)
         if replaces is not None:
             [row] = await self.db.fetch_in_one_round_trip(
                 owner,
@@ -1057,6 +1080,57 @@ class PostgresLongTermStore:
         if row["id"] is not None:
             return FactResult(memory=memory_from_row(row), created=True)
         return FactResult(memory=await self._duplicate(owner, params), created=False)
+
+    async def _fact_delegated(
+        self,
+        owner: MemoryOwner,
+        write: dict[str, Any],
+        *,
+        insert_if_gone: bool,
+        turn_id: int | None,
+        read_ids: list[str] | None,
+    ) -> dict[str, Any] | None:
+        """``add_fact_delegated``'s row for ``write`` (the parameters of
+        ``extraction_supersede_memory``), or None when the call wrote nothing because an
+        observation read a memory that is not on the tenant's shard (a GLOBAL one, or
+        one erased): the coordinator's transaction then writes it."""
+        key = {f: write[f] for f in ("project_id", "user_id", "session_id", "run_id")}
+        [row] = await self.db.fetch_delegated(
+            query("add_fact_delegated"),
+            {
+                **write,
+                **carried_identity(owner),
+                **{f"key_{f}": v for f, v in key.items()},
+                "writer_id": write["principal_id"],
+                "insert_if_gone": insert_if_gone,
+                "turn_id": turn_id,
+                "read_ids": read_ids,
+            },
+        )
+        return None if row["global_read"] else row
+
+    async def _fact_result(
+        self, owner: MemoryOwner, params: dict[str, Any], row: dict[str, Any], replaces: str | None
+    ) -> FactResult:
+        """``add_fact``'s answer from ``add_fact_delegated``'s row, as the coordinator's
+        statements give it."""
+        if row["restatement_of"] is not None:
+            return _restatement(row)
+        saved = await self._delegated_saved(owner, params, row)
+        superseded = replaces is not None and row["found"] and saved.created
+        return FactResult(
+            memory=saved.memory, created=saved.created, superseded=replaces if superseded else None
+        )
+
+    async def _delegated_saved(
+        self, owner: MemoryOwner, params: dict[str, Any], row: dict[str, Any]
+    ) -> SaveResult:
+        """The memory ``add_fact_delegated`` wrote, or the currently valid duplicate that took
+        its place (read back here when the call could not see it: as the coordinator's
+        statements, :meth:`_duplicate` then raises)."""
+        if row["id"] is None:
+            return SaveResult(memory=await self._duplicate(owner, params), created=False)
+        return SaveResult(memory=memory_from_row(row), created=bool(row["created"]))
 
     async def _superseded(
         self, owner: MemoryOwner, params: dict[str, Any], row: dict[str, Any]

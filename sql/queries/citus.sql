@@ -475,3 +475,32 @@ select t.id, t.role, t.content, t.name, t.tool_calls, t.tool_call_id, t.metadata
 select harbor.expire_memories_delegated(
            %(tenant_id)s::text, %(project_id)s::text, %(principal_id)s::text,
            %(user_id)s::text, %(session_id)s::text, %(run_id)s::text) as closed
+
+-- name: add_fact_delegated
+-- extraction_supersede_memory and extraction_insert_memory (extraction.sql), with the
+-- guards sent before them (job_write_lock, job_turn_present, job_user_lock,
+-- job_memories_present), on a distributed database: one call of
+-- harbor.add_fact_delegated (sql/citus/fact.sql), which Citus sends whole to the tenant's
+-- worker, for the scope and owner key (key_*) given. The identity is its first arguments
+-- (the worker checks them against the caller's); sent in autocommit, the call is its own
+-- transaction. One row: global_read (an observation read a memory not on the tenant's
+-- shard: nothing written), then the gate's verdict, found and closed_id (with replaces),
+-- the memory's columns and created (false: the current duplicate, read back).
+select f.global_read, f.restatement_of, f.restatement_similarity,
+       f.replaced_found as found, f.closed_id, f.id, f.tenant_id, f.scope, f.project_id,
+       f.principal_id, f.user_id, f.session_id, f.run_id, f.memory_type, f.content,
+       f.content_hash, f.importance, f.entity_ids, f.source, f.sensitivity, f.valid_from,
+       f.invalid_at, f.superseded_by, f.source_session_id, f.source_message_ids, f.metadata,
+       f.context, f.created_at, f.updated_at, f.expires_at, f.created
+  from harbor.add_fact_delegated(
+      %(tenant_id)s::text, %(project_id)s::text, %(principal_id)s::text, %(user_id)s::text,
+      %(session_id)s::text, %(run_id)s::text, %(scope)s::harbor.memory_scope,
+      %(key_project_id)s::text, %(key_user_id)s::text, %(key_session_id)s::text,
+      %(key_run_id)s::text, %(id)s::text, %(writer_id)s::text,
+      %(memory_type)s::harbor.memory_type, %(importance)s::real, %(content)s::text,
+      %(content_hash)s::text, %(context)s::text, %(entity_ids)s::text[], %(source)s::text,
+      %(sensitivity)s::harbor.sensitivity, %(source_session_id)s::text,
+      %(source_message_ids)s::text[], %(metadata)s::jsonb, %(valid_from)s::timestamptz,
+      %(model_id)s::text, %(dims)s::integer, %(embedding)s::public.vector,
+      %(dedup_threshold)s::double precision, %(exclude_ids)s::text[], %(replaces)s::text,
+      %(insert_if_gone)s::boolean, %(turn_id)s::bigint, %(read_ids)s::text[]) f
