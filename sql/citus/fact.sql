@@ -15,9 +15,9 @@
 -- harbor._delegated_caller (sql/citus/delegated.sql) sets it (SET LOCAL) and checks it
 -- against what the policies read; a caller that names another tenant (the distribution
 -- argument), user or session than its own is refused before any row is read. The
--- statements then run as the caller (security invoker), under the policies of the tables
--- (Citus routes each to the tenant's shards, on this node): the fact's owner key (p_key_*)
--- must be one the caller may write, as on one server.
+-- statements then run as the caller (security invoker), on the tenant's shard tables
+-- (harbor._fact_statements, below), under the policies they carry: the fact's owner key
+-- (p_key_*) must be one the caller may write, as on one server.
 --
 -- The steps are one server's, in one server's order, each a statement of its own (so each
 -- sees what committed before it, as the guards of the coordinator's transaction do):
@@ -95,6 +95,128 @@ grant execute on function harbor._fact_gate(text, harbor.memory_scope, text, tex
                                             double precision)
     to harbor_app;
 
+-- The call's statements, prepared once a connection (harbor._prepare_on_shard,
+-- sql/citus/delegated.sql) and run by name, as a save's are (sql/citus/save.sql): on the
+-- worker they address the tenant's own shard tables (harbor.memories_NNN and the others),
+-- which carry the distributed tables' policies, on the coordinator (a call Citus did not
+-- delegate) the distributed tables. Each is one server's statement (the guards' of
+-- sql/queries/extraction.sql and sql/functions/tiers.sql, the steps of
+-- extraction_supersede_memory and extraction_insert_memory); on the distributed tables each
+-- paid Citus's planning on the worker, about 1-2 ms a statement on the test cluster.
+-- Returns the suffix of their names (the memories shard's id; 'tables' on the coordinator).
+create or replace function harbor._fact_statements(p_tenant_id text) returns text
+    language plpgsql volatile security invoker
+    set search_path to pg_catalog, pg_temp
+as $$
+declare
+    v_key      text := 'tables';
+    v_memories text := 'harbor.memories';
+    v_vectors  text := 'harbor.memory_embeddings';
+    v_locks    text := 'harbor.owner_locks';
+    v_turns    text := 'harbor.messages';
+    v_names    text[];
+begin
+    if (select g.groupid from pg_dist_local_group g) <> 0 then
+        v_key := get_shard_id_for_distribution_column('harbor.memories'::regclass,
+                                                      p_tenant_id)::text;
+    end if;
+    -- (prepared already: their names are all this needs)
+    if harbor._prepared_on_shard('harbor_fact_read_' || v_key) then
+        return v_key;
+    end if;
+    if v_key <> 'tables' then
+        v_memories := shard_name('harbor.memories'::regclass, v_key::bigint);
+        v_vectors := shard_name('harbor.memory_embeddings'::regclass,
+                                get_shard_id_for_distribution_column(
+                                    'harbor.memory_embeddings'::regclass, p_tenant_id));
+        v_locks := shard_name('harbor.owner_locks'::regclass,
+                              get_shard_id_for_distribution_column(
+                                  'harbor.owner_locks'::regclass, p_tenant_id));
+        v_turns := shard_name('harbor.messages'::regclass,
+                              get_shard_id_for_distribution_column(
+                                  'harbor.messages'::regclass, p_tenant_id));
+    end if;
+    v_names := array['harbor_fact_read_', 'harbor_fact_lock_', 'harbor_fact_turn_',
+                     'harbor_fact_target_', 'harbor_fact_insert_', 'harbor_fact_vector_',
+                     'harbor_fact_close_', 'harbor_fact_expired_', 'harbor_fact_duplicate_'];
+    v_names := array(select n || v_key from unnest(v_names) with ordinality u(n, i) order by i);
+    perform harbor._prepare_on_shard(v_names, array[
+        -- the memories an observation read, on the tenant's shard (harbor.require_memories)
+        format($f$prepare %s(text, text[]) as select pg_catalog.count(distinct m.id) from %s m
+                   where m.tenant_id = $1 and m.id = any ($2)$f$, v_names[1], v_memories),
+        -- a session's or a user's lock (job_write_lock, job_user_lock)
+        format($f$prepare %s(text, text, text, harbor.memory_scope) as
+                  insert into %s as l (tenant_id, user_id, session_id, scope)
+                  values ($1, $2, $3, $4)
+                  on conflict (tenant_id, user_id, session_id, scope, project_id, run_id)
+                  do update set scope = excluded.scope where false$f$, v_names[2], v_locks),
+        -- the job's turn still there (harbor.require_turn)
+        format($f$prepare %s(text, bigint) as select exists (select 1 from %s m
+                   where m.tenant_id = $1 and m.id = $2)$f$, v_names[3], v_turns),
+        -- the replaced memory locked (extraction_supersede_memory's target)
+        format($f$prepare %s(text, text, harbor.memory_scope, text, text, text, text) as
+                  select m.id from %s m
+                   where m.tenant_id = $1 and m.id = $2 and m.scope = $3
+                     and m.project_id = $4 and m.user_id = $5 and m.session_id = $6
+                     and m.run_id = $7 and m.memory_type <> 'summary'
+                     and m.superseded_by is null
+                     and upper_inf(m.valid) and lower(m.valid) < pg_catalog.now()
+                     for update$f$, v_names[4], v_memories),
+        -- the memory inserted, valid from $20 (or now())
+        format($f$prepare %s(text, text, harbor.memory_scope, text, text, text, text, text,
+                             harbor.memory_type, real, text, text, text, text[], text,
+                             harbor.sensitivity, text, text[], jsonb, timestamptz) as
+                  insert into %s as m (tenant_id, id, scope, project_id, user_id, session_id,
+                                       run_id, principal_id, memory_type, importance, content,
+                                       content_hash, context, entity_ids, source, sensitivity,
+                                       source_session_id, source_message_ids, metadata, valid)
+                  values ($1, coalesce($2, (pg_catalog.gen_random_uuid())::text), $3, $4, $5,
+                          $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19,
+                          pg_catalog.tstzrange(coalesce($20, pg_catalog.now()), null, '[)'))
+                  on conflict do nothing
+                  returning m.*$f$, v_names[5], v_memories),
+        -- its vector
+        format($f$prepare %s(text, text, text, integer, public.vector, harbor.memory_scope,
+                             text, text, text, text) as
+                  insert into %s (tenant_id, memory_id, model_id, dims, embedding, scope,
+                                  project_id, user_id, session_id, run_id)
+                  values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)$f$, v_names[6], v_vectors),
+        -- the replaced memory's interval closed and linked to its successor
+        format($f$prepare %s(text, text, text) as
+                  update %s m set valid = pg_catalog.tstzrange(lower(m.valid), pg_catalog.now(),
+                                                              '[)'),
+                                  superseded_by = $3
+                   where m.tenant_id = $1 and m.id = $2
+                  returning m.id$f$, v_names[7], v_memories),
+        -- a duplicate past its expiry closed at its expiry
+        format($f$prepare %s(text, harbor.memory_scope, text, text, text, text, text) as
+                  update %s d
+                     set valid = case when d.expires_at > pg_catalog.lower(d.valid)
+                                      then pg_catalog.tstzrange(pg_catalog.lower(d.valid),
+                                                                d.expires_at, '[)')
+                                      else pg_catalog.tstzrange(pg_catalog.lower(d.valid),
+                                                                pg_catalog.lower(d.valid),
+                                                                '[]') end
+                   where d.tenant_id = $1
+                     and d.expires_at is not null and d.expires_at <= pg_catalog.now()
+                     and pg_catalog.upper_inf(d.valid)
+                     and d.user_id = $4 and d.project_id = $3
+                     and d.session_id = $5 and d.run_id = $6
+                     and d.content_hash = $7 and d.scope = $2$f$, v_names[8], v_memories),
+        -- the currently valid duplicate (find_current_duplicate, get_memory)
+        format($f$prepare %s(text, harbor.memory_scope, text, text, text, text, text) as
+                  select m.* from %s m
+                   where m.tenant_id = $1 and m.scope = $2 and m.project_id = $3
+                     and m.user_id = $4 and m.session_id = $5 and m.run_id = $6
+                     and m.content_hash = $7 and upper_inf(m.valid)$f$,
+               v_names[9], v_memories)]);
+    return v_key;
+end
+$$;
+alter function harbor._fact_statements(text) owner to harbor_owner;
+revoke all on function harbor._fact_statements(text) from public;
+grant execute on function harbor._fact_statements(text) to harbor_app;
+
 create or replace function harbor.add_fact_delegated(
     p_tenant_id text, p_project_id text, p_principal_id text, p_user_id text,
     p_session_id text, p_run_id text,
@@ -123,6 +245,10 @@ as $$
 #variable_conflict use_column
 declare
     v_user   text := coalesce(nullif(p_user_id, ''), p_principal_id, '');
+    v_key    text;    -- the suffix of the statements' names (harbor._fact_statements)
+    v_read   bigint;  -- how many of the memories read are on the tenant's shard
+    v_wanted integer; -- how many distinct memories were read
+    v_there  boolean;
     v_target text;
     v_row    harbor.memories%rowtype;
 begin
@@ -130,33 +256,38 @@ begin
     perform harbor._delegated_caller(
         'harbor.add_fact_delegated', 'harbor.memories', p_tenant_id, p_project_id,
         p_principal_id, v_user, p_session_id, p_run_id);
+    v_key := harbor._fact_statements(p_tenant_id);
     global_read := false;
     -- the memories an observation read: all on the tenant's shard, or not decided here
-    if p_read_ids is not null
-       and (select count(distinct m.id) from harbor.memories m
-             where m.tenant_id = p_tenant_id and m.id = any (p_read_ids))
-           < cardinality(array(select distinct r from unnest(p_read_ids) r)) then
-        global_read := true;
-        return next;
-        return;
-    end if;
-    -- a queued job's guards (job_write_lock, job_turn_present)
-    if p_turn_id is not null then
-        insert into harbor.owner_locks as l (tenant_id, user_id, session_id, scope)
-        values (p_tenant_id, v_user, p_session_id, 'session')
-        on conflict (tenant_id, user_id, session_id, scope, project_id, run_id)
-        do update set scope = excluded.scope where false;
-        perform harbor.require_turn(p_turn_id);
-    end if;
-    -- an observation's guards (job_user_lock, job_memories_present), on the tenant's shard
     if p_read_ids is not null then
-        insert into harbor.owner_locks as l (tenant_id, user_id, session_id, scope)
-        values (p_tenant_id, v_user, '', 'user')
-        on conflict (tenant_id, user_id, session_id, scope, project_id, run_id)
-        do update set scope = excluded.scope where false;
-        if (select count(distinct m.id) from harbor.memories m
-             where m.tenant_id = p_tenant_id and m.id = any (p_read_ids))
-           < cardinality(array(select distinct r from unnest(p_read_ids) r)) then
+        v_wanted := cardinality(array(select distinct r from unnest(p_read_ids) r));
+        execute format('execute harbor_fact_read_%s(%L, %L)', v_key, p_tenant_id, p_read_ids)
+            into v_read;
+        if v_read < v_wanted then
+            global_read := true;
+            return next;
+            return;
+        end if;
+    end if;
+    -- a queued job's guards (job_write_lock, then job_turn_present)
+    if p_turn_id is not null then
+        execute format('execute harbor_fact_lock_%s(%L, %L, %L, %L)', v_key, p_tenant_id,
+                       v_user, p_session_id, 'session');
+        execute format('execute harbor_fact_turn_%s(%L, %L)', v_key, p_tenant_id, p_turn_id)
+            into v_there;
+        if not v_there then
+            raise exception 'harbor.require_turn: turn % is gone (erased or expired)', p_turn_id
+                using errcode = 'no_data_found';
+        end if;
+    end if;
+    -- an observation's guards (job_user_lock, then job_memories_present), on the tenant's
+    -- shard
+    if p_read_ids is not null then
+        execute format('execute harbor_fact_lock_%s(%L, %L, %L, %L)', v_key, p_tenant_id,
+                       v_user, '', 'user');
+        execute format('execute harbor_fact_read_%s(%L, %L)', v_key, p_tenant_id, p_read_ids)
+            into v_read;
+        if v_read < v_wanted then
             raise exception 'harbor.require_memories: a memory read is gone (erased or deleted)'
                 using errcode = 'no_data_found';
         end if;
@@ -175,47 +306,33 @@ begin
     end if;
     if p_replaces is not null then
         -- extraction_supersede_memory: the replaced memory locked (a concurrent superseder
-        -- that won the lock first leaves nothing to lock)
-        select m.id into v_target
-          from harbor.memories m
-         where m.tenant_id = p_tenant_id and m.id = p_replaces
-           and m.scope = p_scope and m.project_id = p_key_project_id
-           and m.user_id = p_key_user_id and m.session_id = p_key_session_id
-           and m.run_id = p_key_run_id
-           and m.memory_type <> 'summary'
-           and m.superseded_by is null
-           and upper_inf(m.valid) and lower(m.valid) < pg_catalog.now()
-           for update;
+        -- that won the lock first leaves nothing to lock), the successor inserted valid
+        -- from now() with its vector, the old interval closed and linked
+        execute format('execute harbor_fact_target_%s(%L, %L, %L, %L, %L, %L, %L)', v_key,
+                       p_tenant_id, p_replaces, p_scope, p_key_project_id, p_key_user_id,
+                       p_key_session_id, p_key_run_id)
+            into v_target;
         replaced_found := v_target is not null;
         if v_target is not null then
-            insert into harbor.memories as m (tenant_id, id, scope, project_id, user_id,
-                                              session_id, run_id, principal_id, memory_type,
-                                              importance, content, content_hash, context,
-                                              entity_ids, source, sensitivity,
-                                              source_session_id, source_message_ids, metadata,
-                                              valid)
-            values (p_tenant_id, coalesce(p_id, (pg_catalog.gen_random_uuid())::text), p_scope,
-                    p_key_project_id, p_key_user_id, p_key_session_id, p_key_run_id,
-                    p_writer_id, p_memory_type, p_importance, p_content, p_content_hash,
-                    p_context, p_entity_ids, p_source, p_sensitivity, p_source_session_id,
-                    p_source_message_ids, p_metadata,
-                    tstzrange(pg_catalog.now(), null, '[)'))
-            on conflict do nothing
-            returning m.* into v_row;
+            execute format('execute harbor_fact_insert_%s(%L, %L, %L, %L, %L, %L, %L, %L, %L,'
+                           ' %L, %L, %L, %L, %L, %L, %L, %L, %L, %L, %L)', v_key,
+                           p_tenant_id, p_id, p_scope, p_key_project_id, p_key_user_id,
+                           p_key_session_id, p_key_run_id, p_writer_id, p_memory_type,
+                           p_importance, p_content, p_content_hash, p_context, p_entity_ids,
+                           p_source, p_sensitivity, p_source_session_id, p_source_message_ids,
+                           p_metadata, null)
+                into v_row;
             if v_row.id is not null then
                 if p_embedding is not null then
-                    insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims,
-                                                          embedding, scope, project_id, user_id,
-                                                          session_id, run_id)
-                    values (v_row.tenant_id, v_row.id, p_model_id, p_dims, p_embedding,
-                            v_row.scope, v_row.project_id, v_row.user_id, v_row.session_id,
-                            v_row.run_id);
+                    execute format('execute harbor_fact_vector_%s(%L, %L, %L, %L, %L, %L, %L,'
+                                   ' %L, %L, %L)', v_key, v_row.tenant_id, v_row.id,
+                                   p_model_id, p_dims, p_embedding, v_row.scope,
+                                   v_row.project_id, v_row.user_id, v_row.session_id,
+                                   v_row.run_id);
                 end if;
-                update harbor.memories m
-                   set valid = tstzrange(lower(m.valid), pg_catalog.now(), '[)'),
-                       superseded_by = v_row.id
-                 where m.tenant_id = p_tenant_id and m.id = v_target
-                returning m.id into closed_id;
+                execute format('execute harbor_fact_close_%s(%L, %L, %L)', v_key, p_tenant_id,
+                               v_target, v_row.id)
+                    into closed_id;
             end if;
         end if;
     end if;
@@ -233,50 +350,32 @@ begin
             end if;
         end if;
         -- a duplicate past its expiry closed at its expiry first
-        update harbor.memories d
-           set valid = case when d.expires_at > pg_catalog.lower(d.valid)
-                            then pg_catalog.tstzrange(pg_catalog.lower(d.valid), d.expires_at,
-                                                      '[)')
-                            else pg_catalog.tstzrange(pg_catalog.lower(d.valid),
-                                                      pg_catalog.lower(d.valid), '[]') end
-         where d.tenant_id = p_tenant_id
-           and d.expires_at is not null and d.expires_at <= pg_catalog.now()
-           and pg_catalog.upper_inf(d.valid)
-           and d.user_id = p_key_user_id and d.project_id = p_key_project_id
-           and d.session_id = p_key_session_id and d.run_id = p_key_run_id
-           and d.content_hash = p_content_hash and d.scope = p_scope;
-        insert into harbor.memories as m (tenant_id, id, scope, project_id, user_id, session_id,
-                                          run_id, principal_id, memory_type, importance,
-                                          content, content_hash, context, entity_ids, source,
-                                          sensitivity, source_session_id, source_message_ids,
-                                          metadata, valid)
-        values (p_tenant_id, coalesce(p_id, (pg_catalog.gen_random_uuid())::text), p_scope,
-                p_key_project_id, p_key_user_id, p_key_session_id, p_key_run_id, p_writer_id,
-                p_memory_type, p_importance, p_content, p_content_hash, p_context,
-                p_entity_ids, p_source, p_sensitivity, p_source_session_id,
-                p_source_message_ids, p_metadata,
-                tstzrange(coalesce(p_valid_from, pg_catalog.now()), null, '[)'))
-        on conflict do nothing
-        returning m.* into v_row;
+        execute format('execute harbor_fact_expired_%s(%L, %L, %L, %L, %L, %L, %L)', v_key,
+                       p_tenant_id, p_scope, p_key_project_id, p_key_user_id,
+                       p_key_session_id, p_key_run_id, p_content_hash);
+        execute format('execute harbor_fact_insert_%s(%L, %L, %L, %L, %L, %L, %L, %L, %L, %L,'
+                       ' %L, %L, %L, %L, %L, %L, %L, %L, %L, %L)', v_key,
+                       p_tenant_id, p_id, p_scope, p_key_project_id, p_key_user_id,
+                       p_key_session_id, p_key_run_id, p_writer_id, p_memory_type,
+                       p_importance, p_content, p_content_hash, p_context, p_entity_ids,
+                       p_source, p_sensitivity, p_source_session_id, p_source_message_ids,
+                       p_metadata, p_valid_from)
+            into v_row;
         if v_row.id is not null and p_embedding is not null then
-            insert into harbor.memory_embeddings (tenant_id, memory_id, model_id, dims,
-                                                  embedding, scope, project_id, user_id,
-                                                  session_id, run_id)
-            values (v_row.tenant_id, v_row.id, p_model_id, p_dims, p_embedding, v_row.scope,
-                    v_row.project_id, v_row.user_id, v_row.session_id, v_row.run_id);
+            execute format('execute harbor_fact_vector_%s(%L, %L, %L, %L, %L, %L, %L, %L, %L,'
+                           ' %L)', v_key, v_row.tenant_id, v_row.id, p_model_id, p_dims,
+                           p_embedding, v_row.scope, v_row.project_id, v_row.user_id,
+                           v_row.session_id, v_row.run_id);
         end if;
     end if;
     created := v_row.id is not null;
     if v_row.id is null and (p_replaces is null or v_target is not null or p_insert_if_gone) then
         -- a currently valid duplicate took its place: that memory, as find_current_duplicate
         -- and get_memory read it back (none when the caller cannot see it)
-        select m.* into v_row
-          from harbor.memories m
-         where m.tenant_id = p_tenant_id and m.scope = p_scope
-           and m.project_id = p_key_project_id and m.user_id = p_key_user_id
-           and m.session_id = p_key_session_id and m.run_id = p_key_run_id
-           and m.content_hash = p_content_hash
-           and upper_inf(m.valid);
+        execute format('execute harbor_fact_duplicate_%s(%L, %L, %L, %L, %L, %L, %L)', v_key,
+                       p_tenant_id, p_scope, p_key_project_id, p_key_user_id,
+                       p_key_session_id, p_key_run_id, p_content_hash)
+            into v_row;
     end if;
     if v_row.id is not null then
         id := v_row.id;
