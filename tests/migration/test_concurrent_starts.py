@@ -82,18 +82,44 @@ def test_start_on_an_up_to_date_schema_takes_no_exclusive_lock_and_changes_nothi
     assert _catalog_versions(fresh_db.superuser_url) == before
 
 
+_SUBSTRING_MATCHES = (
+    "harbor._substring_matches(text, harbor.memory_scope[], timestamptz, integer,"
+    " harbor.sensitivity, text)"
+)
+
+
 def test_changed_idempotent_sql_is_applied_again(fresh_db: PgDatabase) -> None:
-    # a database whose recorded hash is not the shipped one gets the files again
+    # a database whose recorded hash is not the shipped one gets the files again, a
+    # function whose columns the package changed included (an earlier release's
+    # substring fallback returned no context key: its columns cannot be replaced)
     with psycopg.connect(fresh_db.superuser_url, autocommit=True) as conn:
         conn.execute("update public.harbor_idempotent_sql set sha256 = 'older'")
         conn.execute("drop policy messages_read on harbor.messages")
+        conn.execute(f"drop function {_SUBSTRING_MATCHES}")
+        conn.execute("set role harbor_owner")  # (the package's functions are its)
+        conn.execute(
+            "create function harbor._substring_matches(p_query text,"
+            " p_scopes harbor.memory_scope[], p_as_of timestamptz, p_limit integer,"
+            " p_max_sensitivity harbor.sensitivity default 'sensitive',"
+            " p_tenant text default null) returns table (tenant_id text, memory_id text,"
+            " scope harbor.memory_scope, memory_type harbor.memory_type, importance real,"
+            " valid_from timestamptz, content_hash text, entity_ids text[])"
+            " language sql stable as $$ select null::text, null::text,"
+            " null::harbor.memory_scope, null::harbor.memory_type, null::real,"
+            " null::timestamptz, null::text, null::text[] where false $$"
+        )
+        conn.execute("reset role")
     migrate.upgrade(fresh_db.owner_url)
     with psycopg.connect(fresh_db.superuser_url) as conn:
         policies = conn.execute(
             "select polname from pg_policy where polrelid = 'harbor.messages'::regclass"
         ).fetchall()
         recorded = conn.execute("select sha256 from public.harbor_idempotent_sql").fetchone()
+        columns = conn.execute(
+            f"select pg_get_function_result('{_SUBSTRING_MATCHES}'::regprocedure)"
+        ).fetchone()
     assert ("messages_read",) in policies
+    assert columns is not None and columns[0].endswith("context_hash text)"), columns
     from harbor_pg.db.sqlfiles import idempotent_sha256
 
     assert recorded == (idempotent_sha256(),)
