@@ -35,9 +35,9 @@
 --
 -- The memories an observation read may include GLOBAL ones (tenant ''), whose shard may be
 -- another worker's: a call on the tenant's worker would reach it through a connection of
--- its own. So before it takes a lock or writes anything the call looks for the read
--- memories on the tenant's shard; when one is not there (a GLOBAL memory, or one erased
--- since), it writes nothing and answers with global_read true, and the caller writes the
+-- its own. So once it holds the user's lock, before it writes anything, the call looks
+-- for the read memories on the tenant's shard; when one is not there (a GLOBAL memory, or
+-- one erased since), it writes nothing and answers with global_read true, and the caller writes the
 -- fact as before this call existed, in the coordinator's transaction, which reads the ''
 -- shard too (and raises no_data_found for an erased memory). An observation of
 -- MemoryManager.observe reads the caller's USER memories only, so it is decided here.
@@ -258,17 +258,6 @@ begin
         p_principal_id, v_user, p_session_id, p_run_id);
     v_key := harbor._fact_statements(p_tenant_id);
     global_read := false;
-    -- the memories an observation read: all on the tenant's shard, or not decided here
-    if p_read_ids is not null then
-        v_wanted := cardinality(array(select distinct r from unnest(p_read_ids) r));
-        execute format('execute harbor_fact_read_%s(%L, %L)', v_key, p_tenant_id, p_read_ids)
-            into v_read;
-        if v_read < v_wanted then
-            global_read := true;
-            return next;
-            return;
-        end if;
-    end if;
     -- a queued job's guards (job_write_lock, then job_turn_present)
     if p_turn_id is not null then
         execute format('execute harbor_fact_lock_%s(%L, %L, %L, %L)', v_key, p_tenant_id,
@@ -281,15 +270,18 @@ begin
         end if;
     end if;
     -- an observation's guards (job_user_lock, then job_memories_present), on the tenant's
-    -- shard
+    -- shard: a memory read that is not there (a GLOBAL one, or one erased) is not decided
+    -- here, and nothing is written
     if p_read_ids is not null then
         execute format('execute harbor_fact_lock_%s(%L, %L, %L, %L)', v_key, p_tenant_id,
                        v_user, '', 'user');
+        v_wanted := cardinality(array(select distinct r from unnest(p_read_ids) r));
         execute format('execute harbor_fact_read_%s(%L, %L)', v_key, p_tenant_id, p_read_ids)
             into v_read;
         if v_read < v_wanted then
-            raise exception 'harbor.require_memories: a memory read is gone (erased or deleted)'
-                using errcode = 'no_data_found';
+            global_read := true;
+            return next;
+            return;
         end if;
     end if;
     -- the similarity gate (a NULL threshold: no gate; never a memory past its expiry)
@@ -337,18 +329,8 @@ begin
         end if;
     end if;
     if p_replaces is null or (v_target is null and p_insert_if_gone) then
-        -- extraction_insert_memory (a replaced memory that is gone: gated again)
-        if p_replaces is not null and p_dedup_threshold is not null then
-            select g.restatement_of, g.restatement_similarity
-              into restatement_of, restatement_similarity
-              from harbor._fact_gate(p_tenant_id, p_scope, p_key_project_id, p_key_user_id,
-                                     p_key_session_id, p_key_run_id, p_model_id, p_dims,
-                                     p_embedding, p_exclude_ids, p_dedup_threshold) g;
-            if restatement_of is not null then
-                return next;
-                return;
-            end if;
-        end if;
+        -- extraction_insert_memory (a replaced memory that is gone: the gate above, in
+        -- this transaction, already found nothing to restate)
         -- a duplicate past its expiry closed at its expiry first
         execute format('execute harbor_fact_expired_%s(%L, %L, %L, %L, %L, %L, %L)', v_key,
                        p_tenant_id, p_scope, p_key_project_id, p_key_user_id,
