@@ -229,6 +229,10 @@ declare
     v_as_of  timestamptz := coalesce(recall.as_of, pg_catalog.now());
     v_n      integer;
     v_query  text := left(coalesce(recall.query, ''), 20000);
+    -- the months (capitalised English names) and the years (19xx, 20xx) as whole words
+    v_month_re constant text := '\m(January|February|March|April|May|June|July|August'
+                                '|September|October|November|December)\M';
+    v_year_re constant text := '\m((?:19|20)[0-9]{2})\M';
     v_months integer[];  -- the months the query names (1-12), for date_match
     v_years  integer[];  -- the years it names
 begin
@@ -275,27 +279,21 @@ begin
         return;
     end if;
     v_n := greatest(coalesce(recall.candidates, 0), 2 * recall.top_k, 50);
-    -- ---- the date signal: the months (capitalised English names) and
-    -- the years (19xx, 20xx) the query names, as whole words
-    -- (each list is read by a statement of its own, run only when a test of the same
-    -- pattern, a simple expression with no statement, finds one in the query: most
-    -- queries name no date, and the two statements were ~3% of a small owner's call)
-    if recall.date_weight > 0
-       and v_query operator(pg_catalog.~) ('\m(January|February|March|April|May|June'
-                                           '|July|August|September|October|November'
-                                           '|December)\M') then
+    -- ---- the date signal: the months and the years the query names. Each list is read
+    -- by a statement of its own, run only when a test of its pattern (a simple expression,
+    -- no statement) finds one: most queries name no date, and the two statements cost
+    -- a small owner's call about 30 us
+    if recall.date_weight > 0 and v_query operator(pg_catalog.~) v_month_re then
         select array_agg(distinct pg_catalog.array_position(array['January', 'February',
                    'March', 'April', 'May', 'June', 'July', 'August', 'September',
                    'October', 'November', 'December'], r.m[1]))
           into v_months
-          from pg_catalog.regexp_matches(v_query, '\m(January|February|March|April|May|June'
-                   '|July|August|September|October|November|December)\M', 'g') r(m);
+          from pg_catalog.regexp_matches(v_query, v_month_re, 'g') r(m);
     end if;
-    if recall.date_weight > 0
-       and v_query operator(pg_catalog.~) '\m((?:19|20)[0-9]{2})\M' then
+    if recall.date_weight > 0 and v_query operator(pg_catalog.~) v_year_re then
         select array_agg(distinct r.m[1]::integer)
           into v_years
-          from pg_catalog.regexp_matches(v_query, '\m((?:19|20)[0-9]{2})\M', 'g') r(m);
+          from pg_catalog.regexp_matches(v_query, v_year_re, 'g') r(m);
     end if;
     return query
     with lexical as materialized (
