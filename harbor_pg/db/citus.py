@@ -527,6 +527,9 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
         for statement in _statements(read_sql(file)):
             conn.execute(statement.replace(STATEMENTS_VERSION, version))
     conn.execute("select create_distributed_function('harbor._memory_history_citus()')")
+    # whether global memories may exist, read on every node (sql/citus/global.sql)
+    conn.execute("select create_distributed_function('harbor._global_memories_may_exist()')")
+    conn.execute("select create_distributed_function('harbor._global_memory_written()')")
     # what the delegated calls do first, on every node (sql/citus/delegated.sql)
     conn.execute("select create_distributed_function('harbor._hold_tenant_shard(regclass, text)')")
     conn.execute(

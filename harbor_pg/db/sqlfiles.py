@@ -45,6 +45,7 @@ IDEMPOTENT_FILES: tuple[str, ...] = (
 CITUS_FILES: tuple[str, ...] = (
     "citus/views.sql",
     "citus/successor.sql",
+    "citus/global.sql",
     "citus/delegated.sql",
     "citus/append.sql",
     "citus/recall.sql",

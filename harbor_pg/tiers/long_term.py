@@ -54,6 +54,16 @@ def _in_search_order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (r["rank"], r["importance"], r["valid_from"]), reverse=True)
 
 
+async def _note_global_memories(conn: Connection) -> None:
+    """Set the flag that global memories may exist (a distributed database's, read by its
+    searches: sql/citus/global.sql), in ``conn``'s transaction, before it writes one; read
+    first, on the coordinator's copy: set, as it stays once a global memory was written,
+    it is not written again (a write of the reference table reaches every node)."""
+    row = await (await conn.execute(query("global_memories_noted"))).fetchone()
+    if row is None or not row["may_exist"]:
+        await conn.execute(query("note_global_memories"))
+
+
 def _summary_params(owner: MemoryOwner, memory: Memory, memory_id: str) -> dict[str, Any]:
     if memory.memory_type is not MemoryType.SUMMARY or memory.scope is not MemoryScope.SESSION:
         raise MemoryValidationError("a session summary must have scope SESSION and type SUMMARY")
@@ -341,6 +351,8 @@ class PostgresLongTermStore:
         self.db = db
         # the hit counts being written after their recalls returned (drain_hits waits)
         self._hit_writes: set[asyncio.Task[None]] = set()
+        # on a distributed database: a search found that global memories may exist
+        self._global_memories = False
 
     async def recall(self, owner: MemoryOwner, request: RecallRequest) -> list[RecalledMemory]:
         """``harbor.recall()`` as ``owner``: hybrid candidates, fused and ranked in
@@ -540,6 +552,10 @@ class PostgresLongTermStore:
             # distributed database each memory of the elevated scopes is saved by the
             # per-row statements
             async with self.db.transaction(owner, admin=admin) as conn:
+                if any(p["tenant_id"] == "" for p in params):
+                    # a GLOBAL memory: the flag that they may exist set first, in this
+                    # transaction, so that searches read them (sql/citus/global.sql)
+                    await _note_global_memories(conn)
                 return [
                     await self._save_one(conn, owner, p, v, model_id)
                     for p, v in zip(params, vectors, strict=True)
@@ -796,16 +812,27 @@ class PostgresLongTermStore:
             "limit": limit,
         }
         if self.db.set_local:
-            # on a distributed database, two statements at once, on two connections: the
-            # tenant's memories in one call that Citus delegates to the tenant's worker
-            # (the identity as its arguments), the global ones from their shard's node
-            # (sql/citus/search.sql); merged in the one server's order
-            own, shared = await asyncio.gather(
-                self.db.fetch_delegated(
-                    query("search_delegated"), {**params, **carried_identity(owner)}
-                ),
-                self.db.fetch_delegated(query("search_global"), params),
+            # on a distributed database: the tenant's memories in one call that Citus
+            # delegates to the tenant's worker (the identity as its arguments), and the
+            # global ones from their shard's node only when that call says some may exist
+            # (its marker row, sql/citus/search.sql); merged in the one server's order.
+            # Once a search was told so, the store's later ones send the two at once, on
+            # two connections, as before the flag (it stays set once a global memory was
+            # written; were it unset, the second statement would only find none).
+            delegated = self.db.fetch_delegated(
+                query("search_delegated"), {**params, **carried_identity(owner)}
             )
+            if self._global_memories:
+                own, shared = await asyncio.gather(
+                    delegated, self.db.fetch_delegated(query("search_global"), params)
+                )
+            else:
+                own = await delegated
+                shared = []
+                if any(r["id"] is None for r in own):
+                    self._global_memories = True
+                    shared = await self.db.fetch_delegated(query("search_global"), params)
+            own = [r for r in own if r["id"] is not None]
             rows = _in_search_order(own + shared)[:limit]
         else:
             rows = await self.db.fetch_in_one_round_trip(owner, query("search_memories"), params)

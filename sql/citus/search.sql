@@ -1,17 +1,21 @@
--- A lexical search on a distributed database, in two calls the facade sends at once on two
--- connections (harbor_pg.tiers.long_term): this function, which Citus delegates whole to
+-- A lexical search on a distributed database: this function, which Citus delegates whole to
 -- the tenant's worker (harbor-pg distribute registers it with create_distributed_function,
 -- distribution argument p_tenant_id, co-located with harbor.memories; harbor_pg.db.citus),
--- for the tenant's memories, and search_global (sql/queries/citus.sql), a statement Citus
--- routes to the node of tenant '' (the global memories' shard), which any caller may
--- read. Each is one command to one node, in autocommit: no transaction block, no SET
--- LOCAL, no commit round trip. The facade merges the two lists by the search's order
--- (the rank column, then importance, then the newest, then the id). What they replace was
--- one statement in a transaction, which the coordinator planned against both shards and
--- whose BEGIN, identity and COMMIT it sent on to each node. One call that read the global
--- memories itself is not possible at the same cost: on another worker than the tenant's,
--- they were read over a connection Citus opened for the call and closed after it (a
--- delegated call's own connections to other nodes are not kept), 15-20 ms a search.
+-- for the tenant's memories, and, only when global memories may exist, search_global
+-- (sql/queries/citus.sql), a statement Citus routes to the node of tenant '' (the global
+-- memories' shard), which any caller may read. Whether they may exist is a flag this
+-- function reads on the worker (harbor.global_memory_flag, sql/citus/global.sql): when it
+-- is set, its answer ends with one more row, every column of which is null (the id too),
+-- which stands for the global memories and tells the facade (harbor_pg.tiers.long_term) to
+-- read them; unset, a search is this one command to one worker. Each is one command to one
+-- node, in autocommit: no transaction block, no SET LOCAL, no commit round trip. The
+-- facade merges the two lists by the search's order (the rank column, then importance,
+-- then the newest, then the id). What they replace was one statement in a transaction,
+-- which the coordinator planned against both shards and whose BEGIN, identity and COMMIT
+-- it sent on to each node. One call that read the global memories itself is not possible
+-- at the same cost: on another worker than the tenant's, they were read over a connection
+-- Citus opened for the call and closed after it (a delegated call's own connections to
+-- other nodes are not kept), 15-20 ms a search.
 --
 -- The identity travels as the call's first arguments, as recall's does
 -- (sql/citus/recall.sql): harbor._delegated_caller (sql/citus/delegated.sql) sets it (SET
@@ -68,6 +72,9 @@ begin
          order by pg_catalog.ts_rank_cd(m.fts, q.tsq) desc, m.importance desc,
                   lower(m.valid) desc, m.id collate "C"
          limit search_delegated.result_limit;
+        if harbor._global_memories_may_exist() then
+            return next;  -- (the marker: no output column was assigned, all are null)
+        end if;
         return;
     end if;
     -- on the worker that holds the tenant's shard: one server's search (search_memories,
@@ -111,6 +118,10 @@ begin
     end if;
     return query execute pg_catalog.format('execute %s(%L, %L, %L)', v_name, v_query, v_as_of,
                                            search_delegated.result_limit);
+    -- the global memories' marker (above), from this node's copy of the flag
+    if harbor._global_memories_may_exist() then
+        return next;  -- (the marker: no output column was assigned, all are null)
+    end if;
 end
 $$;
 alter function harbor.search_delegated(text, text, text, text, text, text, text, timestamptz,

@@ -91,6 +91,16 @@ update harbor.memories d
    and d.session_id = %(session_id)s::text and d.run_id = %(run_id)s::text
    and d.content_hash = %(content_hash)s::text and d.scope = %(scope)s::harbor.memory_scope
 
+-- name: global_memories_noted
+-- Whether the flag that global memories may exist is set (harbor.global_memory_flag,
+-- sql/citus/global.sql; a reference table, read from the coordinator's copy).
+select coalesce((select f.may_exist from harbor.global_memory_flag f), false) as may_exist
+
+-- name: note_global_memories
+-- The flag set, before a global memory is written in the same transaction (the elevated
+-- role may set it, never unset it): a delegated search then reads the global memories too.
+update harbor.global_memory_flag set may_exist = true where not may_exist
+
 -- name: insert_memory_citus
 -- insert_memory without its CTE; nothing when a currently valid duplicate exists (or one
 -- past its expiry not closed yet: close_expired_duplicate_citus, then again).
@@ -316,8 +326,9 @@ select w.state, w.expires_at
 -- search_memories on a distributed database, the tenant's memories: one call of
 -- harbor.search_delegated (sql/citus/search.sql), which Citus sends whole to the tenant's
 -- worker. The identity is its first arguments (the worker checks them against the
--- caller's); sent in autocommit, it needs no transaction block. With search_global, sent
--- at the same time; the facade merges the two by rank, importance, the newest, the id.
+-- caller's); sent in autocommit, it needs no transaction block. A last row whose id is
+-- null says that global memories may exist: then search_global too; the facade merges the
+-- two by rank, importance, the newest, the id.
 select s.*
   from harbor.search_delegated(
       %(tenant_id)s::text, %(project_id)s::text, %(principal_id)s::text, %(user_id)s::text,

@@ -18,6 +18,10 @@ from tests.citus.conftest import ClusterDatabase
 #: named tenant's worker directly
 HOWS = ("autocommit", "set local", "worker")
 
+#: what a writer of a GLOBAL memory runs first, in its transaction: the flag that they may
+#: exist set (sql/citus/global.sql; the cluster refuses one written with it unset)
+GLOBAL_FLAG_SET = "update harbor.global_memory_flag set may_exist = true where not may_exist"
+
 
 def attacks(other_tenant: str) -> dict[str, dict[str, str]]:
     """A bound role's (bound to user ann) changes to a call's identity arguments, each of

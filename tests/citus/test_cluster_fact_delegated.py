@@ -30,7 +30,7 @@ from harbor_pg.records import ConversationMessage, Memory, MemoryScope, MemoryTy
 from harbor_pg.tiers.long_term import PostgresLongTermStore
 from harbor_pg.tiers.rows import memory_params
 from tests.citus.conftest import ClusterDatabase
-from tests.citus.delegated import HOWS, assert_refused, attacks, bound_login
+from tests.citus.delegated import GLOBAL_FLAG_SET, HOWS, assert_refused, attacks, bound_login
 from tests.citus.test_cluster_routing import _facade_commands, _queries
 
 ROLE = "harbor_test_fact_bound"
@@ -217,6 +217,7 @@ def test_the_guards_hold_and_a_global_read_is_written_by_the_coordinator(
     owner, _carl = _owners("fact-d")
     global_id = "fact-global-memory"
     with psycopg.connect(cluster_db.superuser_url) as conn:
+        conn.execute(GLOBAL_FLAG_SET)
         conn.execute(
             "insert into harbor.memories (tenant_id, id, scope, principal_id, content,"
             " content_hash) values ('', %s, 'global', 'admin', 'global: water is wet',"

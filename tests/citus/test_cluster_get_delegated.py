@@ -23,7 +23,7 @@ from harbor_pg.owner import MemoryOwner, MemoryScope
 from harbor_pg.records import Memory
 from harbor_pg.tiers.long_term import PostgresLongTermStore
 from tests.citus.conftest import ClusterDatabase
-from tests.citus.delegated import HOWS, assert_refused, attacks, bound_login
+from tests.citus.delegated import GLOBAL_FLAG_SET, HOWS, assert_refused, attacks, bound_login
 from tests.citus.test_cluster_routing import _facade_commands, _queries
 
 ANN = MemoryOwner(tenant_id="get-a", principal_id="ann", session_id="s1")
@@ -57,6 +57,7 @@ def stored(cluster_db: ClusterDatabase) -> dict[str, str]:
 
     asyncio.run(write())
     with psycopg.connect(cluster_db.superuser_url) as conn:
+        conn.execute(GLOBAL_FLAG_SET)
         conn.execute(
             "insert into harbor.memories (tenant_id, id, scope, principal_id, content,"
             " content_hash) values ('', %s, 'global', 'admin', 'global: for everyone',"

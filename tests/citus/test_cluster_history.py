@@ -21,7 +21,7 @@ from harbor_pg.db.sqlfiles import query
 from harbor_pg.manager import MemoryManager
 from harbor_pg.owner import MemoryOwner
 from tests.citus.conftest import ClusterDatabase
-from tests.citus.delegated import HOWS, assert_refused, attacks, bound_login
+from tests.citus.delegated import GLOBAL_FLAG_SET, HOWS, assert_refused, attacks, bound_login
 from tests.citus.test_cluster_routing import _facade_commands, _queries
 
 ANN = MemoryOwner(tenant_id="history-a", principal_id="ann", session_id="s1")
@@ -61,6 +61,7 @@ def stored(cluster_db: ClusterDatabase) -> ClusterDatabase:
     with psycopg.connect(cluster_db.superuser_url) as conn:
         _chain(conn, "history-a", "user", "ann", ["ann: first", "ann: second", "ann: third"])
         _chain(conn, "history-b", "user", "bob", ["bob: first", "bob: second"])
+        conn.execute(GLOBAL_FLAG_SET)
         _chain(conn, "", "global", "", ["global: first", "global: second"])
     return cluster_db
 

@@ -25,7 +25,7 @@ from harbor_pg.ranking import RecallRequest
 from harbor_pg.records import Memory
 from harbor_pg.tiers.rows import recall_in_one_round_trip, recall_params
 from tests.citus.conftest import ClusterDatabase
-from tests.citus.delegated import HOWS, assert_refused, attacks, bound_login
+from tests.citus.delegated import GLOBAL_FLAG_SET, HOWS, assert_refused, attacks, bound_login
 from tests.citus.test_cluster_routing import _facade_commands, _queries, _save
 
 ANN = MemoryOwner(tenant_id="recall-a", principal_id="ann", session_id="s1")
@@ -98,6 +98,7 @@ def test_the_delegated_recall_answers_as_harbor_recall(stored: ClusterDatabase) 
 def test_recall_with_global_memories_still_answers_on_the_cluster(stored: ClusterDatabase) -> None:
     # the global memories' shard may be another worker's: such a recall is not delegated
     with psycopg.connect(stored.superuser_url) as conn:
+        conn.execute(GLOBAL_FLAG_SET)
         conn.execute(
             "insert into harbor.memories (tenant_id, scope, user_id, principal_id, content,"
             " content_hash) values ('', 'global', '', 'admin', 'global: delegated memo',"

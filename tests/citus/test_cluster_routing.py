@@ -19,6 +19,7 @@ from harbor_pg.owner import MemoryOwner
 from harbor_pg.records import ConversationMessage, Memory
 from harbor_pg.tiers.short_term import _append_params
 from tests.citus.conftest import ClusterDatabase
+from tests.citus.delegated import GLOBAL_FLAG_SET
 
 OWNER = MemoryOwner(tenant_id="route-a", principal_id="ann", session_id="s1")
 OTHER = MemoryOwner(tenant_id="route-b", principal_id="bob", session_id="s1")
@@ -268,6 +269,7 @@ def test_recall_with_the_global_scope_adds_only_the_global_shard(
     routed: ClusterDatabase,
 ) -> None:
     with psycopg.connect(routed.superuser_url) as conn:
+        conn.execute(GLOBAL_FLAG_SET)
         conn.execute(
             "insert into harbor.memories (tenant_id, scope, user_id, principal_id, content,"
             " content_hash) values ('', 'global', '', 'admin', 'global: routed fact',"

@@ -1,10 +1,12 @@
-"""On the cluster, the facade's search is two commands sent at once: one call that Citus
-delegates to the tenant's worker (harbor.search_delegated, sql/citus/search.sql) for the
-tenant's memories, and one statement routed to the global memories' node; each reaches
-one node, and together they answer as one server's search does (the merge holds its
-order). The identity the call carries as arguments is checked on the worker against the
-caller's binding, so a bound role that names another tenant or user is refused before
-anything is read."""
+"""On the cluster, with GLOBAL memories stored, the facade's search is two commands: one
+call that Citus delegates to the tenant's worker (harbor.search_delegated,
+sql/citus/search.sql) for the tenant's memories, whose last row, all null, says that global
+memories may exist, and then one statement routed to the global memories' node; each
+reaches one node, and together they answer as one server's search does (the merge holds its
+order; with none stored, the first alone: tests/citus/test_cluster_global_flag.py). The
+identity the call carries as arguments is checked on the worker against the caller's
+binding, so a bound role that names another tenant or user is refused before anything is
+read."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from harbor_pg.db.sqlfiles import query
 from harbor_pg.manager import MemoryManager
 from harbor_pg.owner import MemoryOwner
 from tests.citus.conftest import ClusterDatabase
-from tests.citus.delegated import HOWS, assert_refused, attacks, bound_login
+from tests.citus.delegated import GLOBAL_FLAG_SET, HOWS, assert_refused, attacks, bound_login
 from tests.citus.test_cluster_routing import _facade_commands, _queries, _save
 
 ANN = MemoryOwner(tenant_id="search-a", principal_id="ann", session_id="s1")
@@ -37,6 +39,7 @@ def stored(cluster_db: ClusterDatabase) -> Iterator[ClusterDatabase]:
     _save(cluster_db.app_url, BOB, "bob: the searched harbor")
     _save(cluster_db.app_url, CARL, "carl: the searched harbor")
     with psycopg.connect(cluster_db.superuser_url) as conn:
+        conn.execute(GLOBAL_FLAG_SET)
         conn.execute(
             "insert into harbor.memories (tenant_id, scope, user_id, principal_id, content,"
             " content_hash) values ('', 'global', '', 'admin', %s, repeat('7', 64))",
@@ -59,7 +62,7 @@ def _params(owner: MemoryOwner, **overrides: Any) -> dict[str, Any]:
     }
 
 
-def test_the_facades_search_is_a_call_on_the_tenants_worker_and_one_for_the_global_rows(
+def test_the_facades_search_is_a_call_on_the_tenants_worker_then_one_for_the_global_rows(
     stored: ClusterDatabase,
 ) -> None:
     async def run(manager: MemoryManager) -> None:
@@ -88,7 +91,9 @@ def test_the_delegated_search_answers_as_the_coordinators_statement(
     with psycopg.connect(stored.app_url) as conn:
         coordinated = conn.execute(query("search_delegated"), _params(ANN)).fetchall()
     assert delegated == coordinated
-    assert [r[9] for r in delegated] == ["ann: the searched harbor"]
+    # (and the marker that global memories may exist: a last row, every column null)
+    assert [r[9] for r in delegated] == ["ann: the searched harbor", None]
+    assert set(delegated[-1]) == {None}
 
 
 def test_the_global_statement_reads_the_global_rows_alone(stored: ClusterDatabase) -> None:
@@ -107,7 +112,7 @@ def bound_role(stored: ClusterDatabase) -> Iterator[str]:
 def test_a_bound_role_searches_its_own_memories(stored: ClusterDatabase, bound_role: str) -> None:
     with psycopg.connect(stored.url_for(bound_role), autocommit=True) as conn:
         rows = conn.execute(query("search_delegated"), _params(ANN)).fetchall()
-    assert [r[9] for r in rows] == ["ann: the searched harbor"]
+    assert [r[9] for r in rows] == ["ann: the searched harbor", None]
 
 
 ATTACKS = attacks("search-b")

@@ -202,6 +202,8 @@ def writer(
     if scope in ("global", "tenant"):
         conn = connect(db.admin_url, autocommit=True)
         conn.execute("select harbor.set_identity(%s)", (tenant or "t1",))
+        if scope == "global":
+            note_global(db, conn)
         return conn
     conn = connect(db.app_url, autocommit=True)
     conn.execute(
@@ -209,6 +211,14 @@ def writer(
         (tenant, project or None, user or None, session or None, run or None),
     )
     return conn
+
+
+def note_global(db: PgDatabase, conn: psycopg.Connection[Any]) -> None:
+    """What a writer of a GLOBAL memory does first on the cluster, in its transaction: set
+    the flag that global memories may exist (sql/citus/global.sql; the cluster refuses one
+    written with it unset). On one server, nothing."""
+    if isinstance(db, ClusterDatabase):
+        conn.execute("update harbor.global_memory_flag set may_exist = true where not may_exist")
 
 
 def insert_memory(conn: psycopg.Connection[Any], columns: Mapping[str, Any]) -> str:

@@ -26,6 +26,7 @@ from tests.security.conftest import (
     create_login_roles,
     drop_roles,
     grant_option,
+    note_global,
     set_role_refused_on_cluster,
     write_memory,
 )
@@ -151,6 +152,7 @@ def test_the_unbound_administrator_keeps_its_rights(admin_db: dict[str, Any]) ->
     with connect(db.url_for(ADMIN_LOGIN), autocommit=True) as conn:
         conn.execute("select harbor.set_identity('t2')")
         assert conn.execute("select count(*) from harbor.memories").fetchone() == (1,)
+        note_global(db, conn)
         conn.execute(
             "insert into harbor.memories (tenant_id, scope, content, content_hash)"
             " values ('', 'global', 'a global note', repeat('e', 64))"
