@@ -12,7 +12,9 @@ what Citus needs is derived from them here, so the two cannot drift.
   ``memories`` (a tenant's rows of every table sit in one shard group, on one
   worker; no statement of one tenant joins across shards).
 - GLOBAL memories (tenant ``''``) stay in ``memories`` and hash to one shard
-  like any tenant (see docs/citus.md, "GLOBAL rows", for why and what it costs).
+  like any tenant (see docs/citus.md, "GLOBAL rows", for why and what it costs);
+  whether any may exist is one flag in a reference table, which a search reads on
+  the tenant's worker before it reads them (``sql/citus/global.sql``).
 - The policies are re-created from ``sql/policies/policies.sql`` with each
   ``(select harbor.f(...))`` written as ``harbor.f(...)``: Citus refuses
   sub-selects in the policies of a distributed table. On the shards the
