@@ -59,6 +59,10 @@ create or replace function harbor._delegated_session_turns(
 ) returns bigint
     language plpgsql stable security definer
     set search_path to pg_catalog, pg_temp
+    -- (a statement on the distributed table, which Citus plans on this node: not with the
+    -- generic plans of its caller's statements on shard tables, which Citus cannot make
+    -- for it, "could not create distributed plan")
+    set plan_cache_mode to auto
 as $$
 begin
     return (select pg_catalog.count(*) from harbor.messages m
@@ -206,6 +210,7 @@ create or replace function harbor._append_steps(
     out id bigint, out created_at timestamptz, out summary_due boolean)
     language plpgsql volatile security invoker
     set search_path to pg_catalog, pg_temp
+    set plan_cache_mode to force_generic_plan
 as $$
 declare
     v_key text := harbor._append_statements(p_tenant_id);
@@ -219,7 +224,11 @@ declare
     v_turns_at_summary bigint;
     v_turns bigint;
 begin
-    if v_key <> 'tables' then
+    if v_key = 'tables' then
+        -- (on the coordinator: the generic plans of the function's SET clause are for
+        -- statements on shard tables, sql/citus/delegated.sql)
+        perform pg_catalog.set_config('plan_cache_mode', 'auto', true);
+    else
         -- (harbor._append_statements: the append in one statement, the steps below when
         -- it inserted nothing)
         execute format('execute harbor_append_one_%s(%L, %L, %L, %L, %L, %L, %L, %L, %L,'

@@ -25,6 +25,7 @@ create or replace function harbor.recent_turns_delegated(
                  tool_call_id text, metadata jsonb, created_at timestamptz)
     language plpgsql volatile security invoker
     set search_path to pg_catalog, pg_temp
+    set plan_cache_mode to force_generic_plan
 as $$
 declare
     v_user  text := coalesce(nullif(p_user_id, ''), p_principal_id, '');
@@ -57,6 +58,11 @@ begin
                                  limit $4) r) g) l
          where $5 is null or not l.expired
          order by l.id $q$);
+    if v_name = 'harbor_recent_tables' then
+        -- (on the coordinator: generic plans are for statements on shard tables,
+        -- sql/citus/delegated.sql)
+        perform pg_catalog.set_config('plan_cache_mode', 'auto', true);
+    end if;
     return query execute pg_catalog.format('execute %s(%L, %L, %L, %L, %L)', v_name,
                                            p_tenant_id, v_user, p_session_id, p_limit,
                                            p_ttl_seconds);

@@ -111,6 +111,7 @@ declare
     v_row harbor.memories%rowtype;
     v_created boolean := false;
     v_closed bigint;
+    v_mode text := pg_catalog.current_setting('plan_cache_mode');
 begin
     -- (the suffix is part of the statements' names below: harbor._save_statements's,
     -- a shard id or 'tables', nothing else)
@@ -119,6 +120,12 @@ begin
             using errcode = '22023';
     end if;
     for attempt in 1..2 loop
+        -- on the worker, the insert into the shard table with its generic plan, planned
+        -- once a connection (sql/citus/delegated.sql); the vectors' insert below keeps
+        -- the caller's setting: their owner trigger reads the distributed table
+        if p_key <> 'tables' then
+            perform pg_catalog.set_config('plan_cache_mode', 'force_generic_plan', true);
+        end if;
         execute format('execute harbor_save_insert_%s(%L, %L, %L, %L, %L, %L, %L, %L, %L,'
                        ' %L, %L, %L, %L, %L, %L, %L, %L, %L, %L, %L, %L)', p_key,
                        p_tenant_id, p_id, p_scope, p_key_project_id, p_key_user_id,
@@ -127,6 +134,7 @@ begin
                        p_source, p_sensitivity, p_source_session_id, p_source_message_ids,
                        p_metadata, p_valid_from, p_expires_at)
             into v_row;
+        perform pg_catalog.set_config('plan_cache_mode', v_mode, true);
         if v_row.id is not null then
             v_created := true;
             exit;

@@ -1,0 +1,117 @@
+"""On the tenant's worker, the statements a delegated append, recent or save prepares on
+the tenant's shard tables run their generic plans: planned once a connection, not again at
+each call (sql/citus/delegated.sql). PostgreSQL's default planned each of them at every
+call, estimating their generic plans dearer; these calls set plan_cache_mode for them,
+and keep it off the statements Citus plans on a distributed table, which it cannot plan
+generically (a summarised session's count, a save's vectors and their owner trigger)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from harbor_pg.db.connection import carried_identity
+from harbor_pg.db.sqlfiles import query
+from harbor_pg.owner import MemoryOwner
+from harbor_pg.records import Memory
+from harbor_pg.tiers.long_term import MemoryVectors, _delegated_save_params, _one_params
+from harbor_pg.tiers.rows import memory_params
+from tests.citus.conftest import ClusterDatabase
+from tests.citus.test_cluster_append import _call, _summarised_session, _worker_of
+
+CALLS = 7  # more than the five custom plans PostgreSQL's default makes before it compares
+
+
+def _plans(conn: psycopg.Connection[Any], prefix: str) -> dict[str, tuple[int, int]]:
+    """{name: (generic plans, custom plans)} of the connection's statements named
+    ``prefix``..."""
+    return {
+        str(name): (int(generic), int(custom))
+        for name, generic, custom in conn.execute(
+            "select name, generic_plans, custom_plans from pg_prepared_statements"
+            " where name like %s",
+            (prefix + "%",),
+        ).fetchall()
+    }
+
+
+def test_an_append_and_a_recent_run_their_statements_generic_plans(
+    cluster_db: ClusterDatabase,
+) -> None:
+    # a session's turns appended with the summary check (its state and count
+    # statements run too), then its newest turns read, each call on the worker's
+    # connection: every statement the calls ran was planned once, generically
+    owner = MemoryOwner(tenant_id="append-a", principal_id="ann", session_id="s-generic")
+    with psycopg.connect(_worker_of(cluster_db, owner.tenant_id, "harbor_app")) as conn:
+        conn.autocommit = True
+        for n in range(CALLS):
+            row = conn.execute(
+                query("append_turn_delegated"),
+                _call(owner, f"turn {n}", min_turns=50, cooldown_seconds=60.0),
+            ).fetchone()
+            assert row is not None and row[2] is False
+        recent = [
+            conn.execute(
+                query("recent_turns_delegated"),
+                {"limit": 3, "ttl_seconds": None, **carried_identity(owner)},
+            ).fetchall()
+            for _ in range(CALLS)
+        ]
+        appended = _plans(conn, "harbor_append_")
+        read = _plans(conn, "harbor_recent_")
+    assert [r[2] for r in recent[-1]] == [f"turn {n}" for n in range(CALLS - 3, CALLS)]
+    ran = {name: plans for name, plans in appended.items() if sum(plans)}
+    # the append in one statement, then the session's summary state and its count
+    assert {name.rsplit("_", 1)[0] for name in ran} == {
+        "harbor_append_one",
+        "harbor_append_state",
+        "harbor_append_count",
+    }, appended
+    assert all(custom == 0 and generic == CALLS for generic, custom in ran.values()), appended
+    [(generic, custom)] = read.values()
+    assert (generic, custom) == (CALLS, 0), read
+
+
+def test_a_summarised_sessions_count_is_still_planned_by_citus(
+    cluster_db: ClusterDatabase,
+) -> None:
+    # the count of a summarised session's turns reads the distributed table on the
+    # worker, which Citus cannot plan generically: the append still answers
+    owner = _summarised_session(cluster_db, "s-generic-count")
+    with psycopg.connect(_worker_of(cluster_db, owner.tenant_id, "harbor_app")) as conn:
+        conn.autocommit = True
+        rows = [
+            conn.execute(
+                query("append_turn_delegated"),
+                _call(owner, f"counted {n}", min_turns=11 + n, cooldown_seconds=60.0),
+            ).fetchone()
+            for n in range(CALLS)
+        ]
+    # 11 turns since the summary with the first: due at 11; then 12 at 12, ...
+    assert all(row is not None and row[2] is True for row in rows), rows
+
+
+def test_a_saves_insert_runs_its_generic_plan(cluster_db: ClusterDatabase) -> None:
+    # memories saved with both vectors: the insert into the shard table was planned once;
+    # the vectors' insert (whose owner trigger reads the distributed table) as before
+    owner = MemoryOwner(tenant_id="save-a", principal_id="ann", session_id="s-generic")
+
+    def params(n: int) -> dict[str, Any]:
+        memory = Memory(content=f"ann: generic plan {n}", context="the turn before")
+        one = _one_params(
+            memory_params(owner, memory), MemoryVectors([1.0, 0.0], [0.6, 0.8]), "test-model"
+        )
+        return {**_delegated_save_params(owner, memory_params(owner, memory), None, None), **one}
+
+    with psycopg.connect(_worker_of(cluster_db, owner.tenant_id, "harbor_app")) as conn:
+        conn.autocommit = True
+        saved = [
+            conn.execute(query("save_memory_delegated"), params(n)).fetchone() for n in range(CALLS)
+        ]
+        plans = _plans(conn, "harbor_save_")
+    assert all(row is not None and row[-1] is True for row in saved), saved
+    [insert] = [p for name, p in plans.items() if name.startswith("harbor_save_insert_")]
+    assert insert == (CALLS, 0), plans
+    [vectors] = [p for name, p in plans.items() if name.startswith("harbor_save_vectors_")]
+    assert sum(vectors) == CALLS, plans
