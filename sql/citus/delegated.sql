@@ -97,9 +97,9 @@ grant execute on function harbor._delegated_caller(text, regclass, text, text, t
 -- Such statements run their generic plans, planned once a connection: the calls that run
 -- them set plan_cache_mode to force_generic_plan (in their SET clause, or around the one
 -- statement: a save's insert). With the default, PostgreSQL planned the statements of an
--- append, a recent or a save again at each call (it estimated their generic plans
--- dearer than the custom ones): 0.1-0.26 ms a statement on the test cluster, for plans no
--- better. Citus cannot plan a statement on a distributed table generically when a
+-- append, a recent, a save or a search again at each call (it estimated their generic
+-- plans dearer than the custom ones): 0.1-0.6 ms a statement on the test cluster, for
+-- plans no better. Citus cannot plan a statement on a distributed table generically when a
 -- parameter is in a subquery ("could not create distributed plan"), so the setting stays
 -- off those: on the coordinator (a call that was not delegated, whose statements name
 -- the distributed tables) the calls set it back to auto; a function they reach that

@@ -37,6 +37,7 @@ create or replace function harbor.search_delegated(
 )
     language plpgsql volatile security invoker
     set search_path to pg_catalog, pg_temp
+    set plan_cache_mode to force_generic_plan
 as $$
 declare
     v_as_of timestamptz := coalesce(search_delegated.as_of, pg_catalog.now());
@@ -53,7 +54,10 @@ begin
     end if;
     if (select g.groupid from pg_dist_local_group g) = 0 then
         -- on the coordinator (a call in a transaction block, not delegated): the tenant's
-        -- rows under the policies, routed by Citus to its shard
+        -- rows under the policies, routed by Citus to its shard (planned as Citus plans
+        -- it: the generic plans of the SET clause are for the statement on the shard
+        -- table below, sql/citus/delegated.sql)
+        perform pg_catalog.set_config('plan_cache_mode', 'auto', true);
         return query
         select m.id, m.tenant_id, m.scope::text, m.project_id, m.principal_id, m.user_id,
                m.session_id, m.run_id, m.memory_type::text, m.content, m.content_hash,

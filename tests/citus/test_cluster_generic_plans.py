@@ -1,4 +1,4 @@
-"""On the tenant's worker, the statements a delegated append, recent or save prepares on
+"""On the tenant's worker, the statements a delegated append, recent, save or search prepares on
 the tenant's shard tables run their generic plans: planned once a connection, not again at
 each call (sql/citus/delegated.sql). PostgreSQL's default planned each of them at every
 call, estimating their generic plans dearer; these calls set plan_cache_mode for them,
@@ -115,3 +115,31 @@ def test_a_saves_insert_runs_its_generic_plan(cluster_db: ClusterDatabase) -> No
     assert insert == (CALLS, 0), plans
     [vectors] = [p for name, p in plans.items() if name.startswith("harbor_save_vectors_")]
     assert sum(vectors) == CALLS, plans
+
+
+def test_a_search_runs_its_generic_plan(cluster_db: ClusterDatabase) -> None:
+    # the search on the tenant's shard table was planned once; its answer is the same
+    # at every call
+    owner = MemoryOwner(tenant_id="save-a", principal_id="ann", session_id="s-generic")
+    params = {
+        "tenant_id": owner.tenant_id,
+        "query": "ann generic plan",
+        "as_of": None,
+        "limit": 5,
+        **carried_identity(owner),
+    }
+    with psycopg.connect(cluster_db.app_url, autocommit=True) as app:
+        app.execute(
+            query("save_memory_delegated"),
+            _delegated_save_params(
+                owner, memory_params(owner, Memory(content="ann: a generic plan found")), None, None
+            ),
+        )
+    with psycopg.connect(_worker_of(cluster_db, owner.tenant_id, "harbor_app")) as conn:
+        conn.autocommit = True
+        found = [conn.execute(query("search_delegated"), params).fetchall() for _ in range(CALLS)]
+        plans = _plans(conn, "harbor_search_")
+    assert found[0] and all(rows == found[0] for rows in found), found
+    assert "ann: a generic plan found" in [r[9] for r in found[0]]
+    [(generic, custom)] = plans.values()
+    assert (generic, custom) == (CALLS, 0), plans
