@@ -28,6 +28,7 @@ create or replace function harbor.current_memories_delegated(
 )
     language plpgsql volatile security invoker
     set search_path to pg_catalog, pg_temp
+    set plan_cache_mode to force_generic_plan
 as $$
 declare
     v_user  text := coalesce(nullif(p_user_id, ''), p_principal_id, '');

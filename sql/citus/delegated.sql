@@ -97,15 +97,16 @@ grant execute on function harbor._delegated_caller(text, regclass, text, text, t
 -- Such statements run their generic plans, planned once a connection: the calls that run
 -- them set plan_cache_mode to force_generic_plan (in their SET clause, or around the one
 -- statement: a save's insert). With the default, PostgreSQL planned the statements of an
--- append, a recent, a save or a search again at each call (it estimated their generic
--- plans dearer than the custom ones): 0.1-0.6 ms a statement on the test cluster, for
--- plans no better. Citus cannot plan a statement on a distributed table generically when a
--- parameter is in a subquery ("could not create distributed plan"), so the setting stays
--- off those: on the coordinator (a call that was not delegated, whose statements name
--- the distributed tables) the calls set it back to auto; a function they reach that
--- reads a distributed table on the worker names auto in its SET clause
--- (harbor._delegated_session_turns), and a save's vectors, whose owner trigger reads
--- one, are inserted with the caller's setting.
+-- append, a recent, a save, a search or a read again at each call (it estimated their
+-- generic plans dearer than the custom ones): 0.1-0.6 ms a statement on the test
+-- cluster, for plans no better. Citus cannot plan a statement on a distributed table
+-- generically when a parameter is in a subquery ("could not create distributed plan"),
+-- so the setting stays off those: on the coordinator (a call that was not delegated,
+-- whose statements name the distributed tables) the calls set it back to auto (those
+-- that prepare their statement with harbor._statement_on_shard, below, through that
+-- function); a function they reach that reads a distributed table on the worker names
+-- auto in its SET clause (harbor._delegated_session_turns); and a save's vectors, whose
+-- owner trigger reads one, are inserted with the caller's setting.
 create or replace function harbor._prepare_on_shard(p_names text[], p_texts text[])
     returns void
     language plpgsql volatile security invoker
@@ -158,6 +159,11 @@ begin
     if (select g.groupid from pg_dist_local_group g) <> 0 then
         v_shard := get_shard_id_for_distribution_column(p_table, p_tenant_id);
         v_name := p_prefix || v_shard;
+    else
+        -- (the statement names the distributed table, which Citus plans: not with the
+        -- generic plans a caller names for a shard table's, above; its SET clause
+        -- restores them when it returns, and a caller without one keeps the default)
+        perform pg_catalog.set_config('plan_cache_mode', 'auto', true);
     end if;
     if not harbor._prepared_on_shard(v_name) then
         perform harbor._prepare_on_shard(array[v_name], array[pg_catalog.format(

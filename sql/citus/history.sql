@@ -28,6 +28,7 @@ create or replace function harbor.memory_history_delegated(
 )
     language plpgsql volatile security invoker
     set search_path to pg_catalog, pg_temp
+    set plan_cache_mode to force_generic_plan
 as $$
 declare
     v_name  text;    -- the prepared statement's name

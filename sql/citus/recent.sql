@@ -58,11 +58,6 @@ begin
                                  limit $4) r) g) l
          where $5 is null or not l.expired
          order by l.id $q$);
-    if v_name = 'harbor_recent_tables' then
-        -- (on the coordinator: generic plans are for statements on shard tables,
-        -- sql/citus/delegated.sql)
-        perform pg_catalog.set_config('plan_cache_mode', 'auto', true);
-    end if;
     return query execute pg_catalog.format('execute %s(%L, %L, %L, %L, %L)', v_name,
                                            p_tenant_id, v_user, p_session_id, p_limit,
                                            p_ttl_seconds);

@@ -24,6 +24,7 @@ create or replace function harbor.messages_after_delegated(
                  tool_call_id text, metadata jsonb, created_at timestamptz)
     language plpgsql volatile security invoker
     set search_path to pg_catalog, pg_temp
+    set plan_cache_mode to force_generic_plan
 as $$
 declare
     v_user  text := coalesce(nullif(p_user_id, ''), p_principal_id, '');
@@ -66,6 +67,7 @@ create or replace function harbor.turns_through_delegated(
                  tool_call_id text, metadata jsonb, created_at timestamptz)
     language plpgsql volatile security invoker
     set search_path to pg_catalog, pg_temp
+    set plan_cache_mode to force_generic_plan
 as $$
 declare
     v_user  text := coalesce(nullif(p_user_id, ''), p_principal_id, '');

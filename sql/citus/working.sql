@@ -17,6 +17,7 @@ create or replace function harbor.working_state_delegated(
 ) returns table (state jsonb, expires_at timestamptz)
     language plpgsql volatile security invoker
     set search_path to pg_catalog, pg_temp
+    set plan_cache_mode to force_generic_plan
 as $$
 declare
     v_user  text := coalesce(nullif(p_user_id, ''), p_principal_id, '');

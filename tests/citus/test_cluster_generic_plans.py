@@ -1,4 +1,5 @@
-"""On the tenant's worker, the statements a delegated append, recent, save or search prepares on
+"""On the tenant's worker, the statements a delegated append, recent, save, search or read
+prepares on
 the tenant's shard tables run their generic plans: planned once a connection, not again at
 each call (sql/citus/delegated.sql). PostgreSQL's default planned each of them at every
 call, estimating their generic plans dearer; these calls set plan_cache_mode for them,
@@ -13,10 +14,10 @@ import psycopg
 
 from harbor_pg.db.connection import carried_identity
 from harbor_pg.db.sqlfiles import query
-from harbor_pg.owner import MemoryOwner
+from harbor_pg.owner import MemoryOwner, MemoryScope
 from harbor_pg.records import Memory
 from harbor_pg.tiers.long_term import MemoryVectors, _delegated_save_params, _one_params
-from harbor_pg.tiers.rows import memory_params
+from harbor_pg.tiers.rows import current_memories_params, memory_params
 from tests.citus.conftest import ClusterDatabase
 from tests.citus.test_cluster_append import _call, _summarised_session, _worker_of
 
@@ -143,3 +144,56 @@ def test_a_search_runs_its_generic_plan(cluster_db: ClusterDatabase) -> None:
     assert "ann: a generic plan found" in [r[9] for r in found[0]]
     [(generic, custom)] = plans.values()
     assert (generic, custom) == (CALLS, 0), plans
+
+
+def test_the_reads_run_their_statements_generic_plans(cluster_db: ClusterDatabase) -> None:
+    # a memory and three turns of ann's session, then each read of the tenant's shard
+    # tables called again and again on the worker's connection: each statement was
+    # planned once, and answered the same at every call
+    owner = MemoryOwner(tenant_id="append-a", principal_id="ann", session_id="s-reads")
+    with psycopg.connect(cluster_db.app_url, autocommit=True) as app:
+        [saved] = app.execute(
+            query("save_memory_delegated"),
+            _delegated_save_params(
+                owner, memory_params(owner, Memory(content="ann: read back")), None, None
+            ),
+        ).fetchall()
+        turns = [
+            app.execute(query("append_turn_delegated"), _call(owner, f"turn {n}")).fetchone()
+            for n in range(3)
+        ]
+    memory_id, first_turn = saved[0], turns[0][0]  # type: ignore[index]
+    keys = current_memories_params(owner, [MemoryScope.USER], 100)
+    assert keys is not None
+    identity = carried_identity(owner)
+    reads = {
+        "get": ("get_memories_delegated", {"ids": [memory_id]}),
+        "current": ("current_memories_delegated", keys),
+        "history": ("memory_history_delegated", {"id": memory_id}),
+        "messages_after": (
+            "messages_after_delegated",
+            {"after_id": 0, "before_id": None, "limit": 100},
+        ),
+        "turns_through": ("turns_through_delegated", {"message_id": first_turn, "limit": 10}),
+        "working": ("working_state_delegated", {}),
+        "summary": ("session_summary_delegated", {}),
+    }
+    with psycopg.connect(_worker_of(cluster_db, owner.tenant_id, "harbor_app")) as conn:
+        conn.autocommit = True
+        answers = {
+            read: [
+                conn.execute(query(name), {**params, **identity}).fetchall() for _ in range(CALLS)
+            ]
+            for read, (name, params) in reads.items()
+        }
+        plans = {
+            read: conn.execute(
+                "select generic_plans, custom_plans from pg_prepared_statements where name ~ %s",
+                (f"^harbor_{read}_[0-9]+$",),
+            ).fetchall()
+            for read in reads
+        }
+    assert all(all(a == got[0] for a in got) for got in answers.values()), answers
+    assert answers["get"][0] and answers["history"][0] and answers["current"][0]
+    assert len(answers["messages_after"][0]) == 3 and len(answers["turns_through"][0]) == 1
+    assert plans == {read: [(CALLS, 0)] for read in reads}, plans
