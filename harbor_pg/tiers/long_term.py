@@ -351,7 +351,8 @@ class PostgresLongTermStore:
         self.db = db
         # the hit counts being written after their recalls returned (drain_hits waits)
         self._hit_writes: set[asyncio.Task[None]] = set()
-        # on a distributed database: a search found that global memories may exist
+        # on a distributed database: a search or a read by id found that global memories
+        # may exist (the delegated call's marker row, sql/citus/global.sql)
         self._global_memories = False
 
     async def recall(self, owner: MemoryOwner, request: RecallRequest) -> list[RecalledMemory]:
@@ -750,10 +751,11 @@ class PostgresLongTermStore:
     async def get(self, owner: MemoryOwner, memory_id: str) -> Memory | None:
         if self.db.set_local:
             # one call delegated to the tenant's worker, then, only when that finds
-            # nothing, the global memories' shard (get_memory reads both tenants at once,
-            # a statement Citus sends to two shards, often on two workers)
-            rows = await self._get_delegated(owner, [memory_id])
-            if not rows:
+            # nothing and says that global memories may exist (its marker row,
+            # sql/citus/get.sql), the global memories' shard (get_memory reads both
+            # tenants at once, a statement Citus sends to two shards, often on two workers)
+            rows, may_exist = await self._get_delegated(owner, [memory_id])
+            if not rows and may_exist:
                 rows = await self._get_global([memory_id])
         else:
             rows = await self.db.fetch_in_one_round_trip(
@@ -762,33 +764,49 @@ class PostgresLongTermStore:
         return memory_from_row(rows[0]) if rows else None
 
     async def get_many(self, owner: MemoryOwner, memory_ids: Sequence[str]) -> list[Memory]:
-        """The memories of ``memory_ids`` that ``owner`` may see, in one statement (on a
-        distributed database, the tenant's in one delegated call and the global ones in
-        one routed statement, sent at once)."""
+        """The memories of ``memory_ids`` that ``owner`` may see, in no particular order,
+        in one statement (on a distributed database, the tenant's in one delegated call,
+        then the global ones in one routed statement only when that call says some may
+        exist; once told so, the store sends the two at once)."""
         if not memory_ids:
             return []
+        ids = list(memory_ids)
         if self.db.set_local:
-            own, shared = await asyncio.gather(
-                self._get_delegated(owner, list(memory_ids)), self._get_global(list(memory_ids))
-            )
+            # as a search does (below): the global memories read only when the delegated
+            # call's marker row says they may exist, and, once a call said so, at once
+            # with it, on two connections (the flag stays set once one was written; were
+            # it unset, the second statement would only find none)
+            if self._global_memories or not owner.tenant_id:
+                (own, _may_exist), shared = await asyncio.gather(
+                    self._get_delegated(owner, ids), self._get_global(ids)
+                )
+            else:
+                own, may_exist = await self._get_delegated(owner, ids)
+                shared = await self._get_global(ids) if may_exist else []
             rows = own + shared
         else:
             rows = await self.db.fetch_in_one_round_trip(
-                owner,
-                query("get_memories"),
-                {"tenant_id": owner.tenant_id, "ids": list(memory_ids)},
+                owner, query("get_memories"), {"tenant_id": owner.tenant_id, "ids": ids}
             )
         return [memory_from_row(r) for r in rows]
 
-    async def _get_delegated(self, owner: MemoryOwner, ids: list[str]) -> list[dict[str, Any]]:
+    async def _get_delegated(
+        self, owner: MemoryOwner, ids: list[str]
+    ) -> tuple[list[dict[str, Any]], bool]:
         """The caller's tenant's memories of ``ids`` on a distributed database: one call
         Citus delegates to the tenant's worker, the identity its arguments
-        (sql/citus/get.sql)."""
+        (sql/citus/get.sql); and whether global memories may exist (its marker row, left
+        out of the rows). With no tenant, no call: only global memories can answer."""
         if not owner.tenant_id:
-            return []
-        return await self.db.fetch_delegated(
+            return [], True
+        rows = await self.db.fetch_delegated(
             query("get_memories_delegated"), {**carried_identity(owner), "ids": ids}
         )
+        own = [r for r in rows if r["id"] is not None]
+        if len(own) < len(rows):
+            self._global_memories = True
+            return own, True
+        return own, False
 
     async def _get_global(self, ids: list[str]) -> list[dict[str, Any]]:
         """The global memories of ``ids`` on a distributed database: one statement routed

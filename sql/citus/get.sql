@@ -5,7 +5,12 @@
 -- autocommit, it is the one command the coordinator sends for it: no transaction block, no
 -- SET LOCAL, no commit round trip. The global memories (tenant '', on their own shard,
 -- maybe another node's) are read apart, by get_global_memories (sql/queries/citus.sql),
--- which any caller may read: for a get, only when the tenant's shard has none of the id.
+-- which any caller may read, and only when they may exist: a flag this function reads on
+-- the worker (harbor.global_memory_flag, sql/citus/global.sql), as a delegated search does
+-- (sql/citus/search.sql). When it is set, the answer ends with one more row, every column
+-- of which is null (the id too), which stands for the global memories and tells the
+-- facade (harbor_pg.tiers.long_term) to read them (for a get, only when the tenant's
+-- shard has none of the id); unset, a read by id is this one command to one worker.
 --
 -- The identity travels as the call's first arguments, as the other delegated calls' does:
 -- harbor._delegated_caller (sql/citus/delegated.sql) sets it (SET LOCAL) and checks it
@@ -50,6 +55,10 @@ begin
           from %s m
          where m.tenant_id = $1 and m.id = any ($2) $q$);
     return query execute pg_catalog.format('execute %s(%L, %L)', v_name, p_tenant_id, p_ids);
+    -- the global memories' marker (above), from this node's copy of the flag
+    if harbor._global_memories_may_exist() then
+        return next;  -- (the marker: no output column was assigned, all are null)
+    end if;
 end
 $$;
 alter function harbor.get_memories_delegated(text, text, text, text, text, text, text[])

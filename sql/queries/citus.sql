@@ -136,7 +136,8 @@ select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, 
 -- get_memories (long_term.sql) on a distributed database, the caller's tenant's memories:
 -- one call of harbor.get_memories_delegated (sql/citus/get.sql), which Citus sends whole
 -- to the tenant's worker. The identity is its first arguments (the worker checks them
--- against the caller's); sent in autocommit, it needs no transaction block.
+-- against the caller's); sent in autocommit, it needs no transaction block. A last row,
+-- every column null, says that global memories may exist (read them: below).
 select g.*
   from harbor.get_memories_delegated(
       %(tenant_id)s::text, %(project_id)s::text, %(principal_id)s::text, %(user_id)s::text,
@@ -146,7 +147,8 @@ select g.*
 -- get_memories (long_term.sql) on a distributed database, the global memories (tenant '',
 -- scope global, which every caller may read: no identity needed): one statement Citus
 -- routes to their shard's node, in autocommit (its fast path: one table, the distribution
--- column equal to a constant). With get_memories_delegated (above).
+-- column equal to a constant). After get_memories_delegated (above), only when its answer
+-- says that global memories may exist.
 -- get_memory's column list, repeated on purpose (see there).
 select m.id, m.tenant_id, m.scope::text as scope, m.project_id, m.principal_id, m.user_id,
        m.session_id, m.run_id, m.memory_type::text as memory_type, m.content, m.content_hash,

@@ -2,7 +2,10 @@
 tenant's worker (harbor.get_memories_delegated, sql/citus/get.sql): one command to one
 node, with no BEGIN, SET LOCAL or COMMIT, answering as the coordinator's statement and one
 server's get_memories do; the global memories are read by one routed statement, only when
-the tenant's shard has none of the id. The identity the call carries as arguments is
+the call's answer ends with the marker that they may exist (a row, every column null: with
+GLOBAL memories stored, as here; with none, the call alone:
+tests/citus/test_cluster_global_flag.py), and for a get only when the tenant's shard has
+none of the id. The identity the call carries as arguments is
 checked on the worker against the caller's binding, so a bound role that names another
 tenant or user is refused before anything is read."""
 
@@ -133,13 +136,18 @@ def test_the_delegated_call_answers_as_the_coordinators_statement_and_one_server
         one_server = conn.execute(
             query("get_memories"), {"tenant_id": ANN.tenant_id, "ids": ids}
         ).fetchall()
+    # (each ending with the marker that global memories may exist: every column null)
+    for answer in (delegated, again, coordinated):
+        assert set(answer[-1]) == {None}
+        assert all(r[0] is not None for r in answer[:-1])
+    delegated, again, coordinated = delegated[:-1], again[:-1], coordinated[:-1]
     assert sorted(delegated) == sorted(again) == sorted(coordinated)
     assert sorted(delegated + shared) == sorted(one_server)
     assert sorted(r[9] for r in delegated) == ["ann: s1's", "ann: the delegated get"]
     assert [r[9] for r in shared] == ["global: for everyone"]
 
 
-def test_the_stores_get_many_reads_both_shards_at_once(
+def test_the_stores_get_many_reads_both_shards(
     cluster_db: ClusterDatabase, stored: dict[str, str]
 ) -> None:
     async def run() -> list[str]:
@@ -168,7 +176,8 @@ def test_a_bound_role_reads_its_own_memories(
         rows = conn.execute(
             query("get_memories_delegated"), _params(ANN, list(stored.values()))
         ).fetchall()
-    assert sorted(r[9] for r in rows) == ["ann: s1's", "ann: the delegated get"]
+    assert set(rows[-1]) == {None}  # (the marker)
+    assert sorted(r[9] for r in rows[:-1]) == ["ann: s1's", "ann: the delegated get"]
 
 
 ATTACKS = attacks("get-b")

@@ -23,6 +23,7 @@ from harbor_pg.manager import MemoryManager
 from harbor_pg.owner import MemoryOwner, MemoryScope
 from harbor_pg.records import Memory
 from harbor_pg.testing.nodes import LocalCluster
+from harbor_pg.tiers.long_term import PostgresLongTermStore
 from tests.citus.conftest import ClusterDatabase, make_database
 from tests.citus.test_cluster_routing import _facade_commands, _queries
 
@@ -50,12 +51,13 @@ def _reset(db: ClusterDatabase) -> None:
         conn.execute("update harbor.global_memory_flag set may_exist = false")
 
 
-async def _save(db: ClusterDatabase, owner: MemoryOwner, memory: Memory) -> None:
+async def _save(db: ClusterDatabase, owner: MemoryOwner, memory: Memory) -> str:
+    """``memory`` saved through the facade (a GLOBAL one by the elevated role); its id."""
     database = Database(db.app_url, db.admin_url, min_size=1, max_size=1)
     await database.open()
     manager = MemoryManager.from_database(database)
     try:
-        await manager.save(owner, memory)
+        return (await manager.save(owner, memory)).memory.id
     finally:
         await manager.close()
         await database.close()
@@ -70,6 +72,43 @@ def _search(db: ClusterDatabase, query: str) -> tuple[list[str], list[tuple[int,
 
     sent = asyncio.run(_facade_commands(db, run))
     return found, sent
+
+
+def _get_many(db: ClusterDatabase, ids: list[str]) -> tuple[list[str], list[tuple[int, str]]]:
+    """The store's get_many of ``ids`` for ANN through the facade: the contents found,
+    sorted (it promises no order), and the commands sent."""
+    found: list[str] = []
+
+    async def run(manager: MemoryManager) -> None:
+        store = manager.long_term
+        assert isinstance(store, PostgresLongTermStore)
+        found.extend(m.content for m in await store.get_many(ANN, ids))
+
+    sent = asyncio.run(_facade_commands(db, run))
+    return sorted(found), sent
+
+
+def _get(db: ClusterDatabase, memory_id: str) -> tuple[str | None, list[tuple[int, str]]]:
+    """The facade's get of ``memory_id`` for ANN: the content found, and the commands sent."""
+    found: list[str | None] = []
+
+    async def run(manager: MemoryManager) -> None:
+        memory = await manager.get(ANN, memory_id)
+        found.append(memory.content if memory else None)
+
+    sent = asyncio.run(_facade_commands(db, run))
+    return found[0], sent
+
+
+def _ann_note(db: ClusterDatabase) -> str:
+    """The id of ANN's memory saved with the database."""
+    with psycopg.connect(db.superuser_url) as conn:
+        row = conn.execute(
+            "select id from harbor.memories where tenant_id = %s and content = %s",
+            (ANN.tenant_id, "ann: a lighthouse keeper's note"),
+        ).fetchone()
+    assert row is not None
+    return str(row[0])
 
 
 @pytest.fixture
@@ -127,6 +166,50 @@ def test_an_admins_global_memory_sets_the_flag_and_searches_read_it_in_order(
             (ANN.tenant_id,),
         ).fetchall()
     assert [r[0] for r in ranked] == found
+
+
+def test_reads_by_id_with_no_global_memory_are_one_command_to_the_tenants_worker(
+    no_global: ClusterDatabase,
+) -> None:
+    # a get_many, of the tenant's memory and of an id stored nowhere: one delegated call
+    # (no read of the global memories' shard), as a search's
+    note = _ann_note(no_global)
+    found, sent = _get_many(no_global, [note, "no-such-memory"])
+    assert found == ["ann: a lighthouse keeper's note"]
+    assert _queries(sent) == sent, sent  # no BEGIN, SET LOCAL or COMMIT
+    assert len(sent) == 1, sent
+    [(port, command)] = sent
+    assert port == no_global.node_of(ANN.tenant_id).port
+    assert "get_memories_delegated" in command
+    # and a get the tenant's shard cannot answer is that one command too
+    missing, sent = _get(no_global, "no-such-memory")
+    assert missing is None
+    assert [port for port, _c in _queries(sent)] == [no_global.node_of(ANN.tenant_id).port]
+
+
+def test_an_admins_global_memory_is_read_by_id(no_global: ClusterDatabase) -> None:
+    note = _ann_note(no_global)
+    global_id = asyncio.run(
+        _save(
+            no_global,
+            ANN,
+            Memory(content="global: the keeper's logbook", scope=MemoryScope.GLOBAL),
+        )
+    )
+    assert _flag(no_global)
+    tenant, shared = no_global.node_of(ANN.tenant_id).port, no_global.node_of("").port
+    # its id alone: the delegated call (whose answer says that global memories may
+    # exist), then the global memories' shard
+    found, sent = _get_many(no_global, [global_id])
+    assert found == ["global: the keeper's logbook"]
+    assert [port for port, _c in _queries(sent)] == [tenant, shared], sent
+    # the tenant's and the global one's together: both
+    found, _sent = _get_many(no_global, [global_id, note, "no-such-memory"])
+    assert found == ["ann: a lighthouse keeper's note", "global: the keeper's logbook"]
+    # and a get of it
+    memory, sent = _get(no_global, global_id)
+    assert memory == "global: the keeper's logbook"
+    assert [port for port, _c in _queries(sent)] == [tenant, shared], sent
 
 
 def _admin_insert(db: ClusterDatabase, content: str) -> None:
