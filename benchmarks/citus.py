@@ -8,8 +8,11 @@ coordinator and two workers, 8 shards a table. Then, through the wrapper
 (MemoryManager on Database pools, identity by set_config on one server and by
 SET LOCAL on Citus), ROUNDS calls each of recall, search, append, recent (the
 session's newest 12 turns, after the append) and save for random owners: p50/p99 in
-ms. recall() never raises: the calls it answered with
-a WARNING (a statement Citus could not plan) are counted.
+ms. The two run at once and take turns: each round makes its five calls on one side
+and then on the other, the same owner and question on both, one server first in
+even rounds and the cluster first in odd ones, so that a change in the machine's
+speed during the run reaches both sides alike. recall() never raises: the calls it
+answered with a WARNING (a statement Citus could not plan) are counted.
 
     .venv/bin/python benchmarks/citus.py [MEMORIES] [TENANTS] [ROUNDS] [--record]
 
@@ -75,32 +78,51 @@ class _Count(logging.Handler):
             self.n += 1
 
 
-async def _measure(app: str, admin: str, tenants: int, rounds: int) -> dict[str, list[float]]:
-    db = Database(app, admin, min_size=1, max_size=2)
-    await db.open()
-    manager = MemoryManager.from_database(db)
+async def _measure(
+    urls: dict[str, tuple[str, str]], tenants: int, rounds: int, counter: _Count
+) -> dict[str, dict[str, list[float]]]:
+    """``rounds`` rounds of the five calls on each side of ``urls`` (side -> application
+    and elevated URLs), the sides in turn (the first side first in even rounds, the
+    other in odd ones), the same owner and question on both. Per side: each call's
+    times in seconds, and under "failed recalls" the recalls answered with a WARNING."""
+    dbs = {
+        side: Database(app, admin, min_size=1, max_size=2) for side, (app, admin) in urls.items()
+    }
+    for db in dbs.values():
+        await db.open()
+    managers = {side: MemoryManager.from_database(db) for side, db in dbs.items()}
     rng = random.Random(7)
-    out: dict[str, list[float]] = {name: [] for name in CALLS}
+    out: dict[str, dict[str, list[float]]] = {
+        side: {**{name: [] for name in CALLS}, "failed recalls": [0.0]} for side in urls
+    }
+    sides = list(urls)
     for i in range(rounds):
         t, u = rng.randrange(tenants), rng.randrange(10)
         owner = MemoryOwner(tenant_id=f"t{t}", principal_id=f"u{u}", session_id="bench")
         question = f"{rng.choice(WORDS)} {rng.choice(WORDS)}"
         message = ConversationMessage(role="user", content=question)
-        t0 = time.perf_counter()
-        await manager.recall(owner, question)
-        t1 = time.perf_counter()
-        await manager.search(owner, question)
-        t2 = time.perf_counter()
-        await manager.append(owner, message)
-        t3 = time.perf_counter()
-        await manager.recent(owner, 12)
-        t4 = time.perf_counter()
-        await manager.save(owner, Memory(content=f"bench fact {i} {question}"))
-        t5 = time.perf_counter()
-        for name, took in zip(CALLS, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4), strict=True):
-            out[name].append(took)
-    await manager.close()
-    await db.close()
+        for side in sides if i % 2 == 0 else sides[::-1]:
+            manager = managers[side]
+            warned = counter.n
+            t0 = time.perf_counter()
+            await manager.recall(owner, question)
+            t1 = time.perf_counter()
+            out[side]["failed recalls"][0] += counter.n - warned
+            await manager.search(owner, question)
+            t2 = time.perf_counter()
+            await manager.append(owner, message)
+            t3 = time.perf_counter()
+            await manager.recent(owner, 12)
+            t4 = time.perf_counter()
+            await manager.save(owner, Memory(content=f"bench fact {i} {question}"))
+            t5 = time.perf_counter()
+            took = (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4)
+            for name, seconds in zip(CALLS, took, strict=True):
+                out[side][name].append(seconds)
+    for manager in managers.values():
+        await manager.close()
+    for db in dbs.values():
+        await db.close()
     return out
 
 
@@ -191,32 +213,13 @@ def main() -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             single = start_node(base / "single", "pg")
-            server.bootstrap(single.url())
-            migrate.upgrade(single.url("harbor", "harbor_owner"))
-            loaded = _load(single.url("harbor"), n, tenants)
-            print(f"one server: loaded {n} memories in {loaded:.1f}s")
-            # a warm-up pass, then the measured one
-            asyncio.run(
-                _measure(
-                    single.url("harbor", "harbor_app"),
-                    single.url("harbor", "harbor_admin"),
-                    tenants,
-                    20,
-                )
-            )
-            counter.n = 0
-            results["one server"] = asyncio.run(
-                _measure(
-                    single.url("harbor", "harbor_app"),
-                    single.url("harbor", "harbor_admin"),
-                    tenants,
-                    rounds,
-                )
-            )
-            results["one server"]["failed recalls"] = [counter.n]
-            single.remove()
-            cluster = start_cluster(base / "cluster")
+            cluster = None
             try:
+                server.bootstrap(single.url())
+                migrate.upgrade(single.url("harbor", "harbor_owner"))
+                loaded = _load(single.url("harbor"), n, tenants)
+                print(f"one server: loaded {n} memories in {loaded:.1f}s")
+                cluster = start_cluster(base / "cluster")
                 cluster.create_database("harbor")
                 coord = cluster.coordinator
                 migrate.upgrade(coord.url("harbor", "harbor_owner"))
@@ -228,26 +231,23 @@ def main() -> None:
                     f"cluster: loaded {n} memories in {loaded:.1f}s; shards of "
                     f"harbor.memories per node: {report.shards}"
                 )
-                asyncio.run(
-                    _measure(
+                urls = {
+                    "one server": (
+                        single.url("harbor", "harbor_app"),
+                        single.url("harbor", "harbor_admin"),
+                    ),
+                    "cluster": (
                         coord.url("harbor", "harbor_app"),
                         coord.url("harbor", "harbor_admin"),
-                        tenants,
-                        20,
-                    )
-                )
-                counter.n = 0
-                results["cluster"] = asyncio.run(
-                    _measure(
-                        coord.url("harbor", "harbor_app"),
-                        coord.url("harbor", "harbor_admin"),
-                        tenants,
-                        rounds,
-                    )
-                )
-                results["cluster"]["failed recalls"] = [counter.n]
+                    ),
+                }
+                # a warm-up pass, then the measured one
+                asyncio.run(_measure(urls, tenants, 20, counter))
+                results = asyncio.run(_measure(urls, tenants, rounds, counter))
             finally:
-                cluster.remove()
+                if cluster is not None:
+                    cluster.remove()
+                single.remove()
     finally:
         shutil.rmtree(base, ignore_errors=True)
     print(machine())
