@@ -100,6 +100,18 @@ def _get(db: ClusterDatabase, memory_id: str) -> tuple[str | None, list[tuple[in
     return found[0], sent
 
 
+def _one_command_to_anns_worker(
+    db: ClusterDatabase, sent: list[tuple[int, str]], call: str
+) -> None:
+    """``sent`` (the commands a facade call sent) is one command, ``call``, to the node
+    of ann's tenant: no BEGIN, SET LOCAL or COMMIT, no read of another shard."""
+    assert _queries(sent) == sent, sent
+    assert len(sent) == 1, sent
+    [(port, command)] = sent
+    assert port == db.node_of(ANN.tenant_id).port
+    assert call in command
+
+
 def _ann_note(db: ClusterDatabase) -> str:
     """The id of ANN's memory saved with the database."""
     with psycopg.connect(db.superuser_url) as conn:
@@ -124,11 +136,7 @@ def test_a_search_with_no_global_memory_is_one_command_to_the_tenants_worker(
     # (a database just distributed, with no GLOBAL memory: the flag is unset)
     found, sent = _search(no_global, "lighthouse keeper")
     assert found == ["ann: a lighthouse keeper's note"]
-    assert _queries(sent) == sent, sent  # no BEGIN, SET LOCAL or COMMIT
-    assert len(sent) == 1, sent
-    [(port, command)] = sent
-    assert port == no_global.node_of(ANN.tenant_id).port
-    assert "search_delegated" in command
+    _one_command_to_anns_worker(no_global, sent, "search_delegated")
 
 
 def test_an_admins_global_memory_sets_the_flag_and_searches_read_it_in_order(
@@ -176,15 +184,11 @@ def test_reads_by_id_with_no_global_memory_are_one_command_to_the_tenants_worker
     note = _ann_note(no_global)
     found, sent = _get_many(no_global, [note, "no-such-memory"])
     assert found == ["ann: a lighthouse keeper's note"]
-    assert _queries(sent) == sent, sent  # no BEGIN, SET LOCAL or COMMIT
-    assert len(sent) == 1, sent
-    [(port, command)] = sent
-    assert port == no_global.node_of(ANN.tenant_id).port
-    assert "get_memories_delegated" in command
+    _one_command_to_anns_worker(no_global, sent, "get_memories_delegated")
     # and a get the tenant's shard cannot answer is that one command too
     missing, sent = _get(no_global, "no-such-memory")
     assert missing is None
-    assert [port for port, _c in _queries(sent)] == [no_global.node_of(ANN.tenant_id).port]
+    _one_command_to_anns_worker(no_global, sent, "get_memories_delegated")
 
 
 def test_an_admins_global_memory_is_read_by_id(no_global: ClusterDatabase) -> None:
