@@ -102,9 +102,9 @@ create or replace function harbor._append_statements(p_tenant_id text) returns t
 as $$
 declare
     v_key text := 'tables';
-    v_messages text := 'harbor.messages';
-    v_locks text := 'harbor.owner_locks';
-    v_state text := 'harbor.session_state';
+    v_messages text;
+    v_locks text;
+    v_state text;
     v_names text[];
     v_texts text[];
 begin
@@ -116,15 +116,9 @@ begin
     if harbor._prepared_on_shard('harbor_append_lock_' || v_key) then
         return v_key;
     end if;
-    if v_key <> 'tables' then
-        v_messages := shard_name('harbor.messages'::regclass, v_key::bigint);
-        v_locks := shard_name('harbor.owner_locks'::regclass,
-                              get_shard_id_for_distribution_column(
-                                  'harbor.owner_locks'::regclass, p_tenant_id));
-        v_state := shard_name('harbor.session_state'::regclass,
-                              get_shard_id_for_distribution_column(
-                                  'harbor.session_state'::regclass, p_tenant_id));
-    end if;
+    v_messages := harbor._tenant_table('harbor.messages', p_tenant_id);
+    v_locks := harbor._tenant_table('harbor.owner_locks', p_tenant_id);
+    v_state := harbor._tenant_table('harbor.session_state', p_tenant_id);
     v_names := array['harbor_append_lock_', 'harbor_append_last_', 'harbor_append_insert_',
                      'harbor_append_state_', 'harbor_append_count_', 'harbor_append_locks_'];
     v_names := array(select n || v_key from unnest(v_names) n);

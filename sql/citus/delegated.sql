@@ -139,6 +139,27 @@ alter function harbor._prepare_on_shard(text[], text[]) owner to harbor_owner;
 revoke all on function harbor._prepare_on_shard(text[], text[]) from public;
 grant execute on function harbor._prepare_on_shard(text[], text[]) to harbor_app;
 
+-- harbor._tenant_table: the table a delegated call's statements name for p_tenant_id's
+-- rows of p_table: on a worker, the tenant's shard table (harbor.memories_NNN, which
+-- carries the distributed table's policies, triggers and grants); on the coordinator (a
+-- call Citus did not delegate), the distributed table itself, which Citus routes.
+create or replace function harbor._tenant_table(p_table regclass, p_tenant_id text)
+    returns text
+    language plpgsql stable security invoker
+    set search_path to pg_catalog, pg_temp
+as $$
+begin
+    if (select g.groupid from pg_dist_local_group g) = 0 then
+        return p_table::text;
+    end if;
+    return shard_name(p_table, get_shard_id_for_distribution_column(p_table, p_tenant_id));
+end
+$$;
+alter function harbor._tenant_table(regclass, text) owner to harbor_owner;
+revoke all on function harbor._tenant_table(regclass, text) from public;
+grant execute on function harbor._tenant_table(regclass, text)
+    to harbor_app, harbor_admin, harbor_search;
+
 -- harbor._statement_on_shard: the name of a delegated call's one statement for
 -- p_tenant_id, prepared in this connection unless the mark says it is (above): on the
 -- worker that holds the tenant's shard, p_prefix and the shard's id, the statement over
@@ -167,9 +188,7 @@ begin
     end if;
     if not harbor._prepared_on_shard(v_name) then
         perform harbor._prepare_on_shard(array[v_name], array[pg_catalog.format(
-            p_prepare, v_name,
-            case when v_shard is null then p_table::text
-                 else shard_name(p_table, v_shard) end)]);
+            p_prepare, v_name, harbor._tenant_table(p_table, p_tenant_id))]);
     end if;
     return v_name;
 end

@@ -110,10 +110,10 @@ create or replace function harbor._fact_statements(p_tenant_id text) returns tex
 as $$
 declare
     v_key      text := 'tables';
-    v_memories text := 'harbor.memories';
-    v_vectors  text := 'harbor.memory_embeddings';
-    v_locks    text := 'harbor.owner_locks';
-    v_turns    text := 'harbor.messages';
+    v_memories text;
+    v_vectors  text;
+    v_locks    text;
+    v_turns    text;
     v_names    text[];
 begin
     if (select g.groupid from pg_dist_local_group g) <> 0 then
@@ -124,18 +124,10 @@ begin
     if harbor._prepared_on_shard('harbor_fact_read_' || v_key) then
         return v_key;
     end if;
-    if v_key <> 'tables' then
-        v_memories := shard_name('harbor.memories'::regclass, v_key::bigint);
-        v_vectors := shard_name('harbor.memory_embeddings'::regclass,
-                                get_shard_id_for_distribution_column(
-                                    'harbor.memory_embeddings'::regclass, p_tenant_id));
-        v_locks := shard_name('harbor.owner_locks'::regclass,
-                              get_shard_id_for_distribution_column(
-                                  'harbor.owner_locks'::regclass, p_tenant_id));
-        v_turns := shard_name('harbor.messages'::regclass,
-                              get_shard_id_for_distribution_column(
-                                  'harbor.messages'::regclass, p_tenant_id));
-    end if;
+    v_memories := harbor._tenant_table('harbor.memories', p_tenant_id);
+    v_vectors := harbor._tenant_table('harbor.memory_embeddings', p_tenant_id);
+    v_locks := harbor._tenant_table('harbor.owner_locks', p_tenant_id);
+    v_turns := harbor._tenant_table('harbor.messages', p_tenant_id);
     v_names := array['harbor_fact_read_', 'harbor_fact_lock_', 'harbor_fact_turn_',
                      'harbor_fact_target_', 'harbor_fact_insert_', 'harbor_fact_vector_',
                      'harbor_fact_close_', 'harbor_fact_expired_', 'harbor_fact_duplicate_'];

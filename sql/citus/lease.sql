@@ -26,8 +26,8 @@ create or replace function harbor._lease_statements(p_tenant_id text) returns te
 as $$
 declare
     v_key      text := 'tables';
-    v_state    text := 'harbor.session_state';
-    v_messages text := 'harbor.messages';
+    v_state    text;
+    v_messages text;
     v_names    text[];
 begin
     if (select g.groupid from pg_dist_local_group g) <> 0 then
@@ -38,12 +38,8 @@ begin
     if harbor._prepared_on_shard('harbor_lease_acquire_' || v_key) then
         return v_key;
     end if;
-    if v_key <> 'tables' then
-        v_state := shard_name('harbor.session_state'::regclass, v_key::bigint);
-        v_messages := shard_name('harbor.messages'::regclass,
-                                 get_shard_id_for_distribution_column(
-                                     'harbor.messages'::regclass, p_tenant_id));
-    end if;
+    v_state := harbor._tenant_table('harbor.session_state', p_tenant_id);
+    v_messages := harbor._tenant_table('harbor.messages', p_tenant_id);
     v_names := array['harbor_lease_acquire_' || v_key, 'harbor_lease_finish_' || v_key,
                      'harbor_lease_release_' || v_key];
     perform harbor._prepare_on_shard(v_names, array[
@@ -283,11 +279,8 @@ begin
               from (select) one
               left join %3$s s
                 on s.tenant_id = $1 and s.user_id = $2 and s.session_id = $3 $q$,
-            v_name,
-            shard_name('harbor.messages'::regclass,
-                       get_shard_id_for_distribution_column('harbor.messages'::regclass,
-                                                            p_tenant_id)),
-            shard_name('harbor.session_state'::regclass, v_shard))]);
+            v_name, harbor._tenant_table('harbor.messages', p_tenant_id),
+            harbor._tenant_table('harbor.session_state', p_tenant_id))]);
     end if;
     execute pg_catalog.format('execute %s(%L, %L, %L, %L, %L)', v_name, p_tenant_id, v_user,
                               p_session_id, p_min_turns, p_cooldown_seconds)

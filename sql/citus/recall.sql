@@ -78,9 +78,7 @@ begin
                          from pg_catalog.regexp_matches(v_text, '@@(harbor\.\w+)@@', 'g') t(m)
         loop
             v_text := replace(v_text, '@@' || v_table || '@@',
-                              shard_name(v_table::regclass,
-                                         get_shard_id_for_distribution_column(
-                                             v_table::regclass, p_tenant_id)));
+                              harbor._tenant_table(v_table::regclass, p_tenant_id));
         end loop;
         execute v_text;
     end loop;

@@ -32,8 +32,8 @@ create or replace function harbor._save_statements(p_tenant_id text) returns tex
 as $$
 declare
     v_key text := 'tables';
-    v_memories text := 'harbor.memories';
-    v_vectors text := 'harbor.memory_embeddings';
+    v_memories text;
+    v_vectors text;
     v_names text[];
 begin
     if (select g.groupid from pg_dist_local_group g) <> 0 then
@@ -44,12 +44,8 @@ begin
     if harbor._prepared_on_shard('harbor_save_insert_' || v_key) then
         return v_key;
     end if;
-    if v_key <> 'tables' then
-        v_memories := shard_name('harbor.memories'::regclass, v_key::bigint);
-        v_vectors := shard_name('harbor.memory_embeddings'::regclass,
-                                get_shard_id_for_distribution_column(
-                                    'harbor.memory_embeddings'::regclass, p_tenant_id));
-    end if;
+    v_memories := harbor._tenant_table('harbor.memories', p_tenant_id);
+    v_vectors := harbor._tenant_table('harbor.memory_embeddings', p_tenant_id);
     v_names := array['harbor_save_insert_' || v_key, 'harbor_save_vectors_' || v_key];
     perform harbor._prepare_on_shard(v_names, array[
         format('prepare %s(text, text, harbor.memory_scope, text, text, text, text, text,'

@@ -118,7 +118,7 @@ begin
                     or pg_catalog.strpos(pg_catalog.lower(m.content), pg_catalog.lower($1)) > 0)
              order by pg_catalog.ts_rank_cd(m.fts, q.tsq) desc, m.importance desc,
                       lower(m.valid) desc, m.id collate "C"
-             limit $3 $q$, v_name, shard_name('harbor.memories'::regclass, v_shard))]);
+             limit $3 $q$, v_name, harbor._tenant_table('harbor.memories', p_tenant_id))]);
     end if;
     return query execute pg_catalog.format('execute %s(%L, %L, %L)', v_name, v_query, v_as_of,
                                            search_delegated.result_limit);

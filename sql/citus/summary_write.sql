@@ -31,9 +31,9 @@ create or replace function harbor._summary_statements(p_tenant_id text) returns 
 as $$
 declare
     v_key      text := 'tables';
-    v_memories text := 'harbor.memories';
-    v_locks    text := 'harbor.owner_locks';
-    v_messages text := 'harbor.messages';
+    v_memories text;
+    v_locks    text;
+    v_messages text;
     v_names    text[];
 begin
     if (select g.groupid from pg_dist_local_group g) <> 0 then
@@ -44,15 +44,9 @@ begin
     if harbor._prepared_on_shard('harbor_summary_lock_' || v_key) then
         return v_key;
     end if;
-    if v_key <> 'tables' then
-        v_memories := shard_name('harbor.memories'::regclass, v_key::bigint);
-        v_locks := shard_name('harbor.owner_locks'::regclass,
-                              get_shard_id_for_distribution_column(
-                                  'harbor.owner_locks'::regclass, p_tenant_id));
-        v_messages := shard_name('harbor.messages'::regclass,
-                                 get_shard_id_for_distribution_column(
-                                     'harbor.messages'::regclass, p_tenant_id));
-    end if;
+    v_memories := harbor._tenant_table('harbor.memories', p_tenant_id);
+    v_locks := harbor._tenant_table('harbor.owner_locks', p_tenant_id);
+    v_messages := harbor._tenant_table('harbor.messages', p_tenant_id);
     v_names := array['harbor_summary_lock_' || v_key, 'harbor_summary_turn_' || v_key,
                      'harbor_summary_refresh_' || v_key, 'harbor_summary_insert_' || v_key,
                      'harbor_summary_read_' || v_key];

@@ -69,8 +69,8 @@ create or replace function harbor._working_statements(p_tenant_id text) returns 
 as $$
 declare
     v_key text := 'tables';
-    v_state text := 'harbor.working_state';
-    v_locks text := 'harbor.owner_locks';
+    v_state text;
+    v_locks text;
     v_names text[];
 begin
     if (select g.groupid from pg_dist_local_group g) <> 0 then
@@ -81,12 +81,8 @@ begin
     if harbor._prepared_on_shard('harbor_working_lock_' || v_key) then
         return v_key;
     end if;
-    if v_key <> 'tables' then
-        v_state := shard_name('harbor.working_state'::regclass, v_key::bigint);
-        v_locks := shard_name('harbor.owner_locks'::regclass,
-                              get_shard_id_for_distribution_column(
-                                  'harbor.owner_locks'::regclass, p_tenant_id));
-    end if;
+    v_state := harbor._tenant_table('harbor.working_state', p_tenant_id);
+    v_locks := harbor._tenant_table('harbor.owner_locks', p_tenant_id);
     v_names := array['harbor_working_lock_' || v_key, 'harbor_working_newest_' || v_key,
                      'harbor_working_insert_' || v_key, 'harbor_working_older_' || v_key];
     perform harbor._prepare_on_shard(v_names, array[
