@@ -747,6 +747,15 @@ SAVE_MANY_FUNCTION = (
     " jsonb[], timestamptz[], timestamptz[], text, public.vector[], public.vector[])"
 )
 
+#: the elevated role's save of TENANT memories (one, or a batch) in one call Citus
+#: delegates to the tenant's worker (sql/citus/save.sql)
+SAVE_TENANT_FUNCTION = (
+    "harbor.save_tenant_memories_delegated(text, text, text, text, text, text, text[],"
+    " harbor.memory_scope[], text[], text[], text[], text[], text[], harbor.memory_type[],"
+    " real[], text[], text[], text[], jsonb[], text[], harbor.sensitivity[], text[], jsonb[],"
+    " jsonb[], timestamptz[], timestamptz[], text, public.vector[], public.vector[])"
+)
+
 #: a session's rolling summary read in one call Citus delegates to the tenant's worker
 #: (sql/citus/summary.sql)
 SUMMARY_FUNCTION = "harbor.session_summary_delegated(text, text, text, text, text, text)"
@@ -862,6 +871,7 @@ DELEGATED_CALLS: tuple[tuple[str, str], ...] = (
     (RECALL_FUNCTION, "harbor.memories"),  # sql/citus/recall.sql
     (SAVE_FUNCTION, "harbor.memories"),  # sql/citus/save.sql
     (SAVE_MANY_FUNCTION, "harbor.memories"),  # sql/citus/save.sql
+    (SAVE_TENANT_FUNCTION, "harbor.memories"),  # sql/citus/save.sql
     (SEARCH_FUNCTION, "harbor.memories"),  # sql/citus/search.sql
     (RECENT_FUNCTION, "harbor.messages"),  # sql/citus/recent.sql
     (SUMMARY_FUNCTION, "harbor.memories"),  # sql/citus/summary.sql

@@ -475,6 +475,18 @@ class Database:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    def _pool_of(self, admin: bool) -> AsyncConnectionPool[Connection]:
+        """The application role's pool, or with ``admin`` the elevated role's (refused
+        when no admin URL was configured)."""
+        if not admin:
+            return self._pool
+        if self._admin_pool is None:
+            raise MemoryConfigurationError(
+                "this operation needs the elevated role: configure an admin URL "
+                "(HARBOR_ADMIN_DATABASE_URL)"
+            )
+        return self._admin_pool
+
     @contextlib.asynccontextmanager
     async def transaction(
         self, owner: MemoryOwner | None, *, admin: bool = False
@@ -486,14 +498,7 @@ class Database:
         of work that is one statement goes through :meth:`fetch_in_one_round_trip`
         instead. Database errors come out as harbor errors.
         """
-        pool: AsyncConnectionPool[Connection] = self._pool
-        if admin:
-            if self._admin_pool is None:
-                raise MemoryConfigurationError(
-                    "this operation needs the elevated role: configure an admin URL "
-                    "(HARBOR_ADMIN_DATABASE_URL)"
-                )
-            pool = self._admin_pool
+        pool = self._pool_of(admin)
         async with wrap_db_errors(), self._connection(pool) as conn, conn.transaction():
             if owner is not None and self.set_local:
                 await conn.execute(pgsql.SQL(";").join(local_identity(owner)))
@@ -640,12 +645,19 @@ class Database:
             lambda: self._pipeline(owner, statements, dict_row, None), retry_on=ShardMovedError
         )
 
-    async def fetch_delegated(self, statement: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    async def fetch_delegated(
+        self, statement: str, params: dict[str, Any], *, admin: bool = False
+    ) -> list[dict[str, Any]]:
         """:meth:`fetch_rows_delegated` with its rows as dicts."""
-        return await self.fetch_rows_delegated(statement, params, dict_row)
+        return await self.fetch_rows_delegated(statement, params, dict_row, admin=admin)
 
     async def fetch_rows_delegated(
-        self, statement: str, params: dict[str, Any], row_factory: AsyncRowFactory[Row]
+        self,
+        statement: str,
+        params: dict[str, Any],
+        row_factory: AsyncRowFactory[Row],
+        *,
+        admin: bool = False,
     ) -> list[Row]:
         """Run one statement in autocommit, without setting the identity; return its rows
         as ``row_factory`` builds them (again when a shard moved under it, as the
@@ -655,8 +667,9 @@ class Database:
         carries the identity as its arguments and checks them there against the caller's
         (``sql/citus/append.sql``, ``sql/citus/recall.sql``): outside a transaction
         block the coordinator sends the call alone, with no BEGIN, SET LOCAL or COMMIT for
-        the worker.
+        the worker. ``admin``: as the elevated role (its pool), as :meth:`transaction`.
         """
+        pool = self._pool_of(admin)
 
         # (in one exchange of the extended protocol, as the one-round-trip calls: the
         # statement prepared on its first run on the connection, without psycopg's work
@@ -665,7 +678,7 @@ class Database:
         call = _server_call(statement, params) if _EXCHANGE else None
 
         async def once() -> list[Row]:
-            async with wrap_db_errors(), self._connection(self._pool) as conn:
+            async with wrap_db_errors(), self._connection(pool) as conn:
                 if call is not None:
                     [rows] = await _exchange_retried(conn, [call], row_factory, identity=False)
                     return rows

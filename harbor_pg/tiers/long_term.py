@@ -548,10 +548,23 @@ class PostgresLongTermStore:
                 },
             )
             return _save_results(rows)
+        if self.db.set_local and all(p["scope"] == MemoryScope.TENANT.value for p in params):
+            # TENANT memories, the elevated role's, of the caller's tenant: one call that
+            # Citus delegates to the tenant's worker, as the application role's batch
+            # above (sql/citus/save.sql)
+            rows = await self.db.fetch_delegated(
+                query("save_tenant_memories_delegated"),
+                {
+                    **_batch_params(params, vectors, model_id),
+                    **carried_identity(owner, "caller_"),
+                },
+                admin=True,
+            )
+            return _save_results(rows)
         if self.db.set_local:
             # Citus refuses save_memories (a correlated subquery over a CTE): on a
-            # distributed database each memory of the elevated scopes is saved by the
-            # per-row statements
+            # distributed database a batch with GLOBAL memories is saved by the per-row
+            # statements, in a transaction that sets the flag that they may exist
             async with self.db.transaction(owner, admin=admin) as conn:
                 if any(p["tenant_id"] == "" for p in params):
                     # a GLOBAL memory: the flag that they may exist set first, in this

@@ -39,7 +39,8 @@ end
 $$;
 alter function harbor._hold_tenant_shard(regclass, text) owner to harbor_owner;
 revoke all on function harbor._hold_tenant_shard(regclass, text) from public;
-grant execute on function harbor._hold_tenant_shard(regclass, text) to harbor_app, harbor_search;
+grant execute on function harbor._hold_tenant_shard(regclass, text)
+    to harbor_app, harbor_admin, harbor_search;
 
 -- harbor._delegated_caller: a delegated call's identity, which travels as the call's
 -- arguments, set and checked, and its tenant's shard held, before the call reads or
@@ -83,7 +84,8 @@ alter function harbor._delegated_caller(text, regclass, text, text, text, text, 
 revoke all on function harbor._delegated_caller(text, regclass, text, text, text, text, text,
                                                 text) from public;
 grant execute on function harbor._delegated_caller(text, regclass, text, text, text, text,
-                                                   text, text) to harbor_app, harbor_search;
+                                                   text, text)
+    to harbor_app, harbor_admin, harbor_search;
 
 -- harbor._prepare_on_shard: the statements a delegated call runs on its tenant's own shard
 -- tables (harbor._append_statements, harbor._save_statements), prepared in this connection
@@ -137,7 +139,7 @@ end
 $$;
 alter function harbor._prepare_on_shard(text[], text[]) owner to harbor_owner;
 revoke all on function harbor._prepare_on_shard(text[], text[]) from public;
-grant execute on function harbor._prepare_on_shard(text[], text[]) to harbor_app;
+grant execute on function harbor._prepare_on_shard(text[], text[]) to harbor_app, harbor_admin;
 
 -- harbor._tenant_table: the table a delegated call's statements name for p_tenant_id's
 -- rows of p_table: on a worker, the tenant's shard table (harbor.memories_NNN, which
@@ -217,4 +219,4 @@ return coalesce(pg_catalog.current_setting('harbor.prepared_' operator(pg_catalo
        operator(pg_catalog.=) '@statements_version@';
 alter function harbor._prepared_on_shard(text) owner to harbor_owner;
 revoke all on function harbor._prepared_on_shard(text) from public;
-grant execute on function harbor._prepared_on_shard(text) to harbor_app;
+grant execute on function harbor._prepared_on_shard(text) to harbor_app, harbor_admin;

@@ -19,6 +19,14 @@
 --
 -- Returns the saved memory as get_memory_citus reads it back, and whether this call
 -- created it (false: a current duplicate was there, and is returned).
+--
+-- Three calls share the steps below: save_memory_delegated (one memory) and
+-- save_memories_delegated (a batch), the application role's, and
+-- save_tenant_memories_delegated (one TENANT memory or a batch of them), the elevated
+-- role's, each granted to its role alone. A save that holds a GLOBAL memory (tenant '',
+-- another shard, and harbor.global_memory_flag to set in its transaction:
+-- sql/citus/global.sql) is not delegated: harbor_pg.tiers.long_term saves it in a
+-- transaction of per-row statements on the coordinator.
 -- The save's two common statements (the memory's insert, its vectors'), prepared once a
 -- connection (harbor._prepare_on_shard, sql/citus/delegated.sql) and run by name, as the
 -- append's are (sql/citus/append.sql: why, and what keeps the rules the same): on the
@@ -73,7 +81,7 @@ end
 $$;
 alter function harbor._save_statements(text) owner to harbor_owner;
 revoke all on function harbor._save_statements(text) from public;
-grant execute on function harbor._save_statements(text) to harbor_app;
+grant execute on function harbor._save_statements(text) to harbor_app, harbor_admin;
 
 -- One memory's save on the tenant's shard tables (or, on the coordinator, the distributed
 -- tables), for the delegated calls below, once the identity is checked and the statements
@@ -194,12 +202,12 @@ revoke all on function harbor._save_memory_on_shard(text, text, text, harbor.mem
     text, text, text, text, text, harbor.memory_type, real, text, text, text, text[], text,
     harbor.sensitivity, text, text[], jsonb, timestamptz, timestamptz, text, public.vector,
     public.vector)
-    from public, harbor_admin, harbor_search;
+    from public, harbor_search;
 grant execute on function harbor._save_memory_on_shard(text, text, text, harbor.memory_scope,
     text, text, text, text, text, harbor.memory_type, real, text, text, text, text[], text,
     harbor.sensitivity, text, text[], jsonb, timestamptz, timestamptz, text, public.vector,
     public.vector)
-    to harbor_app;
+    to harbor_app, harbor_admin;
 
 create or replace function harbor.save_memory_delegated(
     p_tenant_id text, p_project_id text, p_principal_id text, p_user_id text,
@@ -260,8 +268,9 @@ grant execute on function harbor.save_memory_delegated(text, text, text, text, t
 -- in one phase. The statements it replaces were each memory's insert and vectors, each
 -- sent from the coordinator in the batch's transaction (a hop and two plannings each).
 -- Each array has one element per memory, as save_memories' (sql/queries/long_term.sql):
--- every memory of the batch is of the caller's tenant (a batch of the elevated scopes is
--- not delegated); entity_ids and source_message_ids are one JSON array of strings each.
+-- every memory of the batch is of the caller's tenant (the elevated role's TENANT memories
+-- go through save_tenant_memories_delegated, below); entity_ids and source_message_ids are
+-- one JSON array of strings each.
 -- One row per memory, in input order.
 create or replace function harbor.save_memories_delegated(
     p_tenant_id text, p_project_id text, p_principal_id text, p_user_id text,
@@ -328,3 +337,89 @@ grant execute on function harbor.save_memories_delegated(text, text, text, text,
     harbor.sensitivity[], text[], jsonb[], jsonb[], timestamptz[], timestamptz[], text,
     public.vector[], public.vector[])
     to harbor_app;
+
+-- The elevated role's save of TENANT memories (one, or a save_many batch) on a
+-- distributed database, in one call that Citus delegates whole to the tenant's worker, as
+-- save_memories_delegated's (above): the same arguments, the identity set and checked the
+-- same way before any row is read or written (a caller that names another tenant, the
+-- distribution argument, or another user or session than its own is refused), then each
+-- memory saved by the same steps in the call's one transaction, all or nothing. Granted to
+-- harbor_admin alone, and for TENANT memories alone: a memory of any other scope is refused
+-- before anything is read (a GLOBAL memory, tenant '', lies on another shard, and its
+-- writer sets harbor.global_memory_flag in its transaction on the coordinator:
+-- sql/citus/global.sql). The rows are written under harbor_admin's policies, as on one
+-- server: an unbound administrator writes the TENANT memories of the tenant it names, and
+-- a bound role granted harbor_admin writes none (every harbor_admin policy starts with "not
+-- bound"). The application role cannot run it (and its own calls above write no TENANT
+-- memory: its policies refuse the scope). One row per memory, in input order.
+create or replace function harbor.save_tenant_memories_delegated(
+    p_tenant_id text, p_project_id text, p_principal_id text, p_user_id text,
+    p_session_id text, p_run_id text,
+    p_ids text[], p_scopes harbor.memory_scope[], p_key_project_ids text[],
+    p_key_user_ids text[], p_key_session_ids text[], p_key_run_ids text[],
+    p_writer_ids text[], p_memory_types harbor.memory_type[], p_importances real[],
+    p_contents text[], p_content_hashes text[], p_contexts text[], p_entity_ids jsonb[],
+    p_sources text[], p_sensitivities harbor.sensitivity[], p_source_session_ids text[],
+    p_source_message_ids jsonb[], p_metadata jsonb[], p_valid_froms timestamptz[],
+    p_expires_ats timestamptz[], p_model_id text default null,
+    p_embeddings public.vector[] default null, p_context_embeddings public.vector[] default null)
+    returns table (
+        id text, tenant_id text, scope text, project_id text, principal_id text,
+        user_id text, session_id text, run_id text, memory_type text, content text,
+        content_hash text, importance real, entity_ids text[], source text,
+        sensitivity text, valid_from timestamptz, invalid_at timestamptz,
+        superseded_by text, source_session_id text, source_message_ids text[],
+        metadata jsonb, context text, created_at timestamptz, updated_at timestamptz,
+        expires_at timestamptz, created boolean)
+    language plpgsql volatile security invoker
+    set search_path to pg_catalog, pg_temp
+as $$
+declare
+    v_key text;  -- the suffix of the prepared statements' names
+begin
+    -- the identity set and checked, the shard held (sql/citus/delegated.sql)
+    perform harbor._delegated_caller(
+        'harbor.save_tenant_memories_delegated', 'harbor.memories', p_tenant_id,
+        p_project_id, p_principal_id, p_user_id, p_session_id, p_run_id);
+    if exists (select 1 from pg_catalog.unnest(p_scopes) s(scope)
+                where s.scope is distinct from 'tenant'::harbor.memory_scope) then
+        raise exception 'harbor.save_tenant_memories_delegated: TENANT memories only'
+            using errcode = '22023';
+    end if;
+    if coalesce(cardinality(p_contents), 0) = 0 then
+        return;
+    end if;
+    v_key := harbor._save_statements(p_tenant_id);
+    for i in 1..cardinality(p_contents) loop
+        return query
+        select * from harbor._save_memory_on_shard(
+            v_key, p_tenant_id, p_ids[i], p_scopes[i], p_key_project_ids[i],
+            p_key_user_ids[i], p_key_session_ids[i], p_key_run_ids[i], p_writer_ids[i],
+            p_memory_types[i], p_importances[i], p_contents[i], p_content_hashes[i],
+            p_contexts[i],
+            array(select pg_catalog.jsonb_array_elements_text(p_entity_ids[i])),
+            p_sources[i], p_sensitivities[i], p_source_session_ids[i],
+            array(select pg_catalog.jsonb_array_elements_text(p_source_message_ids[i])),
+            p_metadata[i], p_valid_froms[i], p_expires_ats[i], p_model_id, p_embeddings[i],
+            p_context_embeddings[i]);
+    end loop;
+end
+$$;
+alter function harbor.save_tenant_memories_delegated(text, text, text, text, text, text,
+    text[], harbor.memory_scope[], text[], text[], text[], text[], text[],
+    harbor.memory_type[], real[], text[], text[], text[], jsonb[], text[],
+    harbor.sensitivity[], text[], jsonb[], jsonb[], timestamptz[], timestamptz[], text,
+    public.vector[], public.vector[])
+    owner to harbor_owner;
+revoke all on function harbor.save_tenant_memories_delegated(text, text, text, text, text,
+    text, text[], harbor.memory_scope[], text[], text[], text[], text[], text[],
+    harbor.memory_type[], real[], text[], text[], text[], jsonb[], text[],
+    harbor.sensitivity[], text[], jsonb[], jsonb[], timestamptz[], timestamptz[], text,
+    public.vector[], public.vector[])
+    from public, harbor_app, harbor_search;
+grant execute on function harbor.save_tenant_memories_delegated(text, text, text, text, text,
+    text, text[], harbor.memory_scope[], text[], text[], text[], text[], text[],
+    harbor.memory_type[], real[], text[], text[], text[], jsonb[], text[],
+    harbor.sensitivity[], text[], jsonb[], jsonb[], timestamptz[], timestamptz[], text,
+    public.vector[], public.vector[])
+    to harbor_admin;

@@ -416,6 +416,26 @@ select s.*
       %(expires_ats)s::timestamptz[], %(model_id)s::text, %(embeddings)s::public.vector[],
       %(context_embeddings)s::public.vector[]) s
 
+-- name: save_tenant_memories_delegated
+-- The elevated role's save of TENANT memories (one, or a batch) on a distributed database,
+-- with save_memories_delegated's arguments: one call of
+-- harbor.save_tenant_memories_delegated (sql/citus/save.sql), which Citus sends whole to
+-- the tenant's worker; sent in autocommit, the batch is the call's one transaction. One
+-- row per memory, in input order.
+select s.*
+  from harbor.save_tenant_memories_delegated(
+      %(caller_tenant_id)s::text, %(caller_project_id)s::text, %(caller_principal_id)s::text,
+      %(caller_user_id)s::text, %(caller_session_id)s::text, %(caller_run_id)s::text,
+      %(ids)s::text[], %(scopes)s::harbor.memory_scope[], %(project_ids)s::text[],
+      %(user_ids)s::text[], %(session_ids)s::text[], %(run_ids)s::text[],
+      %(principal_ids)s::text[], %(memory_types)s::harbor.memory_type[],
+      %(importances)s::real[], %(contents)s::text[], %(content_hashes)s::text[],
+      %(contexts)s::text[], %(entity_ids)s::jsonb[], %(sources)s::text[],
+      %(sensitivities)s::harbor.sensitivity[], %(source_session_ids)s::text[],
+      %(source_message_ids)s::jsonb[], %(metadata)s::jsonb[], %(valid_froms)s::timestamptz[],
+      %(expires_ats)s::timestamptz[], %(model_id)s::text, %(embeddings)s::public.vector[],
+      %(context_embeddings)s::public.vector[]) s
+
 -- name: save_memory_delegated
 -- One memory's save on a distributed database (insert_memory_citus and the statements
 -- around it): one call of harbor.save_memory_delegated (sql/citus/save.sql), which Citus
