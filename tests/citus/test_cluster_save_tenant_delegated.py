@@ -338,3 +338,37 @@ def test_tenant_saves_answer_as_one_server(
     assert cluster == one
     assert one[0] == [(True, 0), (False, 0), (False, 0), (True, 3), (False, 3)]
     assert one[3] == [(1, 0), (1, 0), (1, 0), (2, 1), (2, 1)]
+
+
+def test_a_batch_with_a_global_memory_stays_the_coordinators_transaction(
+    cluster_db: ClusterDatabase,
+) -> None:
+    # a batch of the elevated scopes that holds a GLOBAL memory (another shard, and the
+    # flag that they may exist set in its transaction) is not delegated: both memories are
+    # saved, in a transaction on the coordinator, and the flag is set
+    owner = MemoryOwner(tenant_id="tsave-a", principal_id="ann", session_id="s-mixed")
+
+    results: list[SaveResult] = []
+
+    async def run(manager: MemoryManager) -> None:
+        results.extend(
+            await manager.save_many(
+                owner,
+                [
+                    _tenant("tenant a: the mixed batch's fact"),
+                    Memory(content="global: the mixed batch's fact", scope=MemoryScope.GLOBAL),
+                ],
+            )
+        )
+
+    sent = asyncio.run(_admin_commands(cluster_db, run))
+    assert [(r.memory.scope, r.memory.tenant_id) for r in results] == [
+        (MemoryScope.TENANT, "tsave-a"),
+        (MemoryScope.GLOBAL, ""),
+    ]
+    assert not any(CALL in command for _port, command in sent), sent
+    assert any(command.startswith("BEGIN") for _port, command in sent), sent
+    with psycopg.connect(cluster_db.superuser_url) as su:
+        flag = su.execute("select may_exist from harbor.global_memory_flag").fetchone()
+        su.execute("delete from harbor.memories where content = 'global: the mixed batch''s fact'")
+    assert flag is not None and flag[0] is True
