@@ -15,10 +15,17 @@ import logging
 import math
 from typing import Any, NamedTuple
 
+import psycopg
+
 from harbor_pg.config import RetentionRule
-from harbor_pg.db.connection import Database
+from harbor_pg.db.connection import Database, carried_identity
 from harbor_pg.db.sqlfiles import query
-from harbor_pg.errors import MemoryConfigurationError, MemoryScopeError, MemoryValidationError
+from harbor_pg.errors import (
+    MemoryConfigurationError,
+    MemoryDatabaseError,
+    MemoryScopeError,
+    MemoryValidationError,
+)
 from harbor_pg.owner import MemoryOwner, MemoryScope
 from harbor_pg.records import Sensitivity
 from harbor_pg.telemetry import traced
@@ -102,6 +109,12 @@ async def erase_in_tiers(
                 "supported: the erasure must be one transaction"
             )
         owner = MemoryOwner(tenant_id=subject.tenant_id)
+        if database.set_local:
+            # a distributed database: one call on the tenant's worker, unless something of
+            # the subject may lie off the tenant's shards (then harbor.erase, below)
+            delegated = await _erase_delegated(database, subject, owner)
+            if delegated is not None:
+                return delegated
         async with database.transaction(owner, admin=True) as conn:
             rows = await (
                 await conn.execute(
@@ -113,15 +126,57 @@ async def erase_in_tiers(
                     },
                 )
             ).fetchall()
-        counts = {r["tier"]: int(r["deleted"]) for r in rows}
-        return EraseReceipt(
-            short_term=counts.get("short_term", 0),
-            working=counts.get("working", 0),
-            long_term=counts.get("long_term", 0),
-            embeddings=counts.get("embeddings", 0),
-            role_bindings=counts.get("role_bindings", 0),
-        )
+        return _receipt(rows)
     return await _erase_in_stores(tiers, subject)
+
+
+def _receipt(rows: list[dict[str, Any]]) -> EraseReceipt:
+    """The receipt of harbor.erase's rows (one a tier, with the count deleted)."""
+    counts = {r["tier"]: int(r["deleted"]) for r in rows}
+    return EraseReceipt(
+        short_term=counts.get("short_term", 0),
+        working=counts.get("working", 0),
+        long_term=counts.get("long_term", 0),
+        embeddings=counts.get("embeddings", 0),
+        role_bindings=counts.get("role_bindings", 0),
+    )
+
+
+#: what harbor.erase_delegated says when the subject may have rows off the tenant's shards
+#: (GLOBAL memories, role bindings, access tokens: sql/citus/erase.sql)
+_NEEDS_FULL_ERASURE = "harbor.erase_delegated:"
+
+
+async def _erase_delegated(
+    database: Database, subject: ErasureSubject, owner: MemoryOwner
+) -> EraseReceipt | None:
+    """The erasure on a distributed database as one call that Citus delegates to the
+    tenant's worker (harbor.erase_delegated), in the transaction that also deletes the
+    subject's jobs from the coordinator's queue, in one round trip; None, with nothing
+    done, when the worker says the subject may have rows elsewhere (a GLOBAL memory may
+    exist, or the user has role bindings or access tokens): it reads that in the call's
+    own transaction, so a flag set since any earlier look is seen."""
+    params = {
+        **carried_identity(owner),
+        "erase_user_id": subject.user_id,
+        "erase_session_id": subject.session_id,
+        "erase_principal_id": subject.principal_id,
+    }
+    try:
+        rows, _jobs = await database.fetch_each_delegated_in_transaction(
+            [(query("erase_delegated"), params), (query("erase_jobs_citus"), params)],
+            admin=True,
+        )
+    except MemoryDatabaseError as exc:
+        cause = exc.__cause__
+        if (
+            isinstance(cause, psycopg.Error)
+            and cause.sqlstate == "55000"
+            and str(cause).startswith(_NEEDS_FULL_ERASURE)
+        ):
+            return None
+        raise
+    return _receipt(rows)
 
 
 async def _erase_in_stores(tiers: Tiers, subject: ErasureSubject) -> EraseReceipt:

@@ -544,6 +544,11 @@ def citus_functions(conn: psycopg.Connection[Any]) -> list[str]:
         "select create_distributed_function(%s, %s, colocate_with => %s, force_delegation => true)",
         (APPEND_FUNCTION, "p_tenant_id", "harbor.messages"),
     )
+    # and the erasure's, in the transaction that deletes the subject's jobs (sql/citus/erase.sql)
+    conn.execute(
+        "select create_distributed_function(%s, %s, colocate_with => %s, force_delegation => true)",
+        (ERASE_FUNCTION, "p_tenant_id", "harbor.memories"),
+    )
     # the other delegated calls, sent in autocommit (in a transaction block they run on the
     # coordinator, as the statements they stand for do)
     for signature, table in DELEGATED_CALLS:
@@ -718,6 +723,9 @@ APPEND_FUNCTION = (
     "harbor.append_turn(text, text, text, text, text, text, harbor.message_role, text, text,"
     " jsonb, text, jsonb, integer, bigint, double precision)"
 )
+#: an erasure in one call Citus delegates to the tenant's worker, inside the transaction
+#: that deletes the subject's jobs from the coordinator's queue (sql/citus/erase.sql)
+ERASE_FUNCTION = "harbor.erase_delegated(text, text, text, text, text, text, text, text, text)"
 
 #: recall in one call Citus delegates to the tenant's worker (sql/citus/recall.sql)
 RECALL_FUNCTION = (

@@ -688,6 +688,47 @@ class Database:
 
         return await self.retrying(once, retry_on=ShardMovedError)
 
+    async def fetch_each_delegated_in_transaction(
+        self, statements: Sequence[tuple[str, dict[str, Any]]], *, admin: bool = False
+    ) -> list[list[dict[str, Any]]]:
+        """Run ``statements`` in order in one transaction block, without setting the
+        identity, in one round trip (BEGIN, the statements and COMMIT written at once);
+        return each one's rows as dicts. One that fails rolls the transaction back, and
+        those after it do not run. ``admin``: as the elevated role.
+
+        For a call that Citus delegates whole to one worker inside a transaction block
+        (registered with ``force_delegation``), carrying the identity as its arguments,
+        beside statements on the coordinator's own tables in the same transaction (the
+        erasure and the job queue's rows, ``sql/citus/erase.sql``).
+        """
+        pool = self._admin_pool if admin else self._pool
+        if pool is None:
+            raise MemoryConfigurationError(
+                "this operation needs the elevated role: configure an admin URL "
+                "(HARBOR_ADMIN_DATABASE_URL)"
+            )
+
+        async def once() -> list[list[dict[str, Any]]]:
+            async with wrap_db_errors(), self._connection(pool) as conn:
+                try:
+                    cursors = []
+                    async with conn.pipeline():
+                        await conn.execute("begin")
+                        for statement, params in statements:
+                            cur = conn.cursor(row_factory=dict_row)
+                            await cur.execute(statement, params)
+                            cursors.append(cur)
+                        await conn.execute("commit")
+                    return [
+                        await cur.fetchall() if _has_rows(cur.pgresult) else [] for cur in cursors
+                    ]
+                finally:
+                    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                        with contextlib.suppress(psycopg.Error):
+                            await conn.rollback()
+
+        return await self.retrying(once, retry_on=ShardMovedError)
+
     @contextlib.contextmanager
     def sync_transaction(self, owner: MemoryOwner) -> Iterator[SyncConnection]:
         """A short-lived synchronous connection of its own (not from the pool),

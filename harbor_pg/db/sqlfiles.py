@@ -67,6 +67,7 @@ CITUS_FILES: tuple[str, ...] = (
     "citus/turns.sql",
     "citus/expire.sql",
     "citus/fact.sql",
+    "citus/erase.sql",
 )
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z0-9_]+)\s*$", re.MULTILINE)

@@ -127,6 +127,30 @@ returning m.id
 select tier, deleted from harbor.erase(%(user_id)s::text, %(session_id)s::text,
                                        %(principal_id)s::text)
 
+-- name: erase_delegated
+-- erase on a distributed database where nothing of the subject lies off the tenant's shards:
+-- one call of harbor.erase_delegated (sql/citus/erase.sql), which Citus sends whole to the
+-- tenant's worker, in the transaction that erase_jobs_citus then ends. The identity is its
+-- first arguments (the worker checks them against the caller's). Refused (55000) when
+-- harbor.erase is needed.
+select d.tier, d.deleted
+  from harbor.erase_delegated(
+      %(tenant_id)s::text, %(project_id)s::text, %(principal_id)s::text, %(user_id)s::text,
+      %(session_id)s::text, %(run_id)s::text, %(erase_user_id)s::text,
+      %(erase_session_id)s::text, %(erase_principal_id)s::text) d
+
+-- name: erase_jobs_citus
+-- The erased subject's jobs on the queue (the coordinator's tables), in the transaction of
+-- erase_delegated, as harbor.erase deletes them: pending, finished and failed alike.
+delete from harbor_jobs.procrastinate_jobs j
+ where j.args ->> 'tenant_id' = %(tenant_id)s::text
+   and (%(erase_user_id)s::text is null or j.args ->> 'user_id' = %(erase_user_id)s::text
+        or j.args ->> 'principal_id' = %(erase_user_id)s::text)
+   and (%(erase_session_id)s::text is null
+        or j.args ->> 'session_id' = %(erase_session_id)s::text)
+   and (%(erase_principal_id)s::text is null
+        or j.args ->> 'principal_id' = %(erase_principal_id)s::text)
+
 -- name: apply_retention
 -- Purge the tenant's expired working state, close its expired memories and, with an age,
 -- delete its memories past it (optionally per scope / sensitivity).
