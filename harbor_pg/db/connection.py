@@ -701,12 +701,7 @@ class Database:
         beside statements on the coordinator's own tables in the same transaction (the
         erasure and the job queue's rows, ``sql/citus/erase.sql``).
         """
-        pool = self._admin_pool if admin else self._pool
-        if pool is None:
-            raise MemoryConfigurationError(
-                "this operation needs the elevated role: configure an admin URL "
-                "(HARBOR_ADMIN_DATABASE_URL)"
-            )
+        pool = self._pool_of(admin)
 
         async def once() -> list[list[dict[str, Any]]]:
             async with wrap_db_errors(), self._connection(pool) as conn:

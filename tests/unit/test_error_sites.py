@@ -34,6 +34,10 @@ CONTROL_FLOW: dict[tuple[str, str], tuple[int, str]] = {
         1,
         "the rollback after a failed statement; the statement's own error is reported",
     ),
+    ("db/connection.py", "Database.fetch_each_delegated_in_transaction.once"): (
+        1,
+        "the rollback after a failed statement; the statement's own error is reported",
+    ),
     ("db/connection.py", "_exchange_retried"): (
         1,
         "prepared statements dropped under the connection: prepared anew and run once "
