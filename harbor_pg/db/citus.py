@@ -863,6 +863,10 @@ FACT_FUNCTION = (
     " double precision, text[], text, boolean, bigint, text[])"
 )
 
+#: a recall's hits counted (importance decay) in one call Citus delegates to the tenant's
+#: worker (sql/citus/hits.sql)
+HITS_FUNCTION = "harbor.record_hits_delegated(text, text, text, text, text, text, text[])"
+
 #: a memory's save in one call Citus delegates to the tenant's worker (sql/citus/save.sql)
 SAVE_FUNCTION = (
     "harbor.save_memory_delegated(text, text, text, text, text, text, text,"
@@ -902,6 +906,7 @@ DELEGATED_CALLS: tuple[tuple[str, str], ...] = (
     (TURNS_THROUGH_FUNCTION, "harbor.messages"),  # sql/citus/turns.sql
     (EXPIRE_FUNCTION, "harbor.memories"),  # sql/citus/expire.sql
     (FACT_FUNCTION, "harbor.memories"),  # sql/citus/fact.sql
+    (HITS_FUNCTION, "harbor.memories"),  # sql/citus/hits.sql
 )
 
 # harbor._binding() on Citus: the single-server statement (sql/functions/identity.sql)

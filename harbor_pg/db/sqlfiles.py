@@ -68,6 +68,7 @@ CITUS_FILES: tuple[str, ...] = (
     "citus/expire.sql",
     "citus/fact.sql",
     "citus/erase.sql",
+    "citus/hits.sql",
 )
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z0-9_]+)\s*$", re.MULTILINE)

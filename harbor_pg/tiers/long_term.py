@@ -376,9 +376,23 @@ class PostgresLongTermStore:
     async def record_hits(self, owner: MemoryOwner, memory_ids: Sequence[str]) -> int:
         """Count one recall hit for each memory of ``memory_ids`` the owner may see
         (``harbor.record_hits()``); returns how many."""
-        rows = await self.db.fetch_in_one_round_trip(
-            owner, query("record_hits"), {"ids": list(memory_ids)}
-        )
+        ids = list(memory_ids)
+        if self.db.set_local and owner.tenant_id:
+            # a distributed database: one call that Citus delegates to the tenant's worker
+            # (the identity as its arguments), counting the tenant's memories; the ids it
+            # did not count, only while GLOBAL memories may exist (their shard may be
+            # another worker's), are counted in the coordinator's transaction
+            [row] = await self.db.fetch_delegated(
+                query("record_hits_delegated"), {**carried_identity(owner), "ids": ids}
+            )
+            counted = int(row["counted"])
+            if row["uncounted"]:
+                rest = await self.db.fetch_in_one_round_trip(
+                    owner, query("record_hits"), {"ids": list(row["uncounted"])}
+                )
+                counted += int(rest[0]["counted"])
+            return counted
+        rows = await self.db.fetch_in_one_round_trip(owner, query("record_hits"), {"ids": ids})
         return int(rows[0]["counted"])
 
     async def drain_hits(self) -> None:

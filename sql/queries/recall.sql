@@ -54,3 +54,14 @@ select c.*
 -- name: record_hits
 -- Count a recall's hits (after it returned): harbor.record_hits().
 select harbor.record_hits(%(ids)s::text[]) as counted
+
+-- name: record_hits_delegated
+-- record_hits on a distributed database: one call of harbor.record_hits_delegated
+-- (sql/citus/hits.sql), which Citus sends whole to the tenant's worker. The identity is its
+-- first arguments (the worker checks them against the caller's); sent in autocommit, the
+-- call is its own transaction. How many of the caller's tenant's memories it counted, and
+-- the ids it did not count when GLOBAL memories may exist (for record_hits, above).
+select h.counted, h.uncounted
+  from harbor.record_hits_delegated(
+      %(tenant_id)s::text, %(project_id)s::text, %(principal_id)s::text, %(user_id)s::text,
+      %(session_id)s::text, %(run_id)s::text, %(ids)s::text[]) h
