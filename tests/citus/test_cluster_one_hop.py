@@ -512,6 +512,21 @@ def test_a_snapshot_is_three_calls_each_one_hop(seeded: ClusterDatabase) -> None
     ]
 
 
+def test_a_recall_with_importance_decay_is_one_call_and_its_hit_write_one(
+    seeded: ClusterDatabase,
+) -> None:
+    # recall with importance decay: the recall, then the hit write it leaves running
+    # (harbor.record_hits_delegated, sql/citus/hits.sql), waited for inside the recording
+    policy = MemoryPolicy(importance_half_life_hours=240)
+
+    async def recall(m: MemoryManager, rec: _Recorder) -> None:
+        with rec:
+            assert await m.recall(ANN, "green tea")
+
+    called = _each_one_hop(seeded, _sent(seeded, recall, policy=policy))
+    assert called == ["recall_delegated", "record_hits_delegated"], called
+
+
 def test_a_context_build_is_its_reads_each_one_hop(seeded: ClusterDatabase) -> None:
     async def build(m: MemoryManager, rec: _Recorder) -> None:
         builder = m.context_builder()
