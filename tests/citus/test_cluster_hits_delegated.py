@@ -8,8 +8,9 @@ carries as arguments is checked on the worker against the caller's binding, so a
 role that names another tenant or user is refused before anything is read or written.
 
 Every row these tests count is created through the application role, the rights the
-bound role has (its own memory through the bound role itself); the superuser only reads
-the counts back (and, for the GLOBAL case, the elevated role saves the GLOBAL memory)."""
+bound role has (the facade's pools cannot log in as the bound role, which may not SET ROLE
+harbor_app); the superuser only reads the counts back (and, for the GLOBAL case, the
+elevated role saves the GLOBAL memory)."""
 
 from __future__ import annotations
 
@@ -198,10 +199,8 @@ def bound_role(cluster_db: ClusterDatabase) -> Iterator[str]:
 
 
 def test_a_bound_role_counts_its_own(cluster_db: ClusterDatabase, bound_role: str) -> None:
-    # its memory saved through the facade as the bound role itself, then counted
-    [memory_id] = _save(
-        cluster_db.url_for(bound_role), cluster_db.admin_url, ANN, "ann: the bound role's"
-    )
+    # ann's memory saved through the facade (the application role), counted by the bound role
+    [memory_id] = _save(cluster_db.app_url, cluster_db.admin_url, ANN, "ann: the bound role's")
     with psycopg.connect(cluster_db.url_for(bound_role), autocommit=True) as conn:
         rows = conn.execute(query("record_hits_delegated"), _params(ANN, [memory_id]))
         assert rows.fetchall() == [(1, [])]
