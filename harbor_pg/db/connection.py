@@ -689,7 +689,12 @@ class Database:
         return await self.retrying(once, retry_on=ShardMovedError)
 
     async def fetch_each_delegated_in_transaction(
-        self, statements: Sequence[tuple[str, dict[str, Any]]], *, admin: bool = False
+        self,
+        statements: Sequence[tuple[str, dict[str, Any]]],
+        *,
+        then: Callable[[list[list[dict[str, Any]]]], Sequence[tuple[str, dict[str, Any]]]]
+        | None = None,
+        admin: bool = False,
     ) -> list[list[dict[str, Any]]]:
         """Run ``statements`` in order in one transaction block, without setting the
         identity, in one round trip (BEGIN, the statements and COMMIT written at once);
@@ -700,6 +705,10 @@ class Database:
         (registered with ``force_delegation``), carrying the identity as its arguments,
         beside statements on the coordinator's own tables in the same transaction (the
         erasure and the job queue's rows, ``sql/citus/erase.sql``).
+
+        ``then``: statements that need the rows of ``statements`` (a turn's jobs need its
+        id), built from them and run after them in the same transaction, in a second
+        round trip with the COMMIT; their rows follow those of ``statements``.
         """
         pool = self._pool_of(admin)
 
@@ -713,8 +722,21 @@ class Database:
                             cur = conn.cursor(row_factory=dict_row)
                             await cur.execute(statement, params)
                             cursors.append(cur)
+                        if then is None:
+                            await conn.execute("commit")
+                    rows = [
+                        await cur.fetchall() if _has_rows(cur.pgresult) else [] for cur in cursors
+                    ]
+                    if then is None:
+                        return rows
+                    cursors = []
+                    async with conn.pipeline():
+                        for statement, params in then(rows):
+                            cur = conn.cursor(row_factory=dict_row)
+                            await cur.execute(statement, params)
+                            cursors.append(cur)
                         await conn.execute("commit")
-                    return [
+                    return rows + [
                         await cur.fetchall() if _has_rows(cur.pgresult) else [] for cur in cursors
                     ]
                 finally:

@@ -169,8 +169,9 @@ class PostgresShortTermStore:
         delay_seconds: float = 0.0,
     ) -> tuple[ConversationMessage, bool, list[int]]:
         """:meth:`append_and_check_summary`, and the turn's jobs queued in the same
-        statement (:mod:`harbor_pg.jobs`): its fact extraction (``extract``) and, when
-        the session is now due one, its summary fold (``fold``). The stored turn,
+        transaction (:mod:`harbor_pg.jobs`; on one server in the same statement): its
+        fact extraction (``extract``) and, when the session is now due one, its summary
+        fold (``fold``). The stored turn,
         whether a summary is due, and the ids of the jobs queued with it. ``slots``: at
         most that many of these jobs run at once across every worker (None: a session's
         jobs one at a time, sessions in parallel).
@@ -189,21 +190,49 @@ class PostgresShortTermStore:
             "delay_seconds": delay_seconds,
         }
         if self.db.set_local:
-            # (a distributed database: the turn through harbor.append_turn, as the delegated
-            # appends, so that a session's ids stay in commit order across both)
-            [row] = await self.db.fetch_in_one_round_trip(
-                owner,
-                query("append_turn_with_jobs_citus"),
-                _delegated_params(
-                    owner, params, {"min_turns": min_turns, "cooldown_seconds": cooldown_seconds}
-                ),
-            )
+            row, job_ids = await self._append_with_jobs_citus(owner, params)
         else:
             [row] = await self.db.fetch_in_one_round_trip(
                 owner, query("append_message_with_jobs"), params
             )
+            job_ids = [int(i) for i in row["job_ids"] or ()]
         stored = message.model_copy(update={"id": row["id"], "created_at": row["created_at"]})
-        return stored, bool(row["summary_due"]), [int(i) for i in row["job_ids"] or ()]
+        return stored, bool(row["summary_due"]), job_ids
+
+    async def _append_with_jobs_citus(
+        self, owner: MemoryOwner, params: dict[str, Any]
+    ) -> tuple[dict[str, Any], list[int]]:
+        """:meth:`append_with_jobs` on a distributed database: in one transaction block,
+        the turn stored by the append's delegated call (``append_turn_delegated``, which
+        Citus sends whole to the tenant's worker inside the block: the same call as
+        :meth:`append`'s, so that a session's ids stay in commit order across both), then
+        its jobs queued on the coordinator (``queue_turn_jobs_citus``: they need the turn's
+        id and whether a summary is due, which the call returns) and COMMIT. Two round
+        trips; the worker sees BEGIN, the call and COMMIT, and commits in one phase. The
+        stored turn's row and the ids of its jobs."""
+        due = {"min_turns": params["min_turns"], "cooldown_seconds": params["cooldown_seconds"]}
+
+        def jobs(results: list[list[dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+            [[turn]] = results
+            return [
+                # (the identity the queue reads, on the coordinator alone)
+                (query("set_identity"), identity_params(owner)),
+                (
+                    query("queue_turn_jobs_citus"),
+                    {
+                        "turn_id": turn["id"],
+                        "summary_due": turn["summary_due"],
+                        "extract": params["extract"],
+                        "fold": params["fold"],
+                        "slots": params["slots"],
+                    },
+                ),
+            ]
+
+        [[row], _identity, [queued]] = await self.db.fetch_each_delegated_in_transaction(
+            [(query("append_turn_delegated"), _delegated_params(owner, params, due))], then=jobs
+        )
+        return row, [int(i) for i in queued["job_ids"] or ()]
 
     # -- synchronous twins, each on a short-lived connection of its own ----------------
     # (for HarborChatMessageHistory's sync members when the async pool cannot be used)

@@ -5,7 +5,11 @@
 -- no commit round trip; the worker runs the append's steps on its own shards (Citus's
 -- local execution) and commits. The statements it replaces (one per step, each routed
 -- from the coordinator) paid the coordinator's and the worker's planning and a hop
--- each, and the transaction's BEGIN and COMMIT on the worker two more.
+-- each, and the transaction's BEGIN and COMMIT on the worker two more. An append that
+-- queues jobs sends the same call inside a transaction block (force_delegation: Citus
+-- still sends it whole to the worker), its jobs queued on the coordinator after it and
+-- committed with it (queue_turn_jobs_citus, sql/queries/citus.sql): the worker sees BEGIN,
+-- the call and COMMIT.
 --
 -- The identity travels as the call's arguments, so the function sets it (SET LOCAL,
 -- for the worker's transaction) and then checks it against what the policies

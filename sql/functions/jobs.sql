@@ -18,8 +18,9 @@
 -- waits), queued only by the append that set its session's extraction_queued flag
 -- (harbor.owner_locks, migration 0029), and scheduled delay_seconds after the turn when
 -- that is above 0, so that the turns of that while share it. queue_turn_jobs, a job a
--- turn, stays for the distributed database's appends (query
--- append_turn_with_jobs_citus) and for the jobs queued before that migration.
+-- turn, stays for the distributed database's appends (query queue_turn_jobs_citus, in the
+-- transaction of the append's delegated call) and for the jobs queued before that
+-- migration.
 --
 -- harbor_jobs.caller_ids is harbor.caller_*() in one call: the caller's role binding
 -- first (visible to harbor_owner through the policy role_bindings_queue, policies.sql),

@@ -50,30 +50,21 @@ select t.id, t.created_at, t.summary_due
                           %(token_estimate)s::integer, %(min_turns)s::bigint,
                           %(cooldown_seconds)s::double precision) t
 
--- name: append_turn_with_jobs_citus
--- append_message_with_jobs (short_term.sql) on a distributed database: the turn stored by
--- harbor.append_turn (sql/citus/append.sql), which keeps a session's ids above its last
--- one whichever node draws them, so these turns and the delegated appends' interleave
--- in commit order; and the turn's jobs queued in the same statement and transaction by
--- harbor_jobs.queue_turn_jobs (the queue's tables are the coordinator's). With the queue
--- call beside it the statement is not delegated: append_turn runs on the coordinator,
--- each of its statements routed to the tenant's worker, in the caller's transaction
--- (the identity set with SET LOCAL reaches the worker).
-with t as materialized (
-    select a.id, a.created_at, a.summary_due
-      from harbor.append_turn(%(tenant_id)s::text, %(project_id)s::text,
-                              %(principal_id)s::text, %(user_id)s::text, %(session_id)s::text,
-                              %(run_id)s::text, %(role)s::harbor.message_role,
-                              %(content)s::text, %(name)s::text, %(tool_calls)s::jsonb,
-                              %(tool_call_id)s::text, %(metadata)s::jsonb,
-                              %(token_estimate)s::integer, %(min_turns)s::bigint,
-                              %(cooldown_seconds)s::double precision) a
-)
-select t.id, t.created_at, t.summary_due,
-       harbor_jobs.queue_turn_jobs(t.id, %(extract)s::boolean,
-                                   %(fold)s::boolean and coalesce(t.summary_due, false),
+-- name: queue_turn_jobs_citus
+-- append_message_with_jobs (short_term.sql) on a distributed database, its second half: the
+-- jobs of the turn that append_turn_delegated (above) has just stored in the same
+-- transaction block, queued on the coordinator (the queue's tables are its own) by
+-- harbor_jobs.queue_turn_jobs, from the turn's id and whether its session is now due a
+-- summary, as the call returned them. The call went whole to the tenant's worker
+-- (force_delegation, harbor_pg.db.citus) and ran append_turn there, the turn's id drawn
+-- above the session's last, as for every append; this statement and the COMMIT follow in
+-- a second round trip, so the worker sees BEGIN, the call and COMMIT, and commits in one
+-- phase with the jobs. queue_turn_jobs reads the identity on the coordinator: it is set
+-- there before this statement by set_identity, whose set_config Citus does not forward.
+select harbor_jobs.queue_turn_jobs(%(turn_id)s::bigint, %(extract)s::boolean,
+                                   %(fold)s::boolean and coalesce(%(summary_due)s::boolean,
+                                                                  false),
                                    %(slots)s::integer) as job_ids
-  from t
 
 -- name: close_expired_duplicate_citus
 -- insert_memory's expired CTE as a statement: a current duplicate past its expiry,

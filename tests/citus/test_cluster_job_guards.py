@@ -19,6 +19,7 @@ from harbor_pg.db.sqlfiles import query
 from harbor_pg.manager import MemoryManager
 from harbor_pg.owner import MemoryOwner
 from harbor_pg.records import ConversationMessage, Memory
+from harbor_pg.tiers.short_term import PostgresShortTermStore
 from tests.citus.conftest import ClusterDatabase
 
 ANN = MemoryOwner(tenant_id="guard-a", principal_id="ann", session_id="s1")
@@ -72,6 +73,37 @@ def test_a_stored_turn_passes_reading_the_tenants_node_alone(
     cluster_db: ClusterDatabase, stored: dict[str, str]
 ) -> None:
     reached = _check(cluster_db, query("job_turn_present"), {"turn_id": stored["ann turn"]})
+    assert reached == [cluster_db.node_of(ANN.tenant_id).port]
+
+
+def test_a_turn_queued_with_its_extraction_passes_reading_the_tenants_node_alone(
+    cluster_db: ClusterDatabase,
+) -> None:
+    # the turn stored by the delegated call on the tenant's worker, in the transaction that
+    # queued the job on the coordinator: the job's guard finds it there
+    async def append() -> tuple[int | None, list[int]]:
+        db = Database(cluster_db.app_url, cluster_db.admin_url, min_size=1, max_size=1)
+        await db.open()
+        try:
+            turn, _due, jobs = await PostgresShortTermStore(db).append_with_jobs(
+                ANN,
+                ConversationMessage(role="user", content="queued"),
+                min_turns=100,
+                cooldown_seconds=0.0,
+                extract=True,
+                fold=False,
+            )
+        finally:
+            await db.close()
+        return turn.id, jobs
+
+    turn_id, [job] = asyncio.run(append())
+    with psycopg.connect(cluster_db.superuser_url) as conn:
+        [(args,)] = conn.execute(
+            "select args from harbor_jobs.procrastinate_jobs where id = %s", (job,)
+        ).fetchall()
+    assert args["message_id"] == turn_id
+    reached = _check(cluster_db, query("job_turn_present"), {"turn_id": str(turn_id)})
     assert reached == [cluster_db.node_of(ANN.tenant_id).port]
 
 
