@@ -484,6 +484,43 @@ def test_an_erase_is_one_delegated_call_in_the_coordinators_transaction(
         assert _function(call) == "erase_delegated", sent
 
 
+def test_an_append_with_queued_jobs_is_one_delegated_call_in_the_coordinators_transaction(
+    seeded: ClusterDatabase,
+) -> None:
+    # the call, BEGIN before it and COMMIT after, to the tenant's worker alone; the jobs
+    # queued on the coordinator in the same transaction (the queue's tables are its own)
+    from harbor_pg.config import MemoryManagerConfig
+
+    owner = _ann(session_id="s-jobs")
+    stored: list[int] = []
+
+    async def append(m: MemoryManager, rec: _Recorder) -> None:
+        with rec:
+            turn = await m.append(owner, ConversationMessage(role="user", content="queue me"))
+        assert turn.id is not None
+        stored.append(turn.id)
+
+    sent = _sent(
+        seeded,
+        append,
+        extraction_model=ScriptedModel(facts()),
+        config=MemoryManagerConfig(jobs_in_process=False),
+    )
+    assert [p for p, _c in sent] == [seeded.node_of(TENANT).port] * 3, sent
+    begin, call, commit = (c for _p, c in sent)
+    assert begin.startswith("BEGIN TRANSACTION") and commit == "COMMIT", sent
+    assert "set local" not in begin.lower(), sent
+    assert _function(call) == "append_turn", sent
+    with psycopg.connect(seeded.superuser_url) as conn:
+        queued = conn.execute(
+            "select (args->>'message_id')::bigint from harbor_jobs.procrastinate_jobs"
+            " where task_name = 'harbor.extract_turn' and args->>'tenant_id' = %s"
+            "   and args->>'session_id' = 's-jobs'",
+            (TENANT,),
+        ).fetchall()
+    assert stored and queued == [(stored[0],)]
+
+
 # -- calls that are several calls by design, each one hop ----------------------------------
 
 
@@ -597,10 +634,6 @@ BY_DESIGN: dict[str, str] = {
     "recall with the GLOBAL scope": (
         "reads the '' shard as well as the tenant's: harbor.recall() on the coordinator, in "
         "a transaction with SET LOCAL, each statement routed to the shards it reads"
-    ),
-    "append with queued jobs (extraction_model)": (
-        "the turn and its jobs in one transaction, and the job queue's tables are the "
-        "coordinator's: the turn's statements go on to the tenant's worker in it"
     ),
 }
 
@@ -733,24 +766,3 @@ def test_a_recall_with_the_global_scope_reads_the_global_shard_too(
     queries = {p for p, c in sent if not CONTROL.match(c)}
     assert queries == {seeded.node_of(TENANT).port, seeded.node_of("").port}, sent
     assert "recall_delegated" not in {_function(c) for _p, c in sent}
-
-
-def test_an_append_with_queued_jobs_is_the_coordinators_transaction(
-    seeded: ClusterDatabase,
-) -> None:
-    from harbor_pg.config import MemoryManagerConfig
-
-    owner = _ann(session_id="s-jobs")
-
-    async def append(m: MemoryManager, rec: _Recorder) -> None:
-        with rec:
-            await m.append(owner, ConversationMessage(role="user", content="queue me"))
-
-    sent = _sent(
-        seeded,
-        append,
-        extraction_model=ScriptedModel(facts()),
-        config=MemoryManagerConfig(jobs_in_process=False),
-    )
-    assert any(CONTROL.match(c) for _p, c in sent), sent  # a transaction
-    assert {p for p, c in sent if not CONTROL.match(c)} == {seeded.node_of(TENANT).port}, sent
