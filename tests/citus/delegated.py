@@ -1,16 +1,20 @@
-"""What the tests of the delegated calls (recall, search) share: a bound login, and
-the attack of such a login that names another owner in a call's identity arguments."""
+"""What the tests of the delegated calls share: a bound login, the attack of such a login
+that names another owner in a call's identity arguments, and a record of the commands the
+coordinator sends to the nodes while the facade makes a call."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+import re
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import psycopg
 import pytest
-from psycopg import errors, sql
+from psycopg import conninfo, errors, sql
 
+from harbor_pg.db.connection import Connection, Database
 from tests.citus.conftest import ClusterDatabase
 
 #: the ways a bound role can make a call: in autocommit (delegated to the worker), in a
@@ -81,3 +85,50 @@ def assert_refused(
                 )
         with pytest.raises(errors.InsufficientPrivilege, match="not the caller's"):
             conn.execute(statement, params)
+
+
+class CommandRecorder:
+    """The (port, command) of each command Citus sends to a node while recording
+    (``citus.log_remote_commands``: a notice per command, naming the node)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, str]] = []
+        self.on = False
+
+    def seen(self, diag: psycopg.errors.Diagnostic) -> None:
+        found = re.search(r"on server \S+@\S+:(\d+)", diag.message_detail or "")
+        text = diag.message_primary or ""
+        if self.on and found and text.startswith("issuing "):
+            self.sent.append((int(found.group(1)), text.removeprefix("issuing ")))
+
+    def __enter__(self) -> CommandRecorder:
+        self.on = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.on = False
+
+
+class LoggedDatabase(Database):
+    """The facade's database with every pooled connection (the application role's and the
+    elevated role's) handing the commands Citus sends to ``recorder``."""
+
+    def __init__(
+        self, db: ClusterDatabase, recorder: CommandRecorder, *, max_size: int = 1
+    ) -> None:
+        logged = "-c citus.log_remote_commands=on"
+        super().__init__(
+            conninfo.make_conninfo(db.app_url, options=logged),
+            conninfo.make_conninfo(db.admin_url, options=logged),
+            min_size=1,
+            max_size=max_size,
+        )
+        self._recorder = recorder
+
+    @contextlib.asynccontextmanager
+    async def _connection(self, pool: Any) -> AsyncIterator[Connection]:
+        async with super()._connection(pool) as conn:
+            if not getattr(conn, "_commands_logged", False):
+                conn.add_notice_handler(self._recorder.seen)
+                conn._commands_logged = True  # type: ignore[attr-defined]
+            yield conn

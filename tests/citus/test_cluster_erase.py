@@ -21,7 +21,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg import conninfo, errors
+from psycopg import errors
 
 from harbor_pg.db import migrate
 from harbor_pg.db.connection import Database, carried_identity
@@ -32,7 +32,14 @@ from harbor_pg.records import ConversationMessage, Memory
 from harbor_pg.testing.nodes import LocalCluster
 from harbor_pg.tiers.base import EraseReceipt
 from tests.citus.conftest import ClusterDatabase, make_database
-from tests.citus.delegated import HOWS, assert_refused, attacks, bound_login
+from tests.citus.delegated import (
+    HOWS,
+    CommandRecorder,
+    LoggedDatabase,
+    assert_refused,
+    attacks,
+    bound_login,
+)
 from tests.conftest import PgDatabase
 
 TRIGGER = "FK_memories_superseded_by_set_null"
@@ -333,31 +340,23 @@ def _queue_jobs(url: str) -> None:
 async def _facade_erase(
     db: ClusterDatabase | PgDatabase, *, log: bool = False, **subject: str
 ) -> tuple[EraseReceipt, list[tuple[int, str]]]:
-    """The facade's erase of ``subject`` in ann's tenant: its receipt, and (``log``) the
-    commands Citus sent to the nodes meanwhile (its admin pool holds one connection)."""
-    admin = db.admin_url
+    """The facade's erase of ``subject`` in ann's tenant: its receipt, and (``log``, on the
+    cluster) the commands Citus sent to the nodes meanwhile."""
+    recorder = CommandRecorder()
     if log:
-        admin = conninfo.make_conninfo(admin, options="-c citus.log_remote_commands=on")
-    database = Database(db.app_url, admin, min_size=1, max_size=1)
+        assert isinstance(db, ClusterDatabase)
+        database: Database = LoggedDatabase(db, recorder)
+    else:
+        database = Database(db.app_url, db.admin_url, min_size=1, max_size=1)
     await database.open()
     manager = MemoryManager.from_database(database)
-    sent: list[tuple[int, str]] = []
-
-    def seen(diag: psycopg.errors.Diagnostic) -> None:
-        found = re.search(r"on server \S+@\S+:(\d+)", diag.message_detail or "")
-        text = diag.message_primary or ""
-        if found and text.startswith("issuing "):
-            sent.append((int(found.group(1)), text.removeprefix("issuing ")))
-
     try:
-        if log:
-            async with database._connection(database._admin_pool) as conn:  # type: ignore[arg-type]
-                conn.add_notice_handler(seen)
-        receipt = await manager.erase(ANN.tenant_id, **subject)
+        with recorder:
+            receipt = await manager.erase(ANN.tenant_id, **subject)
     finally:
         await manager.close()
         await database.close()
-    return receipt, sent
+    return receipt, recorder.sent
 
 
 def test_an_erase_with_no_global_memory_is_one_delegated_call(

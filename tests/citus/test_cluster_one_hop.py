@@ -18,17 +18,14 @@ commands by design; the shared database's other tests store GLOBAL memories."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 import pytest
-from psycopg import conninfo
 
-from harbor_pg.db.connection import Connection, Database
 from harbor_pg.manager import MemoryManager
 from harbor_pg.owner import MemoryOwner, MemoryScope
 from harbor_pg.policy import MemoryPolicy
@@ -38,6 +35,7 @@ from harbor_pg.tiers.base import summary_memory_id
 from harbor_pg.tiers.long_term import PostgresLongTermStore
 from harbor_pg.tiers.short_term import PostgresShortTermStore
 from tests.citus.conftest import ClusterDatabase, make_database
+from tests.citus.delegated import CommandRecorder, LoggedDatabase
 from tests.unit.test_extractor import ScriptedModel, fact, facts
 
 TENANT = "hop-a"
@@ -52,61 +50,17 @@ def _ann(**fields: str) -> MemoryOwner:
     return ANN.model_copy(update=fields)
 
 
-class _Recorder:
-    """The (port, command) of each command Citus sends while recording."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[int, str]] = []
-        self.on = False
-
-    def seen(self, diag: psycopg.errors.Diagnostic) -> None:
-        found = re.search(r"on server \S+@\S+:(\d+)", diag.message_detail or "")
-        text = diag.message_primary or ""
-        if self.on and found and text.startswith("issuing "):
-            self.sent.append((int(found.group(1)), text.removeprefix("issuing ")))
-
-    def __enter__(self) -> _Recorder:
-        self.on = True
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.on = False
-
-
-class _Logged(Database):
-    """The facade's database with every pooled connection (the application role's and the
-    elevated role's) handing the commands Citus sends to ``recorder``."""
-
-    def __init__(self, db: ClusterDatabase, recorder: _Recorder) -> None:
-        logged = "-c citus.log_remote_commands=on"
-        super().__init__(
-            conninfo.make_conninfo(db.app_url, options=logged),
-            conninfo.make_conninfo(db.admin_url, options=logged),
-            min_size=1,
-            max_size=4,
-        )
-        self._recorder = recorder
-
-    @contextlib.asynccontextmanager
-    async def _connection(self, pool: Any) -> AsyncIterator[Connection]:
-        async with super()._connection(pool) as conn:
-            if not getattr(conn, "_hop_logged", False):
-                conn.add_notice_handler(self._recorder.seen)
-                conn._hop_logged = True  # type: ignore[attr-defined]
-            yield conn
-
-
 #: a facade call to audit: it prepares what it needs, then makes the call inside ``with rec``
-Case = Callable[[MemoryManager, _Recorder], Awaitable[Any]]
+Case = Callable[[MemoryManager, CommandRecorder], Awaitable[Any]]
 
 
 def _sent(db: ClusterDatabase, case: Case, **manager: Any) -> list[tuple[int, str]]:
     """The commands Citus sent while ``case`` made its call (and while the work the call
     left running, background summaries and hit counts, finished)."""
-    recorder = _Recorder()
+    recorder = CommandRecorder()
 
     async def run() -> None:
-        database = _Logged(db, recorder)
+        database = LoggedDatabase(db, recorder, max_size=4)
         await database.open()
         facade = MemoryManager.from_database(database, **manager)
         try:
@@ -136,7 +90,7 @@ def hop_db(citus_cluster: LocalCluster) -> ClusterDatabase:
 def seeded(hop_db: ClusterDatabase) -> ClusterDatabase:
     """ANN's session turns, run state and memories, stored through the facade."""
 
-    async def seed(m: MemoryManager, rec: _Recorder) -> None:
+    async def seed(m: MemoryManager, rec: CommandRecorder) -> None:
         for text in ("I like green tea.", "Noted: green tea.", "I work at the lighthouse."):
             role = "assistant" if text.startswith("Noted") else "user"
             await m.append(ANN, ConversationMessage(role=role, content=text))
@@ -168,40 +122,40 @@ def _turns(m: MemoryManager) -> PostgresShortTermStore:
 # -- the calls, each one command to the tenant's worker ------------------------------------
 
 
-async def _append(m: MemoryManager, rec: _Recorder) -> None:
+async def _append(m: MemoryManager, rec: CommandRecorder) -> None:
     with rec:
         await m.append(ANN, ConversationMessage(role="user", content="And oolong too."))
 
 
-async def _recent(m: MemoryManager, rec: _Recorder) -> None:
+async def _recent(m: MemoryManager, rec: CommandRecorder) -> None:
     with rec:
         assert await m.recent(ANN)
 
 
-async def _clear(m: MemoryManager, rec: _Recorder) -> None:
+async def _clear(m: MemoryManager, rec: CommandRecorder) -> None:
     owner = _ann(session_id="s-clear")
     await m.append(owner, ConversationMessage(role="user", content="soon gone"))
     with rec:
         assert await m.clear(owner) == 1
 
 
-async def _turns_after(m: MemoryManager, rec: _Recorder) -> None:
+async def _turns_after(m: MemoryManager, rec: CommandRecorder) -> None:
     with rec:
         assert await _turns(m).after(ANN, 0, 10)
 
 
-async def _turns_through(m: MemoryManager, rec: _Recorder) -> None:
+async def _turns_through(m: MemoryManager, rec: CommandRecorder) -> None:
     [first, *_] = await m.recent(ANN)
     with rec:
         assert await _turns(m).turns_through(ANN, first.id or 0, 10)
 
 
-async def _summary_due(m: MemoryManager, rec: _Recorder) -> None:
+async def _summary_due(m: MemoryManager, rec: CommandRecorder) -> None:
     with rec:
         await _turns(m).summary_due(ANN, min_turns=1, cooldown_seconds=0)
 
 
-async def _lease_acquire(m: MemoryManager, rec: _Recorder) -> None:
+async def _lease_acquire(m: MemoryManager, rec: CommandRecorder) -> None:
     owner = _ann(session_id="s-lease-1")
     await m.append(owner, ConversationMessage(role="user", content="a turn to summarise"))
     with rec:
@@ -211,7 +165,7 @@ async def _lease_acquire(m: MemoryManager, rec: _Recorder) -> None:
     assert lease is not None
 
 
-async def _lease_finish(m: MemoryManager, rec: _Recorder) -> None:
+async def _lease_finish(m: MemoryManager, rec: CommandRecorder) -> None:
     owner = _ann(session_id="s-lease-2")
     await m.append(owner, ConversationMessage(role="user", content="a turn to summarise"))
     lease = await _turns(m).acquire_summary_lease(
@@ -222,7 +176,7 @@ async def _lease_finish(m: MemoryManager, rec: _Recorder) -> None:
         assert await _turns(m).finish_summary_lease(owner, lease, turns_at_summary=1)
 
 
-async def _lease_release(m: MemoryManager, rec: _Recorder) -> None:
+async def _lease_release(m: MemoryManager, rec: CommandRecorder) -> None:
     owner = _ann(session_id="s-lease-3")
     await m.append(owner, ConversationMessage(role="user", content="a turn to summarise"))
     lease = await _turns(m).acquire_summary_lease(
@@ -233,29 +187,29 @@ async def _lease_release(m: MemoryManager, rec: _Recorder) -> None:
         assert await _turns(m).release_summary_lease(owner, lease)
 
 
-async def _scratch(m: MemoryManager, rec: _Recorder) -> None:
+async def _scratch(m: MemoryManager, rec: CommandRecorder) -> None:
     with rec:
         assert await m.scratch(ANN) == {"step": "drafting"}
 
 
-async def _update(m: MemoryManager, rec: _Recorder) -> None:
+async def _update(m: MemoryManager, rec: CommandRecorder) -> None:
     with rec:
         await m.update(_ann(run_id="r-update"), {"step": "checking"})
 
 
-async def _clear_working(m: MemoryManager, rec: _Recorder) -> None:
+async def _clear_working(m: MemoryManager, rec: CommandRecorder) -> None:
     owner = _ann(run_id="r-clear")
     await m.update(owner, {"step": "scrap"})
     with rec:
         assert await m.clear_working(owner) == 1
 
 
-async def _save(m: MemoryManager, rec: _Recorder) -> None:
+async def _save(m: MemoryManager, rec: CommandRecorder) -> None:
     with rec:
         assert (await m.save(ANN, Memory(content="ann saved this"))).created
 
 
-async def _save_many(m: MemoryManager, rec: _Recorder) -> None:
+async def _save_many(m: MemoryManager, rec: CommandRecorder) -> None:
     with rec:
         saved = await m.save_many(
             ANN, [Memory(content="ann batch one"), Memory(content="ann batch two")]
@@ -263,98 +217,98 @@ async def _save_many(m: MemoryManager, rec: _Recorder) -> None:
     assert len(saved) == 2
 
 
-async def _inject(m: MemoryManager, rec: _Recorder) -> None:
+async def _inject(m: MemoryManager, rec: CommandRecorder) -> None:
     with rec:
         assert (await m.inject_memory(ANN, "ann injected this")).created
 
 
-async def _save_tenant(m: MemoryManager, rec: _Recorder) -> None:
+async def _save_tenant(m: MemoryManager, rec: CommandRecorder) -> None:
     # the elevated role's (a TENANT memory)
     with rec:
         saved = await m.save(ANN, Memory(content="the tenant's rule", scope=MemoryScope.TENANT))
     assert saved.created
 
 
-async def _save_many_tenant(m: MemoryManager, rec: _Recorder) -> None:
+async def _save_many_tenant(m: MemoryManager, rec: CommandRecorder) -> None:
     # the elevated role's (TENANT memories)
     batch = [Memory(content=f"tenant rule {i}", scope=MemoryScope.TENANT) for i in (1, 2)]
     with rec:
         assert len(await m.save_many(ANN, batch)) == 2
 
 
-async def _search(m: MemoryManager, rec: _Recorder) -> None:
+async def _search(m: MemoryManager, rec: CommandRecorder) -> None:
     with rec:
         assert await m.search(ANN, "green tea")
 
 
-async def _get(m: MemoryManager, rec: _Recorder) -> None:
+async def _get(m: MemoryManager, rec: CommandRecorder) -> None:
     memory_id = await _saved(m, "ann: a note to read")
     with rec:
         assert await m.get(ANN, memory_id) is not None
 
 
-async def _get_missing(m: MemoryManager, rec: _Recorder) -> None:
+async def _get_missing(m: MemoryManager, rec: CommandRecorder) -> None:
     # no memory of the id: with no GLOBAL memory possible, nothing else to read
     with rec:
         assert await m.get(ANN, "0" * 32) is None
 
 
-async def _get_many(m: MemoryManager, rec: _Recorder) -> None:
+async def _get_many(m: MemoryManager, rec: CommandRecorder) -> None:
     ids = [await _saved(m, "ann: one to read"), await _saved(m, "ann: another to read")]
     with rec:
         assert len(await _store(m).get_many(ANN, ids)) == 2
 
 
-async def _current(m: MemoryManager, rec: _Recorder) -> None:
+async def _current(m: MemoryManager, rec: CommandRecorder) -> None:
     with rec:
         assert await m.current_memories(ANN)
 
 
-async def _history(m: MemoryManager, rec: _Recorder) -> None:
+async def _history(m: MemoryManager, rec: CommandRecorder) -> None:
     memory_id = await _saved(m, "ann: a fact with a past")
     with rec:
         assert len(await m.history(ANN, memory_id)) == 1
 
 
-async def _delete(m: MemoryManager, rec: _Recorder) -> None:
+async def _delete(m: MemoryManager, rec: CommandRecorder) -> None:
     memory_id = await _saved(m, "ann: a fact to delete")
     with rec:
         assert await m.delete(ANN, memory_id)
 
 
-async def _supersede(m: MemoryManager, rec: _Recorder) -> None:
+async def _supersede(m: MemoryManager, rec: CommandRecorder) -> None:
     memory_id = await _saved(m, "ann lives in Berlin")
     with rec:
         result = await _store(m).supersede(ANN, memory_id, Memory(content="ann lives in Rome"))
     assert result is not None and result.created
 
 
-async def _close(m: MemoryManager, rec: _Recorder) -> None:
+async def _close(m: MemoryManager, rec: CommandRecorder) -> None:
     memory_id = await _saved(m, "ann: a fact that falls away")
     with rec:
         assert await _store(m).close_memory(ANN, memory_id, MemoryScope.USER)
 
 
-async def _add_fact(m: MemoryManager, rec: _Recorder) -> None:
+async def _add_fact(m: MemoryManager, rec: CommandRecorder) -> None:
     # extraction's fact write
     with rec:
         result = await _store(m).add_fact(ANN, Memory(content="ann: an extracted fact"))
     assert result.created
 
 
-async def _expire(m: MemoryManager, rec: _Recorder) -> None:
+async def _expire(m: MemoryManager, rec: CommandRecorder) -> None:
     # the caller's own memories past their expiry closed (a tenant's sweep)
     with rec:
         await _store(m).expire_memories(ANN)
 
 
-async def _profile(m: MemoryManager, rec: _Recorder) -> None:
+async def _profile(m: MemoryManager, rec: CommandRecorder) -> None:
     with rec:
         profile = await m.profile(ANN)
     assert profile.stable or profile.recent
 
 
-async def _consolidate(m: MemoryManager, rec: _Recorder) -> None:
+async def _consolidate(m: MemoryManager, rec: CommandRecorder) -> None:
     await _saved(m, "Ann drinks coffee.")
     await _saved(m, "ann drinks coffee")
     with rec:
@@ -362,17 +316,17 @@ async def _consolidate(m: MemoryManager, rec: _Recorder) -> None:
     assert report.merges
 
 
-async def _recall(m: MemoryManager, rec: _Recorder) -> None:
+async def _recall(m: MemoryManager, rec: CommandRecorder) -> None:
     with rec:
         assert await m.recall(ANN, "green tea")
 
 
-async def _summary(m: MemoryManager, rec: _Recorder) -> None:
+async def _summary(m: MemoryManager, rec: CommandRecorder) -> None:
     with rec:
         await _store(m).load_summary(ANN)
 
 
-async def _summary_write(m: MemoryManager, rec: _Recorder) -> None:
+async def _summary_write(m: MemoryManager, rec: CommandRecorder) -> None:
     owner = _ann(session_id="s-summary")
     [turn] = [await m.append(owner, ConversationMessage(role="user", content="sum me up"))]
     summary = Memory(
@@ -388,7 +342,7 @@ async def _summary_write(m: MemoryManager, rec: _Recorder) -> None:
         assert await _store(m).save_summary(owner, summary, expected_frontier=None) is not None
 
 
-async def _erase(m: MemoryManager, rec: _Recorder) -> None:
+async def _erase(m: MemoryManager, rec: CommandRecorder) -> None:
     # the elevated role's: a user's rows in every tier
     zed = MemoryOwner(tenant_id=TENANT, principal_id="zed", session_id="s1")
     await m.append(zed, ConversationMessage(role="user", content="zed was here"))
@@ -398,7 +352,7 @@ async def _erase(m: MemoryManager, rec: _Recorder) -> None:
     assert receipt.short_term == 1 and receipt.long_term == 1
 
 
-async def _erase_agent(m: MemoryManager, rec: _Recorder) -> None:
+async def _erase_agent(m: MemoryManager, rec: CommandRecorder) -> None:
     bot = MemoryOwner(tenant_id=TENANT, principal_id="bot-7", session_id="s1")
     await m.save(bot, Memory(content="bot-7 noted a thing"))
     with rec:
@@ -494,7 +448,7 @@ def test_an_append_with_queued_jobs_is_one_delegated_call_in_the_coordinators_tr
     owner = _ann(session_id="s-jobs")
     stored: list[int] = []
 
-    async def append(m: MemoryManager, rec: _Recorder) -> None:
+    async def append(m: MemoryManager, rec: CommandRecorder) -> None:
         with rec:
             turn = await m.append(owner, ConversationMessage(role="user", content="queue me"))
         assert turn.id is not None
@@ -536,7 +490,7 @@ def _each_one_hop(db: ClusterDatabase, sent: list[tuple[int, str]]) -> list[str]
 
 def test_a_snapshot_is_three_calls_each_one_hop(seeded: ClusterDatabase) -> None:
     # (docs/citus.md: recent turns, working state and recall, sent at once)
-    async def snapshot(m: MemoryManager, rec: _Recorder) -> None:
+    async def snapshot(m: MemoryManager, rec: CommandRecorder) -> None:
         with rec:
             snap = await m.snapshot(ANN, query="green tea")
         assert snap.recent and snap.working_state and snap.memories
@@ -556,7 +510,7 @@ def test_a_recall_with_importance_decay_is_one_call_and_its_hit_write_one(
     # (harbor.record_hits_delegated, sql/citus/hits.sql), waited for inside the recording
     policy = MemoryPolicy(importance_half_life_hours=240)
 
-    async def recall(m: MemoryManager, rec: _Recorder) -> None:
+    async def recall(m: MemoryManager, rec: CommandRecorder) -> None:
         with rec:
             assert await m.recall(ANN, "green tea")
 
@@ -565,7 +519,7 @@ def test_a_recall_with_importance_decay_is_one_call_and_its_hit_write_one(
 
 
 def test_a_context_build_is_its_reads_each_one_hop(seeded: ClusterDatabase) -> None:
-    async def build(m: MemoryManager, rec: _Recorder) -> None:
+    async def build(m: MemoryManager, rec: CommandRecorder) -> None:
         builder = m.context_builder()
         with rec:
             context = await builder.build(ANN, "what tea do I like?")
@@ -579,7 +533,7 @@ def test_a_context_build_is_its_reads_each_one_hop(seeded: ClusterDatabase) -> N
 def test_an_extraction_is_its_reads_and_one_call_a_fact(seeded: ClusterDatabase) -> None:
     model = ScriptedModel(facts(fact("Ann likes oolong."), fact("Ann keeps a lighthouse.")))
 
-    async def extract(m: MemoryManager, rec: _Recorder) -> None:
+    async def extract(m: MemoryManager, rec: CommandRecorder) -> None:
         with rec:
             stored = await m.extract_memories(ANN, model=model, extract_facts=True)
         assert len(stored) == 2
@@ -593,7 +547,7 @@ def test_an_observation_is_its_read_and_one_call_a_write(seeded: ClusterDatabase
     owner = _ann(principal_id="obs", session_id="s-obs")
     writer = ScriptedModel("Obs is fond of every kind of tea.")
 
-    async def observe(m: MemoryManager, rec: _Recorder) -> None:
+    async def observe(m: MemoryManager, rec: CommandRecorder) -> None:
         for kind in ("green", "black", "white"):
             await m.save(owner, Memory(content=f"obs drinks {kind} tea", entity_ids=["tea"]))
         with rec:
@@ -651,7 +605,7 @@ def global_memory(seeded: ClusterDatabase) -> Iterator[str]:
     and the flag unset again (as an operator may, a superuser)."""
     found: list[str] = []
 
-    async def save(m: MemoryManager, rec: _Recorder) -> None:
+    async def save(m: MemoryManager, rec: CommandRecorder) -> None:
         saved = await m.save(
             ANN, Memory(content="everyone: tea is served at four", scope=MemoryScope.GLOBAL)
         )
@@ -681,7 +635,7 @@ def _tenant_then_global(db: ClusterDatabase, sent: list[tuple[int, str]]) -> tup
 def test_a_search_once_global_memories_may_exist(
     seeded: ClusterDatabase, global_memory: str
 ) -> None:
-    async def search(m: MemoryManager, rec: _Recorder) -> None:
+    async def search(m: MemoryManager, rec: CommandRecorder) -> None:
         with rec:
             found = await m.search(ANN, "tea")
         assert {x.id for x in found} >= {global_memory}
@@ -694,14 +648,14 @@ def test_a_search_once_global_memories_may_exist(
 def test_a_get_and_get_many_once_global_memories_may_exist(
     seeded: ClusterDatabase, global_memory: str
 ) -> None:
-    async def get(m: MemoryManager, rec: _Recorder) -> None:
+    async def get(m: MemoryManager, rec: CommandRecorder) -> None:
         with rec:
             assert await m.get(ANN, global_memory) is not None
 
     delegated, _other = _tenant_then_global(seeded, _sent(seeded, get))
     assert delegated == "get_memories_delegated"
 
-    async def get_many(m: MemoryManager, rec: _Recorder) -> None:
+    async def get_many(m: MemoryManager, rec: CommandRecorder) -> None:
         mine = await _saved(m, "ann: one read beside a global one")
         with rec:
             assert len(await _store(m).get_many(ANN, [mine, global_memory])) == 2
@@ -709,7 +663,7 @@ def test_a_get_and_get_many_once_global_memories_may_exist(
     delegated, _other = _tenant_then_global(seeded, _sent(seeded, get_many))
     assert delegated == "get_memories_delegated"
 
-    async def get_own(m: MemoryManager, rec: _Recorder) -> None:
+    async def get_own(m: MemoryManager, rec: CommandRecorder) -> None:
         mine = await _saved(m, "ann: found on the tenant's shard")
         with rec:
             assert await m.get(ANN, mine) is not None
@@ -721,7 +675,7 @@ def test_a_get_and_get_many_once_global_memories_may_exist(
 
 
 def test_the_history_of_a_global_memory(seeded: ClusterDatabase, global_memory: str) -> None:
-    async def history(m: MemoryManager, rec: _Recorder) -> None:
+    async def history(m: MemoryManager, rec: CommandRecorder) -> None:
         with rec:
             assert len(await m.history(ANN, global_memory)) == 1
 
@@ -736,7 +690,7 @@ def test_a_global_save_is_the_coordinators_transaction_and_sets_the_flag(
         conn.execute("update harbor.global_memory_flag set may_exist = false")
     assert not _flag(seeded)
 
-    async def save(m: MemoryManager, rec: _Recorder) -> None:
+    async def save(m: MemoryManager, rec: CommandRecorder) -> None:
         with rec:
             await m.save(
                 ANN,
@@ -755,7 +709,7 @@ def test_a_recall_with_the_global_scope_reads_the_global_shard_too(
 ) -> None:
     policy = MemoryPolicy(recall_scopes=(MemoryScope.USER, MemoryScope.GLOBAL))
 
-    async def recall(m: MemoryManager, rec: _Recorder) -> None:
+    async def recall(m: MemoryManager, rec: CommandRecorder) -> None:
         with rec:
             found = await m.recall(ANN, "tea")
         assert global_memory in {x.id for x in found}

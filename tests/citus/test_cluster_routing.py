@@ -10,7 +10,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg import conninfo, errors
+from psycopg import errors
 
 from harbor_pg.db.connection import Database, local_identity
 from harbor_pg.db.sqlfiles import query
@@ -19,7 +19,7 @@ from harbor_pg.owner import MemoryOwner
 from harbor_pg.records import ConversationMessage, Memory
 from harbor_pg.tiers.short_term import _append_params
 from tests.citus.conftest import ClusterDatabase
-from tests.citus.delegated import GLOBAL_FLAG_SET
+from tests.citus.delegated import GLOBAL_FLAG_SET, CommandRecorder, LoggedDatabase
 
 OWNER = MemoryOwner(tenant_id="route-a", principal_id="ann", session_id="s1")
 OTHER = MemoryOwner(tenant_id="route-b", principal_id="bob", session_id="s1")
@@ -410,27 +410,18 @@ async def _facade_commands(
     cluster_db: ClusterDatabase, call: Callable[[MemoryManager], Awaitable[Any]]
 ) -> list[tuple[int, str]]:
     """(port, command) of each command Citus sends to a node while the facade runs
-    ``call`` (its pool holds one connection, which logs them: ``citus.log_remote_commands``)."""
-    url = conninfo.make_conninfo(cluster_db.app_url, options="-c citus.log_remote_commands=on")
-    db = Database(url, cluster_db.admin_url, min_size=1, max_size=1)
+    ``call`` (its pools hold one connection each, which log them)."""
+    recorder = CommandRecorder()
+    db = LoggedDatabase(cluster_db, recorder)
     await db.open()
     manager = MemoryManager.from_database(db)
-    sent: list[tuple[int, str]] = []
-
-    def seen(diag: psycopg.errors.Diagnostic) -> None:
-        found = re.search(r"on server \S+@\S+:(\d+)", diag.message_detail or "")
-        text = diag.message_primary or ""
-        if found and text.startswith("issuing "):
-            sent.append((int(found.group(1)), text.removeprefix("issuing ")))
-
     try:
-        async with db.autocommit() as conn:
-            conn.add_notice_handler(seen)
-        await call(manager)
+        with recorder:
+            await call(manager)
     finally:
         await manager.close()
         await db.close()
-    return sent
+    return recorder.sent
 
 
 def test_the_facades_save_and_save_many_are_one_call_each_on_the_tenants_worker(

@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg import conninfo, errors, sql
+from psycopg import errors, sql
 
 from harbor_pg.db.connection import Database, carried_identity
 from harbor_pg.db.sqlfiles import query
@@ -27,6 +27,7 @@ from harbor_pg.tiers.base import SaveResult
 from harbor_pg.tiers.long_term import _batch_params
 from harbor_pg.tiers.rows import memory_params
 from tests.citus.conftest import ClusterDatabase
+from tests.citus.delegated import CommandRecorder, LoggedDatabase
 from tests.conftest import PgDatabase
 
 ANN = MemoryOwner(tenant_id="tsave-a", principal_id="ann", session_id="s1")
@@ -206,28 +207,18 @@ async def _admin_commands(
     cluster_db: ClusterDatabase, call: Callable[[MemoryManager], Awaitable[Any]]
 ) -> list[tuple[int, str]]:
     """(port, command) of each command Citus sends to a node while the facade's elevated
-    role runs ``call`` (its pool's connection logs them: ``citus.log_remote_commands``)."""
-    url = conninfo.make_conninfo(cluster_db.admin_url, options="-c citus.log_remote_commands=on")
-    db = Database(cluster_db.app_url, url, min_size=1, max_size=1)
+    role runs ``call`` (its pools hold one connection each, which log them)."""
+    recorder = CommandRecorder()
+    db = LoggedDatabase(cluster_db, recorder)
     await db.open()
     manager = MemoryManager.from_database(db, embedder=HashingEmbedder())
-    sent: list[tuple[int, str]] = []
-
-    def seen(diag: psycopg.errors.Diagnostic) -> None:
-        found = re.search(r"on server \S+@\S+:(\d+)", diag.message_detail or "")
-        text = diag.message_primary or ""
-        if found and text.startswith("issuing "):
-            sent.append((int(found.group(1)), text.removeprefix("issuing ")))
-
     try:
-        # (the elevated pool's one connection, which the calls below take again)
-        async with db.transaction(None, admin=True) as conn:
-            conn.add_notice_handler(seen)
-        await call(manager)
+        with recorder:
+            await call(manager)
     finally:
         await manager.close()
         await db.close()
-    return sent
+    return recorder.sent
 
 
 def test_the_facades_tenant_save_and_save_many_are_one_call_each_on_the_tenants_worker(
