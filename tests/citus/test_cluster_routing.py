@@ -407,14 +407,17 @@ def test_an_access_token_resolves_on_the_cluster_and_only_for_its_holder(
 
 
 async def _facade_commands(
-    cluster_db: ClusterDatabase, call: Callable[[MemoryManager], Awaitable[Any]]
+    cluster_db: ClusterDatabase,
+    call: Callable[[MemoryManager], Awaitable[Any]],
+    **manager_args: Any,
 ) -> list[tuple[int, str]]:
-    """(port, command) of each command Citus sends to a node while the facade runs
-    ``call`` (its pools hold one connection each, which log them)."""
+    """(port, command) of each command Citus sends to a node while the facade (made with
+    ``manager_args``) runs ``call``, as the application role or the elevated role (its
+    pools hold one connection each, which log them)."""
     recorder = CommandRecorder()
     db = LoggedDatabase(cluster_db, recorder)
     await db.open()
-    manager = MemoryManager.from_database(db)
+    manager = MemoryManager.from_database(db, **manager_args)
     try:
         with recorder:
             await call(manager)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -27,7 +27,7 @@ from harbor_pg.tiers.base import SaveResult
 from harbor_pg.tiers.long_term import _batch_params
 from harbor_pg.tiers.rows import memory_params
 from tests.citus.conftest import ClusterDatabase
-from tests.citus.delegated import CommandRecorder, LoggedDatabase
+from tests.citus.test_cluster_routing import _facade_commands
 from tests.conftest import PgDatabase
 
 ANN = MemoryOwner(tenant_id="tsave-a", principal_id="ann", session_id="s1")
@@ -203,24 +203,6 @@ def test_the_call_saves_tenant_memories_alone(
     assert _rows(cluster_db.superuser_url) == before
 
 
-async def _admin_commands(
-    cluster_db: ClusterDatabase, call: Callable[[MemoryManager], Awaitable[Any]]
-) -> list[tuple[int, str]]:
-    """(port, command) of each command Citus sends to a node while the facade's elevated
-    role runs ``call`` (its pools hold one connection each, which log them)."""
-    recorder = CommandRecorder()
-    db = LoggedDatabase(cluster_db, recorder)
-    await db.open()
-    manager = MemoryManager.from_database(db, embedder=HashingEmbedder())
-    try:
-        with recorder:
-            await call(manager)
-    finally:
-        await manager.close()
-        await db.close()
-    return recorder.sent
-
-
 def test_the_facades_tenant_save_and_save_many_are_one_call_each_on_the_tenants_worker(
     cluster_db: ClusterDatabase,
 ) -> None:
@@ -233,12 +215,12 @@ def test_the_facades_tenant_save_and_save_many_are_one_call_each_on_the_tenants_
     async def warm(manager: MemoryManager) -> None:
         await manager.save(owner, _tenant("tenant a: a first fact, before the counted ones"))
 
-    asyncio.run(_admin_commands(cluster_db, warm))
+    asyncio.run(_facade_commands(cluster_db, warm, embedder=HashingEmbedder()))
 
     async def run_save(manager: MemoryManager) -> None:
         await manager.save(owner, _tenant("tenant a: the lobby closes at six"))
 
-    sent = asyncio.run(_admin_commands(cluster_db, run_save))
+    sent = asyncio.run(_facade_commands(cluster_db, run_save, embedder=HashingEmbedder()))
     assert len(sent) == 1, sent
     [(to, command)] = sent
     assert to == port
@@ -249,7 +231,7 @@ def test_the_facades_tenant_save_and_save_many_are_one_call_each_on_the_tenants_
             owner, [_tenant("tenant a: a batch fact"), _tenant("tenant a: a second one")]
         )
 
-    sent = asyncio.run(_admin_commands(cluster_db, run_batch))
+    sent = asyncio.run(_facade_commands(cluster_db, run_batch, embedder=HashingEmbedder()))
     assert len(sent) == 1, sent
     [(to, command)] = sent
     assert to == port
@@ -352,7 +334,7 @@ def test_a_batch_with_a_global_memory_stays_the_coordinators_transaction(
             )
         )
 
-    sent = asyncio.run(_admin_commands(cluster_db, run))
+    sent = asyncio.run(_facade_commands(cluster_db, run, embedder=HashingEmbedder()))
     assert [(r.memory.scope, r.memory.tenant_id) for r in results] == [
         (MemoryScope.TENANT, "tsave-a"),
         (MemoryScope.GLOBAL, ""),
